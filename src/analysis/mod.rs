@@ -1,0 +1,51 @@
+//! Analysis: pure functions of a [`Snapshot`], no I/O.
+//!
+//! [`Analysis::new`] replays every device once and keeps the indexes that later questions need
+//! (memory after every event, replay checkpoints for the live set, reserved-memory steps), so
+//! each question costs time proportional to its answer, not to the trace.
+
+mod notes;
+pub mod replay;
+pub mod segments;
+pub mod stacks;
+mod summary;
+
+pub use notes::{Note, notes};
+pub use replay::{Allocation, AllocationId, Origin, Peak, Replay};
+pub use segments::SegmentStats;
+pub use stacks::{StackBytes, TreeNode, display_frames, stack_tree, top_stacks};
+pub use summary::{DeviceSummary, OomEvent, Summary};
+
+use crate::snapshot::Snapshot;
+
+/// Everything computed once per snapshot.
+#[derive(Debug)]
+pub struct Analysis {
+    /// One replay per device that has segments or a trace, ascending by device.
+    pub devices: Vec<DeviceAnalysis>,
+}
+
+/// The replay of one device.
+#[derive(Debug)]
+pub struct DeviceAnalysis {
+    pub device: usize,
+    pub replay: Replay,
+}
+
+impl Analysis {
+    pub fn new(snapshot: &Snapshot) -> Self {
+        let devices = snapshot
+            .devices()
+            .into_iter()
+            .map(|device| DeviceAnalysis {
+                device,
+                replay: Replay::new(snapshot, device),
+            })
+            .collect();
+        Self { devices }
+    }
+
+    pub fn device(&self, device: usize) -> Option<&DeviceAnalysis> {
+        self.devices.iter().find(|d| d.device == device)
+    }
+}

@@ -1,0 +1,398 @@
+//! Allocator replay: allocation lifetimes and memory over time, by PyTorch's viewer's rules.
+//!
+//! MemoryViz.js ("Active Memory Timeline") is the tool users trust, so its rules are matched:
+//!
+//! 1. A `free_requested` immediately followed by the `free_completed` of the same address is one
+//!    free, at the position of the request. A lone `free_requested` does not end a lifetime; the
+//!    later `free_completed` does.
+//! 2. `alloc` opens an allocation at its address; a free closes the one open there. A free with no
+//!    open allocation (recorded before history started, or evicted from the ring buffer) is an
+//!    allocation alive from the start until that free.
+//! 3. Every `active_allocated` block of the snapshot not open at the end is alive from the start
+//!    to the end (a "ghost"), sized by its requested size.
+//! 4. Sizes are requested bytes.
+//!
+//! Unlike MemoryViz, the x axis here is the raw event index of the trace (every event, not only
+//! allocs and frees), so one "moment" means the same thing in every view; the peak is the same.
+
+use crate::snapshot::{ActionCode, BlockState, Snapshot, StackId, Trace};
+use rustc_hash::FxHashMap;
+
+/// Why an allocation is in the replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// Its `alloc` event is in the trace.
+    Traced,
+    /// Only its free is in the trace: it was allocated before recording started (or the ring
+    /// buffer dropped its alloc), so it is alive from the start.
+    FreedWithoutAlloc,
+    /// Allocated in the snapshot's segments but never seen in the trace: alive throughout.
+    Ghost,
+}
+
+/// One allocation's lifetime.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Allocation {
+    pub addr: u64,
+    /// Requested bytes.
+    pub size: u64,
+    pub stream: u64,
+    pub stack: StackId,
+    /// Event index of the `alloc`; `None` when alive from the start.
+    pub start: Option<u32>,
+    /// Event index of the free that ended it; `None` when still alive at the end.
+    pub end: Option<u32>,
+    /// How many times this address had been freed before (MemoryViz's block version).
+    pub version: u32,
+    pub origin: Origin,
+}
+
+impl Allocation {
+    /// MemoryViz's stable id: `b{hex address}_{version}`.
+    pub fn id(&self) -> String {
+        format!("b{:x}_{}", self.addr, self.version)
+    }
+
+    /// Whether it is alive right after event `at` (`None`: before the first event).
+    pub fn is_live_after(&self, at: Option<usize>) -> bool {
+        let started = match (self.start, at) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(start), Some(at)) => start as usize <= at,
+        };
+        let ended = match (self.end, at) {
+            (None, _) => false,
+            (Some(_), None) => false,
+            (Some(end), Some(at)) => end as usize <= at,
+        };
+        started && !ended
+    }
+}
+
+pub type AllocationId = u32;
+
+/// No allocation opens or closes at this event.
+const NO_ALLOCATION: AllocationId = AllocationId::MAX;
+
+/// Replay checkpoints are kept every this many events, so the live set at any event costs one
+/// checkpoint copy plus at most this many steps.
+const CHECKPOINT_EVERY: usize = 4096;
+
+/// The replay of one device.
+#[derive(Debug, Default)]
+pub struct Replay {
+    pub allocations: Vec<Allocation>,
+    /// Requested bytes live after each event.
+    pub allocated: Vec<u64>,
+    /// Live before the first event: allocations freed without alloc, and ghosts.
+    pub allocated_at_start: u64,
+    /// Reserved bytes as a step function: `(event index, bytes after it)` at each change.
+    pub reserved_steps: Vec<(u32, u64)>,
+    pub reserved_at_start: u64,
+    /// Per event, the allocation it opens or closes (or `NO_ALLOCATION`).
+    event_allocation: Vec<AllocationId>,
+    /// `(event index, live allocations after it)` every `CHECKPOINT_EVERY` events.
+    checkpoints: Vec<(usize, Vec<AllocationId>)>,
+    /// Allocations alive from the start, in id order.
+    live_at_start: Vec<AllocationId>,
+}
+
+/// A maximum of a memory curve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Peak {
+    pub bytes: u64,
+    /// The event after which it was first reached; `None` when it holds before the first event.
+    pub event_index: Option<usize>,
+    pub time_us: Option<i64>,
+}
+
+impl Replay {
+    /// Replays `device`'s trace against the snapshot's segments.
+    pub fn new(snapshot: &Snapshot, device: usize) -> Self {
+        let trace = snapshot.trace(device);
+        let n = trace.len();
+        let mut allocations: Vec<Allocation> = Vec::new();
+        let mut event_allocation = vec![NO_ALLOCATION; n];
+        let mut open: FxHashMap<u64, AllocationId> = FxHashMap::default();
+        let mut versions: FxHashMap<u64, u32> = FxHashMap::default();
+        let mut freed_without_alloc: Vec<AllocationId> = Vec::new();
+
+        let mut i = 0;
+        while i < n {
+            let action = trace.action[i];
+            let addr = trace.addr[i];
+            match action {
+                ActionCode::ALLOC => {
+                    let id = allocations.len() as AllocationId;
+                    allocations.push(Allocation {
+                        addr,
+                        size: trace.size[i],
+                        stream: trace.stream[i],
+                        stack: trace.stack[i],
+                        start: Some(i as u32),
+                        end: None,
+                        version: versions.get(&addr).copied().unwrap_or(0),
+                        origin: Origin::Traced,
+                    });
+                    open.insert(addr, id);
+                    event_allocation[i] = id;
+                }
+                ActionCode::FREE_REQUESTED | ActionCode::FREE_COMPLETED => {
+                    let merged = action == ActionCode::FREE_REQUESTED
+                        && i + 1 < n
+                        && trace.action[i + 1] == ActionCode::FREE_COMPLETED
+                        && trace.addr[i + 1] == addr;
+                    if action == ActionCode::FREE_COMPLETED || merged {
+                        let version = versions.entry(addr).or_insert(0);
+                        let this_version = *version;
+                        *version += 1;
+                        let id = match open.remove(&addr) {
+                            Some(id) => {
+                                allocations[id as usize].end = Some(i as u32);
+                                id
+                            }
+                            None => {
+                                let id = allocations.len() as AllocationId;
+                                allocations.push(Allocation {
+                                    addr,
+                                    size: trace.size[i],
+                                    stream: trace.stream[i],
+                                    stack: trace.stack[i],
+                                    start: None,
+                                    end: Some(i as u32),
+                                    version: this_version,
+                                    origin: Origin::FreedWithoutAlloc,
+                                });
+                                freed_without_alloc.push(id);
+                                id
+                            }
+                        };
+                        event_allocation[i] = id;
+                        if merged {
+                            // The completion is part of this free; it changes nothing itself.
+                            i += 1;
+                        }
+                    }
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+
+        let mut ghosts = Vec::new();
+        for segment in snapshot.device_segments(device) {
+            for block in &segment.blocks {
+                if block.state == BlockState::ActiveAllocated && !open.contains_key(&block.address) {
+                    let id = allocations.len() as AllocationId;
+                    allocations.push(Allocation {
+                        addr: block.address,
+                        size: block.requested_size,
+                        stream: segment.stream,
+                        stack: block.stack,
+                        start: None,
+                        end: None,
+                        version: versions.get(&block.address).copied().unwrap_or(0),
+                        origin: Origin::Ghost,
+                    });
+                    ghosts.push(id);
+                }
+            }
+        }
+        let mut live_at_start = freed_without_alloc;
+        live_at_start.extend(ghosts);
+
+        let allocated_at_start: u64 = live_at_start
+            .iter()
+            .map(|&id| allocations[id as usize].size)
+            .sum();
+        let (allocated, checkpoints) =
+            allocated_over_time(trace, &allocations, &event_allocation, &live_at_start, allocated_at_start);
+        let (reserved_at_start, reserved_steps) = reserved_over_time(snapshot, device, trace);
+
+        Self {
+            allocations,
+            allocated,
+            allocated_at_start,
+            reserved_steps,
+            reserved_at_start,
+            event_allocation,
+            checkpoints,
+            live_at_start,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.allocated.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.allocated.is_empty()
+    }
+
+    /// Requested bytes live after event `at` (`None`: before the first event).
+    pub fn allocated_after(&self, at: Option<usize>) -> u64 {
+        match at {
+            None => self.allocated_at_start,
+            Some(i) => self
+                .allocated
+                .get(i)
+                .or(self.allocated.last())
+                .copied()
+                .unwrap_or(self.allocated_at_start),
+        }
+    }
+
+    /// Reserved bytes after event `at` (`None`: before the first event).
+    pub fn reserved_after(&self, at: Option<usize>) -> u64 {
+        let Some(at) = at else {
+            return self.reserved_at_start;
+        };
+        let steps = self.reserved_steps.partition_point(|&(event, _)| event as usize <= at);
+        match steps {
+            0 => self.reserved_at_start,
+            k => self.reserved_steps[k - 1].1,
+        }
+    }
+
+    /// The highest allocated total and where it was first reached.
+    pub fn peak_allocated(&self, trace: &Trace) -> Peak {
+        let mut peak = Peak {
+            bytes: self.allocated_at_start,
+            event_index: None,
+            time_us: None,
+        };
+        for (i, &bytes) in self.allocated.iter().enumerate() {
+            if bytes > peak.bytes {
+                peak.bytes = bytes;
+                peak.event_index = Some(i);
+            }
+        }
+        peak.time_us = peak.event_index.and_then(|i| time_of(trace, i));
+        peak
+    }
+
+    /// The highest reserved total and where it was first reached.
+    pub fn peak_reserved(&self, trace: &Trace) -> Peak {
+        let mut peak = Peak {
+            bytes: self.reserved_at_start,
+            event_index: None,
+            time_us: None,
+        };
+        for &(event, bytes) in &self.reserved_steps {
+            if bytes > peak.bytes {
+                peak.bytes = bytes;
+                peak.event_index = Some(event as usize);
+            }
+        }
+        peak.time_us = peak.event_index.and_then(|i| time_of(trace, i));
+        peak
+    }
+
+    /// Ids of the allocations live after event `at`, ascending. Costs one checkpoint copy plus
+    /// at most `CHECKPOINT_EVERY` replay steps.
+    pub fn live_after(&self, at: Option<usize>) -> Vec<AllocationId> {
+        let Some(at) = at else {
+            return self.live_at_start.clone();
+        };
+        let at = at.min(self.len().saturating_sub(1));
+        let k = self.checkpoints.partition_point(|(event, _)| *event <= at);
+        let (mut live, from) = match k {
+            0 => (self.live_at_start.clone(), 0),
+            k => (self.checkpoints[k - 1].1.clone(), self.checkpoints[k - 1].0 + 1),
+        };
+        let mut opened = Vec::new();
+        let mut closed = rustc_hash::FxHashSet::default();
+        for event in from..=at.min(self.event_allocation.len().saturating_sub(1)) {
+            let id = self.event_allocation[event];
+            if id == NO_ALLOCATION {
+                continue;
+            }
+            let allocation = &self.allocations[id as usize];
+            if allocation.start == Some(event as u32) {
+                opened.push(id);
+            } else if allocation.end == Some(event as u32) {
+                closed.insert(id);
+            }
+        }
+        live.extend(opened);
+        live.retain(|id| !closed.contains(id));
+        live.sort_unstable();
+        live
+    }
+
+    /// The first event at or after `time_us` (for wall-time queries).
+    pub fn event_at_time(trace: &Trace, time_us: i64) -> usize {
+        trace.time_us.partition_point(|&t| t < time_us)
+    }
+}
+
+fn time_of(trace: &Trace, event: usize) -> Option<i64> {
+    trace
+        .has_time
+        .then(|| trace.time_us.get(event).copied())
+        .flatten()
+}
+
+type Checkpoints = Vec<(usize, Vec<AllocationId>)>;
+
+fn allocated_over_time(
+    trace: &Trace,
+    allocations: &[Allocation],
+    event_allocation: &[AllocationId],
+    live_at_start: &[AllocationId],
+    allocated_at_start: u64,
+) -> (Vec<u64>, Checkpoints) {
+    let n = trace.len();
+    let mut allocated = Vec::with_capacity(n);
+    let mut checkpoints = Vec::with_capacity(n / CHECKPOINT_EVERY + 1);
+    let mut live: rustc_hash::FxHashSet<AllocationId> = live_at_start.iter().copied().collect();
+    let mut total = allocated_at_start;
+    for (event, &id) in event_allocation.iter().enumerate() {
+        if id != NO_ALLOCATION {
+            let allocation = &allocations[id as usize];
+            if allocation.start == Some(event as u32) {
+                total += allocation.size;
+                live.insert(id);
+            } else if live.remove(&id) {
+                total = total.saturating_sub(allocation.size);
+            }
+        }
+        allocated.push(total);
+        if (event + 1) % CHECKPOINT_EVERY == 0 {
+            let mut ids: Vec<AllocationId> = live.iter().copied().collect();
+            ids.sort_unstable();
+            checkpoints.push((event, ids));
+        }
+    }
+    (allocated, checkpoints)
+}
+
+/// Reserved bytes over time. The trace says how reserved memory changed; the snapshot's segments
+/// say where it ended; so the start is the end minus every change (at least 0: a ring buffer may
+/// have dropped segment events).
+fn reserved_over_time(snapshot: &Snapshot, device: usize, trace: &Trace) -> (u64, Vec<(u32, u64)>) {
+    let at_end: u64 = snapshot.device_segments(device).map(|s| s.total_size).sum();
+    let mut net: i128 = 0;
+    let mut deltas = Vec::new();
+    for (event, &action) in trace.action.iter().enumerate() {
+        let size = i128::from(trace.size[event]);
+        let delta = match action {
+            ActionCode::SEGMENT_ALLOC | ActionCode::SEGMENT_MAP => size,
+            ActionCode::SEGMENT_FREE | ActionCode::SEGMENT_UNMAP => -size,
+            _ => continue,
+        };
+        net += delta;
+        deltas.push((event as u32, delta));
+    }
+    let start = (i128::from(at_end) - net).max(0);
+    let mut total = start;
+    let steps = deltas
+        .into_iter()
+        .map(|(event, delta)| {
+            total = (total + delta).max(0);
+            (event, u64::try_from(total).unwrap_or(u64::MAX))
+        })
+        .collect();
+    (u64::try_from(start).unwrap_or(u64::MAX), steps)
+}

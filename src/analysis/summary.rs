@@ -1,0 +1,116 @@
+//! The summary of a snapshot: the numbers `snapview summary` prints and the server lists.
+
+use super::{Analysis, Note, Peak, SegmentStats, StackBytes, notes, segments, top_stacks};
+use crate::snapshot::{ActionCode, SourceInfo, Snapshot};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// How many stacks the summary lists at the peak.
+const TOP_STACKS: usize = 10;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub devices: Vec<DeviceSummary>,
+    /// Segments and blocks over all devices.
+    pub segments: usize,
+    pub blocks: usize,
+    pub notes: Vec<Note>,
+    pub source: SourceInfo,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DeviceSummary {
+    pub device: usize,
+    pub trace_entries: usize,
+    /// Count of each action, by torch's name.
+    pub actions: BTreeMap<String, usize>,
+    /// Allocations in the replay (traced, freed-without-alloc, and ghosts).
+    pub allocations: usize,
+    /// Highest requested bytes live at once, by PyTorch's viewer's rules.
+    pub peak_allocated_bytes: u64,
+    /// The event after which the peak was first reached (`null`: before the first event).
+    pub peak_event_index: Option<usize>,
+    pub peak_time_us: Option<i64>,
+    pub peak_reserved_bytes: u64,
+    pub peak_reserved_event_index: Option<usize>,
+    /// Requested bytes of `active_allocated` blocks in the segments.
+    pub allocated_bytes_at_snapshot: u64,
+    /// Sum of segment sizes.
+    pub reserved_bytes_at_snapshot: u64,
+    pub segment_stats: SegmentStats,
+    pub segments: usize,
+    pub blocks: usize,
+    pub oom_events: Vec<OomEvent>,
+    /// Stacks holding the most bytes at the peak.
+    pub top_stacks_at_peak: Vec<StackBytes>,
+}
+
+/// An `oom` event: the allocator could not serve a request.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct OomEvent {
+    pub event_index: usize,
+    pub requested_bytes: u64,
+    /// What CUDA reported free on the device at that moment.
+    pub device_free_bytes: Option<u64>,
+    pub stream: u64,
+    pub time_us: Option<i64>,
+}
+
+impl Summary {
+    pub fn new(snapshot: &Snapshot, analysis: &Analysis) -> Self {
+        let devices = analysis
+            .devices
+            .iter()
+            .map(|device| {
+                let trace = snapshot.trace(device.device);
+                let replay = &device.replay;
+                let mut actions = BTreeMap::new();
+                for &code in &trace.action {
+                    *actions.entry(trace.action_name(code).to_owned()).or_default() += 1;
+                }
+                let peak: Peak = replay.peak_allocated(trace);
+                let peak_reserved = replay.peak_reserved(trace);
+                let live = replay.live_after(peak.event_index);
+                let stats = segments::totals(snapshot.device_segments(device.device));
+                let oom_events = trace
+                    .action
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &a)| a == ActionCode::OOM)
+                    .map(|(i, _)| OomEvent {
+                        event_index: i,
+                        requested_bytes: trace.size[i],
+                        device_free_bytes: trace.device_free.get(&i).copied(),
+                        stream: trace.stream[i],
+                        time_us: trace.has_time.then_some(trace.time_us[i]),
+                    })
+                    .collect();
+                DeviceSummary {
+                    device: device.device,
+                    trace_entries: trace.len(),
+                    actions,
+                    allocations: replay.allocations.len(),
+                    peak_allocated_bytes: peak.bytes,
+                    peak_event_index: peak.event_index,
+                    peak_time_us: peak.time_us,
+                    peak_reserved_bytes: peak_reserved.bytes,
+                    peak_reserved_event_index: peak_reserved.event_index,
+                    allocated_bytes_at_snapshot: stats.allocated,
+                    reserved_bytes_at_snapshot: stats.reserved,
+                    segment_stats: stats,
+                    segments: snapshot.device_segments(device.device).count(),
+                    blocks: stats.blocks,
+                    oom_events,
+                    top_stacks_at_peak: top_stacks(snapshot, &replay.allocations, &live, TOP_STACKS),
+                }
+            })
+            .collect();
+        Self {
+            devices,
+            segments: snapshot.segments.len(),
+            blocks: snapshot.segments.iter().map(|s| s.blocks.len()).sum(),
+            notes: notes(snapshot, analysis),
+            source: snapshot.source.clone(),
+        }
+    }
+}

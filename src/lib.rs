@@ -1,0 +1,24 @@
+//! snapview: look inside PyTorch CUDA memory snapshots.
+//!
+//! The pipeline, one module per stage:
+//!
+//! ```text
+//! bytes ──► pickle ──────────► snapshot ───────► analysis ──────► cli / server
+//!           (restricted VM,     (typed model,      (replay, peaks,    (text, JSON,
+//!            no code runs)       columnar trace)    live sets, maps)   pages)
+//! ```
+//!
+//! - [`pickle`] decodes the data opcodes of Python's pickle and refuses anything that would run
+//!   code; it keeps memo identity so shared frames stay shared.
+//! - [`snapshot`] turns decoded values into PyTorch's nouns (segments, blocks, trace entries,
+//!   frames), tolerant of every torch version; [`snapshot::load`] reads a file end to end.
+//! - [`analysis`] is pure: allocator replay with PyTorch's viewer's rules, memory over time,
+//!   the live set and its stack tree at any event, segment maps and data-quality notes.
+//! - [`torch_text`] prints what torch's own `_memory_viz.py` prints, byte for byte.
+//! - [`cli`] is the command line; it only parses arguments and calls the library.
+
+pub mod analysis;
+pub mod cli;
+pub mod pickle;
+pub mod snapshot;
+pub mod torch_text;

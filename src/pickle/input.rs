@@ -1,0 +1,335 @@
+//! Bytes in: encoding detection, bounded decompression, and a refilling buffer that tracks
+//! offsets for error messages.
+
+use super::PickleError;
+use std::io::{self, Read};
+
+/// Bounds on what untrusted input may cost.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Decompressed bytes a gzip/zstd file may expand to before it is refused.
+    pub max_decompressed_bytes: u64,
+    /// Open MARKs (nested containers under construction) at once.
+    pub max_depth: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            // Real snapshots reach several GB; a bomb expands by 1000x and more.
+            max_decompressed_bytes: 64 << 30,
+            max_depth: 10_000,
+        }
+    }
+}
+
+/// How a snapshot file is encoded, told by its first bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    Pickle,
+    Gzip,
+    Zstd,
+    Json,
+}
+
+/// Tells the encoding from the first bytes of a file, or says what the file looks like instead.
+pub fn detect_encoding(head: &[u8]) -> Result<Encoding, PickleError> {
+    let first_non_space = head.iter().find(|b| !b.is_ascii_whitespace());
+    match head {
+        [0x80, 2..=5, ..] => Ok(Encoding::Pickle),
+        // A lone PROTO byte: a pickle cut after its first byte.
+        [0x80] => Err(PickleError::Truncated {
+            offset: 1,
+            what: "the pickle protocol number",
+            needed: 1,
+        }),
+        // The start of a gzip or zstd magic number and nothing more: a compressed file cut short.
+        [0x1f] => Err(PickleError::Truncated {
+            offset: 0,
+            what: "a gzip header",
+            needed: 9,
+        }),
+        [0x28] | [0x28, 0xb5] | [0x28, 0xb5, 0x2f] => Err(PickleError::Truncated {
+            offset: 0,
+            what: "a zstd header",
+            needed: 6 - head.len() as u64,
+        }),
+        [0x80, protocol, ..] => Err(PickleError::NotASnapshot(format!(
+            "pickle protocol {protocol} is not supported (snapview reads protocols 2 to 5)"
+        ))),
+        [0x1f, 0x8b, ..] => Ok(Encoding::Gzip),
+        [0x28, 0xb5, 0x2f, 0xfd, ..] => Ok(Encoding::Zstd),
+        [0xfd, b'7', b'z', b'X', b'Z', 0x00, ..] => Err(PickleError::NotASnapshot(
+            "this is an xz-compressed file; decompress it first (`xz -d FILE`)".into(),
+        )),
+        [b'P', b'K', 3, 4, ..] => Err(PickleError::NotASnapshot(
+            "this is a zip archive (a torch.save checkpoint?), not a memory snapshot; make one with torch.cuda.memory._dump_snapshot()".into(),
+        )),
+        [] => Err(PickleError::NotASnapshot("the file is empty".into())),
+        _ if matches!(first_non_space, Some(b'{') | Some(b'[')) => Ok(Encoding::Json),
+        _ => Err(PickleError::NotASnapshot(format!(
+            "not a memory snapshot: it starts with bytes {}, not a pickle (0x80), gzip, zstd or JSON",
+            head.iter()
+                .take(8)
+                .map(|b| format!("{b:02x}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ))),
+    }
+}
+
+/// A reader that refuses to yield more than `limit` bytes, so a decompression bomb stops there.
+pub(crate) struct Capped<R> {
+    inner: R,
+    remaining: u64,
+    limit: u64,
+}
+
+impl<R> Capped<R> {
+    pub(crate) fn new(inner: R, limit: u64) -> Self {
+        Self {
+            inner,
+            remaining: limit,
+            limit,
+        }
+    }
+}
+
+/// The io error payload that marks "the decompressed size limit was hit".
+#[derive(Debug)]
+pub(crate) struct DecompressedTooLarge(pub u64);
+
+impl std::fmt::Display for DecompressedTooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "decompressed data exceeds {} bytes", self.0)
+    }
+}
+
+impl std::error::Error for DecompressedTooLarge {}
+
+impl<R: Read> Read for Capped<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.remaining == 0 {
+            // Only an error if there is in fact more data.
+            let mut probe = [0u8; 1];
+            return match self.inner.read(&mut probe)? {
+                0 => Ok(0),
+                _ => Err(io::Error::other(DecompressedTooLarge(self.limit))),
+            };
+        }
+        let want = buf.len().min(usize::try_from(self.remaining).unwrap_or(usize::MAX));
+        let n = self.inner.read(&mut buf[..want])?;
+        self.remaining -= n as u64;
+        Ok(n)
+    }
+}
+
+/// Maps io errors from the decompression stack to what the user should hear.
+pub(crate) fn io_error(error: io::Error) -> PickleError {
+    if let Some(too_large) = error
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<DecompressedTooLarge>())
+    {
+        return PickleError::DecompressedTooLarge {
+            limit: too_large.0,
+        };
+    }
+    match error.kind() {
+        io::ErrorKind::InvalidData | io::ErrorKind::InvalidInput => PickleError::NotASnapshot(
+            format!("the compressed data is corrupt: {error}"),
+        ),
+        io::ErrorKind::UnexpectedEof => {
+            PickleError::NotASnapshot(format!("the compressed data ends early: {error}"))
+        }
+        _ => PickleError::Io(error),
+    }
+}
+
+const BUFFER: usize = 1 << 20;
+
+/// A refilling input buffer over any reader, with the offset of every byte.
+pub struct Source<R> {
+    reader: R,
+    buf: Vec<u8>,
+    pos: usize,
+    end: usize,
+    /// Stream offset of `buf[0]`.
+    base: u64,
+    eof: bool,
+}
+
+impl<R: Read> Source<R> {
+    pub fn new(reader: R) -> Self {
+        Self {
+            reader,
+            buf: vec![0; BUFFER],
+            pos: 0,
+            end: 0,
+            base: 0,
+            eof: false,
+        }
+    }
+
+    /// Offset of the next unread byte.
+    #[inline]
+    pub fn offset(&self) -> u64 {
+        self.base + self.pos as u64
+    }
+
+    /// Refills so that at least `n` bytes (n <= buffer size) are available; false at end of input.
+    #[cold]
+    fn refill(&mut self, n: usize) -> Result<bool, PickleError> {
+        if self.pos > 0 {
+            self.buf.copy_within(self.pos..self.end, 0);
+            self.base += self.pos as u64;
+            self.end -= self.pos;
+            self.pos = 0;
+        }
+        while self.end < n && !self.eof {
+            match self.reader.read(&mut self.buf[self.end..]) {
+                Ok(0) => self.eof = true,
+                Ok(read) => self.end += read,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io_error(e)),
+            }
+        }
+        Ok(self.end >= n)
+    }
+
+    /// The next `n` bytes (n <= 1 MiB), consumed.
+    #[inline]
+    pub fn take(&mut self, n: usize, what: &'static str) -> Result<&[u8], PickleError> {
+        if self.end - self.pos < n && !self.refill(n)? {
+            return Err(PickleError::Truncated {
+                offset: self.offset(),
+                what,
+                needed: (n - (self.end - self.pos)) as u64,
+            });
+        }
+        let start = self.pos;
+        self.pos += n;
+        Ok(&self.buf[start..start + n])
+    }
+
+    /// The `n` bytes just taken (n no more than the last `take`).
+    pub fn last(&self, n: usize) -> &[u8] {
+        &self.buf[self.pos.saturating_sub(n)..self.pos]
+    }
+
+    #[inline]
+    pub fn u32_le(&mut self, what: &'static str) -> Result<u32, PickleError> {
+        let b = self.take(4, what)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    #[inline]
+    pub fn u64_le(&mut self, what: &'static str) -> Result<u64, PickleError> {
+        let b = self.take(8, what)?;
+        let mut buf = [0u8; 8];
+        buf.copy_from_slice(b);
+        Ok(u64::from_le_bytes(buf))
+    }
+
+    #[inline]
+    pub fn byte(&mut self, what: &'static str) -> Result<u8, PickleError> {
+        if self.pos < self.end {
+            let b = self.buf[self.pos];
+            self.pos += 1;
+            return Ok(b);
+        }
+        Ok(self.take(1, what)?[0])
+    }
+
+    /// The next byte, or `None` at a clean end of input.
+    #[inline]
+    pub fn next_opcode(&mut self) -> Result<Option<u8>, PickleError> {
+        if self.pos < self.end || self.refill(1)? {
+            let b = self.buf[self.pos];
+            self.pos += 1;
+            Ok(Some(b))
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Reads `n` bytes of any size. Memory grows only with bytes that actually arrive, so a
+    /// length field larger than the file fails at the end of the file, not at allocation.
+    pub fn take_vec(&mut self, n: u64, what: &'static str) -> Result<Vec<u8>, PickleError> {
+        let start_offset = self.offset();
+        let mut out = Vec::with_capacity(usize::try_from(n.min(BUFFER as u64)).unwrap_or(0));
+        let mut remaining = n;
+        while remaining > 0 {
+            if self.pos == self.end && !self.refill(1)? {
+                return Err(PickleError::Truncated {
+                    offset: start_offset,
+                    what,
+                    needed: remaining,
+                });
+            }
+            let chunk = (self.end - self.pos).min(usize::try_from(remaining).unwrap_or(usize::MAX));
+            out.extend_from_slice(&self.buf[self.pos..self.pos + chunk]);
+            self.pos += chunk;
+            remaining -= chunk as u64;
+        }
+        Ok(out)
+    }
+
+    /// Bytes up to and excluding the next newline (text opcodes of protocol 0/1).
+    pub fn take_line(&mut self, what: &'static str) -> Result<Vec<u8>, PickleError> {
+        let start_offset = self.offset();
+        let mut out = Vec::new();
+        loop {
+            let b = self.byte(what).map_err(|_| PickleError::Truncated {
+                offset: start_offset,
+                what,
+                needed: 1,
+            })?;
+            if b == b'\n' {
+                return Ok(out);
+            }
+            if out.len() >= 4096 {
+                return Err(PickleError::malformed(
+                    start_offset,
+                    format!("{what} has no newline within 4096 bytes"),
+                ));
+            }
+            out.push(b);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detects_each_encoding_and_names_impostors() {
+        assert_eq!(detect_encoding(&[0x80, 4, 0x95]).ok(), Some(Encoding::Pickle));
+        assert_eq!(detect_encoding(&[0x1f, 0x8b, 8]).ok(), Some(Encoding::Gzip));
+        assert_eq!(
+            detect_encoding(&[0x28, 0xb5, 0x2f, 0xfd]).ok(),
+            Some(Encoding::Zstd)
+        );
+        assert_eq!(detect_encoding(b"  {\"segments\"").ok(), Some(Encoding::Json));
+        let zip = detect_encoding(b"PK\x03\x04rest").unwrap_err().to_string();
+        assert!(zip.contains("zip archive"), "{zip}");
+        let png = detect_encoding(b"\x89PNG\r\n").unwrap_err().to_string();
+        assert!(png.contains("89 50 4e 47"), "{png}");
+        let old = detect_encoding(&[0x80, 1]).unwrap_err().to_string();
+        assert!(old.contains("protocol 1"), "{old}");
+    }
+
+    #[test]
+    fn a_capped_reader_stops_a_bomb_but_passes_an_exact_fit() {
+        let data = vec![7u8; 100];
+        let mut exact = Capped::new(&data[..], 100);
+        let mut out = Vec::new();
+        assert!(exact.read_to_end(&mut out).is_ok());
+        let mut over = Capped::new(&data[..], 99);
+        let error = over.read_to_end(&mut Vec::new()).unwrap_err();
+        assert!(matches!(
+            io_error(error),
+            PickleError::DecompressedTooLarge { limit: 99 }
+        ));
+    }
+}

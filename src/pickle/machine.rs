@@ -1,0 +1,613 @@
+//! The opcode loop.
+
+use super::input::Source;
+use super::value::{Heap, Kind, Memo, Value};
+use super::{Limits, PickleError};
+use std::io::Read;
+
+/// Replaces records with compact handles the moment they are complete.
+///
+/// Called for each dict right after a SETITEMS fills it (CPython's pickler writes a dict's items
+/// in one SETITEMS unless it has over 1000 keys; a trace entry or a frame has under 20).
+/// Returning `Some(handle)` retires the dict: the memo entry that named it yields the handle from
+/// then on, and its slot is reused unless it is shared (then other references stay valid).
+/// Compacting this early matters: lists inside the dict (a trace entry's frames) are retired
+/// before any later entry can fetch them from the memo, so they can be freed.
+pub trait Compactor {
+    fn compact(&mut self, heap: &mut Heap, memo: &mut Memo, dict: Value) -> Option<Value>;
+}
+
+/// A compactor that keeps everything as decoded.
+impl Compactor for () {
+    fn compact(&mut self, _: &mut Heap, _: &mut Memo, _: Value) -> Option<Value> {
+        None
+    }
+}
+
+/// The result of decoding one pickle.
+#[derive(Debug)]
+pub struct Decoded {
+    pub root: Value,
+    pub heap: Heap,
+    pub protocol: u8,
+}
+
+/// Opcodes that would import or call code, by byte.
+fn code_opcode(opcode: u8) -> Option<&'static str> {
+    Some(match opcode {
+        b'c' => "GLOBAL",
+        0x93 => "STACK_GLOBAL",
+        b'R' => "REDUCE",
+        b'b' => "BUILD",
+        b'i' => "INST",
+        b'o' => "OBJ",
+        0x81 => "NEWOBJ",
+        0x92 => "NEWOBJ_EX",
+        0x82 => "EXT1",
+        0x83 => "EXT2",
+        0x84 => "EXT4",
+        b'P' => "PERSID",
+        b'Q' => "BINPERSID",
+        _ => return None,
+    })
+}
+
+struct Machine<'c, R> {
+    input: Source<R>,
+    heap: Heap,
+    memo: Memo,
+    stack: Vec<Value>,
+    /// Stack lengths at each open MARK.
+    marks: Vec<usize>,
+    limits: Limits,
+    compactor: &'c mut dyn Compactor,
+    /// Offset of the opcode being executed, for messages.
+    at: u64,
+    last_short_string: Option<(Vec<u8>, Value)>,
+}
+
+/// Decodes one pickle from `reader`. Never runs code: opcodes that would are refused.
+pub fn decode<R: Read>(
+    reader: R,
+    limits: &Limits,
+    compactor: &mut dyn Compactor,
+) -> Result<Decoded, PickleError> {
+    let mut machine = Machine {
+        input: Source::new(reader),
+        heap: Heap::default(),
+        memo: Memo::default(),
+        stack: Vec::with_capacity(1024),
+        marks: Vec::new(),
+        limits: *limits,
+        compactor,
+        at: 0,
+        last_short_string: None,
+    };
+    if machine.input.byte("the PROTO opcode")? != 0x80 {
+        return Err(PickleError::NotASnapshot(
+            "not a pickle of protocol 2 or later (no PROTO opcode at byte 0)".into(),
+        ));
+    }
+    let protocol = machine.input.byte("the PROTO opcode")?;
+    let root = machine.run()?;
+    Ok(Decoded {
+        root,
+        heap: machine.heap,
+        protocol,
+    })
+}
+
+impl<R: Read> Machine<'_, R> {
+    fn error(&self, message: impl Into<String>) -> PickleError {
+        PickleError::malformed(self.at, message)
+    }
+
+    #[inline]
+    fn pop(&mut self, what: &str) -> Result<Value, PickleError> {
+        let floor = self.marks.last().copied().unwrap_or(0);
+        if self.stack.len() <= floor {
+            return Err(self.error(format!("{what} found an empty stack")));
+        }
+        self.stack
+            .pop()
+            .ok_or_else(|| self.error(format!("{what} found an empty stack")))
+    }
+
+    #[inline]
+    fn top(&self, what: &str) -> Result<Value, PickleError> {
+        let floor = self.marks.last().copied().unwrap_or(0);
+        match self.stack.last() {
+            Some(&v) if self.stack.len() > floor => Ok(v),
+            _ => Err(self.error(format!("{what} found an empty stack"))),
+        }
+    }
+
+    /// The container just below a MARK that was opened at stack length `from`.
+    fn below_mark(&self, from: usize, what: &str) -> Result<Value, PickleError> {
+        let floor = self.marks.last().copied().unwrap_or(0);
+        match from.checked_sub(1) {
+            Some(i) if i >= floor => Ok(self.stack[i]),
+            _ => Err(self.error(format!("{what} has no container below its MARK"))),
+        }
+    }
+
+    fn pop_mark(&mut self, what: &str) -> Result<usize, PickleError> {
+        self.marks
+            .pop()
+            .ok_or_else(|| self.error(format!("{what} without a MARK")))
+    }
+
+    fn memo_put(&mut self, index: u32) -> Result<(), PickleError> {
+        let value = self.top("a memo PUT")?;
+        self.heap.note_memo(value, index);
+        self.memo.set(index, value);
+        Ok(())
+    }
+
+    #[inline]
+    fn memo_get(&mut self, index: u32) -> Result<(), PickleError> {
+        let value = self
+            .memo
+            .get(index)
+            .ok_or_else(|| self.error(format!("memo reference to index {index}, which was never stored")))?;
+        self.heap.note_shared(value);
+        self.stack.push(value);
+        Ok(())
+    }
+
+    fn string(&mut self, bytes: &[u8]) -> Value {
+        match std::str::from_utf8(bytes) {
+            Ok(text) => self.heap.intern_str(text),
+            // CPython writes lone surrogates with 'surrogatepass'; keep the text readable.
+            Err(_) => {
+                let text = String::from_utf8_lossy(bytes).into_owned();
+                self.heap.intern_str(&text)
+            }
+        }
+    }
+
+    fn short_string(&mut self, len: usize, what: &'static str) -> Result<(), PickleError> {
+        let bytes = self.input.take(len, what)?;
+        // Most short strings written per trace entry repeat the previous one ("N/A").
+        if let Some((last_bytes, last)) = &self.last_short_string {
+            if last_bytes.as_slice() == bytes {
+                self.stack.push(*last);
+                return Ok(());
+            }
+        }
+        let value = match std::str::from_utf8(bytes) {
+            Ok(text) => self.heap.intern_str(text),
+            Err(_) => {
+                let owned = bytes.to_vec();
+                self.string(&owned)
+            }
+        };
+        if len <= 16 {
+            let bytes = self.input.last(len).to_vec();
+            self.last_short_string = Some((bytes, value));
+        }
+        self.stack.push(value);
+        Ok(())
+    }
+
+    fn long_string(&mut self, len: u64, what: &'static str) -> Result<(), PickleError> {
+        let bytes = self.input.take_vec(len, what)?;
+        let value = self.string(&bytes);
+        self.stack.push(value);
+        Ok(())
+    }
+
+    fn list_target(&self, what: &str, list: Value) -> Result<usize, PickleError> {
+        match list.kind() {
+            Kind::List => Ok(list.index()),
+            other => Err(self.error(format!("{what} on a {other:?}, not a list"))),
+        }
+    }
+
+    /// Moves `stack[from..]` into `list`.
+    fn append_from(&mut self, list: Value, from: usize, what: &str) -> Result<(), PickleError> {
+        let slot = self.list_target(what, list)?;
+        let items = self.stack.drain(from..);
+        if let Some(target) = self.heap.lists.get_mut(slot) {
+            target.extend(items);
+        }
+        Ok(())
+    }
+
+    /// Offers the dict at `stack[at]`, just filled, to the compactor.
+    fn compact_at(&mut self, at: usize) {
+        let dict = self.stack[at];
+        if let Some(handle) = self.compactor.compact(&mut self.heap, &mut self.memo, dict) {
+            self.heap.retire(dict, handle, &mut self.memo);
+            self.stack[at] = handle;
+        }
+    }
+
+    fn set_items_from(&mut self, dict: Value, from: usize, what: &str) -> Result<(), PickleError> {
+        if dict.is(Kind::Record) {
+            return Err(self.error(format!(
+                "{what} adds keys to a record that was already complete (an unusual pickle layout snapview does not read)"
+            )));
+        }
+        if !dict.is(Kind::Dict) {
+            return Err(self.error(format!("{what} on a {:?}, not a dict", dict.kind())));
+        }
+        if (self.stack.len() - from) % 2 != 0 {
+            return Err(self.error(format!("{what} with an odd number of keys and values")));
+        }
+        let pairs = self.stack[from..]
+            .chunks_exact(2)
+            .map(|pair| (pair[0], pair[1]));
+        if let Some(target) = self.heap.dicts.get_mut(dict.index()) {
+            target.extend(pairs);
+        }
+        self.stack.truncate(from);
+        Ok(())
+    }
+
+    fn run(&mut self) -> Result<Value, PickleError> {
+        loop {
+            self.at = self.input.offset();
+            let Some(opcode) = self.input.next_opcode()? else {
+                return Err(PickleError::Truncated {
+                    offset: self.at,
+                    what: "the next opcode (no STOP was reached)",
+                    needed: 1,
+                });
+            };
+            match opcode {
+                // ---- framing and protocol ----
+                0x95 => {
+                    // FRAME: a length hint for buffered readers; the data follows inline.
+                    self.input.take(8, "FRAME")?;
+                }
+                0x80 => {
+                    self.input.byte("PROTO")?;
+                }
+                b'.' => {
+                    // STOP
+                    if !self.marks.is_empty() {
+                        return Err(self.error("STOP with an unclosed MARK"));
+                    }
+                    return self
+                        .stack
+                        .pop()
+                        .ok_or_else(|| self.error("STOP with an empty stack"));
+                }
+
+                // ---- constants and numbers ----
+                b'N' => self.stack.push(Value::NONE),
+                0x88 => self.stack.push(Value::bool(true)),
+                0x89 => self.stack.push(Value::bool(false)),
+                b'J' => {
+                    let b = self.input.take(4, "BININT")?;
+                    let v = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                    self.stack.push(Value::small_int(i64::from(v)).unwrap_or(Value::NONE));
+                }
+                b'K' => {
+                    let v = self.input.byte("BININT1")?;
+                    self.stack.push(Value::small_int(i64::from(v)).unwrap_or(Value::NONE));
+                }
+                b'M' => {
+                    let b = self.input.take(2, "BININT2")?;
+                    let v = u16::from_le_bytes([b[0], b[1]]);
+                    self.stack.push(Value::small_int(i64::from(v)).unwrap_or(Value::NONE));
+                }
+                0x8a => {
+                    let n = usize::from(self.input.byte("LONG1")?);
+                    let bytes = self.input.take(n, "LONG1")?;
+                    let v = self.heap.push_long(bytes);
+                    self.stack.push(v);
+                }
+                0x8b => {
+                    let n = self.input.u32_le("LONG4")?;
+                    let bytes = self.input.take_vec(u64::from(n), "LONG4")?;
+                    let v = self.heap.push_long(&bytes);
+                    self.stack.push(v);
+                }
+                b'G' => {
+                    let b = self.input.take(8, "BINFLOAT")?;
+                    let mut buf = [0u8; 8];
+                    buf.copy_from_slice(b);
+                    let v = self.heap.push_float(f64::from_be_bytes(buf));
+                    self.stack.push(v);
+                }
+                b'I' => {
+                    let line = self.input.take_line("INT")?;
+                    let text = String::from_utf8_lossy(&line);
+                    let v = match text.trim() {
+                        "00" => Value::bool(false),
+                        "01" => Value::bool(true),
+                        t => {
+                            let n: i64 = t
+                                .parse()
+                                .map_err(|_| self.error(format!("INT with text {t:?}")))?;
+                            Value::small_int(n).unwrap_or_else(|| self.heap.push_long(&n.to_le_bytes()))
+                        }
+                    };
+                    self.stack.push(v);
+                }
+                b'L' => {
+                    let line = self.input.take_line("LONG")?;
+                    let text = String::from_utf8_lossy(&line);
+                    let t = text.trim().trim_end_matches('L');
+                    let n: i64 = t
+                        .parse()
+                        .map_err(|_| self.error(format!("LONG with text {t:?} (beyond 64 bits?)")))?;
+                    let v = Value::small_int(n).unwrap_or_else(|| self.heap.push_long(&n.to_le_bytes()));
+                    self.stack.push(v);
+                }
+                b'F' => {
+                    let line = self.input.take_line("FLOAT")?;
+                    let text = String::from_utf8_lossy(&line);
+                    let n: f64 = text
+                        .trim()
+                        .parse()
+                        .map_err(|_| self.error(format!("FLOAT with text {text:?}")))?;
+                    let v = self.heap.push_float(n);
+                    self.stack.push(v);
+                }
+
+                // ---- strings and bytes ----
+                0x8c => {
+                    let n = usize::from(self.input.byte("SHORT_BINUNICODE")?);
+                    self.short_string(n, "SHORT_BINUNICODE")?;
+                }
+                b'X' => {
+                    let n = self.input.u32_le("BINUNICODE")?;
+                    self.long_string(u64::from(n), "BINUNICODE")?;
+                }
+                0x8d => {
+                    let n = self.input.u64_le("BINUNICODE8")?;
+                    self.long_string(n, "BINUNICODE8")?;
+                }
+                b'U' => {
+                    // SHORT_BINSTRING (Python 2 str): decoded as text, as `encoding="latin1"` would.
+                    let n = usize::from(self.input.byte("SHORT_BINSTRING")?);
+                    let bytes = self.input.take(n, "SHORT_BINSTRING")?;
+                    let text: String = bytes.iter().map(|&b| char::from(b)).collect();
+                    let v = self.heap.intern_str(&text);
+                    self.stack.push(v);
+                }
+                b'T' => {
+                    let b = self.input.take(4, "BINSTRING")?;
+                    let n = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                    let n = u64::try_from(n).map_err(|_| self.error("BINSTRING with a negative length"))?;
+                    let bytes = self.input.take_vec(n, "BINSTRING")?;
+                    let text: String = bytes.iter().map(|&b| char::from(b)).collect();
+                    let v = self.heap.intern_str(&text);
+                    self.stack.push(v);
+                }
+                b'C' => {
+                    let n = usize::from(self.input.byte("SHORT_BINBYTES")?);
+                    let bytes = self.input.take(n, "SHORT_BINBYTES")?.to_vec();
+                    let v = self.heap.push_bytes(bytes);
+                    self.stack.push(v);
+                }
+                b'B' => {
+                    let n = self.input.u32_le("BINBYTES")?;
+                    let bytes = self.input.take_vec(u64::from(n), "BINBYTES")?;
+                    let v = self.heap.push_bytes(bytes);
+                    self.stack.push(v);
+                }
+                0x8e | 0x96 => {
+                    let what = if opcode == 0x8e { "BINBYTES8" } else { "BYTEARRAY8" };
+                    let n = self.input.u64_le(what)?;
+                    let bytes = self.input.take_vec(n, what)?;
+                    let v = self.heap.push_bytes(bytes);
+                    self.stack.push(v);
+                }
+                0x97 | 0x98 => {
+                    return Err(self.error(
+                        "out-of-band pickle buffers (NEXT_BUFFER/READONLY_BUFFER) are not part of a snapshot",
+                    ));
+                }
+
+                // ---- containers ----
+                b'(' => {
+                    if self.marks.len() >= self.limits.max_depth {
+                        return Err(self.error(format!(
+                            "nesting deeper than {} levels; not a snapshot",
+                            self.limits.max_depth
+                        )));
+                    }
+                    self.marks.push(self.stack.len());
+                }
+                b']' => {
+                    let v = self.heap.new_list();
+                    self.stack.push(v);
+                }
+                b'}' => {
+                    let v = self.heap.new_dict();
+                    self.stack.push(v);
+                }
+                b')' => {
+                    let v = self.heap.push_tuple(Vec::new());
+                    self.stack.push(v);
+                }
+                0x8f => {
+                    // EMPTY_SET: sets decode as lists.
+                    let v = self.heap.new_list();
+                    self.stack.push(v);
+                }
+                b'l' | 0x91 => {
+                    // LIST / FROZENSET
+                    let from = self.pop_mark("LIST")?;
+                    let list = self.heap.new_list();
+                    self.stack.insert(from, list);
+                    self.append_from(list, from + 1, "LIST")?;
+                }
+                b't' => {
+                    let from = self.pop_mark("TUPLE")?;
+                    let items: Vec<Value> = self.stack.drain(from..).collect();
+                    let v = self.heap.push_tuple(items);
+                    self.stack.push(v);
+                }
+                0x85..=0x87 => {
+                    let n = usize::from(opcode - 0x84);
+                    let floor = self.marks.last().copied().unwrap_or(0);
+                    if self.stack.len() < floor + n {
+                        return Err(self.error(format!("TUPLE{n} with fewer than {n} items on the stack")));
+                    }
+                    let items = self.stack.split_off(self.stack.len() - n);
+                    let v = self.heap.push_tuple(items);
+                    self.stack.push(v);
+                }
+                b'd' => {
+                    let from = self.pop_mark("DICT")?;
+                    let dict = self.heap.new_dict();
+                    self.stack.insert(from, dict);
+                    self.set_items_from(dict, from + 1, "DICT")?;
+                    self.compact_at(from);
+                }
+                b'a' => {
+                    let item = self.pop("APPEND")?;
+                    let list = self.top("APPEND")?;
+                    self.stack.push(item);
+                    let from = self.stack.len() - 1;
+                    self.append_from(list, from, "APPEND")?;
+                }
+                b'e' | 0x90 => {
+                    // APPENDS / ADDITEMS
+                    let from = self.pop_mark("APPENDS")?;
+                    let list = self.below_mark(from, "APPENDS")?;
+                    self.append_from(list, from, "APPENDS")?;
+                }
+                b's' => {
+                    let value = self.pop("SETITEM")?;
+                    let key = self.pop("SETITEM")?;
+                    let dict = self.top("SETITEM")?;
+                    self.stack.push(key);
+                    self.stack.push(value);
+                    let from = self.stack.len() - 2;
+                    self.set_items_from(dict, from, "SETITEM")?;
+                }
+                b'u' => {
+                    let from = self.pop_mark("SETITEMS")?;
+                    let dict = self.below_mark(from, "SETITEMS")?;
+                    self.set_items_from(dict, from, "SETITEMS")?;
+                    self.compact_at(from - 1);
+                }
+
+                // ---- stack ----
+                b'0' => {
+                    self.pop("POP")?;
+                }
+                b'1' => {
+                    let from = self.pop_mark("POP_MARK")?;
+                    self.stack.truncate(from);
+                }
+                b'2' => {
+                    let v = self.top("DUP")?;
+                    self.heap.note_shared(v);
+                    self.stack.push(v);
+                }
+
+                // ---- memo ----
+                0x94 => {
+                    let index = self.memo.next_index();
+                    self.memo_put(index)?;
+                }
+                b'q' => {
+                    let index = self.input.byte("BINPUT")?;
+                    self.memo_put(u32::from(index))?;
+                }
+                b'r' => {
+                    let index = self.input.u32_le("LONG_BINPUT")?;
+                    self.memo_put(index)?;
+                }
+                b'p' => {
+                    let line = self.input.take_line("PUT")?;
+                    let index = parse_index(&line).ok_or_else(|| self.error("PUT with a bad index"))?;
+                    self.memo_put(index)?;
+                }
+                b'h' => {
+                    let index = self.input.byte("BINGET")?;
+                    self.memo_get(u32::from(index))?;
+                }
+                b'j' => {
+                    let index = self.input.u32_le("LONG_BINGET")?;
+                    self.memo_get(index)?;
+                }
+                b'g' => {
+                    let line = self.input.take_line("GET")?;
+                    let index = parse_index(&line).ok_or_else(|| self.error("GET with a bad index"))?;
+                    self.memo_get(index)?;
+                }
+
+                other => {
+                    if let Some(name) = code_opcode(other) {
+                        return Err(PickleError::CodeOpcode {
+                            offset: self.at,
+                            name,
+                        });
+                    }
+                    return Err(PickleError::UnknownOpcode {
+                        offset: self.at,
+                        opcode: other,
+                    });
+                }
+            }
+        }
+    }
+}
+
+fn parse_index(line: &[u8]) -> Option<u32> {
+    std::str::from_utf8(line).ok()?.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(bytes: &[u8]) -> Result<Decoded, PickleError> {
+        decode(bytes, &Limits::default(), &mut ())
+    }
+
+    #[test]
+    fn decodes_a_dict_with_shared_values() {
+        // {'a': [1, 2], 'b': <same list>} written by CPython, protocol 4.
+        let bytes = b"\x80\x04\x95\x17\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x01a\x94]\x94(K\x01K\x02e\x8c\x01b\x94h\x02u.";
+        let decoded = run(bytes).expect("decodes");
+        let heap = &decoded.heap;
+        let a = heap.get(decoded.root, "a").expect("a");
+        let b = heap.get(decoded.root, "b").expect("b");
+        assert_eq!(a, b, "memo identity is kept");
+        let items = heap.items(a).expect("list");
+        assert_eq!(items.iter().map(|&v| heap.i64(v)).collect::<Vec<_>>(), [Some(1), Some(2)]);
+    }
+
+    #[test]
+    fn refuses_code_with_name_and_offset() {
+        // GLOBAL 'os system' then REDUCE: what a malicious pickle does.
+        let bytes = b"\x80\x02cos\nsystem\n(S'echo hi'\ntR.";
+        let error = run(bytes).unwrap_err().to_string();
+        assert!(error.contains("GLOBAL"), "{error}");
+        assert!(error.contains("byte 2"), "{error}");
+        assert!(error.contains("data only"), "{error}");
+    }
+
+    #[test]
+    fn a_missing_memo_index_is_an_error() {
+        let error = run(b"\x80\x04h\x05.").unwrap_err().to_string();
+        assert!(error.contains("index 5"), "{error}");
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_not_overflowed() {
+        let mut bytes = vec![0x80, 4];
+        bytes.extend(std::iter::repeat_n(b'(', 1_000_000));
+        let error = run(&bytes).unwrap_err().to_string();
+        assert!(error.contains("nesting deeper"), "{error}");
+    }
+
+    #[test]
+    fn a_length_beyond_the_file_is_truncation() {
+        // BINUNICODE8 declaring 2^40 bytes, followed by 3.
+        let mut bytes = vec![0x80, 4, 0x8d];
+        bytes.extend_from_slice(&(1u64 << 40).to_le_bytes());
+        bytes.extend_from_slice(b"abc");
+        let error = run(&bytes).unwrap_err();
+        assert!(matches!(error, PickleError::Truncated { .. }), "{error}");
+    }
+}

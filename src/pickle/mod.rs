@@ -1,0 +1,65 @@
+//! A restricted pickle machine: it decodes data and never runs code.
+//!
+//! Python's `pickle` is a small stack language whose GLOBAL/REDUCE opcodes import and call
+//! arbitrary functions. A memory snapshot needs none of them, so this machine implements only the
+//! data opcodes of protocols 2 to 5 and refuses the rest with the opcode's name and byte offset.
+//!
+//! Untrusted input is bounded throughout ([`Limits`]): lengths are checked against the bytes that
+//! actually arrive (a declared 4 GB string in a 1 KB file fails at the end of the file, having read
+//! 1 KB), memo indices beyond the dense range go to a sparse map, nesting depth is capped, and
+//! decompressed input is capped so a gzip bomb stops at the limit.
+//!
+//! Memo identity is kept: a value fetched from the memo is the same heap object, so a frame dict
+//! referenced 100k times is decoded once. A [`Compactor`] may replace records as they are appended
+//! to a list (the snapshot model uses this to turn millions of trace-entry dicts into columns
+//! while reading), which keeps memory proportional to the distinct data, not to the references.
+
+mod input;
+mod machine;
+mod value;
+
+pub use input::{Encoding, Limits, Source, detect_encoding};
+pub(crate) use input::{Capped, io_error};
+pub use machine::{Compactor, Decoded, decode};
+pub use value::{Heap, Kind, Memo, Value};
+
+/// Why a file could not be read as a snapshot. Messages name the byte offset (in the
+/// decompressed pickle stream) and say what was wrong in words a user can act on.
+#[derive(Debug, thiserror::Error)]
+pub enum PickleError {
+    #[error(
+        "byte {offset}: opcode {name} would import or call Python code; snapview reads data only and refuses it (this file is not a plain memory snapshot)"
+    )]
+    CodeOpcode { offset: u64, name: &'static str },
+    #[error(
+        "byte {offset}: unknown pickle opcode 0x{opcode:02x}; the file is corrupt or not a pickle"
+    )]
+    UnknownOpcode { offset: u64, opcode: u8 },
+    #[error("byte {offset}: {message}")]
+    Malformed { offset: u64, message: String },
+    #[error(
+        "the file ends early: byte {offset} starts {what}, which needs {needed} more bytes (the file is truncated)"
+    )]
+    Truncated {
+        offset: u64,
+        what: &'static str,
+        needed: u64,
+    },
+    #[error(
+        "decompressed data exceeds the limit of {limit} bytes; refusing it (a compression bomb, or raise the limit)"
+    )]
+    DecompressedTooLarge { limit: u64 },
+    #[error("{0}")]
+    NotASnapshot(String),
+    #[error("reading failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl PickleError {
+    pub(crate) fn malformed(offset: u64, message: impl Into<String>) -> Self {
+        Self::Malformed {
+            offset,
+            message: message.into(),
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! Reading a snapshot file end to end: detect the encoding, decompress within limits, decode,
+//! build the model.
+
+use super::build::{ShapeError, TraceCompactor, build};
+use super::{Compression, Snapshot, json};
+use crate::pickle::{self, Encoding, Limits, PickleError};
+use std::io::{BufReader, Read};
+use std::path::Path;
+
+/// Why a file could not be loaded; each message says what was wrong with the file.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{0}")]
+    Pickle(#[from] PickleError),
+    #[error("{0}")]
+    Shape(#[from] ShapeError),
+    #[error("invalid JSON snapshot: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("cannot open {path}: {source}")]
+    Open {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+/// How to load: input bounds and an optional progress callback (bytes of the file read so far).
+#[derive(Default, Clone, Copy)]
+pub struct LoadOptions<'a> {
+    pub limits: Limits,
+    pub progress: Option<&'a dyn Fn(u64)>,
+}
+
+/// Loads the snapshot at `path`.
+pub fn load_path(path: &Path, options: LoadOptions<'_>) -> Result<Snapshot, LoadError> {
+    let file = std::fs::File::open(path).map_err(|source| LoadError::Open {
+        path: path.display().to_string(),
+        source,
+    })?;
+    load_reader(file, options)
+}
+
+/// Loads a snapshot from any byte stream (a file, an upload, a decompressor).
+pub fn load_reader(reader: impl Read, options: LoadOptions<'_>) -> Result<Snapshot, LoadError> {
+    let counted = Counting {
+        inner: reader,
+        read: 0,
+        reported: 0,
+        progress: options.progress,
+    };
+    let (head, counted) = sniff(counted).map_err(PickleError::Io)?;
+    let outer = BufReader::with_capacity(1 << 16, counted);
+    match pickle::detect_encoding(&head)? {
+        Encoding::Pickle => decode_pickle(outer, options, Compression::None),
+        Encoding::Json => decode_json(outer, Compression::None),
+        Encoding::Gzip => {
+            let inner = pickle::Capped::new(
+                flate2::read::MultiGzDecoder::new(outer),
+                options.limits.max_decompressed_bytes,
+            );
+            decode_inner(inner, options, Compression::Gzip)
+        }
+        Encoding::Zstd => {
+            let decoder = ruzstd::decoding::StreamingDecoder::new(outer).map_err(|e| {
+                PickleError::NotASnapshot(format!("the zstd data is corrupt: {e}"))
+            })?;
+            let inner = pickle::Capped::new(decoder, options.limits.max_decompressed_bytes);
+            decode_inner(inner, options, Compression::Zstd)
+        }
+    }
+}
+
+fn decode_inner(
+    inner: impl Read,
+    options: LoadOptions<'_>,
+    compression: Compression,
+) -> Result<Snapshot, LoadError> {
+    let (head, inner) = sniff(inner).map_err(pickle::io_error)?;
+    let inner = BufReader::with_capacity(1 << 16, inner);
+    match pickle::detect_encoding(&head)? {
+        Encoding::Pickle => decode_pickle(inner, options, compression),
+        Encoding::Json => decode_json(inner, compression),
+        Encoding::Gzip | Encoding::Zstd => Err(PickleError::NotASnapshot(
+            "the file is compressed twice; decompress it once first".into(),
+        )
+        .into()),
+    }
+}
+
+/// The first bytes of `reader` (fewer only at the end of input), to tell the encoding by, and a
+/// reader that still yields them. Reads until it has them: a pipe or a decompressor may hand
+/// out one byte at a time.
+fn sniff<R: Read>(mut reader: R) -> std::io::Result<(Vec<u8>, impl Read)> {
+    let mut head = Vec::with_capacity(SNIFF);
+    (&mut reader).take(SNIFF as u64).read_to_end(&mut head)?;
+    Ok((head.clone(), std::io::Cursor::new(head).chain(reader)))
+}
+
+/// Enough for every magic number, and for JSON after some leading whitespace.
+const SNIFF: usize = 256;
+
+fn decode_pickle(
+    mut reader: impl Read,
+    options: LoadOptions<'_>,
+    compression: Compression,
+) -> Result<Snapshot, LoadError> {
+    let mut compactor = TraceCompactor::default();
+    let decoded = pickle::decode(&mut reader, &options.limits, &mut compactor)?;
+    if compression != Compression::None {
+        // The pickle ended at STOP; one more read lets the decompressor check its trailer (a
+        // gzip CRC and length), so a corrupt or cut compressed file does not load silently.
+        // Data after the pickle is ignored, as Python's pickle.load ignores it.
+        reader.read(&mut [0u8; 1]).map_err(pickle::io_error)?;
+    }
+    let mut snapshot = build(decoded.root, decoded.heap, compactor)?;
+    snapshot.source.pickle_protocol = Some(decoded.protocol);
+    snapshot.source.compression = compression;
+    Ok(snapshot)
+}
+
+fn decode_json(reader: impl Read, compression: Compression) -> Result<Snapshot, LoadError> {
+    let value: serde_json::Value = serde_json::from_reader(reader).map_err(|e| {
+        match e.io_error_kind() {
+            Some(_) => LoadError::Pickle(pickle::io_error(e.into())),
+            None => LoadError::Json(e),
+        }
+    })?;
+    let mut snapshot = json::from_json(&value)?;
+    snapshot.source.compression = compression;
+    Ok(snapshot)
+}
+
+/// Counts bytes read from the file and reports progress every few megabytes.
+struct Counting<'a, R> {
+    inner: R,
+    read: u64,
+    reported: u64,
+    progress: Option<&'a dyn Fn(u64)>,
+}
+
+const PROGRESS_STEP: u64 = 4 << 20;
+
+impl<R: Read> Read for Counting<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        if let Some(progress) = self.progress {
+            if self.read - self.reported >= PROGRESS_STEP || n == 0 {
+                self.reported = self.read;
+                progress(self.read);
+            }
+        }
+        Ok(n)
+    }
+}

@@ -1,0 +1,170 @@
+//! The snapshot model: PyTorch's own nouns, typed and tolerant.
+//!
+//! A [`Snapshot`] is what `torch.cuda.memory._snapshot()` returns: the allocator's segments and
+//! blocks at the moment of the dump, plus one trace of events per device. Traces are stored
+//! column-wise ([`Trace`]) because a long run records millions of events; frames and stacks are
+//! interned ([`FrameTable`], [`StackTable`]) because the same few hundred frames repeat in every
+//! event.
+//!
+//! Building a model from decoded pickle values lives in [`build`]; the JSON form in [`json`].
+
+pub mod build;
+mod frames;
+pub mod json;
+mod load;
+mod trace;
+
+pub use frames::{Frame, FrameId, FrameTable, StackId, StackTable};
+pub use load::{LoadError, LoadOptions, load_path, load_reader};
+pub use trace::{Action, ActionCode, Trace, TraceEntry};
+
+use serde::Serialize;
+
+/// One decoded snapshot.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    pub segments: Vec<Segment>,
+    /// One trace per device ordinal (index = device), empty where nothing was recorded.
+    pub device_traces: Vec<Trace>,
+    /// `allocator_settings` as JSON (torch >= 2.4); `Null` when the file has none.
+    pub allocator_settings: serde_json::Value,
+    pub external_annotations: Vec<Annotation>,
+    /// Top-level keys this version of snapview does not know, kept by name.
+    pub unknown_keys: Vec<String>,
+    pub frames: FrameTable,
+    pub stacks: StackTable,
+    pub source: SourceInfo,
+}
+
+/// Where a snapshot came from: encoding details that explain its shape.
+#[derive(Debug, Default, Clone, Serialize, PartialEq, Eq)]
+pub struct SourceInfo {
+    /// Pickle protocol (2-5), or `None` for the JSON form.
+    pub pickle_protocol: Option<u8>,
+    pub compression: Compression,
+    /// The file is the bare list of segments written by torch 1.13.
+    pub legacy_segment_list: bool,
+    /// Blocks carried a legacy `history` list instead of `frames`/`requested_size`.
+    pub legacy_block_history: bool,
+}
+
+#[derive(Debug, Default, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    #[default]
+    None,
+    Gzip,
+    Zstd,
+}
+
+/// One `cudaMalloc`'d range (or one expandable range) with the blocks carved out of it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Segment {
+    pub device: i64,
+    pub address: u64,
+    pub total_size: u64,
+    pub allocated_size: u64,
+    pub active_size: u64,
+    pub requested_size: u64,
+    /// Raw `cudaStream_t` value; 0 is the default stream.
+    pub stream: u64,
+    /// `large` or `small` (kept verbatim).
+    pub segment_type: String,
+    /// `(0, 0)` is the default pool; anything else is a private pool (CUDA graphs, `MemPool`).
+    pub pool_id: (i64, i64),
+    pub is_expandable: bool,
+    /// Stack of the `cudaMalloc` (often empty).
+    pub stack: StackId,
+    /// Blocks in address order; their sizes sum to `total_size`.
+    pub blocks: Vec<Block>,
+}
+
+/// A piece of a segment: handed to a tensor, waiting to be freed, or cached free space.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Block {
+    pub address: u64,
+    /// Rounded size, as the allocator carved it.
+    pub size: u64,
+    /// What the caller asked for; `size - requested_size` is rounding waste.
+    pub requested_size: u64,
+    pub state: BlockState,
+    pub stack: StackId,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BlockState {
+    /// Held by a tensor.
+    ActiveAllocated,
+    /// Freed by its tensor but waiting on another stream (`record_stream`).
+    ActivePendingFree,
+    /// Cached free space.
+    Inactive,
+    /// A state name this version does not know, kept verbatim.
+    Unknown(String),
+}
+
+impl BlockState {
+    pub fn parse(name: &str) -> Self {
+        match name {
+            "active_allocated" => Self::ActiveAllocated,
+            // torch's docstring says `active_awaiting_free`; its code writes `active_pending_free`.
+            "active_pending_free" | "active_awaiting_free" => Self::ActivePendingFree,
+            "inactive" => Self::Inactive,
+            other => Self::Unknown(other.to_owned()),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        match self {
+            Self::ActiveAllocated => "active_allocated",
+            Self::ActivePendingFree => "active_pending_free",
+            Self::Inactive => "inactive",
+            Self::Unknown(name) => name,
+        }
+    }
+}
+
+/// An `external_annotations` entry, e.g. the START/END of a `record_function` range.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Annotation {
+    pub device: i64,
+    pub time_us: i64,
+    /// `stage`, `name` and any other string fields, sorted by key.
+    pub fields: std::collections::BTreeMap<String, String>,
+}
+
+impl Snapshot {
+    /// Devices that have either segments or a non-empty trace, in ordinal order.
+    pub fn devices(&self) -> Vec<usize> {
+        let mut devices: Vec<usize> = self
+            .device_traces
+            .iter()
+            .enumerate()
+            .filter(|(_, trace)| !trace.is_empty())
+            .map(|(device, _)| device)
+            .collect();
+        for segment in &self.segments {
+            if let Ok(device) = usize::try_from(segment.device) {
+                devices.push(device);
+            }
+        }
+        devices.sort_unstable();
+        devices.dedup();
+        devices
+    }
+
+    /// The trace of `device`, or an empty one.
+    pub fn trace(&self, device: usize) -> &Trace {
+        static EMPTY: std::sync::OnceLock<Trace> = std::sync::OnceLock::new();
+        self.device_traces
+            .get(device)
+            .unwrap_or_else(|| EMPTY.get_or_init(Trace::default))
+    }
+
+    /// Segments of `device`, in file order.
+    pub fn device_segments(&self, device: usize) -> impl Iterator<Item = &Segment> {
+        self.segments
+            .iter()
+            .filter(move |segment| usize::try_from(segment.device).ok() == Some(device))
+    }
+}

@@ -1,0 +1,1 @@
+//! What torch's own `_memory_viz.py` prints (in progress).
