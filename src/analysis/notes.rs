@@ -74,7 +74,11 @@ pub fn notes(snapshot: &Snapshot, analysis: &Analysis) -> Vec<Note> {
                 ),
             });
         }
-        let allocs = trace.action.iter().filter(|&&a| a == ActionCode::ALLOC).count();
+        let allocs = trace
+            .action
+            .iter()
+            .filter(|&&a| a == ActionCode::ALLOC)
+            .count();
         let frameless = trace
             .action
             .iter()

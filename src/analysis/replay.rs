@@ -72,6 +72,22 @@ impl Allocation {
 
 pub type AllocationId = u32;
 
+/// Replay state of one address.
+#[derive(Debug, Clone, Copy)]
+struct Address {
+    open: AllocationId,
+    frees: u32,
+}
+
+impl Default for Address {
+    fn default() -> Self {
+        Self {
+            open: NO_ALLOCATION,
+            frees: 0,
+        }
+    }
+}
+
 /// No allocation opens or closes at this event.
 const NO_ALLOCATION: AllocationId = AllocationId::MAX;
 
@@ -114,8 +130,8 @@ impl Replay {
         let n = trace.len();
         let mut allocations: Vec<Allocation> = Vec::new();
         let mut event_allocation = vec![NO_ALLOCATION; n];
-        let mut open: FxHashMap<u64, AllocationId> = FxHashMap::default();
-        let mut versions: FxHashMap<u64, u32> = FxHashMap::default();
+        // Per address: the allocation open there (if any) and how many frees it has seen.
+        let mut addresses: FxHashMap<u64, Address> = FxHashMap::default();
         let mut freed_without_alloc: Vec<AllocationId> = Vec::new();
 
         let mut i = 0;
@@ -125,6 +141,7 @@ impl Replay {
             match action {
                 ActionCode::ALLOC => {
                     let id = allocations.len() as AllocationId;
+                    let address = addresses.entry(addr).or_default();
                     allocations.push(Allocation {
                         addr,
                         size: trace.size[i],
@@ -132,10 +149,10 @@ impl Replay {
                         stack: trace.stack[i],
                         start: Some(i as u32),
                         end: None,
-                        version: versions.get(&addr).copied().unwrap_or(0),
+                        version: address.frees,
                         origin: Origin::Traced,
                     });
-                    open.insert(addr, id);
+                    address.open = id;
                     event_allocation[i] = id;
                 }
                 ActionCode::FREE_REQUESTED | ActionCode::FREE_COMPLETED => {
@@ -144,15 +161,16 @@ impl Replay {
                         && trace.action[i + 1] == ActionCode::FREE_COMPLETED
                         && trace.addr[i + 1] == addr;
                     if action == ActionCode::FREE_COMPLETED || merged {
-                        let version = versions.entry(addr).or_insert(0);
-                        let this_version = *version;
-                        *version += 1;
-                        let id = match open.remove(&addr) {
-                            Some(id) => {
+                        let address = addresses.entry(addr).or_default();
+                        let this_version = address.frees;
+                        address.frees += 1;
+                        let open = std::mem::replace(&mut address.open, NO_ALLOCATION);
+                        let id = match open {
+                            id if id != NO_ALLOCATION => {
                                 allocations[id as usize].end = Some(i as u32);
                                 id
                             }
-                            None => {
+                            _ => {
                                 let id = allocations.len() as AllocationId;
                                 allocations.push(Allocation {
                                     addr,
@@ -183,7 +201,8 @@ impl Replay {
         let mut ghosts = Vec::new();
         for segment in snapshot.device_segments(device) {
             for block in &segment.blocks {
-                if block.state == BlockState::ActiveAllocated && !open.contains_key(&block.address) {
+                let address = addresses.get(&block.address).copied().unwrap_or_default();
+                if block.state == BlockState::ActiveAllocated && address.open == NO_ALLOCATION {
                     let id = allocations.len() as AllocationId;
                     allocations.push(Allocation {
                         addr: block.address,
@@ -192,7 +211,7 @@ impl Replay {
                         stack: block.stack,
                         start: None,
                         end: None,
-                        version: versions.get(&block.address).copied().unwrap_or(0),
+                        version: address.frees,
                         origin: Origin::Ghost,
                     });
                     ghosts.push(id);
@@ -206,8 +225,13 @@ impl Replay {
             .iter()
             .map(|&id| allocations[id as usize].size)
             .sum();
-        let (allocated, checkpoints) =
-            allocated_over_time(trace, &allocations, &event_allocation, &live_at_start, allocated_at_start);
+        let (allocated, checkpoints) = allocated_over_time(
+            trace,
+            &allocations,
+            &event_allocation,
+            &live_at_start,
+            allocated_at_start,
+        );
         let (reserved_at_start, reserved_steps) = reserved_over_time(snapshot, device, trace);
 
         Self {
@@ -248,7 +272,9 @@ impl Replay {
         let Some(at) = at else {
             return self.reserved_at_start;
         };
-        let steps = self.reserved_steps.partition_point(|&(event, _)| event as usize <= at);
+        let steps = self
+            .reserved_steps
+            .partition_point(|&(event, _)| event as usize <= at);
         match steps {
             0 => self.reserved_at_start,
             k => self.reserved_steps[k - 1].1,
@@ -299,7 +325,10 @@ impl Replay {
         let k = self.checkpoints.partition_point(|(event, _)| *event <= at);
         let (mut live, from) = match k {
             0 => (self.live_at_start.clone(), 0),
-            k => (self.checkpoints[k - 1].1.clone(), self.checkpoints[k - 1].0 + 1),
+            k => (
+                self.checkpoints[k - 1].1.clone(),
+                self.checkpoints[k - 1].0 + 1,
+            ),
         };
         let mut opened = Vec::new();
         let mut closed = rustc_hash::FxHashSet::default();
@@ -346,7 +375,10 @@ fn allocated_over_time(
     let n = trace.len();
     let mut allocated = Vec::with_capacity(n);
     let mut checkpoints = Vec::with_capacity(n / CHECKPOINT_EVERY + 1);
-    let mut live: rustc_hash::FxHashSet<AllocationId> = live_at_start.iter().copied().collect();
+    let mut live = LiveSet::new(allocations.len());
+    for &id in live_at_start {
+        live.insert(id);
+    }
     let mut total = allocated_at_start;
     for (event, &id) in event_allocation.iter().enumerate() {
         if id != NO_ALLOCATION {
@@ -354,13 +386,13 @@ fn allocated_over_time(
             if allocation.start == Some(event as u32) {
                 total += allocation.size;
                 live.insert(id);
-            } else if live.remove(&id) {
+            } else if live.remove(id) {
                 total = total.saturating_sub(allocation.size);
             }
         }
         allocated.push(total);
         if (event + 1) % CHECKPOINT_EVERY == 0 {
-            let mut ids: Vec<AllocationId> = live.iter().copied().collect();
+            let mut ids = live.members.clone();
             ids.sort_unstable();
             checkpoints.push((event, ids));
         }
@@ -395,4 +427,40 @@ fn reserved_over_time(snapshot: &Snapshot, device: usize, trace: &Trace) -> (u64
         })
         .collect();
     (u64::try_from(start).unwrap_or(u64::MAX), steps)
+}
+
+/// A set of allocation ids with O(1) insert and remove and a listable membership.
+struct LiveSet {
+    members: Vec<AllocationId>,
+    /// Position of each id in `members`, or `NO_ALLOCATION`.
+    position: Vec<AllocationId>,
+}
+
+impl LiveSet {
+    fn new(capacity: usize) -> Self {
+        Self {
+            members: Vec::new(),
+            position: vec![NO_ALLOCATION; capacity],
+        }
+    }
+
+    fn insert(&mut self, id: AllocationId) {
+        if self.position[id as usize] == NO_ALLOCATION {
+            self.position[id as usize] = self.members.len() as AllocationId;
+            self.members.push(id);
+        }
+    }
+
+    fn remove(&mut self, id: AllocationId) -> bool {
+        let at = self.position[id as usize];
+        if at == NO_ALLOCATION {
+            return false;
+        }
+        self.members.swap_remove(at as usize);
+        if let Some(&moved) = self.members.get(at as usize) {
+            self.position[moved as usize] = at;
+        }
+        self.position[id as usize] = NO_ALLOCATION;
+        true
+    }
 }

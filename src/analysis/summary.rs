@@ -1,7 +1,7 @@
 //! The summary of a snapshot: the numbers `snapview summary` prints and the server lists.
 
 use super::{Analysis, Note, Peak, SegmentStats, StackBytes, notes, segments, top_stacks};
-use crate::snapshot::{ActionCode, SourceInfo, Snapshot};
+use crate::snapshot::{ActionCode, Snapshot, SourceInfo};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -66,7 +66,9 @@ impl Summary {
                 let replay = &device.replay;
                 let mut actions = BTreeMap::new();
                 for &code in &trace.action {
-                    *actions.entry(trace.action_name(code).to_owned()).or_default() += 1;
+                    *actions
+                        .entry(trace.action_name(code).to_owned())
+                        .or_default() += 1;
                 }
                 let peak: Peak = replay.peak_allocated(trace);
                 let peak_reserved = replay.peak_reserved(trace);
@@ -101,7 +103,12 @@ impl Summary {
                     segments: snapshot.device_segments(device.device).count(),
                     blocks: stats.blocks,
                     oom_events,
-                    top_stacks_at_peak: top_stacks(snapshot, &replay.allocations, &live, TOP_STACKS),
+                    top_stacks_at_peak: top_stacks(
+                        snapshot,
+                        &replay.allocations,
+                        &live,
+                        TOP_STACKS,
+                    ),
                 }
             })
             .collect();

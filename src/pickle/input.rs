@@ -34,7 +34,13 @@ pub enum Encoding {
 
 /// Tells the encoding from the first bytes of a file, or says what the file looks like instead.
 pub fn detect_encoding(head: &[u8]) -> Result<Encoding, PickleError> {
-    let first_non_space = head.iter().find(|b| !b.is_ascii_whitespace());
+    // JSON opens an object or array whose first token is a string, a nested container or
+    // the end; `[package]` (TOML) or `{name}` (templates) is not JSON.
+    let mut tokens = head.iter().filter(|b| !b.is_ascii_whitespace());
+    let looks_like_json = matches!(
+        (tokens.next(), tokens.next()),
+        (Some(b'{'), Some(b'"' | b'}') | None) | (Some(b'['), Some(b'{' | b'[' | b']') | None)
+    );
     match head {
         [0x80, 2..=5, ..] => Ok(Encoding::Pickle),
         // A lone PROTO byte: a pickle cut after its first byte.
@@ -66,15 +72,25 @@ pub fn detect_encoding(head: &[u8]) -> Result<Encoding, PickleError> {
             "this is a zip archive (a torch.save checkpoint?), not a memory snapshot; make one with torch.cuda.memory._dump_snapshot()".into(),
         )),
         [] => Err(PickleError::NotASnapshot("the file is empty".into())),
-        _ if matches!(first_non_space, Some(b'{') | Some(b'[')) => Ok(Encoding::Json),
+        _ if looks_like_json => Ok(Encoding::Json),
         _ => Err(PickleError::NotASnapshot(format!(
-            "not a memory snapshot: it starts with bytes {}, not a pickle (0x80), gzip, zstd or JSON",
-            head.iter()
-                .take(8)
-                .map(|b| format!("{b:02x}"))
-                .collect::<Vec<_>>()
-                .join(" ")
+            "not a memory snapshot: it starts with {}, not a pickle (0x80), gzip, zstd or JSON",
+            describe_start(head)
         ))),
+    }
+}
+
+/// The first bytes of a file, as text when they are printable, else in hex.
+fn describe_start(head: &[u8]) -> String {
+    let start = &head[..head.len().min(12)];
+    if start
+        .iter()
+        .all(|b| b.is_ascii_graphic() || b.is_ascii_whitespace())
+    {
+        format!("the text {:?}", String::from_utf8_lossy(start))
+    } else {
+        let hex: Vec<String> = start.iter().take(8).map(|b| format!("{b:02x}")).collect();
+        format!("bytes {}", hex.join(" "))
     }
 }
 
@@ -117,7 +133,9 @@ impl<R: Read> Read for Capped<R> {
                 _ => Err(io::Error::other(DecompressedTooLarge(self.limit))),
             };
         }
-        let want = buf.len().min(usize::try_from(self.remaining).unwrap_or(usize::MAX));
+        let want = buf
+            .len()
+            .min(usize::try_from(self.remaining).unwrap_or(usize::MAX));
         let n = self.inner.read(&mut buf[..want])?;
         self.remaining -= n as u64;
         Ok(n)
@@ -130,14 +148,12 @@ pub(crate) fn io_error(error: io::Error) -> PickleError {
         .get_ref()
         .and_then(|inner| inner.downcast_ref::<DecompressedTooLarge>())
     {
-        return PickleError::DecompressedTooLarge {
-            limit: too_large.0,
-        };
+        return PickleError::DecompressedTooLarge { limit: too_large.0 };
     }
     match error.kind() {
-        io::ErrorKind::InvalidData | io::ErrorKind::InvalidInput => PickleError::NotASnapshot(
-            format!("the compressed data is corrupt: {error}"),
-        ),
+        io::ErrorKind::InvalidData | io::ErrorKind::InvalidInput => {
+            PickleError::NotASnapshot(format!("the compressed data is corrupt: {error}"))
+        }
         io::ErrorKind::UnexpectedEof => {
             PickleError::NotASnapshot(format!("the compressed data ends early: {error}"))
         }
@@ -304,13 +320,19 @@ mod tests {
 
     #[test]
     fn detects_each_encoding_and_names_impostors() {
-        assert_eq!(detect_encoding(&[0x80, 4, 0x95]).ok(), Some(Encoding::Pickle));
+        assert_eq!(
+            detect_encoding(&[0x80, 4, 0x95]).ok(),
+            Some(Encoding::Pickle)
+        );
         assert_eq!(detect_encoding(&[0x1f, 0x8b, 8]).ok(), Some(Encoding::Gzip));
         assert_eq!(
             detect_encoding(&[0x28, 0xb5, 0x2f, 0xfd]).ok(),
             Some(Encoding::Zstd)
         );
-        assert_eq!(detect_encoding(b"  {\"segments\"").ok(), Some(Encoding::Json));
+        assert_eq!(
+            detect_encoding(b"  {\"segments\"").ok(),
+            Some(Encoding::Json)
+        );
         let zip = detect_encoding(b"PK\x03\x04rest").unwrap_err().to_string();
         assert!(zip.contains("zip archive"), "{zip}");
         let png = detect_encoding(b"\x89PNG\r\n").unwrap_err().to_string();
@@ -321,7 +343,7 @@ mod tests {
 
     #[test]
     fn a_capped_reader_stops_a_bomb_but_passes_an_exact_fit() {
-        let data = vec![7u8; 100];
+        let data = [7u8; 100];
         let mut exact = Capped::new(&data[..], 100);
         let mut out = Vec::new();
         assert!(exact.read_to_end(&mut out).is_ok());

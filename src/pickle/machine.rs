@@ -146,10 +146,11 @@ impl<R: Read> Machine<'_, R> {
 
     #[inline]
     fn memo_get(&mut self, index: u32) -> Result<(), PickleError> {
-        let value = self
-            .memo
-            .get(index)
-            .ok_or_else(|| self.error(format!("memo reference to index {index}, which was never stored")))?;
+        let value = self.memo.get(index).ok_or_else(|| {
+            self.error(format!(
+                "memo reference to index {index}, which was never stored"
+            ))
+        })?;
         self.heap.note_shared(value);
         self.stack.push(value);
         Ok(())
@@ -169,11 +170,11 @@ impl<R: Read> Machine<'_, R> {
     fn short_string(&mut self, len: usize, what: &'static str) -> Result<(), PickleError> {
         let bytes = self.input.take(len, what)?;
         // Most short strings written per trace entry repeat the previous one ("N/A").
-        if let Some((last_bytes, last)) = &self.last_short_string {
-            if last_bytes.as_slice() == bytes {
-                self.stack.push(*last);
-                return Ok(());
-            }
+        if let Some((last_bytes, last)) = &self.last_short_string
+            && last_bytes.as_slice() == bytes
+        {
+            self.stack.push(*last);
+            return Ok(());
         }
         let value = match std::str::from_utf8(bytes) {
             Ok(text) => self.heap.intern_str(text),
@@ -232,7 +233,7 @@ impl<R: Read> Machine<'_, R> {
         if !dict.is(Kind::Dict) {
             return Err(self.error(format!("{what} on a {:?}, not a dict", dict.kind())));
         }
-        if (self.stack.len() - from) % 2 != 0 {
+        if !(self.stack.len() - from).is_multiple_of(2) {
             return Err(self.error(format!("{what} with an odd number of keys and values")));
         }
         let pairs = self.stack[from..]
@@ -282,16 +283,19 @@ impl<R: Read> Machine<'_, R> {
                 b'J' => {
                     let b = self.input.take(4, "BININT")?;
                     let v = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                    self.stack.push(Value::small_int(i64::from(v)).unwrap_or(Value::NONE));
+                    self.stack
+                        .push(Value::small_int(i64::from(v)).unwrap_or(Value::NONE));
                 }
                 b'K' => {
                     let v = self.input.byte("BININT1")?;
-                    self.stack.push(Value::small_int(i64::from(v)).unwrap_or(Value::NONE));
+                    self.stack
+                        .push(Value::small_int(i64::from(v)).unwrap_or(Value::NONE));
                 }
                 b'M' => {
                     let b = self.input.take(2, "BININT2")?;
                     let v = u16::from_le_bytes([b[0], b[1]]);
-                    self.stack.push(Value::small_int(i64::from(v)).unwrap_or(Value::NONE));
+                    self.stack
+                        .push(Value::small_int(i64::from(v)).unwrap_or(Value::NONE));
                 }
                 0x8a => {
                     let n = usize::from(self.input.byte("LONG1")?);
@@ -322,7 +326,8 @@ impl<R: Read> Machine<'_, R> {
                             let n: i64 = t
                                 .parse()
                                 .map_err(|_| self.error(format!("INT with text {t:?}")))?;
-                            Value::small_int(n).unwrap_or_else(|| self.heap.push_long(&n.to_le_bytes()))
+                            Value::small_int(n)
+                                .unwrap_or_else(|| self.heap.push_long(&n.to_le_bytes()))
                         }
                     };
                     self.stack.push(v);
@@ -331,10 +336,11 @@ impl<R: Read> Machine<'_, R> {
                     let line = self.input.take_line("LONG")?;
                     let text = String::from_utf8_lossy(&line);
                     let t = text.trim().trim_end_matches('L');
-                    let n: i64 = t
-                        .parse()
-                        .map_err(|_| self.error(format!("LONG with text {t:?} (beyond 64 bits?)")))?;
-                    let v = Value::small_int(n).unwrap_or_else(|| self.heap.push_long(&n.to_le_bytes()));
+                    let n: i64 = t.parse().map_err(|_| {
+                        self.error(format!("LONG with text {t:?} (beyond 64 bits?)"))
+                    })?;
+                    let v = Value::small_int(n)
+                        .unwrap_or_else(|| self.heap.push_long(&n.to_le_bytes()));
                     self.stack.push(v);
                 }
                 b'F' => {
@@ -372,7 +378,8 @@ impl<R: Read> Machine<'_, R> {
                 b'T' => {
                     let b = self.input.take(4, "BINSTRING")?;
                     let n = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                    let n = u64::try_from(n).map_err(|_| self.error("BINSTRING with a negative length"))?;
+                    let n = u64::try_from(n)
+                        .map_err(|_| self.error("BINSTRING with a negative length"))?;
                     let bytes = self.input.take_vec(n, "BINSTRING")?;
                     let text: String = bytes.iter().map(|&b| char::from(b)).collect();
                     let v = self.heap.intern_str(&text);
@@ -391,7 +398,11 @@ impl<R: Read> Machine<'_, R> {
                     self.stack.push(v);
                 }
                 0x8e | 0x96 => {
-                    let what = if opcode == 0x8e { "BINBYTES8" } else { "BYTEARRAY8" };
+                    let what = if opcode == 0x8e {
+                        "BINBYTES8"
+                    } else {
+                        "BYTEARRAY8"
+                    };
                     let n = self.input.u64_le(what)?;
                     let bytes = self.input.take_vec(n, what)?;
                     let v = self.heap.push_bytes(bytes);
@@ -447,7 +458,9 @@ impl<R: Read> Machine<'_, R> {
                     let n = usize::from(opcode - 0x84);
                     let floor = self.marks.last().copied().unwrap_or(0);
                     if self.stack.len() < floor + n {
-                        return Err(self.error(format!("TUPLE{n} with fewer than {n} items on the stack")));
+                        return Err(
+                            self.error(format!("TUPLE{n} with fewer than {n} items on the stack"))
+                        );
                     }
                     let items = self.stack.split_off(self.stack.len() - n);
                     let v = self.heap.push_tuple(items);
@@ -518,7 +531,8 @@ impl<R: Read> Machine<'_, R> {
                 }
                 b'p' => {
                     let line = self.input.take_line("PUT")?;
-                    let index = parse_index(&line).ok_or_else(|| self.error("PUT with a bad index"))?;
+                    let index =
+                        parse_index(&line).ok_or_else(|| self.error("PUT with a bad index"))?;
                     self.memo_put(index)?;
                 }
                 b'h' => {
@@ -531,7 +545,8 @@ impl<R: Read> Machine<'_, R> {
                 }
                 b'g' => {
                     let line = self.input.take_line("GET")?;
-                    let index = parse_index(&line).ok_or_else(|| self.error("GET with a bad index"))?;
+                    let index =
+                        parse_index(&line).ok_or_else(|| self.error("GET with a bad index"))?;
                     self.memo_get(index)?;
                 }
 
@@ -574,7 +589,10 @@ mod tests {
         let b = heap.get(decoded.root, "b").expect("b");
         assert_eq!(a, b, "memo identity is kept");
         let items = heap.items(a).expect("list");
-        assert_eq!(items.iter().map(|&v| heap.i64(v)).collect::<Vec<_>>(), [Some(1), Some(2)]);
+        assert_eq!(
+            items.iter().map(|&v| heap.i64(v)).collect::<Vec<_>>(),
+            [Some(1), Some(2)]
+        );
     }
 
     #[test]

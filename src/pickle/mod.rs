@@ -18,8 +18,8 @@ mod input;
 mod machine;
 mod value;
 
-pub use input::{Encoding, Limits, Source, detect_encoding};
 pub(crate) use input::{Capped, io_error};
+pub use input::{Encoding, Limits, Source, detect_encoding};
 pub use machine::{Compactor, Decoded, decode};
 pub use value::{Heap, Kind, Memo, Value};
 

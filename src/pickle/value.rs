@@ -241,11 +241,14 @@ impl Heap {
             return Value::new(Kind::Int, 0);
         }
         if n <= 8 {
-            // Place the little-endian bytes at the top of an i64, then shift back down:
-            // the arithmetic shift sign-extends.
-            let mut buf = [0u8; 8];
-            buf[8 - n..].copy_from_slice(bytes);
-            let value = i64::from_le_bytes(buf) >> (8 * (8 - n));
+            // Assemble in a register (a copy through memory stalls on store forwarding), then
+            // shift to the top and back down: the arithmetic shift sign-extends.
+            let raw = bytes
+                .iter()
+                .rev()
+                .fold(0u64, |acc, &byte| (acc << 8) | u64::from(byte));
+            let unused = 64 - 8 * n as u32;
+            let value = ((raw << unused) as i64) >> unused;
             if let Some(value) = Value::small_int(value) {
                 return value;
             }
@@ -269,19 +272,19 @@ impl Heap {
 
     /// Appends to a list (for building values from other formats, such as JSON).
     pub fn list_push(&mut self, list: Value, item: Value) {
-        if list.is(Kind::List) {
-            if let Some(items) = self.lists.get_mut(list.index()) {
-                items.push(item);
-            }
+        if list.is(Kind::List)
+            && let Some(items) = self.lists.get_mut(list.index())
+        {
+            items.push(item);
         }
     }
 
     /// Sets a key of a dict (for building values from other formats, such as JSON).
     pub fn dict_insert(&mut self, dict: Value, key: Value, value: Value) {
-        if dict.is(Kind::Dict) {
-            if let Some(pairs) = self.dicts.get_mut(dict.index()) {
-                pairs.push((key, value));
-            }
+        if dict.is(Kind::Dict)
+            && let Some(pairs) = self.dicts.get_mut(dict.index())
+        {
+            pairs.push((key, value));
         }
     }
 
@@ -438,16 +441,15 @@ impl Heap {
     }
 }
 
-/// The pickle memo: dense for the indices CPython writes (0, 1, 2, ...), sparse beyond, so a
-/// hostile `LONG_BINPUT 4000000000` costs one map entry, not 32 GB.
+/// The pickle memo, keyed like Python's (a dict of index to value). Indices written in order
+/// (0, 1, 2, ... as CPython writes them) go to a dense vector; any other index to a sparse map, so
+/// a hostile `LONG_BINPUT 4000000000`, or indices far apart, cost one map entry each rather than
+/// a vector grown to reach them. No index is in both.
 #[derive(Debug, Default)]
 pub struct Memo {
     dense: Vec<Value>,
     sparse: FxHashMap<u32, Value>,
 }
-
-/// Indices within this distance past the dense end extend it (with `None` holes).
-const DENSE_SLACK: u32 = 1024;
 
 impl Memo {
     pub fn len(&self) -> usize {
@@ -458,17 +460,16 @@ impl Memo {
         self.len() == 0
     }
 
-    /// The index MEMOIZE uses: one past the highest dense index.
+    /// The index MEMOIZE uses: Python's `len(memo)`.
     pub fn next_index(&self) -> u32 {
-        self.dense.len() as u32
+        u32::try_from(self.len()).unwrap_or(u32::MAX)
     }
 
     pub fn set(&mut self, index: u32, value: Value) {
         let i = index as usize;
         if i < self.dense.len() {
             self.dense[i] = value;
-        } else if index <= self.next_index().saturating_add(DENSE_SLACK) {
-            self.dense.resize(i, Value::NONE);
+        } else if i == self.dense.len() {
             self.dense.push(value);
             if !self.sparse.is_empty() {
                 self.sparse.remove(&index);
@@ -516,7 +517,12 @@ mod tests {
     fn sparse_memo_indices_do_not_allocate_dense_space() {
         let mut memo = Memo::default();
         memo.set(4_000_000_000, Value::bool(true));
-        assert_eq!(memo.next_index(), 0);
+        assert_eq!(memo.next_index(), 1, "len(memo), as Python counts it");
         assert_eq!(memo.get(4_000_000_000), Some(Value::bool(true)));
+        assert_eq!(memo.get(0), None, "a hole is not a value");
+        memo.set(5, Value::NONE);
+        assert_eq!(memo.get(3), None);
+        memo.set(0, Value::bool(false));
+        assert_eq!(memo.next_index(), 3);
     }
 }

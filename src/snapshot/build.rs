@@ -222,7 +222,8 @@ impl TraceCompactor {
             None => StackTable::EMPTY,
         };
         let row = self.events.len();
-        self.events.push(code, addr, size, stream, time_us, stack, context, metadata);
+        self.events
+            .push(code, addr, size, stream, time_us, stack, context, metadata);
         if let Some(free) = device_free {
             self.events.device_free.insert(row, free);
         }
@@ -358,7 +359,10 @@ fn segment(
     heap.pairs(dict)?;
     let get_u64 = |heap: &Heap, key| heap.get(dict, key).and_then(|v| heap.u64(v)).unwrap_or(0);
     let mut segment = Segment {
-        device: heap.get(dict, "device").and_then(|v| heap.i64(v)).unwrap_or(0),
+        device: heap
+            .get(dict, "device")
+            .and_then(|v| heap.i64(v))
+            .unwrap_or(0),
         address: get_u64(heap, "address"),
         total_size: get_u64(heap, "total_size"),
         allocated_size: get_u64(heap, "allocated_size"),
@@ -413,7 +417,10 @@ fn block(
     snapshot: &mut Snapshot,
 ) -> Option<Block> {
     heap.pairs(dict)?;
-    let size = heap.get(dict, "size").and_then(|v| heap.u64(v)).unwrap_or(0);
+    let size = heap
+        .get(dict, "size")
+        .and_then(|v| heap.u64(v))
+        .unwrap_or(0);
     let state = heap
         .get(dict, "state")
         .and_then(|v| heap.str(v))
@@ -466,7 +473,9 @@ fn block(
 fn annotations(heap: &Heap, list: Value) -> Vec<Annotation> {
     let mut out = Vec::new();
     for &item in heap.items(list).unwrap_or(&[]) {
-        let Some(pairs) = heap.pairs(item) else { continue };
+        let Some(pairs) = heap.pairs(item) else {
+            continue;
+        };
         let mut annotation = Annotation {
             device: 0,
             time_us: 0,

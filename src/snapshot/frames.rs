@@ -50,10 +50,7 @@ impl Frame {
 
     /// The last path component of the filename.
     pub fn basename(&self) -> &str {
-        self.filename
-            .rsplit('/')
-            .next()
-            .unwrap_or(&self.filename)
+        self.filename.rsplit('/').next().unwrap_or(&self.filename)
     }
 }
 

@@ -1,8 +1,8 @@
 //! The JSON form of a snapshot (PyTorch's viewer accepts it too): the same structure as the
 //! pickle, so it is decoded into the same heap values and built by the same rules.
 
-use super::build::{ShapeError, TraceCompactor, build};
 use super::Snapshot;
+use super::build::{ShapeError, TraceCompactor, build};
 use crate::pickle::{Heap, Value};
 use serde_json::Value as Json;
 
@@ -18,7 +18,9 @@ fn into_heap(heap: &mut Heap, json: &Json) -> Value {
         Json::Null => Value::NONE,
         Json::Bool(b) => Value::bool(*b),
         Json::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
-            (Some(v), _, _) if Value::small_int(v).is_some() => Value::small_int(v).unwrap_or(Value::NONE),
+            (Some(v), _, _) if Value::small_int(v).is_some() => {
+                Value::small_int(v).unwrap_or(Value::NONE)
+            }
             (Some(v), _, _) => heap.push_long(&v.to_le_bytes()),
             (None, Some(v), _) => {
                 let mut bytes = v.to_le_bytes().to_vec();

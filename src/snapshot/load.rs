@@ -4,7 +4,7 @@
 use super::build::{ShapeError, TraceCompactor, build};
 use super::{Compression, Snapshot, json};
 use crate::pickle::{self, Encoding, Limits, PickleError};
-use std::io::{BufReader, Read};
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 /// Why a file could not be loaded; each message says what was wrong with the file.
@@ -60,10 +60,10 @@ pub fn load_reader(reader: impl Read, options: LoadOptions<'_>) -> Result<Snapsh
             decode_inner(inner, options, Compression::Gzip)
         }
         Encoding::Zstd => {
-            let decoder = ruzstd::decoding::StreamingDecoder::new(outer).map_err(|e| {
-                PickleError::NotASnapshot(format!("the zstd data is corrupt: {e}"))
-            })?;
-            let inner = pickle::Capped::new(decoder, options.limits.max_decompressed_bytes);
+            let inner = pickle::Capped::new(
+                ZstdFrames::new(outer),
+                options.limits.max_decompressed_bytes,
+            );
             decode_inner(inner, options, Compression::Zstd)
         }
     }
@@ -118,15 +118,97 @@ fn decode_pickle(
 }
 
 fn decode_json(reader: impl Read, compression: Compression) -> Result<Snapshot, LoadError> {
-    let value: serde_json::Value = serde_json::from_reader(reader).map_err(|e| {
-        match e.io_error_kind() {
+    let value: serde_json::Value =
+        serde_json::from_reader(reader).map_err(|e| match e.io_error_kind() {
             Some(_) => LoadError::Pickle(pickle::io_error(e.into())),
             None => LoadError::Json(e),
-        }
-    })?;
+        })?;
     let mut snapshot = json::from_json(&value)?;
     snapshot.source.compression = compression;
     Ok(snapshot)
+}
+
+/// Decompresses every frame of a zstd stream (`pzstd` and `cat a.zst b.zst` write several, with
+/// skippable frames between) and checks each frame's checksum. Errors carry the io kind
+/// [`pickle::io_error`] words for the user: cut short (`UnexpectedEof`) or corrupt.
+struct ZstdFrames<R> {
+    source: R,
+    frame: ruzstd::decoding::FrameDecoder,
+    in_frame: bool,
+}
+
+impl<R: BufRead> ZstdFrames<R> {
+    fn new(source: R) -> Self {
+        Self {
+            source,
+            frame: ruzstd::decoding::FrameDecoder::new(),
+            in_frame: false,
+        }
+    }
+}
+
+impl<R: BufRead> Read for ZstdFrames<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use ruzstd::decoding::BlockDecodingStrategy;
+        use ruzstd::decoding::errors::{FrameDecoderError, ReadFrameHeaderError};
+        while !buf.is_empty() {
+            if self.in_frame {
+                let frame = &mut self.frame;
+                while frame.can_collect() == 0 && !frame.is_finished() {
+                    frame
+                        .decode_blocks(&mut self.source, BlockDecodingStrategy::UptoBlocks(1))
+                        .map_err(zstd_error)?;
+                }
+                let n = frame.read(buf)?;
+                if n > 0 {
+                    return Ok(n);
+                }
+                // The frame is done and drained.
+                if let (Some(stored), Some(computed)) = (
+                    frame.get_checksum_from_data(),
+                    frame.get_calculated_checksum(),
+                ) && stored != computed
+                {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        "a zstd frame's checksum does not match its data",
+                    ));
+                }
+                self.in_frame = false;
+            }
+            if self.source.fill_buf()?.is_empty() {
+                return Ok(0);
+            }
+            match self.frame.reset(&mut self.source) {
+                Ok(()) => self.in_frame = true,
+                Err(FrameDecoderError::ReadFrameHeaderError(ReadFrameHeaderError::SkipFrame {
+                    length,
+                    ..
+                })) => {
+                    let mut skipped = (&mut self.source).take(u64::from(length));
+                    std::io::copy(&mut skipped, &mut std::io::sink())?;
+                }
+                Err(e) => return Err(zstd_error(e)),
+            }
+        }
+        Ok(0)
+    }
+}
+
+/// A zstd decoding error as an io error: `UnexpectedEof` if the input ran out, else
+/// `InvalidData`.
+fn zstd_error(error: impl std::error::Error + Send + Sync + 'static) -> std::io::Error {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&error);
+    let mut kind = std::io::ErrorKind::InvalidData;
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::UnexpectedEof
+        {
+            kind = io.kind();
+        }
+        cause = e.source();
+    }
+    std::io::Error::new(kind, error)
 }
 
 /// Counts bytes read from the file and reports progress every few megabytes.
@@ -143,11 +225,11 @@ impl<R: Read> Read for Counting<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
         self.read += n as u64;
-        if let Some(progress) = self.progress {
-            if self.read - self.reported >= PROGRESS_STEP || n == 0 {
-                self.reported = self.read;
-                progress(self.read);
-            }
+        if let Some(progress) = self.progress
+            && (self.read - self.reported >= PROGRESS_STEP || n == 0)
+        {
+            self.reported = self.read;
+            progress(self.read);
         }
         Ok(n)
     }

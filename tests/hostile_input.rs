@@ -1,0 +1,1150 @@
+//! Bad input, tested: truncated files, random and mutated bytes, pickles that would run code,
+//! missing memo entries, absurd nesting, length fields larger than the file, decompression bombs
+//! and files that are not snapshots at all. Each is an `Err` whose message says what is wrong,
+//! never a panic, and the memory it costs stays bounded (measured by a counting allocator).
+//! Also: the gzip, zstd and JSON forms of a snapshot give the same model as the plain pickle.
+//!
+//! Fixtures under `tests/fixtures/hostile/` come from `tests/fixtures/hostile/make.py`.
+
+mod common;
+
+use snapview::pickle::Limits;
+use snapview::snapshot::{Compression, LoadError, LoadOptions, Snapshot, load_path, load_reader};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::io::Write;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+// ---------------------------------------------------------------------------------------------
+// Memory accounting: a global allocator that counts live bytes per thread, so a test can measure
+// the peak a load costs even while other tests run in parallel threads.
+
+struct CountingAllocator;
+
+thread_local! {
+    static LIVE: Cell<isize> = const { Cell::new(0) };
+    static PEAK: Cell<isize> = const { Cell::new(0) };
+}
+
+fn note(delta: isize) {
+    let _ = LIVE.try_with(|live| {
+        let now = live.get() + delta;
+        live.set(now);
+        let _ = PEAK.try_with(|peak| {
+            if now > peak.get() {
+                peak.set(now);
+            }
+        });
+    });
+}
+
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            note(layout.size() as isize);
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            note(layout.size() as isize);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) };
+        note(-(layout.size() as isize));
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            note(new_size as isize - layout.size() as isize);
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+/// Runs `f` and returns its result with the peak bytes this thread had allocated beyond what was
+/// live when it started.
+fn peak_during<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    let start = LIVE.with(Cell::get);
+    PEAK.with(|peak| peak.set(start));
+    let out = f();
+    let peak = PEAK.with(Cell::get);
+    (out, (peak - start).max(0) as usize)
+}
+
+const MB: usize = 1 << 20;
+
+// ---------------------------------------------------------------------------------------------
+// Helpers.
+
+fn load_bytes(bytes: &[u8]) -> Result<Snapshot, LoadError> {
+    load_reader(bytes, LoadOptions::default())
+}
+
+fn load_with_limit(bytes: &[u8], max_decompressed_bytes: u64) -> Result<Snapshot, LoadError> {
+    let options = LoadOptions {
+        limits: Limits {
+            max_decompressed_bytes,
+            ..Default::default()
+        },
+        progress: None,
+    };
+    load_reader(bytes, options)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Loads `bytes`, turning a panic into a test failure that shows the input.
+fn load_no_panic(bytes: &[u8], case: &str) -> Result<Snapshot, LoadError> {
+    match catch_unwind(AssertUnwindSafe(|| load_bytes(bytes))) {
+        Ok(result) => result,
+        Err(_) => panic!(
+            "{case}: loading panicked on {} bytes: {}",
+            bytes.len(),
+            hex(&bytes[..bytes.len().min(256)])
+        ),
+    }
+}
+
+/// The error message for input that must not load.
+fn error_of(bytes: &[u8]) -> String {
+    match load_bytes(bytes) {
+        Ok(_) => panic!(
+            "{} loaded, but should be refused",
+            hex(&bytes[..bytes.len().min(64)])
+        ),
+        Err(error) => error.to_string(),
+    }
+}
+
+fn read_fixture(name: &str) -> Vec<u8> {
+    std::fs::read(common::path_of(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn hostile(name: &str) -> PathBuf {
+    common::fixtures().join("hostile").join(name)
+}
+
+/// xorshift64*: a tiny deterministic generator, so failures reproduce.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    fn byte(&mut self) -> u8 {
+        self.next() as u8
+    }
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(bytes).expect("gzip in memory");
+    encoder.finish().expect("gzip in memory")
+}
+
+fn zstd(bytes: &[u8]) -> Vec<u8> {
+    ruzstd::encoding::compress_to_vec(bytes, ruzstd::encoding::CompressionLevel::Fastest)
+}
+
+fn assert_truncation_message(message: &str, case: &str) {
+    assert!(
+        message.contains("ends early") && message.contains("truncated"),
+        "{case}: {message}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Truncation.
+
+/// Every prefix of `bytes` fails with a message that says the file ends early.
+fn every_prefix_is_truncation(
+    name: &str,
+    bytes: &[u8],
+    offsets: impl Iterator<Item = usize>,
+) -> usize {
+    let mut checked = 0;
+    for n in offsets {
+        let case = format!("{name} cut at {n} of {}", bytes.len());
+        let message = match load_no_panic(&bytes[..n], &case) {
+            Ok(_) => panic!("{case}: loaded"),
+            Err(error) => error.to_string(),
+        };
+        if n == 0 {
+            assert!(message.contains("empty"), "{case}: {message}");
+        } else {
+            assert_truncation_message(&message, &case);
+        }
+        checked += 1;
+    }
+    checked
+}
+
+/// Every offset in the first and last `edge` bytes, and every `step`-th one between.
+fn cut_points(len: usize, edge: usize, step: usize) -> Vec<usize> {
+    let mut offsets: Vec<usize> = (0..len.min(edge)).collect();
+    offsets.extend((edge..len.saturating_sub(edge)).step_by(step));
+    offsets.extend(len.saturating_sub(edge).max(edge)..len);
+    offsets
+}
+
+#[test]
+fn every_prefix_of_a_real_file_is_a_truncation_error() {
+    for (name, step) in [("mlp_small", 37), ("streams", 41), ("no_history", 1)] {
+        let started = Instant::now();
+        let bytes = read_fixture(name);
+        let checked = every_prefix_is_truncation(
+            name,
+            &bytes,
+            cut_points(bytes.len(), 512, step).into_iter(),
+        );
+        eprintln!("{name}: {checked} prefixes in {:?}", started.elapsed());
+    }
+}
+
+#[test]
+fn every_prefix_of_a_compressed_or_json_file_is_an_error() {
+    let bytes = read_fixture("mlp_small");
+    let json = std::fs::read(common::fixtures().join("mlp_small.json")).expect("mlp_small.json");
+    let forms = [
+        ("gzip", gzip(&bytes), 512, 61),
+        ("zstd", zstd(&bytes), 512, 53),
+        // JSON parses slowly in a debug build: fewer cuts.
+        ("json", json, 64, 2003),
+    ];
+    for (form, data, edge, step) in forms {
+        for n in cut_points(data.len(), edge, step) {
+            let case = format!("{form} cut at {n} of {}", data.len());
+            let message = match load_no_panic(&data[..n], &case) {
+                Ok(_) => panic!("{case}: loaded"),
+                Err(error) => error.to_string(),
+            };
+            let says_so = match n {
+                0 => message.contains("the file is empty"),
+                _ if form == "json" => message.contains("EOF while parsing"),
+                _ => message.contains("ends early"),
+            };
+            assert!(says_so, "{case}: {message}");
+        }
+    }
+}
+
+#[test]
+fn a_gzip_with_a_bad_checksum_or_a_cut_trailer_is_refused() {
+    let bytes = read_fixture("mlp_small");
+    let good = gzip(&bytes);
+    // The last 8 bytes are the CRC-32 and the length; the pickle itself is whole without them.
+    let cut = &good[..good.len() - 4];
+    let message = error_of(cut);
+    assert!(message.contains("compressed data ends early"), "{message}");
+    let mut bad_crc = good.clone();
+    let at = bad_crc.len() - 8;
+    bad_crc[at] ^= 0xff;
+    let message = error_of(&bad_crc);
+    assert!(message.contains("compressed data is corrupt"), "{message}");
+    assert!(load_bytes(&good).is_ok());
+}
+
+#[test]
+fn a_zstd_with_a_bad_checksum_is_refused() {
+    let bytes = read_fixture("mlp_small");
+    let mut bad = zstd(&bytes);
+    // ruzstd writes a content checksum: the last 4 bytes of the frame.
+    let at = bad.len() - 2;
+    bad[at] ^= 0xff;
+    let message = error_of(&bad);
+    assert!(
+        message.contains("compressed data is corrupt") && message.contains("checksum"),
+        "{message}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Random bytes.
+
+#[test]
+fn random_bytes_never_panic() {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let headers: [&[u8]; 5] = [
+        b"",
+        b"\x80\x04",
+        b"\x80\x02",
+        b"\x80\x05\x95",
+        b"\x1f\x8b\x08\x00",
+    ];
+    let mut loaded = 0;
+    for case in 0..6000 {
+        let header = headers[case % headers.len()];
+        let len = rng.below(96);
+        let mut bytes = header.to_vec();
+        bytes.extend((0..len).map(|_| rng.byte()));
+        match load_no_panic(&bytes, &format!("random case {case}")) {
+            Ok(_) => loaded += 1,
+            Err(error) => assert!(!error.to_string().is_empty()),
+        }
+    }
+    assert!(loaded < 60, "{loaded} random inputs loaded");
+}
+
+/// Snapshot-ish keys, so random pickles reach the model builder's paths too.
+const KEYS: [&str; 24] = [
+    "segments",
+    "device_traces",
+    "blocks",
+    "frames",
+    "action",
+    "addr",
+    "size",
+    "filename",
+    "line",
+    "name",
+    "allocator_settings",
+    "external_annotations",
+    "state",
+    "total_size",
+    "history",
+    "real_size",
+    "device",
+    "segment_pool_id",
+    "user_metadata",
+    "time_us",
+    "device_free",
+    "compile_context",
+    "stream",
+    "alloc",
+];
+
+/// Appends one random data opcode (with plausible arguments) to `out`.
+fn random_opcode(rng: &mut Rng, out: &mut Vec<u8>) {
+    const SIMPLE: &[u8] = b"(]})aesultd\x85\x86\x8712N\x88\x89\x94\x8f\x90\x91.";
+    match rng.below(10) {
+        0..=4 => out.push(SIMPLE[rng.below(SIMPLE.len())]),
+        5 => {
+            let key = KEYS[rng.below(KEYS.len())];
+            out.push(0x8c);
+            out.push(key.len() as u8);
+            out.extend_from_slice(key.as_bytes());
+        }
+        6 => out.extend_from_slice(&[b'K', rng.byte()]),
+        7 => {
+            let op = [b'q', b'h'][rng.below(2)];
+            out.extend_from_slice(&[op, rng.below(8) as u8]);
+        }
+        8 => {
+            out.push(b'J');
+            out.extend_from_slice(&(rng.next() as u32).to_le_bytes());
+        }
+        _ => {
+            let n = rng.below(10) as u8;
+            out.extend_from_slice(&[0x8a, n]);
+            out.extend((0..n).map(|_| rng.byte()));
+        }
+    }
+}
+
+#[test]
+fn random_data_opcodes_never_panic() {
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut loaded = 0;
+    for case in 0..20_000 {
+        let mut bytes = vec![0x80, 4];
+        for _ in 0..rng.below(40) {
+            random_opcode(&mut rng, &mut bytes);
+        }
+        bytes.push(b'.');
+        if load_no_panic(&bytes, &format!("opcode case {case}")).is_ok() {
+            loaded += 1;
+        }
+    }
+    eprintln!("{loaded} of 20000 random opcode streams loaded");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Mutations of real files.
+
+fn mutate(rng: &mut Rng, bytes: &[u8], skip_header: usize) -> Vec<u8> {
+    let mut out = bytes.to_vec();
+    for _ in 0..1 + rng.below(8) {
+        let at = skip_header + rng.below(out.len() - skip_header);
+        match rng.below(3) {
+            0 => out[at] ^= 1 << rng.below(8),
+            1 => out[at] = rng.byte(),
+            _ => {
+                let end = (at + 1 + rng.below(16)).min(out.len());
+                out.drain(at..end);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn mutated_real_files_never_panic() {
+    let mut rng = Rng(0xdead_beef_cafe_f00d);
+    let mut outcomes = [0usize; 2];
+    for name in ["mlp_small", "mempool", "state_only", "no_history"] {
+        let bytes = read_fixture(name);
+        let cases = if name == "mlp_small" { 400 } else { 300 };
+        for case in 0..cases {
+            let mutated = mutate(&mut rng, &bytes, 2);
+            let ok = load_no_panic(&mutated, &format!("{name} mutation {case}")).is_ok();
+            outcomes[usize::from(ok)] += 1;
+        }
+    }
+    let compressed = [
+        gzip(&read_fixture("mempool")),
+        zstd(&read_fixture("mempool")),
+    ];
+    for (form, data) in ["gzip", "zstd"].iter().zip(compressed) {
+        for case in 0..300 {
+            let mutated = mutate(&mut rng, &data, 4);
+            let ok = load_no_panic(&mutated, &format!("{form} mutation {case}")).is_ok();
+            outcomes[usize::from(ok)] += 1;
+        }
+    }
+    eprintln!("mutations: {} refused, {} loaded", outcomes[0], outcomes[1]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Pickles that would run code.
+
+/// Where the os.system payload of the `reduce_system_*` fixtures would `touch` (see make.py).
+const PWNED_PATH: &str = "/tmp/snapview_hostile_pwned";
+
+#[test]
+fn pickles_of_python_objects_are_refused_naming_the_opcode() {
+    let _ = std::fs::remove_file(PWNED_PATH);
+    // (fixture, opcode refused, its byte offset), offsets as `python3 -m pickletools` shows.
+    let cases = [
+        ("ordered_dict_p2.pickle", "GLOBAL", 2),
+        ("ordered_dict_p4.pickle", "STACK_GLOBAL", 39),
+        ("ordered_dict_p5.pickle", "STACK_GLOBAL", 39),
+        ("reduce_system_p2.pickle", "GLOBAL", 2),
+        ("reduce_system_p4.pickle", "STACK_GLOBAL", 28),
+        ("reduce_system_p5.pickle", "STACK_GLOBAL", 28),
+        ("datetime_p4.pickle", "STACK_GLOBAL", 33),
+        ("instance_p2.pickle", "GLOBAL", 2),
+        ("nested_evil_p4.pickle", "STACK_GLOBAL", 113),
+    ];
+    for (file, opcode, offset) in cases {
+        let message = match load_path(&hostile(file), LoadOptions::default()) {
+            Ok(_) => panic!("{file} loaded"),
+            Err(error) => error.to_string(),
+        };
+        assert!(
+            message.contains(&format!("opcode {opcode} ")),
+            "{file}: {message}"
+        );
+        assert!(message.contains("data only"), "{file}: {message}");
+        assert!(
+            message.starts_with(&format!("byte {offset}: ")),
+            "{file}: {message}"
+        );
+    }
+    assert!(
+        !std::path::Path::new(PWNED_PATH).exists(),
+        "loading a reduce_system fixture ran its payload"
+    );
+}
+
+#[test]
+fn a_reduce_payload_is_never_executed() {
+    // GLOBAL posix.system, then REDUCE with a command that would create a file in a temp dir.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marker = dir.path().join("pwned");
+    let command = format!("touch {}", marker.display());
+    let mut bytes = b"\x80\x02cposix\nsystem\nX".to_vec();
+    bytes.extend_from_slice(&(command.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(command.as_bytes());
+    bytes.extend_from_slice(b"\x85R.");
+    let message = error_of(&bytes);
+    assert!(message.contains("byte 2: opcode GLOBAL"), "{message}");
+    assert!(!marker.exists());
+    // The same without the GLOBAL: REDUCE itself is refused, whatever is on the stack.
+    let mut bytes = b"\x80\x04\x8c\x06systemX".to_vec();
+    bytes.extend_from_slice(&(command.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(command.as_bytes());
+    let at = bytes.len() + 1;
+    bytes.extend_from_slice(b"\x85R.");
+    let message = error_of(&bytes);
+    assert!(
+        message.contains(&format!("byte {at}: opcode REDUCE")),
+        "{message}"
+    );
+    assert!(!marker.exists());
+}
+
+#[test]
+fn every_code_opcode_is_refused_by_name() {
+    let opcodes: [(u8, &str); 13] = [
+        (b'c', "GLOBAL"),
+        (0x93, "STACK_GLOBAL"),
+        (b'R', "REDUCE"),
+        (b'b', "BUILD"),
+        (b'i', "INST"),
+        (b'o', "OBJ"),
+        (0x81, "NEWOBJ"),
+        (0x92, "NEWOBJ_EX"),
+        (0x82, "EXT1"),
+        (0x83, "EXT2"),
+        (0x84, "EXT4"),
+        (b'P', "PERSID"),
+        (b'Q', "BINPERSID"),
+    ];
+    for (opcode, name) in opcodes {
+        // An empty list and an empty tuple on the stack, then the opcode at byte 4.
+        let bytes = [0x80, 4, b']', b')', opcode, b'.'];
+        let message = error_of(&bytes);
+        assert!(
+            message.starts_with(&format!(
+                "byte 4: opcode {name} would import or call Python code"
+            )),
+            "{name}: {message}"
+        );
+        assert!(message.contains("data only"), "{name}: {message}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. Memo references to missing entries.
+
+#[test]
+fn a_memo_reference_to_a_missing_index_names_the_index() {
+    let cases: [(&[u8], &str); 4] = [
+        (
+            b"\x80\x04h\x07.",
+            "byte 2: memo reference to index 7, which was never stored",
+        ),
+        (
+            b"\x80\x04j\xff\xff\xff\xff.",
+            "memo reference to index 4294967295",
+        ),
+        (b"\x80\x02g7\n.", "memo reference to index 7"),
+        // Stored 0 and 1, fetched 2.
+        (
+            b"\x80\x04]\x94}\x94h\x02.",
+            "byte 6: memo reference to index 2",
+        ),
+    ];
+    for (bytes, expected) in cases {
+        let message = error_of(bytes);
+        assert!(message.contains(expected), "{}: {message}", hex(bytes));
+    }
+}
+
+#[test]
+fn a_memo_reference_into_a_hole_names_the_index() {
+    // PUT 5 (indices 0-4 are never stored) then GET 3. CPython: "Memo value not found at index 3".
+    let message = error_of(b"\x80\x04}q\x05(\x8c\x08segmentsh\x03u.");
+    assert!(message.contains("index 3"), "{message}");
+}
+
+#[test]
+fn memo_gaps_cost_memory_in_proportion_to_the_input() {
+    // LONG_BINPUT at indices 1024 apart: 10,000 of them (50 KB) extend the dense memo table
+    // by 10 million entries (measured: 129 MB).
+    let mut bytes = vec![0x80, 4, b'}'];
+    let mut index = 0u32;
+    for _ in 0..10_000 {
+        index += 1024;
+        bytes.push(b'r');
+        bytes.extend_from_slice(&index.to_le_bytes());
+        index += 1;
+    }
+    bytes.extend_from_slice(b"(\x8c\x08segments]u.");
+    let (result, peak) = peak_during(|| load_bytes(&bytes));
+    assert!(result.is_ok(), "{:?}", result.err());
+    assert!(
+        peak < 16 * MB,
+        "{} input bytes cost {peak} bytes",
+        bytes.len()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. Nesting 10^6 deep.
+
+const DEEP: usize = 1_000_000;
+
+fn assert_prompt(started: Instant, limit: Duration, case: &str) {
+    let elapsed = started.elapsed();
+    assert!(elapsed < limit, "{case} took {elapsed:?}");
+}
+
+#[test]
+fn a_million_marks_are_refused() {
+    let mut bytes = vec![0x80, 4];
+    bytes.extend(std::iter::repeat_n(b'(', DEEP));
+    bytes.push(b'.');
+    let started = Instant::now();
+    let (result, peak) = peak_during(|| load_bytes(&bytes));
+    assert_prompt(started, Duration::from_secs(5), "10^6 MARKs");
+    let message = result.expect_err("10^6 MARKs").to_string();
+    assert!(
+        message.contains("nesting deeper than 10000 levels"),
+        "{message}"
+    );
+    eprintln!("10^6 MARKs: peak {} KiB", peak >> 10);
+    assert!(peak < 16 * MB, "peak {peak} bytes");
+}
+
+#[test]
+fn a_million_nested_lists_neither_overflow_nor_blow_up() {
+    // `]` x 10^6 then `a` x (10^6 - 1): each list appended into the one below, 10^6 deep.
+    let mut bytes = vec![0x80, 4];
+    bytes.extend(std::iter::repeat_n(b']', DEEP));
+    bytes.extend(std::iter::repeat_n(b'a', DEEP - 1));
+    bytes.push(b'.');
+    let started = Instant::now();
+    let (result, peak) = peak_during(|| load_bytes(&bytes).map(|s| s.segments.len()));
+    assert_prompt(started, Duration::from_secs(10), "10^6 nested lists");
+    // The top level is a list (torch 1.13's bare segment list) holding no segment dicts.
+    assert_eq!(result.expect("a deep list is data"), 0);
+    // About 60 bytes per list; the input alone is 2 MB.
+    eprintln!("10^6 nested lists: peak {} KiB", peak >> 10);
+    assert!(peak < 200 * MB, "peak {peak} bytes");
+
+    // The same nesting as a value inside a snapshot dict (allocator_settings is turned into
+    // JSON, recursively) and as a trace entry's user_metadata.
+    for key in ["allocator_settings", "external_annotations"] {
+        let mut bytes = b"\x80\x04}(\x8c".to_vec();
+        bytes.push(key.len() as u8);
+        bytes.extend_from_slice(key.as_bytes());
+        bytes.extend(std::iter::repeat_n(b']', DEEP));
+        bytes.extend(std::iter::repeat_n(b'a', DEEP - 1));
+        bytes.extend_from_slice(b"\x8c\x08segments]u.");
+        let started = Instant::now();
+        let result = load_no_panic(&bytes, key);
+        assert_prompt(started, Duration::from_secs(10), key);
+        assert!(result.is_ok(), "{key}: {:?}", result.err());
+    }
+    let mut bytes =
+        b"\x80\x04}(\x8c\x0ddevice_traces]]}(\x8c\x06action\x8c\x05alloc\x8c\x0duser_metadata"
+            .to_vec();
+    bytes.extend(std::iter::repeat_n(b']', DEEP));
+    bytes.extend(std::iter::repeat_n(b'a', DEEP - 1));
+    bytes.extend_from_slice(b"uaau.");
+    let snapshot = load_no_panic(&bytes, "deep user_metadata").expect("deep user_metadata");
+    assert_eq!(snapshot.trace(0).len(), 1);
+}
+
+#[test]
+fn a_million_nested_tuples_and_deep_json_are_handled() {
+    // `)` then TUPLE1 x 10^6: ((((),),),)... 10^6 deep, not a snapshot.
+    let mut bytes = vec![0x80, 4, b')'];
+    bytes.extend(std::iter::repeat_n(0x85, DEEP));
+    bytes.push(b'.');
+    let message = error_of(&bytes);
+    assert!(message.contains("top level is a Tuple"), "{message}");
+    // JSON nested 10^6 deep stops at serde_json's recursion limit.
+    let json: Vec<u8> = std::iter::repeat_n(b'[', DEEP)
+        .chain(std::iter::repeat_n(b']', DEEP))
+        .collect();
+    let message = error_of(&json);
+    assert!(
+        message.contains("invalid JSON snapshot: recursion limit exceeded"),
+        "{message}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. Length fields larger than the file.
+
+#[test]
+fn a_length_field_larger_than_the_file_fails_fast_without_allocating_it() {
+    let tail = b"abc";
+    // (opcode, its length field, the declared length)
+    let cases: [(&str, Vec<u8>, u64); 7] = [
+        (
+            "BINUNICODE8",
+            [&[0x8d][..], &(1u64 << 40).to_le_bytes()].concat(),
+            1 << 40,
+        ),
+        (
+            "BINBYTES8",
+            [&[0x8e][..], &(1u64 << 40).to_le_bytes()].concat(),
+            1 << 40,
+        ),
+        (
+            "BYTEARRAY8",
+            [&[0x96][..], &u64::MAX.to_le_bytes()].concat(),
+            u64::MAX,
+        ),
+        (
+            "BINUNICODE",
+            [&[b'X'][..], &u32::MAX.to_le_bytes()].concat(),
+            u32::MAX.into(),
+        ),
+        (
+            "BINBYTES",
+            [&[b'B'][..], &u32::MAX.to_le_bytes()].concat(),
+            u32::MAX.into(),
+        ),
+        (
+            "LONG4",
+            [&[0x8b][..], &u32::MAX.to_le_bytes()].concat(),
+            u32::MAX.into(),
+        ),
+        (
+            "BINSTRING",
+            [&[b'T'][..], &i32::MAX.to_le_bytes()].concat(),
+            i32::MAX as u64,
+        ),
+    ];
+    for (name, opcode, declared) in cases {
+        let bytes = [&b"\x80\x04"[..], &opcode, tail].concat();
+        let started = Instant::now();
+        let (result, peak) = peak_during(|| load_bytes(&bytes));
+        assert_prompt(started, Duration::from_millis(500), name);
+        let message = result.expect_err(name).to_string();
+        // The offset is where the declared bytes start, after the length field.
+        let data_at = 2 + opcode.len();
+        let needed = declared - tail.len() as u64;
+        assert_eq!(
+            message,
+            format!(
+                "the file ends early: byte {data_at} starts {name}, which needs {needed} more bytes (the file is truncated)"
+            ),
+        );
+        assert!(
+            message.contains("the file is truncated"),
+            "{name}: {message}"
+        );
+        // The read buffers (about 1 MB), not the declared length.
+        eprintln!("{}: peak {} KiB", name, peak >> 10);
+        assert!(peak < 8 * MB, "{name}: peak {peak} bytes");
+        // Through gzip the same, under the default limit.
+        let message = error_of(&gzip(&bytes));
+        assert!(
+            message.contains(&format!("starts {name}")),
+            "{name} in gzip: {message}"
+        );
+    }
+    let message = error_of(b"\x80\x04T\xff\xff\xff\xffabc.");
+    assert_eq!(message, "byte 2: BINSTRING with a negative length");
+    // A FRAME length is only a hint: a huge one costs nothing.
+    let mut bytes = vec![0x80, 4, 0x95];
+    bytes.extend_from_slice(&u64::MAX.to_le_bytes());
+    bytes.extend_from_slice(b"}.");
+    let (result, peak) = peak_during(|| load_bytes(&bytes));
+    let message = result.expect_err("an empty dict").to_string();
+    assert!(
+        message.contains("neither 'segments' nor 'device_traces'"),
+        "{message}"
+    );
+    eprintln!("huge FRAME: peak {} KiB", peak >> 10);
+    assert!(peak < 8 * MB, "FRAME: peak {peak} bytes");
+    // Memo indices far apart go to a sparse map, not a 4-billion-entry table.
+    let mut bytes = vec![0x80, 4, b'}'];
+    for index in [4_000_000_000u32, 3_000_000_000, u32::MAX] {
+        bytes.push(b'r');
+        bytes.extend_from_slice(&index.to_le_bytes());
+    }
+    bytes.extend_from_slice(b"(\x8c\x08segments]u.");
+    let (result, peak) = peak_during(|| load_bytes(&bytes));
+    assert!(result.is_ok(), "{:?}", result.err());
+    eprintln!("sparse LONG_BINPUT: peak {} KiB", peak >> 10);
+    assert!(peak < 8 * MB, "LONG_BINPUT: peak {peak} bytes");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 8. Decompression bombs.
+
+const BOMB_LIMIT: u64 = 10 << 20;
+const BOMB_SIZE: usize = 64 << 20;
+
+/// gzip of `prefix` followed by `BOMB_SIZE` bytes of `fill`.
+fn gzip_bomb(prefix: &[u8], fill: u8) -> Vec<u8> {
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    encoder.write_all(prefix).expect("gzip in memory");
+    let chunk = vec![fill; MB];
+    for _ in 0..BOMB_SIZE / MB {
+        encoder.write_all(&chunk).expect("gzip in memory");
+    }
+    encoder.finish().expect("gzip in memory")
+}
+
+/// A zstd frame by hand: `prefix` as a raw block, then `blocks` RLE blocks of 128 KiB of `fill`
+/// (4 bytes each on disk). No checksum, no content size.
+fn zstd_bomb(prefix: &[u8], fill: u8, blocks: usize) -> Vec<u8> {
+    // Magic; frame header descriptor 0 (no content size, no checksum); window 2^(10+7) = 128 KiB.
+    let mut out = vec![0x28, 0xb5, 0x2f, 0xfd, 0x00, 7 << 3];
+    let block_header = |out: &mut Vec<u8>, last: bool, kind: u32, size: u32| {
+        let header = u32::from(last) | kind << 1 | size << 3;
+        out.extend_from_slice(&header.to_le_bytes()[..3]);
+    };
+    block_header(&mut out, false, 0, prefix.len() as u32);
+    out.extend_from_slice(prefix);
+    for i in 0..blocks {
+        block_header(&mut out, i + 1 == blocks, 1, 128 << 10);
+        out.push(fill);
+    }
+    out
+}
+
+/// A pickle that never ends: BINBYTES8 declaring 1 TB, whose bytes the bomb supplies.
+fn huge_bytes_prefix() -> Vec<u8> {
+    [&[0x80, 4, 0x8e][..], &(1u64 << 40).to_le_bytes()].concat()
+}
+
+/// The same, but streaming: 0x80 0x80 ... is a run of PROTO opcodes, so nothing accumulates.
+fn endless_proto_prefix() -> Vec<u8> {
+    vec![0x80, 4]
+}
+
+fn assert_bomb_refused(case: &str, bomb: &[u8], max_peak: usize) {
+    let started = Instant::now();
+    let (result, peak) = peak_during(|| load_with_limit(bomb, BOMB_LIMIT));
+    assert_prompt(started, Duration::from_secs(5), case);
+    let message = result.expect_err(case).to_string();
+    assert_eq!(
+        message,
+        format!(
+            "decompressed data exceeds the limit of {BOMB_LIMIT} bytes; refusing it (a compression bomb, or raise the limit)"
+        ),
+        "{case}"
+    );
+    eprintln!("{}: peak {} KiB", case, peak >> 10);
+    assert!(peak < max_peak, "{case}: peak {peak} bytes");
+}
+
+#[test]
+fn a_gzip_bomb_is_refused_at_the_limit() {
+    let bomb = gzip_bomb(&huge_bytes_prefix(), 0);
+    assert!(bomb.len() < 1 << 20, "{} bytes", bomb.len());
+    // Bytes accumulate up to the limit (a growing Vec may hold twice that), no further.
+    assert_bomb_refused("gzip BINBYTES8 bomb", &bomb, 48 * MB);
+    let bomb = gzip_bomb(&endless_proto_prefix(), 0x80);
+    assert_bomb_refused("gzip PROTO-stream bomb", &bomb, 8 * MB);
+    // Many small members (MultiGzDecoder reads them all) count toward the same limit.
+    let member = gzip(&vec![0x80; MB]);
+    let mut bomb = gzip(&endless_proto_prefix());
+    for _ in 0..64 {
+        bomb.extend_from_slice(&member);
+    }
+    assert_bomb_refused("multi-member gzip bomb", &bomb, 8 * MB);
+}
+
+#[test]
+fn a_zstd_bomb_is_refused_at_the_limit() {
+    let blocks = BOMB_SIZE / (128 << 10);
+    let bomb = zstd_bomb(&huge_bytes_prefix(), 0, blocks);
+    assert!(bomb.len() < 4 * blocks + 64);
+    assert_bomb_refused("zstd BINBYTES8 bomb", &bomb, 48 * MB);
+    let bomb = zstd_bomb(&endless_proto_prefix(), 0x80, blocks);
+    assert_bomb_refused("zstd PROTO-stream bomb", &bomb, 8 * MB);
+    // The hand-made frame is valid zstd: a small one holding a whole pickle loads.
+    let snapshot_bytes = b"\x80\x04}(\x8c\x08segments]\x8c\x0ddevice_traces]u.";
+    let mut ok = zstd_bomb(snapshot_bytes, 0, 0);
+    // With no RLE blocks, mark the raw block last.
+    ok[6] |= 1;
+    assert!(load_bytes(&ok).is_ok());
+}
+
+#[test]
+fn the_limit_counts_decompressed_bytes_exactly() {
+    let bytes = read_fixture("mlp_small");
+    let exact = bytes.len() as u64;
+    for (form, data) in [("gzip", gzip(&bytes)), ("zstd", zstd(&bytes))] {
+        assert!(
+            load_with_limit(&data, exact).is_ok(),
+            "{form}: an exact fit loads"
+        );
+        let message = load_with_limit(&data, exact - 1)
+            .expect_err(form)
+            .to_string();
+        assert!(
+            message.contains(&format!("exceeds the limit of {} bytes", exact - 1)),
+            "{form}: {message}"
+        );
+    }
+    // A plain pickle is not decompressed: the limit does not apply.
+    assert!(load_with_limit(&bytes, 1).is_ok());
+}
+
+// ---------------------------------------------------------------------------------------------
+// 9. The same snapshot in every encoding.
+
+/// The model numbers that must not depend on the encoding.
+#[derive(Debug, PartialEq)]
+struct Numbers {
+    segments: usize,
+    blocks: usize,
+    trace_lengths: Vec<usize>,
+    reserved_bytes: u64,
+    active_bytes: u64,
+    frames: usize,
+    stacks: usize,
+    actions: Vec<String>,
+    addresses: Vec<u64>,
+    sizes: Vec<u64>,
+    times: Vec<i64>,
+}
+
+fn numbers(snapshot: &Snapshot) -> Numbers {
+    let traces = &snapshot.device_traces;
+    Numbers {
+        segments: snapshot.segments.len(),
+        blocks: snapshot.segments.iter().map(|s| s.blocks.len()).sum(),
+        trace_lengths: traces.iter().map(|t| t.len()).collect(),
+        reserved_bytes: snapshot.segments.iter().map(|s| s.total_size).sum(),
+        active_bytes: snapshot.segments.iter().map(|s| s.active_size).sum(),
+        frames: snapshot.frames.len(),
+        stacks: snapshot.stacks.len(),
+        actions: traces
+            .iter()
+            .flat_map(|t| t.action.iter().map(|&code| t.action_name(code).to_owned()))
+            .collect(),
+        addresses: traces.iter().flat_map(|t| t.addr.iter().copied()).collect(),
+        sizes: traces.iter().flat_map(|t| t.size.iter().copied()).collect(),
+        times: traces
+            .iter()
+            .flat_map(|t| t.time_us.iter().copied())
+            .collect(),
+    }
+}
+
+/// Reads one byte per call: a pipe or a slow upload.
+struct OneByteAtATime<'a>(&'a [u8]);
+
+impl std::io::Read for OneByteAtATime<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match (self.0.split_first(), buf.first_mut()) {
+            (Some((&byte, rest)), Some(slot)) => {
+                *slot = byte;
+                self.0 = rest;
+                Ok(1)
+            }
+            _ => Ok(0),
+        }
+    }
+}
+
+#[test]
+fn gzip_zstd_and_json_forms_give_the_same_model() {
+    let bytes = read_fixture("mlp_small");
+    let plain = common::load("mlp_small");
+    let expected = numbers(&plain);
+    let facts = common::facts();
+    assert_eq!(expected.segments as u64, facts["mlp_small"]["segments"]);
+    assert_eq!(
+        expected.reserved_bytes,
+        facts["mlp_small"]["reserved_bytes"]
+    );
+    assert_eq!(plain.source.compression, Compression::None);
+
+    let json = std::fs::read(common::fixtures().join("mlp_small.json")).expect("mlp_small.json");
+    let cli_zstd = std::fs::read(common::fixtures().join("mlp_small.pickle.zst"))
+        .expect("mlp_small.pickle.zst");
+    // Two zstd frames, as pzstd or `cat a.zst b.zst` writes, with a skippable frame between.
+    let mut two_frames = zstd(&bytes[..20_000]);
+    two_frames.extend_from_slice(&[0x50, 0x2a, 0x4d, 0x18, 4, 0, 0, 0, 1, 2, 3, 4]);
+    two_frames.extend_from_slice(&zstd(&bytes[20_000..]));
+    let mut two_members = gzip(&bytes[..20_000]);
+    two_members.extend_from_slice(&gzip(&bytes[20_000..]));
+    let forms: [(&str, Vec<u8>, Compression, Option<u8>); 8] = [
+        ("gzip", gzip(&bytes), Compression::Gzip, Some(4)),
+        ("gzip, two members", two_members, Compression::Gzip, Some(4)),
+        ("zstd (ruzstd)", zstd(&bytes), Compression::Zstd, Some(4)),
+        ("zstd (zstd -19)", cli_zstd, Compression::Zstd, Some(4)),
+        ("zstd, two frames", two_frames, Compression::Zstd, Some(4)),
+        ("json", json.clone(), Compression::None, None),
+        ("gzip of json", gzip(&json), Compression::Gzip, None),
+        ("zstd of json", zstd(&json), Compression::Zstd, None),
+    ];
+    for (form, data, compression, protocol) in forms {
+        let snapshot = load_bytes(&data).unwrap_or_else(|e| panic!("{form}: {e}"));
+        assert_eq!(snapshot.source.compression, compression, "{form}");
+        assert_eq!(snapshot.source.pickle_protocol, protocol, "{form}");
+        assert_eq!(numbers(&snapshot), expected, "{form}");
+        if protocol.is_some() {
+            // Same pickle, same decoder: the segments are identical, stack ids included.
+            assert_eq!(snapshot.segments, plain.segments, "{form}");
+        }
+        // A reader that hands out one byte per call still tells the encoding.
+        let snapshot = load_reader(OneByteAtATime(&data), LoadOptions::default())
+            .unwrap_or_else(|e| panic!("{form}, one byte at a time: {e}"));
+        assert_eq!(numbers(&snapshot), expected, "{form}, one byte at a time");
+    }
+    let snapshot =
+        load_reader(OneByteAtATime(&bytes), LoadOptions::default()).expect("one byte at a time");
+    assert_eq!(numbers(&snapshot), expected);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 10. Files that are not snapshots.
+
+#[test]
+fn wrong_file_types_get_a_human_message() {
+    let png = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR".to_vec();
+    let xz = b"\xfd7zXZ\x00\x00\x04\xe6\xd6\xb4\x46".to_vec();
+    let zip = b"PK\x03\x04\x14\x00\x00\x00\x08\x00".to_vec();
+    let pickle = read_fixture("mlp_small");
+    // (case, input, what the message must say: each part, in order)
+    let not_a_snapshot = "not a memory snapshot: it starts with ";
+    let cases: Vec<(&str, Vec<u8>, Vec<&str>)> = vec![
+        ("empty", vec![], vec!["the file is empty"]),
+        ("whitespace", b"  \n".to_vec(), vec![not_a_snapshot]),
+        (
+            "png",
+            png,
+            vec![
+                not_a_snapshot,
+                "89 50 4e 47",
+                "not a pickle (0x80), gzip, zstd or JSON",
+            ],
+        ),
+        (
+            "text",
+            b"hello".to_vec(),
+            vec![
+                not_a_snapshot,
+                "hello",
+                "not a pickle (0x80), gzip, zstd or JSON",
+            ],
+        ),
+        (
+            "zip",
+            zip,
+            vec![
+                "this is a zip archive (a torch.save checkpoint?), not a memory snapshot; make one with torch.cuda.memory._dump_snapshot()",
+            ],
+        ),
+        (
+            "xz",
+            xz,
+            vec!["this is an xz-compressed file; decompress it first (`xz -d FILE`)"],
+        ),
+        (
+            "protocol 0 pickle",
+            b"(dp0\n.".to_vec(),
+            vec![not_a_snapshot, "dp0"],
+        ),
+        (
+            "protocol 6",
+            b"\x80\x06}.".to_vec(),
+            vec!["pickle protocol 6 is not supported (snapview reads protocols 2 to 5)"],
+        ),
+        (
+            "gzip of text",
+            gzip(b"hello"),
+            vec![not_a_snapshot, "hello"],
+        ),
+        (
+            "zstd of text",
+            zstd(b"hello"),
+            vec![not_a_snapshot, "hello"],
+        ),
+        (
+            "gzip of gzip",
+            gzip(&gzip(&pickle)),
+            vec!["the file is compressed twice; decompress it once first"],
+        ),
+        (
+            "corrupt gzip",
+            b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03garbage!".to_vec(),
+            vec!["the compressed data is corrupt: "],
+        ),
+        // A valid frame header, then a block of the reserved type 3.
+        (
+            "corrupt zstd",
+            b"\x28\xb5\x2f\xfd\x00\x38\x07\x00\x00 garbage garbage".to_vec(),
+            vec!["the compressed data is corrupt: "],
+        ),
+        (
+            "JSON of something else",
+            br#"{"a": 1}"#.to_vec(),
+            vec![
+                "not a memory snapshot: the top-level dict has neither 'segments' nor 'device_traces' (keys: a)",
+            ],
+        ),
+        (
+            "bad JSON",
+            b"{\"segments\": [}".to_vec(),
+            vec!["invalid JSON snapshot: "],
+        ),
+        (
+            "pickle of another dict",
+            b"\x80\x04}\x8c\x01aK\x01s.".to_vec(),
+            vec![
+                "not a memory snapshot: the top-level dict has neither 'segments' nor 'device_traces' (keys: a)",
+            ],
+        ),
+        (
+            "pickle of an int",
+            b"\x80\x04K\x01.".to_vec(),
+            vec!["not a memory snapshot: the top level is a", "Int"],
+        ),
+        (
+            "unknown opcode",
+            b"\x80\x04\xff.".to_vec(),
+            vec!["byte 2: unknown pickle opcode 0xff; the file is corrupt or not a pickle"],
+        ),
+        (
+            "no STOP",
+            b"\x80\x04}".to_vec(),
+            vec![
+                "the file ends early: byte 3 starts the next opcode (no STOP was reached), which needs 1 more bytes (the file is truncated)",
+            ],
+        ),
+        (
+            "out-of-band buffer",
+            b"\x80\x05\x97.".to_vec(),
+            vec!["byte 2: out-of-band pickle buffers"],
+        ),
+    ];
+    for (case, bytes, parts) in cases {
+        let message = error_of(&bytes);
+        let mut rest = message.as_str();
+        for part in parts {
+            match rest.find(part) {
+                Some(at) => rest = &rest[at + part.len()..],
+                None => panic!("{case}: {message:?} does not say {part:?}"),
+            }
+        }
+        if case != "no STOP" {
+            eprintln!("{case}: {message}");
+        }
+    }
+    let missing = common::fixtures().join("no_such_file.pickle");
+    let message = load_path(&missing, LoadOptions::default())
+        .expect_err("missing")
+        .to_string();
+    assert!(
+        message.starts_with("cannot open ") && message.contains("no_such_file.pickle"),
+        "{message}"
+    );
+    let message = load_path(&common::fixtures(), LoadOptions::default())
+        .expect_err("a directory")
+        .to_string();
+    assert!(
+        message.contains("reading failed") && message.contains("directory"),
+        "{message}"
+    );
+}
