@@ -1,1 +1,767 @@
-//! What torch's own `_memory_viz.py` prints (in progress).
+//! The text reports of torch's own `torch/cuda/_memory_viz.py`, reproduced from our model.
+//!
+//! Users already trust (and script against) what `python -m torch.cuda._memory_viz` prints, so
+//! these functions print the same bytes rather than a look-alike:
+//!
+//! - [`stats`] is `segsum(snapshot)`: a page map per segment of at least 20 MiB, then totals.
+//! - [`folded`] is `segments(snapshot)` / `memory(snapshot)` before `flamegraph.pl` sees them:
+//!   folded stacks, one line per block plus a `<gaps>` line for its rounding waste.
+//! - [`compare`] is `compare(before['segments'], after['segments'])`: the two lists torch
+//!   `print`s, then the folded stacks of the segments found in only one of the snapshots.
+//!
+//! Every number torch computes with Python integers is computed here in `i128`, so sums of
+//! `u64` sizes cannot overflow and a block whose requested size exceeds its size (which torch
+//! never writes, but which Python would happily subtract) gives the same negative gap.
+
+use crate::snapshot::{Block, BlockState, Segment, Snapshot, StackId};
+use std::fmt::{self, Write};
+
+/// torch's `PAGE_SIZE`: one character of the `segsum` page map stands for 20 MiB.
+pub const PAGE_SIZE: u64 = 20 * 1024 * 1024;
+
+/// Which of torch's two folded-stack reports [`folded`] prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FoldedKind {
+    /// `segments(snapshot)`: lines prefixed `stream_{stream};seg_{address}`.
+    Segments,
+    /// `memory(snapshot)`: lines prefixed `stream_{stream}` only, so a flame graph merges
+    /// the same stack across segments.
+    Memory,
+}
+
+/// The `legend` string `segsum` appends, verbatim (it starts with an empty line).
+const LEGEND: &str = "
+Legend:
+    [a     ] - a segment in the allocator
+     ^-- a page 20.0MiB of memory in the segment
+    a-z: pages filled with a single block's content
+    ' ': page is completely free
+    *: page if completely full with multiple blocks
+    0-9: page is partially full with tensors of multiple blocks (9 == 90% full)
+    (X% internal) - of the free memory, X% is free because we rounded the size of the allocation.
+";
+
+/// Runs a writer against a fresh `String`. Writing into a `String` cannot fail; the
+/// `fmt::Result` only lets the writers use `?` with `write!`.
+fn render(write: impl FnOnce(&mut String) -> fmt::Result) -> String {
+    let mut out = String::new();
+    let _ = write(&mut out);
+    out
+}
+
+/// torch's `_format_size` (what `Bytes.__repr__` prints): binary units, one decimal, at least
+/// three characters wide (`0.0B`, `1023.0B`, `1.5KiB`, `20.0MiB`).
+pub fn format_size(bytes: u64) -> String {
+    format_size_f64(bytes as f64)
+}
+
+/// `_format_size` on a Python number. Python formats an `int` with `:3.1f` by converting it to
+/// the nearest float, and Rust's `{:3.1}` rounds the exact binary value half-to-even as Python
+/// does, so the digits agree.
+fn format_size_f64(mut num: f64) -> String {
+    for unit in ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "Zi"] {
+        if num.abs() < 1024.0 {
+            return format!("{num:3.1}{unit}B");
+        }
+        num /= 1024.0;
+    }
+    format!("{num:.1}YiB")
+}
+
+/// A Python integer (held as `i128`) as `Bytes(...)` prints it.
+fn bytes_repr(num: i128) -> String {
+    format_size_f64(num as f64)
+}
+
+/// torch's `_report_free`: the free total, and which share of it is rounding waste.
+fn report_free(free_external: i128, free_internal: i128) -> String {
+    let total = free_external + free_internal;
+    let mut text = bytes_repr(total);
+    if total != 0 {
+        // Python's int / int is correctly rounded; both operands are exact in f64 below 2^53.
+        let pct = (free_internal as f64 / total as f64) * 100.0;
+        text.push_str(&format!(" ({pct:.1}% internal)"));
+    }
+    text
+}
+
+/// torch's `calc_active`: the rounded bytes of a segment's `active_allocated` blocks. It is only
+/// the tie-breaker of the `segsum` order.
+fn calc_active(segment: &Segment) -> i128 {
+    segment
+        .blocks
+        .iter()
+        .filter(|b| b.state == BlockState::ActiveAllocated)
+        .map(|b| i128::from(b.size))
+        .sum()
+}
+
+/// The bytes torch's `_block_extra` reports as allocated for a block: `requested_size`, or for
+/// torch <= 2.0 files `history[0]['real_size']`, which our loader already stores there.
+fn accounted_size(block: &Block) -> i128 {
+    i128::from(block.requested_size)
+}
+
+/// `segsum(snapshot)`, byte for byte: how the allocator has filled its segments.
+///
+/// Segments are visited in torch's order: a stable sort by `(total_size, calc_active)`. Only
+/// segments of at least [`PAGE_SIZE`] get a page-map line, but every segment counts in the
+/// totals. The page map places each `active_allocated` block at its offset in the segment (the
+/// running sum of the *rounded* sizes of the blocks before it) with its *requested* length,
+/// so rounding waste shows as free space. A page touched by one such block shows the block's
+/// letter (`a` + its index among the segment's active blocks, mod 26); a page touched by
+/// several shows the tenths of the page they fill (`0`-`9`, `*` when full), with the fraction
+/// accumulated in floating point exactly as torch does.
+pub fn stats(snapshot: &Snapshot) -> String {
+    render(|out| write_stats(out, snapshot))
+}
+
+fn write_stats(out: &mut String, snapshot: &Snapshot) -> fmt::Result {
+    let page = i128::from(PAGE_SIZE);
+    writeln!(
+        out,
+        "Summary of segments >= {} in size",
+        format_size(PAGE_SIZE)
+    )?;
+    let mut order: Vec<(&Segment, (u64, i128))> = snapshot
+        .segments
+        .iter()
+        .map(|s| (s, (s.total_size, calc_active(s))))
+        .collect();
+    // `sort_by_key` is stable, like Python's `sorted`: equal keys keep file order.
+    order.sort_by_key(|&(_, key)| key);
+
+    let (mut total_reserved, mut total_allocated) = (0i128, 0i128);
+    let (mut free_external, mut free_internal) = (0i128, 0i128);
+    for (segment, _) in order {
+        let total_size = i128::from(segment.total_size);
+        total_reserved += total_size;
+
+        let (mut seg_external, mut seg_internal, mut seg_allocated) = (0i128, 0i128, 0i128);
+        // (offset in the segment, requested length) of each active block.
+        let mut ranges: Vec<(i128, i128)> = Vec::new();
+        let mut offset = 0i128;
+        for block in &segment.blocks {
+            let size = i128::from(block.size);
+            if block.state == BlockState::ActiveAllocated {
+                let allocated = accounted_size(block);
+                ranges.push((offset, allocated));
+                seg_allocated += allocated;
+                seg_internal += size - allocated;
+            } else {
+                seg_external += size;
+            }
+            offset += size;
+        }
+        total_allocated += seg_allocated;
+        free_external += seg_external;
+        free_internal += seg_internal;
+
+        // Python's `//` floors; with a positive divisor that is `div_euclid`.
+        let pages = usize::try_from((total_size - 1).div_euclid(page) + 1).unwrap_or(0);
+        let mut occupied = vec![' '; pages];
+        let mut frac = vec![0.0f64; pages];
+        for (i, &(start, size)) in ranges.iter().enumerate() {
+            let finish = start + size;
+            let first = start.div_euclid(page);
+            let last = (finish - 1).div_euclid(page) + 1;
+            let letter = char::from(b'a' + (i % 26) as u8);
+            for j in first..last {
+                // torch would raise IndexError for blocks past the segment's end; skip them.
+                let Some(slot) = usize::try_from(j).ok().filter(|&j| j < pages) else {
+                    continue;
+                };
+                let s = start.max(j * page);
+                let e = finish.min((j + 1) * page);
+                frac[slot] += (e - s) as f64 / page as f64;
+                if occupied[slot] != ' ' {
+                    // `int()` truncates; an index past '*' would be torch's IndexError.
+                    let tenths = (frac[slot] * 10.0) as usize;
+                    occupied[slot] = "0123456789*".chars().nth(tenths).unwrap_or('*');
+                } else {
+                    occupied[slot] = letter;
+                }
+            }
+        }
+        if segment.total_size >= PAGE_SIZE {
+            let body: String = occupied.into_iter().collect();
+            let stream = if segment.stream != 0 {
+                format!(" stream_{}", segment.stream)
+            } else {
+                String::new()
+            };
+            writeln!(
+                out,
+                "[{body}] {} allocated, {} free{stream}",
+                bytes_repr(total_size),
+                report_free(seg_external, seg_internal)
+            )?;
+        }
+    }
+    writeln!(out, "segments: {}", snapshot.segments.len())?;
+    writeln!(out, "total_reserved: {}", bytes_repr(total_reserved))?;
+    writeln!(out, "total_allocated: {}", bytes_repr(total_allocated))?;
+    writeln!(
+        out,
+        "total_free: {}",
+        report_free(free_external, free_internal)
+    )?;
+    out.push_str(LEGEND);
+    Ok(())
+}
+
+/// torch's `segments(snapshot)` or `memory(snapshot)` output (with `format_flamegraph` replaced
+/// by the identity): folded stacks for `flamegraph.pl`, in torch's order (segments in file
+/// order, blocks in address order).
+///
+/// Each block gives `PREFIX;STATE;FRAMES REQUESTED` and, when its rounded size differs from
+/// what was requested, `PREFIX;STATE;<gaps> SIZE-REQUESTED`. FRAMES is the block's stack root
+/// first, each frame `basename:line:name`, with torch's `_frame_filter` applied; a block with no
+/// frames at all gives `<non-python>`, while one whose frames are all filtered out gives an empty
+/// fragment, as torch does (it tests the list before filtering).
+pub fn folded(snapshot: &Snapshot, kind: FoldedKind) -> String {
+    let mut writer = FoldedWriter::new(snapshot);
+    render(|out| {
+        for segment in &snapshot.segments {
+            let prefix = match kind {
+                FoldedKind::Segments => {
+                    format!("stream_{};seg_{}", segment.stream, segment.address)
+                }
+                FoldedKind::Memory => format!("stream_{}", segment.stream),
+            };
+            writer.write_blocks(out, &prefix, &segment.blocks)?;
+        }
+        Ok(())
+    })
+}
+
+/// What torch prints for `compare(before['segments'], after['segments'])`.
+///
+/// Segments are matched by `(address, total_size)`. The first two lines are the ones torch
+/// `print`s to stdout, `only_before = [...]` and `only_after = [...]`: addresses in the
+/// iteration order of the Python set difference it builds, which the private `py_set` module
+/// reproduces from CPython's set implementation. The rest is the string torch returns: the
+/// folded stacks (as in [`folded`]) of the segments only in `before`, prefixed
+/// `only_before;stream_S;seg_A`, then of those only in `after`, each in file order.
+pub fn compare(before: &Snapshot, after: &Snapshot) -> String {
+    let key = |s: &Segment| (s.address, s.total_size);
+    let before_keys: Vec<py_set::Key> = before.segments.iter().map(key).collect();
+    let after_keys: Vec<py_set::Key> = after.segments.iter().map(key).collect();
+    let before_set = py_set::PySet::from_keys(&before_keys);
+    let after_set = py_set::PySet::from_keys(&after_keys);
+
+    let mut before_writer = FoldedWriter::new(before);
+    let mut after_writer = FoldedWriter::new(after);
+    render(|out| {
+        for (label, only) in [
+            ("only_before", before_set.difference(&after_set)),
+            ("only_after", after_set.difference(&before_set)),
+        ] {
+            let addresses: Vec<String> = only.keys().map(|(a, _)| a.to_string()).collect();
+            writeln!(out, "{label} = [{}]", addresses.join(", "))?;
+        }
+        for segment in &before.segments {
+            if !after_set.contains(key(segment)) {
+                let prefix = format!(
+                    "only_before;stream_{};seg_{}",
+                    segment.stream, segment.address
+                );
+                before_writer.write_blocks(out, &prefix, &segment.blocks)?;
+            }
+        }
+        for segment in &after.segments {
+            if !before_set.contains(key(segment)) {
+                let prefix = format!(
+                    "only_after;stream_{};seg_{}",
+                    segment.stream, segment.address
+                );
+                after_writer.write_blocks(out, &prefix, &segment.blocks)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// torch's `_write_blocks`, with the formatted frames of each stack computed once: a long run
+/// has thousands of blocks but few distinct stacks.
+struct FoldedWriter<'a> {
+    snapshot: &'a Snapshot,
+    fragments: Vec<Option<String>>,
+}
+
+impl<'a> FoldedWriter<'a> {
+    fn new(snapshot: &'a Snapshot) -> Self {
+        Self {
+            snapshot,
+            fragments: vec![None; snapshot.stacks.len()],
+        }
+    }
+
+    /// torch's `frames_fragment`: `<non-python>` for an empty stack, else the kept frames root
+    /// first, joined by `;`.
+    fn fragment(&mut self, stack: StackId) -> &str {
+        let snapshot = self.snapshot;
+        let build = || {
+            let frames = snapshot.stacks.get(stack);
+            if frames.is_empty() {
+                return "<non-python>".to_owned();
+            }
+            let mut text = String::new();
+            // torch's `_frame_filter` uses the same two lists as MemoryViz.js, which is what
+            // `Frame::is_hidden` implements.
+            for frame in frames
+                .iter()
+                .rev()
+                .map(|&id| snapshot.frames.get(id))
+                .filter(|frame| !frame.is_hidden())
+            {
+                if !text.is_empty() {
+                    text.push(';');
+                }
+                let _ = write!(text, "{}:{}:{}", frame.basename(), frame.line, frame.name);
+            }
+            text
+        };
+        match self.fragments.get_mut(stack as usize) {
+            Some(slot) => slot.get_or_insert_with(build).as_str(),
+            // An id outside the table reads as the empty stack (`StackTable::get`).
+            None => "<non-python>",
+        }
+    }
+
+    /// One line per block and a `<gaps>` line for its rounding waste. torch <= 2.0 blocks keep
+    /// a `history` list; our model holds its first entry, which is the block's allocation.
+    fn write_blocks(&mut self, out: &mut String, prefix: &str, blocks: &[Block]) -> fmt::Result {
+        for block in blocks {
+            let state = block.state.name();
+            let accounted = accounted_size(block);
+            writeln!(
+                out,
+                "{prefix};{state};{} {accounted}",
+                self.fragment(block.stack)
+            )?;
+            let gaps = i128::from(block.size) - accounted;
+            if gaps != 0 {
+                writeln!(out, "{prefix};{state};<gaps> {gaps}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Just enough of CPython's `set` (Objects/setobject.c, 3.8 to 3.13) to reproduce the order in
+/// which `compare` lists the addresses of `before_segs - after_segs`.
+///
+/// A set's iteration order is its hash table's slot order, which follows from the hashes, the
+/// table size and the insertion order. torch builds each set with a set comprehension
+/// (one-by-one adds, resizing as the table fills) and subtracts with `set.__sub__`, which either
+/// adds the survivors to a fresh set or, when the left set is over four times the size of the
+/// right one, copies the left set and deletes the common keys. Both paths are modelled here.
+mod py_set {
+    /// A `(address, total_size)` tuple of Python ints.
+    pub type Key = (u64, u64);
+
+    const MIN_SIZE: usize = 8;
+    const LINEAR_PROBES: usize = 9;
+    const PERTURB_SHIFT: u32 = 5;
+
+    /// `_PyHASH_MODULUS`: Python hashes a non-negative int as its value modulo 2^61 - 1.
+    const HASH_MODULUS: u64 = (1 << 61) - 1;
+    const XXPRIME_1: u64 = 11_400_714_785_074_694_791;
+    const XXPRIME_2: u64 = 14_029_467_366_897_019_727;
+    const XXPRIME_5: u64 = 2_870_177_450_012_600_261;
+
+    /// `hash((a, b))` for non-negative ints, as the unsigned bits of `Py_hash_t` (the xxHash-based
+    /// `tuplehash` of Python >= 3.8).
+    pub fn hash(key: Key) -> u64 {
+        let mut acc = XXPRIME_5;
+        for lane in [key.0 % HASH_MODULUS, key.1 % HASH_MODULUS] {
+            acc = acc.wrapping_add(lane.wrapping_mul(XXPRIME_2));
+            acc = acc.rotate_left(31);
+            acc = acc.wrapping_mul(XXPRIME_1);
+        }
+        acc = acc.wrapping_add(2 ^ (XXPRIME_5 ^ 3_527_539));
+        if acc == u64::MAX { 1_546_275_796 } else { acc }
+    }
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Slot {
+        Empty,
+        /// A deleted entry: still occupies its slot for probing, skipped by iteration.
+        Dummy,
+        Active(u64, Key),
+    }
+
+    /// A set of keys laid out as CPython would lay them out.
+    #[derive(Debug, Clone)]
+    pub struct PySet {
+        slots: Vec<Slot>,
+        /// Active plus dummy slots.
+        fill: usize,
+        /// Active slots.
+        used: usize,
+    }
+
+    /// The slots CPython visits for `hash` in a table of `mask + 1` slots: at each stop, the
+    /// slot itself and (when they fit before the end) the next `LINEAR_PROBES` ones; then the
+    /// perturbed jump `i = i * 5 + 1 + perturb`.
+    fn probe(hash: u64, mask: usize, mut visit: impl FnMut(usize) -> bool) -> usize {
+        let mut perturb = hash;
+        let mut i = (hash as usize) & mask;
+        loop {
+            let run = if i + LINEAR_PROBES <= mask {
+                LINEAR_PROBES
+            } else {
+                0
+            };
+            for slot in i..=i + run {
+                if visit(slot) {
+                    return slot;
+                }
+            }
+            perturb >>= PERTURB_SHIFT;
+            i = (i
+                .wrapping_mul(5)
+                .wrapping_add(1)
+                .wrapping_add(perturb as usize))
+                & mask;
+        }
+    }
+
+    impl PySet {
+        /// `set()`: an empty table of `PySet_MINSIZE` slots.
+        pub fn new() -> Self {
+            Self {
+                slots: vec![Slot::Empty; MIN_SIZE],
+                fill: 0,
+                used: 0,
+            }
+        }
+
+        /// `{k for k in keys}`.
+        pub fn from_keys(keys: &[Key]) -> Self {
+            let mut set = Self::new();
+            for &key in keys {
+                set.add(key);
+            }
+            set
+        }
+
+        fn mask(&self) -> usize {
+            self.slots.len() - 1
+        }
+
+        /// Keys in iteration order.
+        pub fn keys(&self) -> impl Iterator<Item = Key> + '_ {
+            self.slots.iter().filter_map(|slot| match slot {
+                Slot::Active(_, key) => Some(*key),
+                _ => None,
+            })
+        }
+
+        pub fn len(&self) -> usize {
+            self.used
+        }
+
+        /// `set_lookkey`: the slot holding `key`, if any.
+        fn find(&self, key: Key) -> Option<usize> {
+            let hash = hash(key);
+            let slot = probe(hash, self.mask(), |i| match self.slots[i] {
+                Slot::Empty => true,
+                Slot::Active(h, k) => h == hash && k == key,
+                Slot::Dummy => false,
+            });
+            matches!(self.slots[slot], Slot::Active(..)).then_some(slot)
+        }
+
+        pub fn contains(&self, key: Key) -> bool {
+            self.find(key).is_some()
+        }
+
+        /// `set_insert_clean`: place a key known to be absent in a table without dummies.
+        fn insert_clean(slots: &mut [Slot], hash: u64, key: Key) {
+            let mask = slots.len() - 1;
+            let slot = probe(hash, mask, |i| slots[i] == Slot::Empty);
+            slots[slot] = Slot::Active(hash, key);
+        }
+
+        /// `set_table_resize`: the smallest power of two above `min_used` (at least 8), the
+        /// active keys re-placed in old slot order, dummies dropped.
+        fn resize(&mut self, min_used: usize) {
+            let mut size = MIN_SIZE;
+            while size <= min_used {
+                size <<= 1;
+            }
+            let old = std::mem::replace(&mut self.slots, vec![Slot::Empty; size]);
+            for slot in old {
+                if let Slot::Active(hash, key) = slot {
+                    Self::insert_clean(&mut self.slots, hash, key);
+                }
+            }
+            self.fill = self.used;
+        }
+
+        /// `set_add_entry`, on a table without dummies (the only kind torch adds to here).
+        pub fn add(&mut self, key: Key) {
+            let hash = hash(key);
+            let mask = self.mask();
+            let slots = &self.slots;
+            let slot = probe(hash, mask, |i| match slots[i] {
+                Slot::Empty => true,
+                Slot::Active(h, k) => h == hash && k == key,
+                Slot::Dummy => false,
+            });
+            if self.slots[slot] != Slot::Empty {
+                return;
+            }
+            self.slots[slot] = Slot::Active(hash, key);
+            self.fill += 1;
+            self.used += 1;
+            if self.fill * 5 >= mask * 3 {
+                self.resize(if self.used > 50_000 {
+                    self.used * 2
+                } else {
+                    self.used * 4
+                });
+            }
+        }
+
+        /// `set_discard_entry`: leave a dummy behind.
+        fn discard(&mut self, key: Key) {
+            if let Some(slot) = self.find(key) {
+                self.slots[slot] = Slot::Dummy;
+                self.used -= 1;
+            }
+        }
+
+        /// `set.copy()` (`make_new_set` + `set_merge` into an empty set).
+        fn copy(&self) -> Self {
+            let mut copy = Self::new();
+            if self.used == 0 {
+                return copy;
+            }
+            if (copy.fill + self.used) * 5 >= copy.mask() * 3 {
+                copy.resize((copy.used + self.used) * 2);
+            }
+            if copy.mask() == self.mask() && self.fill == self.used {
+                // Same size and no dummies: CPython copies the table slot for slot.
+                copy.slots.clone_from(&self.slots);
+            } else {
+                for slot in &self.slots {
+                    if let Slot::Active(hash, key) = *slot {
+                        Self::insert_clean(&mut copy.slots, hash, key);
+                    }
+                }
+            }
+            copy.fill = self.used;
+            copy.used = self.used;
+            copy
+        }
+
+        /// `self - other` (`set_difference`).
+        pub fn difference(&self, other: &Self) -> Self {
+            if (self.len() >> 2) > other.len() {
+                // `set_copy_and_difference` + `set_difference_update_internal`. (Its swap of a
+                // much larger `other` for the intersection cannot happen on this path.)
+                let mut result = self.copy();
+                for key in other.keys() {
+                    result.discard(key);
+                }
+                if result.fill - result.used > result.mask() / 4 {
+                    result.resize(if result.used > 50_000 {
+                        result.used * 2
+                    } else {
+                        result.used * 4
+                    });
+                }
+                return result;
+            }
+            let mut result = Self::new();
+            for key in self.keys() {
+                if !other.contains(key) {
+                    result.add(key);
+                }
+            }
+            result
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::py_set::{self, PySet};
+    use super::*;
+
+    /// Cases and expected strings from Python's own `_format_size`.
+    #[test]
+    fn format_size_matches_python() {
+        let cases: [(u64, &str); 17] = [
+            (0, "0.0B"),
+            (1, "1.0B"),
+            (512, "512.0B"),
+            (1023, "1023.0B"),
+            (1024, "1.0KiB"),
+            (1075, "1.0KiB"),
+            (1076, "1.1KiB"),
+            (1280, "1.2KiB"), // 1.25 exactly: Python rounds half to even
+            (1536, "1.5KiB"),
+            (104_857, "102.4KiB"),
+            (1_048_524, "1023.9KiB"),
+            (PAGE_SIZE, "20.0MiB"),
+            (1_073_741_823, "1024.0MiB"),
+            (2_684_354_560, "2.5GiB"),
+            (1 << 63, "8.0EiB"),
+            (u64::MAX, "16.0EiB"),
+            (2816, "2.8KiB"),
+        ];
+        for (bytes, expected) in cases {
+            assert_eq!(format_size(bytes), expected, "{bytes}");
+        }
+        assert_eq!(bytes_repr(3 * (1i128 << 80)), "3.0YiB");
+    }
+
+    #[test]
+    fn report_free_matches_python() {
+        assert_eq!(report_free(0, 0), "0.0B");
+        assert_eq!(report_free(7, 1), "8.0B (12.5% internal)");
+        // 0.25% exactly: half to even, as Python prints it.
+        assert_eq!(report_free(399, 1), "400.0B (0.2% internal)");
+        assert_eq!(report_free(397, 3), "400.0B (0.8% internal)");
+        assert_eq!(report_free(2, 1), "3.0B (33.3% internal)");
+    }
+
+    /// Hashes printed by Python 3.11's `hash(...)`, as unsigned bits.
+    #[test]
+    fn tuple_hash_matches_python() {
+        for (key, expected) in [
+            (
+                (139_732_499_562_496, 2_097_152),
+                -7_379_835_831_677_852_320i64,
+            ),
+            ((0, 0), -8_458_139_203_682_520_985),
+            ((1, 2), -3_550_055_125_485_641_917),
+        ] {
+            assert_eq!(py_set::hash(key), expected as u64, "{key:?}");
+        }
+    }
+
+    fn addresses(set: &PySet) -> Vec<u64> {
+        set.keys().map(|(a, _)| a).collect()
+    }
+
+    /// Orders printed by Python 3.11 for `[a for a, _ in (set(before) - set(after))]`.
+    #[test]
+    fn set_difference_order_matches_python() {
+        const BASE: u64 = 139_732_499_562_496;
+        let before: Vec<py_set::Key> = (0..30).map(|i| (BASE + i * 2_097_152, 2_097_152)).collect();
+        let mut after: Vec<py_set::Key> = before[..5].to_vec();
+        after.extend((0..10).map(|i| (BASE + (100 + i) * 20_971_520, 20_971_520)));
+        let (b, a) = (PySet::from_keys(&before), PySet::from_keys(&after));
+        let expected: Vec<u64> = vec![
+            139732533116928,
+            139732558282752,
+            139732547796992,
+            139732543602688,
+            139732526825472,
+            139732522631168,
+            139732512145408,
+            139732537311232,
+            139732516339712,
+            139732551991296,
+            139732545699840,
+            139732541505536,
+            139732531019776,
+            139732556185600,
+            139732520534016,
+            139732510048256,
+            139732535214080,
+            139732560379904,
+            139732539408384,
+            139732524728320,
+            139732554088448,
+            139732549894144,
+            139732518436864,
+            139732514242560,
+            139732528922624,
+        ];
+        assert_eq!(addresses(&b.difference(&a)), expected);
+        let expected: Vec<u64> = vec![
+            139734743515136,
+            139734680600576,
+            139734617686016,
+            139734785458176,
+            139734701572096,
+            139734722543616,
+            139734638657536,
+            139734659629056,
+            139734596714496,
+            139734764486656,
+        ];
+        assert_eq!(addresses(&a.difference(&b)), expected);
+    }
+
+    /// The copy-then-discard path, taken when the left set is over 4x the right one.
+    #[test]
+    fn set_copy_and_difference_order_matches_python() {
+        const BASE: u64 = 139_732_499_562_496;
+        let before: Vec<py_set::Key> = (0..40)
+            .map(|i| (BASE + i * 2_097_152 * 3, 2_097_152 * (1 + i % 3)))
+            .collect();
+        let after = vec![before[3], before[17], (BASE - 2_097_152, 2_097_152)];
+        let (b, a) = (PySet::from_keys(&before), PySet::from_keys(&after));
+        let expected: Vec<u64> = vec![
+            139732675723264,
+            139732524728320,
+            139732682014720,
+            139732531019776,
+            139732612808704,
+            139732600225792,
+            139732688306176,
+            139732537311232,
+            139732619100160,
+            139732625391616,
+            139732694597632,
+            139732543602688,
+            139732700889088,
+            139732549894144,
+            139732631683072,
+            139732707180544,
+            139732562477056,
+            139732556185600,
+            139732719763456,
+            139732568768512,
+            139732637974528,
+            139732644265984,
+            139732726054912,
+            139732713472000,
+            139732575059968,
+            139732650557440,
+            139732499562496,
+            139732732346368,
+            139732512145408,
+            139732581351424,
+            139732738637824,
+            139732587642880,
+            139732669431808,
+            139732656848896,
+            139732663140352,
+            139732744929280,
+            139732505853952,
+            139732593934336,
+        ];
+        assert_eq!(addresses(&b.difference(&a)), expected);
+        assert_eq!(addresses(&a.difference(&b)), vec![139732497465344]);
+    }
+
+    #[test]
+    fn empty_snapshot_prints_torch_skeleton() {
+        let text = stats(&Snapshot::default());
+        assert!(text.starts_with("Summary of segments >= 20.0MiB in size\nsegments: 0\n"));
+        assert!(text.contains("total_free: 0.0B\n\nLegend:\n"));
+        assert_eq!(folded(&Snapshot::default(), FoldedKind::Segments), "");
+        assert_eq!(
+            compare(&Snapshot::default(), &Snapshot::default()),
+            "only_before = []\nonly_after = []\n"
+        );
+    }
+}
