@@ -1,2 +1,334 @@
-//! CLI.
-pub fn main() -> i32 { 0 }
+//! The command line: clap parses, [`Config`] validates, the library does the work.
+//!
+//! Every command prints one clear error line and exits with status 2 on bad input.
+
+use crate::analysis::{Analysis, Summary};
+use crate::format::{bytes, count, duration_us};
+use crate::snapshot::{LoadOptions, Snapshot, load_path};
+use crate::torch_text::{self, FoldedKind};
+use clap::{Parser, Subcommand, ValueEnum};
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "snapview",
+    version,
+    about = "Look inside PyTorch CUDA memory snapshots",
+    long_about = "Look inside PyTorch CUDA memory snapshots (torch.cuda.memory._dump_snapshot).\n\nReads pickle (protocols 2-5), gzip- or zstd-compressed pickle, and the JSON form. Never runs code from a file."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Per device: events, peaks, totals at the snapshot, OOM events, the stacks holding the most
+    /// memory at the peak, and data-quality notes.
+    Summary {
+        /// A snapshot file (.pickle, .pickle.gz, .pickle.zst or .json).
+        file: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The same text as torch's `python -m torch.cuda._memory_viz stats FILE`, byte for byte.
+    Stats { file: PathBuf },
+    /// Folded stacks for flamegraph.pl, inferno or speedscope: the same lines as torch's
+    /// `_memory_viz segments` / `memory` output.
+    Export {
+        file: PathBuf,
+        /// `segments`: one line per block, grouped by stream and segment; `memory`: by stream.
+        #[arg(long, value_enum, default_value_t = ExportKind::Memory)]
+        kind: ExportKind,
+        /// Write to this file instead of standard output.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ExportKind {
+    Segments,
+    Memory,
+}
+
+/// What a validated command will do.
+#[derive(Debug)]
+enum Config {
+    Summary {
+        file: PathBuf,
+        json: bool,
+    },
+    Stats {
+        file: PathBuf,
+    },
+    Export {
+        file: PathBuf,
+        kind: FoldedKind,
+        output: Option<PathBuf>,
+    },
+}
+
+impl Config {
+    fn from_cli(cli: Cli) -> Result<Self, String> {
+        let check = |file: &Path| -> Result<(), String> {
+            match std::fs::metadata(file) {
+                Ok(meta) if meta.is_file() => Ok(()),
+                Ok(_) => Err(format!("{} is not a file", file.display())),
+                Err(e) => Err(format!("cannot read {}: {e}", file.display())),
+            }
+        };
+        Ok(match cli.command {
+            Command::Summary { file, json } => {
+                check(&file)?;
+                Config::Summary { file, json }
+            }
+            Command::Stats { file } => {
+                check(&file)?;
+                Config::Stats { file }
+            }
+            Command::Export { file, kind, output } => {
+                check(&file)?;
+                let kind = match kind {
+                    ExportKind::Segments => FoldedKind::Segments,
+                    ExportKind::Memory => FoldedKind::Memory,
+                };
+                Config::Export { file, kind, output }
+            }
+        })
+    }
+}
+
+/// Runs the command line; returns the process exit status.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    match Config::from_cli(cli).and_then(run) {
+        Ok(()) => 0,
+        Err(message) => {
+            eprintln!("snapview: error: {message}");
+            2
+        }
+    }
+}
+
+fn run(config: Config) -> Result<(), String> {
+    let mut out = std::io::stdout().lock();
+    let text = match config {
+        Config::Summary { file, json } => {
+            let snapshot = load_with_progress(&file)?;
+            let analysis = Analysis::new(&snapshot);
+            let summary = Summary::new(&snapshot, &analysis);
+            if json {
+                let mut text = serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?;
+                text.push('\n');
+                text
+            } else {
+                summary_text(&file, &snapshot, &summary)
+            }
+        }
+        Config::Stats { file } => torch_text::stats(&load_with_progress(&file)?),
+        Config::Export { file, kind, output } => {
+            let text = torch_text::folded(&load_with_progress(&file)?, kind);
+            if let Some(output) = output {
+                return std::fs::write(&output, text)
+                    .map_err(|e| format!("cannot write {}: {e}", output.display()));
+            }
+            text
+        }
+    };
+    match out.write_all(text.as_bytes()) {
+        // A closed pipe (`| head`) is not an error worth a message.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.map_err(|e| e.to_string()),
+    }
+}
+
+/// Loads a snapshot, drawing a progress bar on stderr if it takes over a second and stderr is a
+/// terminal.
+pub fn load_with_progress(file: &Path) -> Result<Snapshot, String> {
+    let total = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
+    let started = Instant::now();
+    let show = std::io::stderr().is_terminal();
+    let drawn = std::cell::Cell::new(false);
+    let progress = |read: u64| {
+        if show && started.elapsed() > Duration::from_secs(1) {
+            draw_progress(file, read, total);
+            drawn.set(true);
+        }
+    };
+    let options = LoadOptions {
+        progress: Some(&progress),
+        ..LoadOptions::default()
+    };
+    let result = load_path(file, options);
+    if drawn.get() {
+        eprint!("\r\x1b[2K");
+    }
+    result.map_err(|e| format!("{}: {e}", file.display()))
+}
+
+fn draw_progress(file: &Path, read: u64, total: u64) {
+    const WIDTH: u64 = 30;
+    let fraction = if total == 0 {
+        1.0
+    } else {
+        read as f64 / total as f64
+    };
+    let filled = ((fraction.min(1.0) * WIDTH as f64) as u64).min(WIDTH);
+    let name = file.file_name().map_or_else(
+        || file.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    eprint!(
+        "\r\x1b[2Kreading {name} [{}{}] {:>3.0}% {} of {}",
+        "#".repeat(filled as usize),
+        " ".repeat((WIDTH - filled) as usize),
+        fraction * 100.0,
+        bytes(read),
+        bytes(total)
+    );
+}
+
+/// The human-readable summary.
+fn summary_text(file: &Path, snapshot: &Snapshot, summary: &Summary) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let size = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
+    let encoding = match snapshot.source.pickle_protocol {
+        Some(protocol) => format!("pickle protocol {protocol}"),
+        None => "JSON".to_owned(),
+    };
+    let _ = writeln!(
+        s,
+        "{} — {}, {}{}",
+        file.display(),
+        encoding,
+        bytes(size),
+        match snapshot.source.compression {
+            crate::snapshot::Compression::None => "",
+            crate::snapshot::Compression::Gzip => ", gzip",
+            crate::snapshot::Compression::Zstd => ", zstd",
+        }
+    );
+    let _ = writeln!(
+        s,
+        "segments {}, blocks {}",
+        count(summary.segments as u64),
+        count(summary.blocks as u64)
+    );
+    for device in &summary.devices {
+        let trace = snapshot.trace(device.device);
+        let start = trace.time_us.first().copied().unwrap_or(0);
+        let at = |event: Option<usize>| match event {
+            None => "before the first event".to_owned(),
+            Some(i) if trace.has_time => format!(
+                "at event {} ({} into the trace)",
+                count(i as u64),
+                duration_us(trace.time_us[i] - start)
+            ),
+            Some(i) => format!("at event {}", count(i as u64)),
+        };
+        let _ = writeln!(s, "\ndevice {}", device.device);
+        let actions: Vec<String> = device
+            .actions
+            .iter()
+            .map(|(name, n)| format!("{name} {}", count(*n as u64)))
+            .collect();
+        let _ = writeln!(
+            s,
+            "  trace entries    {}{}",
+            count(device.trace_entries as u64),
+            if actions.is_empty() {
+                String::new()
+            } else {
+                format!("  ({})", actions.join(", "))
+            }
+        );
+        let _ = writeln!(
+            s,
+            "  peak allocated   {}  {}",
+            bytes(device.peak_allocated_bytes),
+            at(device.peak_event_index)
+        );
+        let _ = writeln!(
+            s,
+            "  peak reserved    {}  {}",
+            bytes(device.peak_reserved_bytes),
+            at(device.peak_reserved_event_index)
+        );
+        let stats = &device.segment_stats;
+        let _ = writeln!(
+            s,
+            "  at the snapshot  allocated {}, reserved {} in {} segments, free {} (largest block {}), rounding waste {}",
+            bytes(device.allocated_bytes_at_snapshot),
+            bytes(device.reserved_bytes_at_snapshot),
+            count(device.segments as u64),
+            bytes(stats.external_free),
+            bytes(stats.largest_free_block),
+            bytes(stats.internal_free)
+        );
+        if device.oom_events.is_empty() {
+            let _ = writeln!(s, "  OOM events       none");
+        } else {
+            for oom in &device.oom_events {
+                let _ = writeln!(
+                    s,
+                    "  OOM              {} requested, {} free on the device, {}",
+                    bytes(oom.requested_bytes),
+                    oom.device_free_bytes.map_or("unknown".to_owned(), bytes),
+                    at(Some(oom.event_index))
+                );
+            }
+        }
+        if !device.top_stacks_at_peak.is_empty() && device.peak_allocated_bytes > 0 {
+            let _ = writeln!(s, "  top stacks at the peak:");
+            for stack in &device.top_stacks_at_peak {
+                let share = stack.bytes as f64 * 100.0 / device.peak_allocated_bytes as f64;
+                let frames: Vec<&str> = stack
+                    .frames
+                    .iter()
+                    .take(4)
+                    .map(|f| short_frame(f))
+                    .collect();
+                let more = stack.frames.len().saturating_sub(4);
+                let _ = writeln!(
+                    s,
+                    "    {:>10} {:>5.1}% {:>7} allocs  {}{}",
+                    bytes(stack.bytes),
+                    share,
+                    count(stack.allocations as u64),
+                    frames.join(" ← "),
+                    if more > 0 {
+                        format!(" ← … {more} more")
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+        }
+    }
+    if !summary.notes.is_empty() {
+        let _ = writeln!(s, "\nnotes:");
+        for note in &summary.notes {
+            let _ = writeln!(s, "  - {}", note.message);
+        }
+    }
+    s
+}
+
+/// `path/to/file.py:12:name` as `file.py:12:name`.
+fn short_frame(frame: &str) -> &str {
+    match frame.find(':') {
+        Some(colon) => {
+            let path = &frame[..colon];
+            match path.rfind('/') {
+                Some(slash) => &frame[slash + 1..],
+                None => frame,
+            }
+        }
+        None => frame,
+    }
+}

@@ -15,10 +15,12 @@
 //! - [`analysis`] is pure: allocator replay with PyTorch's viewer's rules, memory over time,
 //!   the live set and its stack tree at any event, segment maps and data-quality notes.
 //! - [`torch_text`] prints what torch's own `_memory_viz.py` prints, byte for byte.
-//! - [`cli`] is the command line; it only parses arguments and calls the library.
+//! - [`cli`] is the command line; it only parses arguments and calls the library; [`format`]
+//!   writes numbers for people.
 
 pub mod analysis;
 pub mod cli;
+pub mod format;
 pub mod pickle;
 pub mod snapshot;
 pub mod torch_text;

@@ -1,0 +1,154 @@
+//! The command line end to end: the real binary on real files.
+
+mod common;
+
+use std::process::Command;
+
+fn snapview(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_snapview"))
+        .args(args)
+        .output()
+        .expect("run snapview")
+}
+
+fn path(name: &str) -> String {
+    common::path_of(name).to_string_lossy().into_owned()
+}
+
+#[test]
+fn summary_json_has_the_documented_fields_and_oracle_numbers() {
+    let output = snapview(&["summary", &path("multi_device"), "--json"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    let devices = json["devices"].as_array().expect("devices");
+    assert_eq!(devices.len(), 2);
+    for field in [
+        "device",
+        "trace_entries",
+        "actions",
+        "peak_allocated_bytes",
+        "peak_event_index",
+        "peak_reserved_bytes",
+        "allocated_bytes_at_snapshot",
+        "reserved_bytes_at_snapshot",
+        "oom_events",
+    ] {
+        assert!(devices[0].get(field).is_some(), "devices[].{field}");
+    }
+    for field in ["segments", "blocks", "notes"] {
+        assert!(json.get(field).is_some(), "{field}");
+    }
+    // MemoryViz's peaks for this file (oracle/memoryviz_peaks.json).
+    assert_eq!(devices[0]["peak_allocated_bytes"], 238108672u64);
+    assert_eq!(devices[1]["peak_allocated_bytes"], 154593484u64);
+    assert_eq!(devices[1]["trace_entries"], 215);
+}
+
+#[test]
+fn summary_text_names_the_peak_and_the_oom() {
+    let output = snapview(&["summary", &path("oom")]);
+    assert!(output.status.success());
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("peak allocated   2.58 GiB"), "{text}");
+    assert!(
+        text.contains("OOM              500 MiB requested"),
+        "{text}"
+    );
+    assert!(text.contains("top stacks at the peak"), "{text}");
+}
+
+#[test]
+fn stats_is_torchs_segsum_byte_for_byte() {
+    for name in ["mlp_small", "gpt2_adamw", "expandable"] {
+        let output = snapview(&["stats", &path(name)]);
+        assert!(output.status.success());
+        let expected = common::oracle(&format!("{name}.segsum.txt")).expect("oracle");
+        assert_eq!(String::from_utf8_lossy(&output.stdout), expected, "{name}");
+    }
+}
+
+#[test]
+fn export_writes_torchs_folded_lines() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (kind, suffix) in [("segments", "segments"), ("memory", "memory")] {
+        let out = dir.path().join(format!("{kind}.folded"));
+        let output = snapview(&[
+            "export",
+            &path("gpt2_adamw"),
+            "--kind",
+            kind,
+            "-o",
+            &out.to_string_lossy(),
+        ]);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let mut ours: Vec<String> = std::fs::read_to_string(&out)
+            .expect("written")
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        let mut theirs: Vec<String> = common::oracle(&format!("gpt2_adamw.{suffix}.txt"))
+            .expect("oracle")
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        ours.sort();
+        theirs.sort();
+        assert_eq!(ours, theirs, "{kind}");
+    }
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_status_2() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let truncated = dir.path().join("truncated.pickle");
+    let bytes = std::fs::read(common::path_of("mlp_small")).expect("fixture");
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).expect("write");
+    let cases: [(&str, String); 3] = [
+        ("truncated", truncated.to_string_lossy().into_owned()),
+        (
+            "missing",
+            dir.path()
+                .join("nope.pickle")
+                .to_string_lossy()
+                .into_owned(),
+        ),
+        (
+            "not a snapshot",
+            env!("CARGO_MANIFEST_DIR").to_owned() + "/Cargo.toml",
+        ),
+    ];
+    for (what, file) in cases {
+        let output = snapview(&["summary", &file]);
+        assert_eq!(output.status.code(), Some(2), "{what}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{what}: one line: {stderr}");
+        assert!(stderr.starts_with("snapview: error: "), "{what}: {stderr}");
+    }
+    let unknown = snapview(&["frobnicate"]);
+    assert_eq!(unknown.status.code(), Some(2));
+}
+
+#[test]
+fn every_command_has_help() {
+    for command in [
+        &["--help"][..],
+        &["summary", "--help"],
+        &["stats", "--help"],
+        &["export", "--help"],
+    ] {
+        let output = snapview(command);
+        assert!(output.status.success(), "{command:?}");
+        assert!(
+            String::from_utf8_lossy(&output.stdout).contains("Usage"),
+            "{command:?}"
+        );
+    }
+}
