@@ -1,0 +1,130 @@
+//! Benchmark: read + model + analysis indexes of the large corpus files.
+//!
+//! `cargo bench --bench core` decompresses `../shared/corpus/large/*.pickle.xz` (with the `xz`
+//! command) into a temporary folder, or uses `SNAPVIEW_LARGE_DIR` if it holds the `.pickle` files,
+//! then loads each file several times, each in a fresh process so peak RSS is the load's own.
+//! It prints the median, minimum and maximum wall time and the peak RSS. With no large files it
+//! says so and exits 0.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+const FILES: [(&str, usize); 3] = [
+    ("gpt2_cpp_trace", 7),
+    ("gpt2_big_trace", 7),
+    ("gpt2_huge_trace", 5),
+];
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--one") {
+        let path = PathBuf::from(&args[i + 1]);
+        one_run(&path);
+        return;
+    }
+    let Some(dir) = large_dir() else {
+        println!(
+            "core bench: skipped (no large corpus files; set SNAPVIEW_LARGE_DIR or provide ../shared/corpus/large)"
+        );
+        return;
+    };
+    println!(
+        "{:<18} {:>9} {:>9} {:>9} {:>10} {:>6}",
+        "file", "median", "min", "max", "peak RSS", "runs"
+    );
+    for (name, runs) in FILES {
+        let path = dir.join(format!("{name}.pickle"));
+        if !path.exists() {
+            continue;
+        }
+        let mut times = Vec::new();
+        let mut peak_rss = 0u64;
+        for _ in 0..runs {
+            let output = Command::new(&args[0])
+                .args(["--one", &path.to_string_lossy()])
+                .output()
+                .expect("run the bench child");
+            let text = String::from_utf8_lossy(&output.stdout);
+            let mut fields = text.split_whitespace();
+            let seconds: f64 = fields
+                .next()
+                .and_then(|s| s.parse().ok())
+                .expect("child time");
+            let rss: u64 = fields
+                .next()
+                .and_then(|s| s.parse().ok())
+                .expect("child rss");
+            times.push(seconds);
+            peak_rss = peak_rss.max(rss);
+        }
+        times.sort_by(|a, b| a.total_cmp(b));
+        println!(
+            "{:<18} {:>8.3}s {:>8.3}s {:>8.3}s {:>7} MB {:>6}",
+            name,
+            times[times.len() / 2],
+            times[0],
+            times[times.len() - 1],
+            peak_rss / 1024,
+            runs
+        );
+    }
+}
+
+/// One measured load in this process: prints seconds and peak RSS in KiB.
+fn one_run(path: &Path) {
+    let started = Instant::now();
+    let snapshot = snapview::snapshot::load_path(path, Default::default()).expect("load");
+    let analysis = snapview::analysis::Analysis::new(&snapshot);
+    let elapsed = started.elapsed().as_secs_f64();
+    assert!(!analysis.devices.is_empty());
+    println!("{elapsed} {}", peak_rss_kib());
+}
+
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+/// The folder with the decompressed large files.
+fn large_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("SNAPVIEW_LARGE_DIR") {
+        let dir = PathBuf::from(dir);
+        if dir.join("gpt2_huge_trace.pickle").exists() || dir.join("gpt2_big_trace.pickle").exists()
+        {
+            return Some(dir);
+        }
+    }
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus/large");
+    if !source.is_dir() {
+        return None;
+    }
+    let target = std::env::temp_dir().join("snapview-large");
+    std::fs::create_dir_all(&target).ok()?;
+    for (name, _) in FILES {
+        let xz = source.join(format!("{name}.pickle.xz"));
+        let out = target.join(format!("{name}.pickle"));
+        if xz.exists() && !out.exists() {
+            let partial = target.join(format!("{name}.pickle.partial"));
+            let file = std::fs::File::create(&partial).ok()?;
+            let status = Command::new("xz")
+                .arg("-dc")
+                .arg(&xz)
+                .stdout(file)
+                .status()
+                .ok()?;
+            if !status.success() {
+                return None;
+            }
+            std::fs::rename(&partial, &out).ok()?;
+        }
+    }
+    Some(target)
+}
