@@ -10,7 +10,9 @@ use snapview::snapshot::Snapshot;
 fn check_peaks(name: &str, snapshot: &Snapshot) {
     let text = common::oracle("memoryviz_peaks.json").expect("memoryviz_peaks.json");
     let oracle: serde_json::Value = serde_json::from_str(&text).expect("json");
-    let expected = oracle[name].as_array().unwrap_or_else(|| panic!("{name} in oracle"));
+    let expected = oracle[name]
+        .as_array()
+        .unwrap_or_else(|| panic!("{name} in oracle"));
     let analysis = Analysis::new(snapshot);
     for device in expected {
         let ordinal = device["device"].as_u64().expect("device") as usize;
@@ -59,7 +61,10 @@ fn live_set_at_the_peak_sums_to_the_peak() {
             let trace = snapshot.trace(device.device);
             let peak = device.replay.peak_allocated(trace);
             let live = device.replay.live_after(peak.event_index);
-            let sum: u64 = live.iter().map(|&id| device.replay.allocations[id as usize].size).sum();
+            let sum: u64 = live
+                .iter()
+                .map(|&id| device.replay.allocations[id as usize].size)
+                .sum();
             assert_eq!(sum, peak.bytes, "{name}: live set at the peak");
             // And at a few other moments, against the running total.
             for at in [0, trace.len() / 3, trace.len().saturating_sub(1)] {
@@ -67,8 +72,15 @@ fn live_set_at_the_peak_sums_to_the_peak() {
                     break;
                 }
                 let live = device.replay.live_after(Some(at));
-                let sum: u64 = live.iter().map(|&id| device.replay.allocations[id as usize].size).sum();
-                assert_eq!(sum, device.replay.allocated_after(Some(at)), "{name}: live after {at}");
+                let sum: u64 = live
+                    .iter()
+                    .map(|&id| device.replay.allocations[id as usize].size)
+                    .sum();
+                assert_eq!(
+                    sum,
+                    device.replay.allocated_after(Some(at)),
+                    "{name}: live after {at}"
+                );
             }
         }
     }
@@ -85,20 +97,35 @@ fn summary_reports_oom_and_notes() {
 
     let none = common::load("no_history");
     let summary = Summary::new(&none, &Analysis::new(&none));
-    assert!(summary.notes.iter().any(|n| n.code == "no_history"), "{:?}", summary.notes);
+    assert!(
+        summary.notes.iter().any(|n| n.code == "no_history"),
+        "{:?}",
+        summary.notes
+    );
 
     let state = common::load("state_only");
     let summary = Summary::new(&state, &Analysis::new(&state));
-    assert!(summary.notes.iter().any(|n| n.code == "state_only"), "{:?}", summary.notes);
+    assert!(
+        summary.notes.iter().any(|n| n.code == "state_only"),
+        "{:?}",
+        summary.notes
+    );
 
     let ring = common::load("ring_wrap");
     let summary = Summary::new(&ring, &Analysis::new(&ring));
-    assert!(summary.notes.iter().any(|n| n.code == "trace_incomplete"), "{:?}", summary.notes);
+    assert!(
+        summary.notes.iter().any(|n| n.code == "trace_incomplete"),
+        "{:?}",
+        summary.notes
+    );
 
     let clean = common::load("mlp_small");
     let summary = Summary::new(&clean, &Analysis::new(&clean));
     assert!(
-        !summary.notes.iter().any(|n| n.code == "trace_incomplete" || n.code == "no_history"),
+        !summary
+            .notes
+            .iter()
+            .any(|n| n.code == "trace_incomplete" || n.code == "no_history"),
         "{:?}",
         summary.notes
     );
