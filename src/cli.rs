@@ -4,10 +4,12 @@
 
 use crate::analysis::{Analysis, Summary};
 use crate::format::{bytes, count, duration_us};
+use crate::server::{AppState, ServeConfig};
 use crate::snapshot::{LoadOptions, Snapshot, load_path};
 use crate::torch_text::{self, FoldedKind};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::io::{IsTerminal, Write};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -47,6 +49,40 @@ enum Command {
         #[arg(long, short)]
         output: Option<PathBuf>,
     },
+    /// Start the web server: drag snapshots into the page, share their links.
+    Serve {
+        /// Address to listen on; 0.0.0.0:7878 shares it with your network.
+        #[arg(long, env = "SNAPVIEW_ADDR", default_value = "127.0.0.1:7878")]
+        addr: String,
+        /// Where snapshots and their index are kept [default: $XDG_DATA_HOME/snapview or
+        /// ~/.local/share/snapview].
+        #[arg(long, env = "SNAPVIEW_DATA_DIR")]
+        data_dir: Option<PathBuf>,
+        /// Largest upload accepted, e.g. 8GiB, 500MB, 1000000.
+        #[arg(long, env = "SNAPVIEW_MAX_UPLOAD", default_value = "8GiB")]
+        max_upload: String,
+        /// Memory for parsed snapshots kept ready; the least recently used go first.
+        #[arg(long, env = "SNAPVIEW_CACHE", default_value = "4GiB")]
+        cache: String,
+        /// The URL links should use, if not http://ADDR (behind a proxy, say).
+        #[arg(long, env = "SNAPVIEW_PUBLIC_URL")]
+        public_url: Option<String>,
+        /// Snapshot files to import at start; their URLs are printed.
+        files: Vec<PathBuf>,
+    },
+    /// Upload a snapshot to a snapview server and print its URL.
+    Upload {
+        file: PathBuf,
+        /// The server's URL.
+        #[arg(long, env = "SNAPVIEW_SERVER", default_value = "http://127.0.0.1:7878")]
+        server: String,
+        /// A display name (default: the file name).
+        #[arg(long)]
+        name: Option<String>,
+        /// A group label, e.g. the job whose ranks these are.
+        #[arg(long)]
+        group: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -69,6 +105,14 @@ enum Config {
         file: PathBuf,
         kind: FoldedKind,
         output: Option<PathBuf>,
+    },
+    Serve {
+        config: ServeConfig,
+        files: Vec<PathBuf>,
+    },
+    Upload {
+        file: PathBuf,
+        url: String,
     },
 }
 
@@ -98,8 +142,127 @@ impl Config {
                 };
                 Config::Export { file, kind, output }
             }
+            Command::Serve {
+                addr,
+                data_dir,
+                max_upload,
+                cache,
+                public_url,
+                files,
+            } => {
+                let addr: SocketAddr = addr.parse().map_err(|_| {
+                    format!("--addr {addr:?} is not an address like 127.0.0.1:7878")
+                })?;
+                for file in &files {
+                    check(file)?;
+                }
+                let data_dir = match data_dir {
+                    Some(dir) => dir,
+                    None => default_data_dir()?,
+                };
+                let public_url = public_url
+                    .map(|u| u.trim_end_matches('/').to_owned())
+                    .unwrap_or_else(|| {
+                        let host = if addr.ip().is_unspecified() {
+                            "localhost".to_owned()
+                        } else {
+                            addr.ip().to_string()
+                        };
+                        format!("http://{host}:{}", addr.port())
+                    });
+                Config::Serve {
+                    config: ServeConfig {
+                        addr,
+                        data_dir,
+                        max_upload_bytes: parse_size(&max_upload)
+                            .map_err(|e| format!("--max-upload: {e}"))?,
+                        cache_budget_bytes: parse_size(&cache)
+                            .map_err(|e| format!("--cache: {e}"))?,
+                        public_url,
+                    },
+                    files,
+                }
+            }
+            Command::Upload {
+                file,
+                server,
+                name,
+                group,
+            } => {
+                check(&file)?;
+                let filename = file
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                let mut url = format!(
+                    "{}/api/snapshots?filename={}",
+                    server.trim_end_matches('/'),
+                    query_escape(&filename)
+                );
+                if let Some(name) = name {
+                    url.push_str(&format!("&name={}", query_escape(&name)));
+                }
+                if let Some(group) = group {
+                    url.push_str(&format!("&group={}", query_escape(&group)));
+                }
+                if !url.starts_with("http://") {
+                    return Err(format!(
+                        "--server {server:?} must be an http:// URL (this build speaks plain HTTP)"
+                    ));
+                }
+                Config::Upload { file, url }
+            }
         })
     }
+}
+
+/// `$XDG_DATA_HOME/snapview`, else `~/.local/share/snapview`.
+fn default_data_dir() -> Result<PathBuf, String> {
+    if let Some(dir) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+        return Ok(PathBuf::from(dir).join("snapview"));
+    }
+    match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        Some(home) => Ok(PathBuf::from(home).join(".local/share/snapview")),
+        None => Err("no data folder: set --data-dir (or HOME or XDG_DATA_HOME)".into()),
+    }
+}
+
+/// `8GiB`, `500MB`, `1.5G`, `1000000` → bytes (binary units for the `i` forms and for bare
+/// K/M/G, as people mean them for memory; decimal for kB/MB/GB).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size like 8GiB or 500MB"))?;
+    let multiplier: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024.0 * 1024.0,
+        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "t" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        other => return Err(format!("unknown unit {other:?} in {text:?}")),
+    };
+    Ok((value * multiplier) as u64)
+}
+
+/// Percent-encodes a query value.
+fn query_escape(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// Runs the command line; returns the process exit status.
@@ -117,6 +280,8 @@ pub fn main() -> i32 {
 fn run(config: Config) -> Result<(), String> {
     let mut out = std::io::stdout().lock();
     let text = match config {
+        Config::Serve { config, files } => return serve(config, files),
+        Config::Upload { file, url } => upload(&file, &url)?,
         Config::Summary { file, json } => {
             let snapshot = load_with_progress(&file)?;
             let analysis = Analysis::new(&snapshot);
@@ -330,5 +495,72 @@ fn short_frame(frame: &str) -> &str {
             }
         }
         None => frame,
+    }
+}
+
+/// `snapview serve`: opens the store, imports FILEs, prints the URL, serves until Ctrl-C.
+fn serve(config: ServeConfig, files: Vec<PathBuf>) -> Result<(), String> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "snapview=info,tower_http=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    runtime.block_on(async move {
+        let data_dir = config.data_dir.clone();
+        let state = AppState::open(config.clone())
+            .map_err(|e| format!("cannot open the data folder {}: {e}", data_dir.display()))?;
+        let listener = tokio::net::TcpListener::bind(config.addr)
+            .await
+            .map_err(|e| format!("cannot listen on {}: {e}", config.addr))?;
+        for file in &files {
+            match crate::server::upload::import_path(&state, file).await {
+                Ok(view) => println!("{}  {}", view.url, file.display()),
+                Err(e) => return Err(format!("{}: {e}", file.display())),
+            }
+        }
+        tracing::info!(data_dir = %data_dir.display(), "snapshots are kept here");
+        println!("snapview is serving at {}/", config.public_url);
+        crate::server::serve(state, listener)
+            .await
+            .map_err(|e| format!("the server failed: {e}"))
+    })
+}
+
+/// `snapview upload`: streams the file to the server and returns the line to print.
+fn upload(file: &Path, url: &str) -> Result<String, String> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut reader =
+        std::fs::File::open(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    let mut response = agent
+        .post(url)
+        .header("Content-Type", "application/octet-stream")
+        .send(ureq::SendBody::from_reader(&mut reader))
+        .map_err(|e| format!("cannot reach the server: {e}"))?;
+    let status = response.status();
+    let body = response
+        .body_mut()
+        .with_config()
+        .limit(16 << 20)
+        .read_to_string()
+        .map_err(|e| format!("unreadable answer from the server: {e}"))?;
+    let json: serde_json::Value = serde_json::from_str(&body).map_err(|_| {
+        format!(
+            "the server answered {status} without JSON: {}",
+            body.chars().take(200).collect::<String>()
+        )
+    })?;
+    if status.is_success() {
+        let url = json["url"].as_str().unwrap_or_default();
+        Ok(format!("{url}\n"))
+    } else {
+        Err(json["error"]["message"]
+            .as_str()
+            .map_or_else(|| format!("the server answered {status}"), str::to_owned))
     }
 }

@@ -22,5 +22,6 @@ pub mod analysis;
 pub mod cli;
 pub mod format;
 pub mod pickle;
+pub mod server;
 pub mod snapshot;
 pub mod torch_text;

@@ -1,0 +1,368 @@
+//! HTML pages (askama templates in `templates/`). Pages render what the server already knows;
+//! the scripts in `static/` add uploading, renaming and, later, the interactive views.
+
+use super::AppState;
+use super::api::{SnapshotView, loaded, parse_id, record};
+use super::assets;
+use super::error::ApiError;
+use crate::analysis::DeviceSummary;
+use crate::format::{bytes, count, duration_us};
+use askama::Template;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Response};
+
+/// Asset URLs every page links (hashed names).
+pub struct Assets {
+    pub css: String,
+    pub index_js: String,
+    pub snapshot_js: String,
+    pub icon: String,
+}
+
+impl Assets {
+    fn new() -> Self {
+        Self {
+            css: assets::url("app.css"),
+            index_js: assets::url("index.js"),
+            snapshot_js: assets::url("snapshot.js"),
+            icon: assets::url("icon.svg"),
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "index.html")]
+struct IndexPage {
+    assets: Assets,
+    rows: Vec<Row>,
+    max_upload: String,
+}
+
+/// One line of the snapshot list.
+struct Row {
+    id: String,
+    name: String,
+    filename: String,
+    size: String,
+    uploaded_at_ms: i64,
+    group: String,
+    devices: String,
+    peak: String,
+    reserved: String,
+    oom: u64,
+    notes: Vec<String>,
+}
+
+impl Row {
+    fn new(view: &SnapshotView) -> Self {
+        let summary = &view.summary;
+        let number = |key: &str| summary[key].as_u64().unwrap_or(0);
+        let devices: Vec<String> = summary["devices"]
+            .as_array()
+            .map(|devices| {
+                devices
+                    .iter()
+                    .filter_map(|d| d["device"].as_u64())
+                    .map(|d| format!("cuda:{d}"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Self {
+            id: view.id.to_string(),
+            name: view.name.clone(),
+            filename: view.filename.clone(),
+            size: bytes(view.size_bytes),
+            uploaded_at_ms: view.uploaded_at_ms,
+            group: view.group.clone(),
+            devices: devices.join(", "),
+            peak: bytes(number("peak_allocated_bytes")),
+            reserved: bytes(number("peak_reserved_bytes")),
+            oom: number("oom_events"),
+            notes: summary["notes"]
+                .as_array()
+                .map(|n| {
+                    n.iter()
+                        .filter_map(|c| c.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "snapshot.html")]
+struct SnapshotPage {
+    assets: Assets,
+    id: String,
+    name: String,
+    filename: String,
+    size: String,
+    uploaded_at_ms: i64,
+    group: String,
+    share_url: String,
+    source: String,
+    notes: Vec<NoteView>,
+    devices: Vec<DeviceView>,
+    settings: Vec<(String, String)>,
+    annotations: usize,
+}
+
+struct NoteView {
+    code: String,
+    message: String,
+}
+
+struct DeviceView {
+    device: usize,
+    trace_entries: String,
+    actions: String,
+    peak: String,
+    peak_at: String,
+    peak_reserved: String,
+    allocated_now: String,
+    reserved_now: String,
+    free_now: String,
+    largest_free: String,
+    rounding: String,
+    fragmentation: String,
+    segments: String,
+    ooms: Vec<OomView>,
+    stacks: Vec<StackView>,
+}
+
+struct OomView {
+    requested: String,
+    device_free: String,
+    at: String,
+}
+
+struct StackView {
+    bytes: String,
+    share: String,
+    /// Width of the bar, in percent of the largest stack.
+    bar: String,
+    allocations: String,
+    top: String,
+    frames: Vec<String>,
+}
+
+impl DeviceView {
+    fn new(device: &DeviceSummary, trace: &crate::snapshot::Trace) -> Self {
+        let start = trace.time_us.first().copied().unwrap_or(0);
+        let at = |event: Option<usize>| match event {
+            None => "before the first event".to_owned(),
+            Some(i) if trace.has_time => format!(
+                "event {} · {} in",
+                count(i as u64),
+                duration_us(trace.time_us.get(i).copied().unwrap_or(start) - start)
+            ),
+            Some(i) => format!("event {}", count(i as u64)),
+        };
+        let stats = &device.segment_stats;
+        let largest = device
+            .top_stacks_at_peak
+            .first()
+            .map_or(1, |s| s.bytes.max(1));
+        Self {
+            device: device.device,
+            trace_entries: count(device.trace_entries as u64),
+            actions: device
+                .actions
+                .iter()
+                .map(|(name, n)| format!("{name} {}", count(*n as u64)))
+                .collect::<Vec<_>>()
+                .join(" · "),
+            peak: bytes(device.peak_allocated_bytes),
+            peak_at: at(device.peak_event_index),
+            peak_reserved: bytes(device.peak_reserved_bytes),
+            allocated_now: bytes(device.allocated_bytes_at_snapshot),
+            reserved_now: bytes(device.reserved_bytes_at_snapshot),
+            free_now: bytes(stats.external_free),
+            largest_free: bytes(stats.largest_free_block),
+            rounding: bytes(stats.internal_free),
+            fragmentation: format!("{:.0}%", stats.fragmentation() * 100.0),
+            segments: count(device.segments as u64),
+            ooms: device
+                .oom_events
+                .iter()
+                .map(|oom| OomView {
+                    requested: bytes(oom.requested_bytes),
+                    device_free: oom.device_free_bytes.map_or("unknown".into(), bytes),
+                    at: at(Some(oom.event_index)),
+                })
+                .collect(),
+            stacks: device
+                .top_stacks_at_peak
+                .iter()
+                .map(|stack| StackView {
+                    bytes: bytes(stack.bytes),
+                    share: format!(
+                        "{:.1}%",
+                        stack.bytes as f64 * 100.0 / device.peak_allocated_bytes.max(1) as f64
+                    ),
+                    bar: format!("{:.1}", stack.bytes as f64 * 100.0 / largest as f64),
+                    allocations: count(stack.allocations as u64),
+                    top: stack
+                        .frames
+                        .first()
+                        .map(|f| short_frame(f))
+                        .unwrap_or_default(),
+                    frames: stack.frames.iter().map(|f| short_frame(f)).collect(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// `…/site-packages/torch/nn/modules/linear.py:134:forward` → `linear.py:134 forward`.
+fn short_frame(frame: &str) -> String {
+    let mut parts = frame.rsplitn(3, ':');
+    let (name, line, file) = (parts.next(), parts.next(), parts.next());
+    match (file, line, name) {
+        (Some(file), Some(line), Some(name)) => {
+            let base = file.rsplit('/').next().unwrap_or(file);
+            format!("{base}:{line} {name}")
+        }
+        _ => frame.to_owned(),
+    }
+}
+
+#[derive(Template)]
+#[template(path = "error.html")]
+struct ErrorPage {
+    assets: Assets,
+    title: String,
+    message: String,
+}
+
+fn render(page: impl Template) -> Response {
+    match page.render() {
+        Ok(html) => Html(html).into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "template failed");
+            (StatusCode::INTERNAL_SERVER_ERROR, "page rendering failed").into_response()
+        }
+    }
+}
+
+/// An API error as a page a person can read.
+fn error_page(error: ApiError) -> Response {
+    let status = error.status();
+    let title = match status {
+        StatusCode::NOT_FOUND => "Snapshot not found",
+        StatusCode::BAD_REQUEST => "That link is not right",
+        _ => "Something went wrong",
+    };
+    let mut response = render(ErrorPage {
+        assets: Assets::new(),
+        title: title.to_owned(),
+        message: error.to_string(),
+    });
+    *response.status_mut() = status;
+    response
+}
+
+/// `GET /`: the snapshot list and the drop zone.
+pub async fn index(State(state): State<AppState>) -> Response {
+    let store = state.store.clone();
+    let records = match tokio::task::spawn_blocking(move || store.list()).await {
+        Ok(Ok(records)) => records,
+        Ok(Err(e)) => return error_page(e.into()),
+        Err(e) => return error_page(ApiError::Internal(e.to_string())),
+    };
+    render(IndexPage {
+        assets: Assets::new(),
+        rows: records
+            .iter()
+            .map(|r| Row::new(&SnapshotView::new(r, &state.config.public_url)))
+            .collect(),
+        max_upload: bytes(state.config.max_upload_bytes),
+    })
+}
+
+/// `GET /s/{id}`: one snapshot; this URL is the one to share.
+pub async fn snapshot(State(state): State<AppState>, Path(id): Path<String>) -> Response {
+    match snapshot_page(&state, &id).await {
+        Ok(page) => render(page),
+        Err(e) => error_page(e),
+    }
+}
+
+async fn snapshot_page(state: &AppState, id: &str) -> Result<SnapshotPage, ApiError> {
+    let id = parse_id(id)?;
+    let record = record(state, &id).await?;
+    let loaded = loaded(state, &id).await?;
+    let snapshot = &loaded.snapshot;
+    let summary = &loaded.summary;
+    let source = &snapshot.source;
+    let mut source_text = match source.pickle_protocol {
+        Some(p) => format!("pickle protocol {p}"),
+        None => "JSON".to_owned(),
+    };
+    match source.compression {
+        crate::snapshot::Compression::None => {}
+        crate::snapshot::Compression::Gzip => source_text.push_str(", gzip"),
+        crate::snapshot::Compression::Zstd => source_text.push_str(", zstd"),
+    }
+    let settings = match &snapshot.allocator_settings {
+        serde_json::Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| {
+                let text = match v {
+                    serde_json::Value::String(s) if s.is_empty() => "(empty)".to_owned(),
+                    serde_json::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                (k.clone(), text)
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    Ok(SnapshotPage {
+        assets: Assets::new(),
+        id: id.to_string(),
+        name: record.name.clone(),
+        filename: record.filename.clone(),
+        size: bytes(record.size_bytes),
+        uploaded_at_ms: record.uploaded_at_ms,
+        group: record.group.clone(),
+        share_url: format!("{}/s/{}", state.config.public_url, id),
+        source: source_text,
+        notes: summary
+            .notes
+            .iter()
+            .map(|n| NoteView {
+                code: n.code.to_owned(),
+                message: n.message.clone(),
+            })
+            .collect(),
+        devices: summary
+            .devices
+            .iter()
+            .map(|d| DeviceView::new(d, snapshot.trace(d.device)))
+            .collect(),
+        settings,
+        annotations: snapshot.external_annotations.len(),
+    })
+}
+
+/// Any other path.
+pub async fn not_found() -> Response {
+    error_page(ApiError::NotFound("at this address".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::short_frame;
+
+    #[test]
+    fn frames_shorten_to_file_line_name() {
+        assert_eq!(
+            short_frame("/opt/torch/nn/modules/linear.py:134:forward"),
+            "linear.py:134 forward"
+        );
+        assert_eq!(short_frame("<non-python>"), "<non-python>");
+    }
+}

@@ -1,0 +1,405 @@
+//! Uploads: streamed to a temporary file while hashed, parsed, and only then stored.
+//!
+//! Nothing is held whole in memory and nothing is stored until the file parses: an over-limit
+//! body (413), a file that is not a snapshot (400, with the reader's message) or a client that
+//! disconnects mid-upload leaves the store exactly as it was, because the temporary file is
+//! removed by [`TempFile`]'s drop on every path that does not store it.
+
+use super::AppState;
+use super::api::{SnapshotView, summary_row};
+use super::cache::Loaded;
+use super::error::ApiError;
+use super::store::{NewSnapshot, SnapshotId};
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Query, Request, State};
+use axum::http::{StatusCode, header};
+use futures_util::{Stream, StreamExt};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::io::AsyncWriteExt;
+
+#[derive(Debug, Deserialize, Default)]
+pub struct UploadParams {
+    /// A display name; defaults to the file name.
+    pub name: Option<String>,
+    /// The original file name (raw uploads have none of their own).
+    pub filename: Option<String>,
+    /// A group label, e.g. the job whose ranks these are.
+    pub group: Option<String>,
+}
+
+/// A file in the store's temp folder, removed on drop unless [`TempFile::keep`] was called.
+struct TempFile {
+    path: PathBuf,
+    keep: bool,
+}
+
+impl TempFile {
+    fn new(dir: &Path) -> Self {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let unique = format!(
+            "upload-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        Self {
+            path: dir.join(unique),
+            keep: false,
+        }
+    }
+
+    fn keep(mut self) -> PathBuf {
+        self.keep = true;
+        self.path.clone()
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// One upload: its bytes on disk, and the snapshot parsed from them as they arrived (unless the
+/// upload was likely a duplicate: then it is parsed only if its hash says it is new).
+struct Received {
+    file: TempFile,
+    size: u64,
+    digest: Vec<u8>,
+    loaded: Option<Loaded>,
+}
+
+/// Chunks of the upload as they arrive, on a channel, as a `Read` for the parser thread.
+/// A closed channel is the end of the input.
+struct ChannelReader {
+    chunks: tokio::sync::mpsc::Receiver<Bytes>,
+    current: Bytes,
+}
+
+impl std::io::Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            match self.chunks.blocking_recv() {
+                Some(chunk) => self.current = chunk,
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current.split_to(n));
+        Ok(n)
+    }
+}
+
+type ParseResult = Result<Loaded, crate::snapshot::LoadError>;
+
+async fn join_parser(
+    handle: tokio::task::JoinHandle<ParseResult>,
+) -> Result<ParseResult, ApiError> {
+    handle
+        .await
+        .map_err(|e| ApiError::Internal(format!("the parser failed: {e}")))
+}
+
+/// Chunks in flight between the network and the parser (a few MB at most).
+const PARSE_QUEUE: usize = 64;
+
+/// Writes a byte stream to a temp file, hashing it and parsing it as it arrives (so a large
+/// upload is analysed by the time its last byte lands, and a file that is not a snapshot is
+/// refused after its first bytes), refusing it past `limit` bytes.
+async fn receive<S, E>(
+    mut stream: S,
+    dir: &Path,
+    limit: u64,
+    parse: bool,
+) -> Result<Received, ApiError>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    let file = TempFile::new(dir);
+    let mut out = tokio::fs::File::create(&file.path)
+        .await
+        .map_err(|e| ApiError::Internal(format!("cannot create a temporary file: {e}")))?;
+    let (chunks, mut parser) = if parse {
+        let (chunks, receiver) = tokio::sync::mpsc::channel::<Bytes>(PARSE_QUEUE);
+        let parser = tokio::task::spawn_blocking(move || {
+            let reader = ChannelReader {
+                chunks: receiver,
+                current: Bytes::new(),
+            };
+            crate::snapshot::load_reader(reader, Default::default()).map(Loaded::new)
+        });
+        (Some(chunks), Some(parser))
+    } else {
+        (None, None)
+    };
+    let mut parsed = None;
+    let mut hasher = Sha256::new();
+    let mut size = 0u64;
+    while let Some(chunk) = stream.next().await {
+        let chunk =
+            chunk.map_err(|e| ApiError::BadRequest(format!("the upload was interrupted: {e}")))?;
+        if chunk.is_empty() {
+            continue;
+        }
+        size += chunk.len() as u64;
+        if size > limit {
+            return Err(ApiError::TooLarge { limit });
+        }
+        hasher.update(&chunk);
+        out.write_all(&chunk)
+            .await
+            .map_err(|e| ApiError::Internal(format!("cannot write the upload: {e}")))?;
+        let parser_stopped = chunks.as_ref().is_some_and(|c| c.is_closed());
+        if let Some(handle) = parser.take_if(|_| parser_stopped) {
+            // The parser stopped before the end of the upload: if it failed, the file is not a
+            // snapshot and is refused now, without reading the rest; if it succeeded, the rest
+            // is trailing data after the pickle's STOP, which Python ignores too.
+            let result = join_parser(handle).await?;
+            parsed = Some(result.map_err(|e| ApiError::NotASnapshot(e.to_string()))?);
+        }
+        if let (Some(chunks), Some(_)) = (&chunks, &parser) {
+            // A send fails only when the parser has stopped; the next chunk checks why.
+            let _ = chunks.send(chunk).await;
+        }
+    }
+    drop(chunks);
+    if size == 0 {
+        return Err(ApiError::NotASnapshot("the upload is empty".into()));
+    }
+    let loaded = match (parsed, parser) {
+        (Some(loaded), _) => Some(loaded),
+        (None, Some(handle)) => Some(
+            join_parser(handle)
+                .await?
+                .map_err(|e| ApiError::NotASnapshot(e.to_string()))?,
+        ),
+        (None, None) => None,
+    };
+    out.flush()
+        .await
+        .map_err(|e| ApiError::Internal(format!("cannot write the upload: {e}")))?;
+    Ok(Received {
+        file,
+        size,
+        digest: hasher.finalize().to_vec(),
+        loaded,
+    })
+}
+
+/// `POST /api/snapshots`: the raw file as the body (`curl --data-binary @x.pickle`), or a
+/// multipart form with a `file` field (the page's file picker).
+pub async fn upload(
+    State(state): State<AppState>,
+    Query(params): Query<UploadParams>,
+    request: Request,
+) -> Result<(StatusCode, Json<SnapshotView>), ApiError> {
+    let limit = state.config.max_upload_bytes;
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(ApiError::TooLarge { limit });
+    }
+    let is_multipart = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("multipart/form-data"));
+    let temp_dir = state.store.temp_dir();
+    let parse = !maybe_duplicate(&state, declared).await;
+    let (received, part_filename) = if is_multipart {
+        receive_multipart(request, &temp_dir, limit, parse).await?
+    } else {
+        let stream = request.into_body().into_data_stream();
+        (receive(stream, &temp_dir, limit, parse).await?, None)
+    };
+
+    let (view, created) = ingest(&state, received, params, part_filename).await?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(view)))
+}
+
+/// Imports a local file (the FILEs of `snapview serve FILE...`) exactly as an upload.
+pub async fn import_path(state: &AppState, path: &Path) -> Result<SnapshotView, ApiError> {
+    let file = tokio::fs::File::open(path)
+        .await
+        .map_err(|e| ApiError::BadRequest(format!("cannot read {}: {e}", path.display())))?;
+    let size = file.metadata().await.ok().map(|m| m.len());
+    let parse = !maybe_duplicate(state, size).await;
+    let stream = tokio_util::io::ReaderStream::new(file);
+    let received = receive(
+        stream,
+        &state.store.temp_dir(),
+        state.config.max_upload_bytes,
+        parse,
+    )
+    .await?;
+    let filename = path.file_name().map(|n| n.to_string_lossy().into_owned());
+    let (view, _) = ingest(state, received, UploadParams::default(), filename).await?;
+    Ok(view)
+}
+
+/// Parses a received file and, if it is a snapshot, stores it: returns its view and whether it
+/// was new (the same bytes uploaded twice give the same id).
+async fn ingest(
+    state: &AppState,
+    received: Received,
+    params: UploadParams,
+    part_filename: Option<String>,
+) -> Result<(SnapshotView, bool), ApiError> {
+    let filename = params
+        .filename
+        .clone()
+        .or(part_filename)
+        .or_else(|| params.name.clone())
+        .unwrap_or_else(|| "snapshot.pickle".to_owned());
+    let name = params
+        .name
+        .clone()
+        .filter(|n| !n.trim().is_empty())
+        .unwrap_or_else(|| display_name(&filename));
+    let id = SnapshotId::from_digest(&received.digest);
+
+    let store = state.store.clone();
+    let lookup = id.clone();
+    let existing = tokio::task::spawn_blocking(move || store.get(&lookup))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))??;
+    if let Some(record) = existing {
+        // The same bytes are stored already: same id, nothing new to keep.
+        return Ok((SnapshotView::new(&record, &state.config.public_url), false));
+    }
+    let loaded = match received.loaded {
+        // Parsed while it arrived: analysed already, so opening its page right after is instant.
+        Some(loaded) => loaded,
+        None => {
+            let path = received.file.path.clone();
+            tokio::task::spawn_blocking(move || {
+                crate::snapshot::load_path(&path, Default::default()).map(Loaded::new)
+            })
+            .await
+            .map_err(|e| ApiError::Internal(format!("the parser failed: {e}")))?
+            .map_err(|e| ApiError::NotASnapshot(e.to_string()))?
+        }
+    };
+    let loaded = Arc::new(loaded);
+
+    let new = NewSnapshot {
+        id: id.clone(),
+        name,
+        filename: sanitize_filename(&filename),
+        size_bytes: received.size,
+        group: params.group.unwrap_or_default().trim().to_owned(),
+        summary: summary_row(&loaded.summary),
+    };
+    let temp_path = received.file.keep();
+    let store = state.store.clone();
+    let stored = tokio::task::spawn_blocking(move || {
+        let result = store.put(new, &temp_path);
+        if result.is_err() {
+            let _ = std::fs::remove_file(&temp_path);
+        }
+        result
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("storing failed: {e}")))?;
+    let (record, created) = stored?;
+    state.cache.insert(&record.id, loaded);
+    tracing::info!(id = %record.id, size = record.size_bytes, created, "snapshot uploaded");
+    Ok((
+        SnapshotView::new(&record, &state.config.public_url),
+        created,
+    ))
+}
+
+/// Whether a stored snapshot has the declared size: then the upload is hashed first and parsed
+/// only if new, rather than parsed while it arrives (which would hold a second copy of a large
+/// snapshot in memory just to find it was stored already).
+async fn maybe_duplicate(state: &AppState, declared_size: Option<u64>) -> bool {
+    let Some(size) = declared_size else {
+        return false;
+    };
+    let store = state.store.clone();
+    matches!(
+        tokio::task::spawn_blocking(move || store.has_size(size)).await,
+        Ok(Ok(true))
+    )
+}
+
+async fn receive_multipart(
+    request: Request,
+    dir: &Path,
+    limit: u64,
+    parse: bool,
+) -> Result<(Received, Option<String>), ApiError> {
+    use axum::extract::FromRequest;
+    let mut multipart = axum::extract::Multipart::from_request(request, &())
+        .await
+        .map_err(|e| ApiError::BadRequest(format!("unreadable multipart form: {e}")))?;
+    while let Some(field) = multipart
+        .next_field()
+        .await
+        .map_err(|e| ApiError::BadRequest(format!("the upload was interrupted: {e}")))?
+    {
+        if field.name() != Some("file") {
+            continue;
+        }
+        let filename = field.file_name().map(str::to_owned);
+        let received = receive(field, dir, limit, parse).await?;
+        return Ok((received, filename));
+    }
+    Err(ApiError::BadRequest(
+        "the multipart form has no `file` field".into(),
+    ))
+}
+
+/// `gpt2_run.pickle` → `gpt2_run`.
+fn display_name(filename: &str) -> String {
+    let base = filename.rsplit(['/', '\\']).next().unwrap_or(filename);
+    let mut name = base;
+    for suffix in [".gz", ".zst", ".pickle", ".pkl", ".json"] {
+        name = name.strip_suffix(suffix).unwrap_or(name);
+    }
+    if name.is_empty() { base } else { name }.to_owned()
+}
+
+/// The last path component, without control characters (it is shown and sent in a header).
+fn sanitize_filename(filename: &str) -> String {
+    let base = filename.rsplit(['/', '\\']).next().unwrap_or(filename);
+    let clean: String = base
+        .chars()
+        .filter(|c| !c.is_control() && *c != '"')
+        .take(200)
+        .collect();
+    if clean.is_empty() {
+        "snapshot.pickle".to_owned()
+    } else {
+        clean
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_come_from_file_names() {
+        assert_eq!(display_name("runs/gpt2_run.pickle"), "gpt2_run");
+        assert_eq!(display_name("x.pickle.gz"), "x");
+        assert_eq!(display_name(".pickle"), ".pickle");
+        assert_eq!(sanitize_filename("../../a\"b\n.pickle"), "ab.pickle");
+    }
+}

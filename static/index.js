@@ -1,0 +1,226 @@
+// The snapshot list: drag-and-drop upload with progress, and the filter box.
+
+import { bytes } from "./lib/format.js";
+import { isShortcut, keyboardHelp, showTimes } from "./lib/page.js";
+
+const dropzone = document.getElementById("dropzone");
+const input = document.getElementById("file-input");
+const idle = dropzone.querySelector(".drop-idle");
+const busy = dropzone.querySelector(".drop-busy");
+const errorBox = dropzone.querySelector(".drop-error");
+const progress = busy.querySelector(".progress");
+const bar = busy.querySelector(".progress-bar");
+const status = busy.querySelector("[data-upload-status]");
+const cancel = busy.querySelector("[data-upload-cancel]");
+/** The upload in flight, if any. */
+let request = null;
+
+function setBusy(on) {
+  idle.hidden = on;
+  busy.hidden = !on;
+  dropzone.classList.toggle("busy", on);
+  dropzone.setAttribute("aria-busy", String(on));
+}
+
+function showError(message) {
+  request = null;
+  errorBox.textContent = message;
+  errorBox.hidden = false;
+  setBusy(false);
+}
+
+function setProgress(percent) {
+  bar.style.width = `${percent}%`;
+  progress.setAttribute("aria-valuenow", String(percent));
+}
+
+/** Sends the file as the raw request body, reporting progress, then opens its page. */
+function upload(file) {
+  if (request) return;
+  errorBox.hidden = true;
+  setBusy(true);
+  busy.querySelector("[data-upload-name]").textContent = file.name;
+  busy.querySelector("[data-upload-size]").textContent = bytes(file.size);
+  progress.classList.remove("indeterminate");
+  setProgress(0);
+  status.textContent = "Starting…";
+  cancel.hidden = false;
+
+  const xhr = new XMLHttpRequest();
+  request = xhr;
+  xhr.open("POST", `/api/snapshots?filename=${encodeURIComponent(file.name)}`);
+  xhr.setRequestHeader("Content-Type", "application/octet-stream");
+  xhr.upload.addEventListener("progress", (event) => {
+    if (!event.lengthComputable || event.total === 0) return;
+    const percent = Math.floor((event.loaded / event.total) * 100);
+    setProgress(percent);
+    status.textContent = `Uploading ${bytes(event.loaded)} of ${bytes(event.total)} · ${percent}%`;
+  });
+  xhr.upload.addEventListener("load", () => {
+    setProgress(100);
+    progress.classList.add("indeterminate");
+    progress.removeAttribute("aria-valuenow");
+    status.textContent = "Reading and analysing the snapshot…";
+  });
+  xhr.addEventListener("load", () => {
+    let body = null;
+    try {
+      body = JSON.parse(xhr.responseText);
+    } catch {
+      // Not JSON: a proxy's error page, say.
+    }
+    if ((xhr.status === 200 || xhr.status === 201) && body?.id) {
+      status.textContent = xhr.status === 200 ? "Already here. Opening…" : "Done. Opening…";
+      cancel.hidden = true;
+      request = null;
+      window.location.assign(`/s/${body.id}`);
+    } else {
+      const message = body?.error?.message ?? `The server answered ${xhr.status} ${xhr.statusText}.`;
+      showError(`Could not add ${file.name}: ${message}`);
+    }
+  });
+  xhr.addEventListener("error", () => showError(`Could not add ${file.name}: the server could not be reached.`));
+  xhr.addEventListener("abort", () => showError(`The upload of ${file.name} was cancelled.`));
+  xhr.send(file);
+}
+
+cancel.addEventListener("click", (event) => {
+  event.stopPropagation();
+  request?.abort();
+});
+dropzone.addEventListener("click", (event) => {
+  if (request || event.target === input || event.target.closest("label, button, .drop-error")) return;
+  input.click();
+});
+dropzone.addEventListener("keydown", (event) => {
+  if ((event.key === "Enter" || event.key === " ") && event.target === dropzone && !request) {
+    event.preventDefault();
+    input.click();
+  }
+});
+input.addEventListener("change", () => {
+  if (input.files.length > 0) upload(input.files[0]);
+  input.value = "";
+});
+for (const type of ["dragenter", "dragover"]) {
+  dropzone.addEventListener(type, (event) => {
+    event.preventDefault();
+    if (!request) dropzone.classList.add("dragging");
+  });
+}
+dropzone.addEventListener("dragleave", (event) => {
+  // Moving over a child fires dragleave on the zone too; only leaving the zone counts.
+  if (!dropzone.contains(event.relatedTarget)) dropzone.classList.remove("dragging");
+});
+dropzone.addEventListener("drop", (event) => {
+  event.preventDefault();
+  dropzone.classList.remove("dragging");
+  const files = event.dataTransfer?.files;
+  if (files && files.length > 0) upload(files[0]);
+});
+// A file dropped anywhere on the page goes to the drop zone, not to the browser's viewer.
+window.addEventListener("dragover", (event) => event.preventDefault());
+window.addEventListener("drop", (event) => {
+  event.preventDefault();
+  if (!dropzone.contains(event.target) && event.dataTransfer?.files.length) upload(event.dataTransfer.files[0]);
+});
+// Leaving mid-upload loses it: ask first.
+window.addEventListener("beforeunload", (event) => {
+  if (request) event.preventDefault();
+});
+// Coming back with the Back button may show this page as it was left ("Opening…") or as the
+// browser cached it (without the snapshot just added, or with an old name): load it afresh.
+window.addEventListener("pageshow", (event) => {
+  if (event.persisted) window.location.reload();
+});
+
+/** After Back or Forward, reloads the page if the list it shows is not the server's. */
+async function reloadIfStale() {
+  if (performance.getEntriesByType("navigation")[0]?.type !== "back_forward") return;
+  try {
+    const response = await fetch("/api/snapshots", { cache: "no-store" });
+    if (!response.ok) return;
+    const { snapshots } = await response.json();
+    const served = snapshots.map((s) => `/s/${s.id} ${s.name}`).join("\n");
+    const shown = [...document.querySelectorAll("table.snapshots a.name")].map((a) => `${a.getAttribute("href")} ${a.textContent.trim()}`).join("\n");
+    if (served !== shown) window.location.reload();
+  } catch {
+    // Offline: the cached list is better than none.
+  }
+}
+reloadIfStale();
+
+// A note recorded for several devices shows once per snapshot.
+for (const cell of document.querySelectorAll("table.snapshots td.col-name")) {
+  const seen = new Set();
+  for (const badge of cell.querySelectorAll(".badge[data-note]")) {
+    if (seen.has(badge.dataset.note)) badge.remove();
+    seen.add(badge.dataset.note);
+  }
+}
+
+// The filter box.
+const search = document.getElementById("search");
+const table = document.getElementById("snapshot-table");
+const count = document.querySelector(".count");
+const noMatch = document.getElementById("no-match");
+
+function filter() {
+  const words = search.value.toLowerCase().split(/\s+/).filter(Boolean);
+  const rows = [...(table?.tBodies[0].rows ?? [])];
+  let shown = 0;
+  for (const row of rows) {
+    const visible = words.every((word) => row.dataset.search.includes(word));
+    row.hidden = !visible;
+    if (visible) shown += 1;
+  }
+  if (noMatch) noMatch.hidden = shown > 0;
+  if (count) count.textContent = words.length > 0 ? `${shown} of ${rows.length}` : String(rows.length);
+}
+
+function clearFilter() {
+  search.value = "";
+  filter();
+}
+
+search?.addEventListener("input", filter);
+search?.addEventListener("keydown", (event) => {
+  if (event.key === "Escape") {
+    event.preventDefault();
+    clearFilter();
+    search.blur();
+  }
+  if (event.key === "Enter") {
+    // Enter opens the first snapshot left by the filter.
+    const first = [...(table?.tBodies[0].rows ?? [])].find((row) => !row.hidden);
+    first?.querySelector("a.name")?.click();
+  }
+});
+document.querySelector("[data-clear-filter]")?.addEventListener("click", () => {
+  clearFilter();
+  search.focus();
+});
+// The browser may restore the box's text on Back; apply it.
+if (search?.value) filter();
+
+document.addEventListener("keydown", (event) => {
+  if (!isShortcut(event)) return;
+  if (event.key === "/" && search) {
+    event.preventDefault();
+    search.focus();
+    search.select();
+  } else if (event.key === "u" && !request) {
+    event.preventDefault();
+    input.click();
+  } else if (event.key === "Escape" && request) {
+    request.abort();
+  }
+});
+
+showTimes();
+const keys = [];
+if (search) {
+  keys.push(["/", "Filter the list"], ["Enter", "Open the first match (in the filter)"], ["Esc", "Clear the filter"]);
+}
+keys.push(["u", "Upload: choose a file"], ["Esc", "Cancel an upload"], ["?", "Show these keys"]);
+keyboardHelp(keys);

@@ -1,0 +1,176 @@
+//! The real server binary over real TCP: upload, read back, restart, disconnects.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `snapview serve` on a free loopback port, killed on drop.
+struct Served {
+    child: Child,
+    url: String,
+}
+
+impl Served {
+    fn start(data_dir: &Path) -> Self {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let child = Command::new(env!("CARGO_BIN_EXE_snapview"))
+            .args([
+                "serve",
+                "--addr",
+                &format!("127.0.0.1:{port}"),
+                "--data-dir",
+            ])
+            .arg(data_dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the server");
+        let url = format!("http://127.0.0.1:{port}");
+        let served = Self { child, url };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "the server did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        served
+    }
+
+    fn get(&self, path: &str) -> (u16, String) {
+        let mut response = ureq::get(&format!("{}{path}", self.url))
+            .config()
+            .http_status_as_error(false)
+            .build()
+            .call()
+            .expect("GET");
+        let status = response.status().as_u16();
+        (status, response.body_mut().read_to_string().expect("body"))
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn blobs_and_temps(data_dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for folder in ["blobs", "tmp"] {
+        let mut stack = vec![data_dir.join(folder)];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                if entry.path().is_dir() {
+                    stack.push(entry.path());
+                } else {
+                    found.push(entry.path().to_string_lossy().into_owned());
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn upload_over_tcp_survives_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bytes = std::fs::read(common::path_of("mlp_small")).expect("fixture");
+    let id = {
+        let server = Served::start(dir.path());
+        let mut response = ureq::post(&format!(
+            "{}/api/snapshots?filename=mlp_small.pickle",
+            server.url
+        ))
+        .header("Content-Type", "application/octet-stream")
+        .send(&bytes[..])
+        .expect("upload");
+        assert_eq!(response.status().as_u16(), 201);
+        let created: serde_json::Value =
+            serde_json::from_str(&response.body_mut().read_to_string().expect("body"))
+                .expect("json");
+        let id = created["id"].as_str().expect("id").to_owned();
+        assert_eq!(created["url"], format!("{}/s/{id}", server.url));
+        let (status, page) = server.get(&format!("/s/{id}"));
+        assert_eq!(status, 200);
+        assert!(page.contains("mlp_small"));
+        let (status, json) = server.get(&format!("/api/snapshots/{id}"));
+        assert_eq!(status, 200);
+        assert!(json.contains("84153548"), "MemoryViz's peak for mlp_small");
+        id
+    };
+    // A new process on the same data dir: the snapshot is still there, parsed again on demand.
+    let server = Served::start(dir.path());
+    let (status, list) = server.get("/api/snapshots");
+    assert_eq!(status, 200);
+    assert!(list.contains(&id), "{list}");
+    let (status, json) = server.get(&format!("/api/snapshots/{id}"));
+    assert_eq!(status, 200);
+    assert!(json.contains("84153548"));
+    let (status, page) = server.get(&format!("/s/{id}"));
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("80.3 MiB"),
+        "the peak on the page after a restart"
+    );
+}
+
+#[test]
+fn a_client_that_disconnects_mid_upload_leaves_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Served::start(dir.path());
+    let bytes = std::fs::read(common::path_of("gpt2_adamw")).expect("fixture");
+    let address = server.url.trim_start_matches("http://").to_owned();
+    {
+        let mut stream = TcpStream::connect(&address).expect("connect");
+        write!(
+            stream,
+            "POST /api/snapshots HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\n\r\n",
+            bytes.len()
+        )
+        .expect("headers");
+        stream
+            .write_all(&bytes[..bytes.len() / 3])
+            .expect("part of the body");
+        stream.flush().expect("flush");
+        // The upload is under way: its temporary file exists.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while blobs_and_temps(dir.path()).is_empty() {
+            assert!(Instant::now() < deadline, "the upload never started");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Dropped here: the connection closes with two thirds of the body unsent.
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = blobs_and_temps(dir.path());
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "partial upload left behind: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (status, list) = server.get("/api/snapshots");
+    assert_eq!(status, 200);
+    assert_eq!(list, r#"{"snapshots":[]}"#);
+
+    // The server still works afterwards.
+    let mut stream = TcpStream::connect(&address).expect("connect");
+    write!(
+        stream,
+        "GET /api/snapshots HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("request");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("answer");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
