@@ -9,7 +9,7 @@ use crate::analysis::DeviceSummary;
 use crate::format::{bytes, count, duration_us};
 use askama::Template;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 
 /// Asset URLs every page links (hashed names).
@@ -239,7 +239,8 @@ struct ErrorPage {
 
 fn render(page: impl Template) -> Response {
     match page.render() {
-        Ok(html) => Html(html).into_response(),
+        // Pages show live data (names, new uploads): Back and Forward must revalidate.
+        Ok(html) => ([(header::CACHE_CONTROL, "no-cache")], Html(html)).into_response(),
         Err(e) => {
             tracing::error!(error = %e, "template failed");
             (StatusCode::INTERNAL_SERVER_ERROR, "page rendering failed").into_response()

@@ -1,0 +1,183 @@
+//! The pages in a real browser: starts `snapview serve` on a free port with an empty data folder
+//! and runs `tests/browser/server_pages.mjs` (playwright-core driving Debian's chromium) against
+//! it. Screenshots land in `target/screenshots/`.
+//!
+//! Needs `/usr/bin/chromium` (`apt-get install chromium`), `node` and `node_modules/playwright-core`
+//! (`npm ci`). When they are missing the test fails, saying so: a skipped browser test would hide
+//! broken pages.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A child process killed when dropped, so a failing assertion never leaves a server behind.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Collects everything a child writes to `stream` (read on a thread, so a full pipe never blocks it).
+fn collect(stream: Option<impl Read + Send + 'static>) -> JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(mut stream) = stream {
+            let mut bytes = Vec::new();
+            let _ = stream.read_to_end(&mut bytes);
+            text = String::from_utf8_lossy(&bytes).into_owned();
+        }
+        text
+    })
+}
+
+/// A port nothing listens on right now (the OS picks it; the listener is closed at once).
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local address").port()
+}
+
+/// Whether `GET /` answers 200.
+fn answers(port: u16) -> bool {
+    let Ok(mut stream) =
+        TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(500))
+    else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let request = format!("GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.1 200")
+}
+
+fn requirements() -> Result<(), String> {
+    let mut missing = Vec::new();
+    if !Path::new(CHROMIUM).exists() {
+        missing.push(format!(
+            "{CHROMIUM} is missing: install Debian's chromium with `sudo apt-get install chromium`"
+        ));
+    }
+    let node = Command::new("node")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    if !matches!(node, Ok(status) if status.success()) {
+        missing.push(
+            "node is missing: install Node.js 18 or newer (`sudo apt-get install nodejs npm`)"
+                .into(),
+        );
+    }
+    if !root()
+        .join("node_modules/playwright-core/package.json")
+        .exists()
+    {
+        missing.push(format!(
+            "node_modules/playwright-core is missing: run `npm ci` in {} (it downloads no browser)",
+            root().display()
+        ));
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(missing.join("\n"))
+    }
+}
+
+#[test]
+fn pages_work_in_a_real_browser() {
+    if let Err(missing) = requirements() {
+        panic!("the browser test cannot run:\n{missing}");
+    }
+    let data = tempfile::tempdir().expect("temp data folder");
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let server = Command::new(env!("CARGO_BIN_EXE_snapview"))
+        .args([
+            "serve",
+            "--addr",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
+        .arg(data.path())
+        .env("RUST_LOG", "snapview=warn")
+        // The developer's own settings must not change what the pages show.
+        .env_remove("SNAPVIEW_PUBLIC_URL")
+        .env_remove("SNAPVIEW_MAX_UPLOAD")
+        .env_remove("SNAPVIEW_CACHE")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start snapview serve");
+    let mut server = Killed(server);
+    let server_log = collect(server.0.stderr.take());
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !answers(port) {
+        if let Ok(Some(status)) = server.0.try_wait() {
+            panic!("snapview serve exited early with {status}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "snapview serve did not answer on {base} within 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let script = root().join("tests/browser/server_pages.mjs");
+    let node = Command::new("node")
+        .arg(&script)
+        .current_dir(root())
+        .env("SNAPVIEW_URL", &base)
+        .env("CHROMIUM_PATH", CHROMIUM)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run node");
+    let mut node = Killed(node);
+    let out = collect(node.0.stdout.take());
+    let err = collect(node.0.stderr.take());
+    // The script gives up by itself after 55 s; this is the backstop.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let status = loop {
+        if let Some(status) = node.0.try_wait().expect("wait for node") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the browser test did not finish within 90 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let server_died = server.0.try_wait().ok().flatten();
+    drop(server);
+    let (out, err) = (
+        out.join().unwrap_or_default(),
+        err.join().unwrap_or_default(),
+    );
+    let server_log = server_log.join().unwrap_or_default();
+    // Shown with --nocapture, and always when the test fails.
+    println!("{out}");
+    assert!(
+        status.success(),
+        "the browser test failed ({status}):\n{out}\n{err}\nserver log:\n{server_log}"
+    );
+    assert!(
+        server_died.is_none(),
+        "snapview serve died during the browser test ({server_died:?}):\n{server_log}"
+    );
+}
