@@ -4,11 +4,15 @@
 //! (memory after every event, replay checkpoints for the live set, reserved-memory steps), so
 //! each question costs time proportional to its answer, not to the trace.
 
+pub mod events;
+pub mod flame;
+pub mod memory_map;
 mod notes;
 pub mod replay;
 pub mod segments;
 pub mod stacks;
 mod summary;
+pub mod timeline;
 
 pub use notes::{Note, notes};
 pub use replay::{Allocation, AllocationId, Origin, Peak, Replay};
@@ -25,11 +29,37 @@ pub struct Analysis {
     pub devices: Vec<DeviceAnalysis>,
 }
 
-/// The replay of one device.
+/// The replay of one device, and indexes built from it on first use.
 #[derive(Debug)]
 pub struct DeviceAnalysis {
     pub device: usize,
     pub replay: Replay,
+    by_size: std::sync::OnceLock<Vec<AllocationId>>,
+}
+
+impl DeviceAnalysis {
+    pub fn new(snapshot: &Snapshot, device: usize) -> Self {
+        Self {
+            device,
+            replay: Replay::new(snapshot, device),
+            by_size: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Allocation ids, largest first (ties by id): the timeline picks its bands from the front.
+    pub fn allocations_by_size(&self) -> &[AllocationId] {
+        self.by_size.get_or_init(|| {
+            let allocations = &self.replay.allocations;
+            let mut ids: Vec<AllocationId> = (0..allocations.len() as AllocationId).collect();
+            ids.sort_unstable_by(|&a, &b| {
+                allocations[b as usize]
+                    .size
+                    .cmp(&allocations[a as usize].size)
+                    .then(a.cmp(&b))
+            });
+            ids
+        })
+    }
 }
 
 impl Analysis {
@@ -37,10 +67,7 @@ impl Analysis {
         let devices = snapshot
             .devices()
             .into_iter()
-            .map(|device| DeviceAnalysis {
-                device,
-                replay: Replay::new(snapshot, device),
-            })
+            .map(|device| DeviceAnalysis::new(snapshot, device))
             .collect();
         Self { devices }
     }

@@ -12,6 +12,7 @@ pub mod error;
 pub mod pages;
 pub mod store;
 pub mod upload;
+pub mod views;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -71,7 +72,15 @@ pub fn router(state: AppState) -> Router {
             "/api/snapshots/{id}",
             get(api::get).delete(api::delete).patch(api::patch),
         )
-        .route("/api/snapshots/{id}/raw", get(api::raw));
+        .route("/api/snapshots/{id}/raw", get(api::raw))
+        .route("/api/snapshots/{id}/timeline", get(views::timeline_view))
+        .route(
+            "/api/snapshots/{id}/allocations/{n}",
+            get(views::allocation),
+        )
+        .route("/api/snapshots/{id}/flame", get(views::flame_view))
+        .route("/api/snapshots/{id}/segments", get(views::segments_view))
+        .route("/api/snapshots/{id}/events", get(views::events_view));
     Router::new()
         .route("/", get(pages::index))
         .route("/s/{id}", get(pages::snapshot))

@@ -1,0 +1,338 @@
+//! The allocator's segments and blocks at any moment of the trace.
+//!
+//! At the last event the map is the snapshot's own (exact block sizes and states). Earlier, it is
+//! rebuilt: segment events after the moment are undone from the snapshot's segments (a
+//! `segment_alloc` after it means that range was not reserved yet, a `segment_free` after it that
+//! it still was; `segment_map`/`segment_unmap` likewise for expandable segments), and the live
+//! allocations of the replay are placed at their addresses with their size rounded up to 512
+//! bytes, the caching allocator's default rounding. The trace does not record block splits, so
+//! earlier maps are close to, not exactly, what the allocator held; `exact` says which.
+
+use super::DeviceAnalysis;
+use super::replay::AllocationId;
+use super::segments::SegmentStats;
+use crate::snapshot::{ActionCode, BlockState, Snapshot};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// The caching allocator rounds every request up to a multiple of this (kMinBlockSize).
+const ROUNDING: u64 = 512;
+
+#[derive(Debug, Serialize)]
+pub struct MemoryMap {
+    pub device: usize,
+    /// The moment: after this event (`None`: before the first).
+    pub at: Option<usize>,
+    /// True when the blocks are the snapshot's own.
+    pub exact: bool,
+    pub totals: Totals,
+    pub segments: Vec<MapSegment>,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Totals {
+    #[serde(flatten)]
+    pub stats: SegmentStats,
+    pub fragmentation: f64,
+    pub segments: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct MapSegment {
+    pub address: u64,
+    pub size: u64,
+    pub stream: u64,
+    pub pool: (i64, i64),
+    pub expandable: bool,
+    #[serde(rename = "type")]
+    pub segment_type: String,
+    pub stats: SegmentStats,
+    pub blocks: Vec<MapBlock>,
+}
+
+#[derive(Debug, Serialize, Clone)]
+pub struct MapBlock {
+    pub address: u64,
+    pub size: u64,
+    pub requested: u64,
+    pub state: &'static str,
+    /// The replay allocation held here, if any.
+    pub allocation: Option<AllocationId>,
+}
+
+/// A reserved address range and what the snapshot says about it.
+#[derive(Debug, Clone)]
+struct Range {
+    end: u64,
+    stream: u64,
+    pool: (i64, i64),
+    expandable: bool,
+    segment_type: String,
+}
+
+fn state_name(state: &BlockState) -> &'static str {
+    match state {
+        BlockState::ActiveAllocated => "active_allocated",
+        BlockState::ActivePendingFree => "active_pending_free",
+        BlockState::Inactive => "inactive",
+        BlockState::Unknown(_) => "unknown",
+    }
+}
+
+/// The map of `device` after event `at` (`None`: before the first event).
+pub fn memory_map(snapshot: &Snapshot, device: &DeviceAnalysis, at: Option<usize>) -> MemoryMap {
+    let trace = snapshot.trace(device.device);
+    let last = trace.len().checked_sub(1);
+    let at = match (at, last) {
+        (Some(at), Some(last)) => Some(at.min(last)),
+        (_, None) => None,
+        (None, Some(_)) => None,
+    };
+    if at == last {
+        return exact(snapshot, device);
+    }
+    let replay = &device.replay;
+
+    // Reserved ranges at the snapshot, then segment events after `at` undone, newest first.
+    let mut ranges: BTreeMap<u64, Range> = BTreeMap::new();
+    for segment in snapshot.device_segments(device.device) {
+        ranges.insert(
+            segment.address,
+            Range {
+                end: segment.address + segment.total_size,
+                stream: segment.stream,
+                pool: segment.pool_id,
+                expandable: segment.is_expandable,
+                segment_type: segment.segment_type.clone(),
+            },
+        );
+    }
+    let from = at.map_or(0, |a| a + 1);
+    for event in (from..trace.len()).rev() {
+        let (addr, size) = (trace.addr[event], trace.size[event]);
+        let range = Range {
+            end: addr + size,
+            stream: trace.stream[event],
+            pool: (0, 0),
+            expandable: matches!(
+                trace.action[event],
+                ActionCode::SEGMENT_MAP | ActionCode::SEGMENT_UNMAP
+            ),
+            segment_type: if size < (1 << 20) * 2 + 1 {
+                "small"
+            } else {
+                "large"
+            }
+            .to_owned(),
+        };
+        match trace.action[event] {
+            ActionCode::SEGMENT_ALLOC | ActionCode::SEGMENT_MAP => {
+                remove(&mut ranges, addr, addr + size)
+            }
+            ActionCode::SEGMENT_FREE | ActionCode::SEGMENT_UNMAP => {
+                insert(&mut ranges, addr, range)
+            }
+            _ => {}
+        }
+    }
+
+    // Live allocations at their addresses. A block still alive at the end has its exact size.
+    let mut exact_size: BTreeMap<u64, u64> = BTreeMap::new();
+    for segment in snapshot.device_segments(device.device) {
+        for block in &segment.blocks {
+            if block.state == BlockState::ActiveAllocated {
+                exact_size.insert(block.address, block.size);
+            }
+        }
+    }
+    let mut live: Vec<(u64, u64, u64, AllocationId)> = replay
+        .live_after(at)
+        .into_iter()
+        .map(|id| {
+            let a = &replay.allocations[id as usize];
+            let rounded = match (a.end, exact_size.get(&a.addr)) {
+                (None, Some(&size)) if size >= a.size => size,
+                _ => a.size.div_ceil(ROUNDING).max(1) * ROUNDING,
+            };
+            (a.addr, rounded, a.size, id)
+        })
+        .collect();
+    live.sort_unstable();
+
+    let mut segments = Vec::with_capacity(ranges.len());
+    let mut totals = Totals::default();
+    for (&start, range) in &ranges {
+        let first = live.partition_point(|&(addr, ..)| addr < start);
+        let mut blocks = Vec::new();
+        let mut cursor = start;
+        for &(addr, size, requested, id) in &live[first..] {
+            if addr >= range.end {
+                break;
+            }
+            if addr > cursor {
+                blocks.push(free_block(cursor, addr - cursor));
+            }
+            let size = size.min(range.end - addr);
+            blocks.push(MapBlock {
+                address: addr,
+                size,
+                requested: requested.min(size),
+                state: "active_allocated",
+                allocation: Some(id),
+            });
+            cursor = cursor.max(addr + size);
+        }
+        if cursor < range.end {
+            blocks.push(free_block(cursor, range.end - cursor));
+        }
+        let stats = stats_of(range.end - start, &blocks);
+        totals.stats.add(&stats);
+        segments.push(MapSegment {
+            address: start,
+            size: range.end - start,
+            stream: range.stream,
+            pool: range.pool,
+            expandable: range.expandable,
+            segment_type: range.segment_type.clone(),
+            stats,
+            blocks,
+        });
+    }
+    totals.segments = segments.len();
+    totals.fragmentation = totals.stats.fragmentation();
+    MemoryMap {
+        device: device.device,
+        at,
+        exact: false,
+        totals,
+        segments,
+    }
+}
+
+/// The snapshot's own segments, with each allocated block linked to its replay allocation.
+fn exact(snapshot: &Snapshot, device: &DeviceAnalysis) -> MemoryMap {
+    let replay = &device.replay;
+    let trace = snapshot.trace(device.device);
+    let last = trace.len().checked_sub(1);
+    let open: BTreeMap<u64, AllocationId> = replay
+        .live_after(last)
+        .into_iter()
+        .map(|id| (replay.allocations[id as usize].addr, id))
+        .collect();
+    let mut totals = Totals::default();
+    let segments: Vec<MapSegment> = snapshot
+        .device_segments(device.device)
+        .map(|segment| {
+            let stats = SegmentStats::of(segment);
+            totals.stats.add(&stats);
+            MapSegment {
+                address: segment.address,
+                size: segment.total_size,
+                stream: segment.stream,
+                pool: segment.pool_id,
+                expandable: segment.is_expandable,
+                segment_type: segment.segment_type.clone(),
+                stats,
+                blocks: segment
+                    .blocks
+                    .iter()
+                    .map(|block| MapBlock {
+                        address: block.address,
+                        size: block.size,
+                        requested: block.requested_size,
+                        state: state_name(&block.state),
+                        allocation: (block.state != BlockState::Inactive)
+                            .then(|| open.get(&block.address).copied())
+                            .flatten(),
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    totals.segments = segments.len();
+    totals.fragmentation = totals.stats.fragmentation();
+    MemoryMap {
+        device: device.device,
+        at: last,
+        exact: true,
+        totals,
+        segments,
+    }
+}
+
+fn free_block(address: u64, size: u64) -> MapBlock {
+    MapBlock {
+        address,
+        size,
+        requested: 0,
+        state: "inactive",
+        allocation: None,
+    }
+}
+
+fn stats_of(reserved: u64, blocks: &[MapBlock]) -> SegmentStats {
+    let mut stats = SegmentStats {
+        reserved,
+        blocks: blocks.len(),
+        ..SegmentStats::default()
+    };
+    for block in blocks {
+        if block.state == "inactive" {
+            stats.external_free += block.size;
+            stats.largest_free_block = stats.largest_free_block.max(block.size);
+        } else {
+            stats.allocated += block.requested;
+            stats.internal_free += block.size - block.requested;
+        }
+    }
+    stats
+}
+
+/// Removes `[start, end)` from the reserved ranges, splitting any range it cuts.
+fn remove(ranges: &mut BTreeMap<u64, Range>, start: u64, end: u64) {
+    let overlapping: Vec<u64> = ranges
+        .range(..end)
+        .filter(|(_, r)| r.end > start)
+        .map(|(&s, _)| s)
+        .collect();
+    for s in overlapping {
+        let Some(range) = ranges.remove(&s) else {
+            continue;
+        };
+        if s < start {
+            ranges.insert(
+                s,
+                Range {
+                    end: start,
+                    ..range.clone()
+                },
+            );
+        }
+        if range.end > end {
+            ranges.insert(end, range);
+        }
+    }
+}
+
+/// Adds `[start, range.end)`, joining an expandable range to the ones it touches.
+fn insert(ranges: &mut BTreeMap<u64, Range>, start: u64, range: Range) {
+    remove(ranges, start, range.end);
+    let mut start = start;
+    let mut range = range;
+    if range.expandable {
+        if let Some((&before, previous)) = ranges.range(..start).next_back()
+            && previous.end == start
+            && previous.expandable
+        {
+            start = before;
+            ranges.remove(&before);
+        }
+        if let Some(next) = ranges.get(&range.end).cloned()
+            && next.expandable
+        {
+            ranges.remove(&range.end);
+            range.end = next.end;
+        }
+    }
+    ranges.insert(start, range);
+}

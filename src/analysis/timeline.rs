@@ -1,0 +1,309 @@
+//! The allocation timeline at a level of detail: only what a window of a given pixel size can
+//! show (see `docs/views-api.md`).
+//!
+//! Bands are allocations at least one pixel tall and one column wide; they stack bottom-up in
+//! allocation order, so a band only moves when a band below it is freed, and its outline is a
+//! handful of points. Everything smaller is summed per column as min/max of the total, so spikes
+//! survive. The payload is bounded by the width, not by the trace.
+
+use super::DeviceAnalysis;
+use super::replay::{AllocationId, Replay};
+use crate::snapshot::Trace;
+use serde::Serialize;
+
+/// What to draw and how big.
+#[derive(Debug, Clone, Copy)]
+pub struct Window {
+    /// First and last event index, inclusive.
+    pub start: usize,
+    pub end: usize,
+    pub width: usize,
+    pub height: usize,
+    pub axis: Axis,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Axis {
+    /// Columns of equal event counts (as PyTorch's viewer).
+    Event,
+    /// Columns of equal wall time.
+    Time,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Timeline {
+    pub start: usize,
+    pub end: usize,
+    pub width: usize,
+    pub axis: Axis,
+    pub events: usize,
+    pub column_start: Vec<usize>,
+    pub allocated_max: Vec<u64>,
+    pub allocated_min: Vec<u64>,
+    pub reserved: Vec<u64>,
+    pub big_top: Vec<u64>,
+    pub threshold: u64,
+    pub y_max: u64,
+    pub bands: Bands,
+}
+
+/// The bands, column-wise (parallel arrays keep the JSON small: thousands of bands fit in
+/// a couple of hundred KB).
+#[derive(Debug, Default, Serialize, PartialEq)]
+pub struct Bands {
+    pub id: Vec<AllocationId>,
+    pub size: Vec<u64>,
+    /// Event of the alloc; `null` when alive from the start.
+    pub start: Vec<Option<u32>>,
+    /// Event of the free; `null` when alive at the end.
+    pub end: Vec<Option<u32>>,
+    /// Per band, `column, offset` pairs flattened: the bottom edge from that column on.
+    pub points: Vec<Vec<u64>>,
+}
+
+impl Bands {
+    pub fn len(&self) -> usize {
+        self.id.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.id.is_empty()
+    }
+}
+
+/// Smallest band drawn on its own: square pixels, and columns wide.
+const MIN_BAND_AREA: f64 = 16.0;
+const MIN_BAND_COLUMNS: f64 = 2.0;
+/// Most bands in one answer (about 100 bytes of JSON each); only a window over a very long run
+/// has more candidates, and then the ones covering the most pixels are kept.
+const MAX_BANDS: usize = 2000;
+
+/// Most columns a request may ask for.
+pub const MAX_WIDTH: usize = 8192;
+
+impl Window {
+    /// A window clamped to the trace (`len` events) with sane sizes.
+    pub fn clamped(mut self, len: usize) -> Self {
+        let last = len.saturating_sub(1);
+        self.end = self.end.min(last);
+        self.start = self.start.min(self.end);
+        self.width = self.width.clamp(1, MAX_WIDTH);
+        self.height = self.height.clamp(16, 8192);
+        self
+    }
+}
+
+/// Column boundaries: `width + 1` event indices, the last one past the window.
+fn columns(window: &Window, trace: &Trace) -> Vec<usize> {
+    let span = window.end + 1 - window.start;
+    let width = window.width.min(span.max(1));
+    match window.axis {
+        Axis::Time if trace.has_time && span > 1 => {
+            let t0 = trace.time_us[window.start];
+            let t1 = trace.time_us[window.end].max(t0 + 1);
+            let mut bounds: Vec<usize> = (0..=width)
+                .map(|c| {
+                    let t = t0 + ((t1 - t0) as f64 * c as f64 / width as f64) as i64;
+                    window.start
+                        + trace.time_us[window.start..=window.end].partition_point(|&x| x < t)
+                })
+                .collect();
+            bounds[0] = window.start;
+            bounds[width] = window.end + 1;
+            bounds
+        }
+        _ => (0..=width)
+            .map(|c| window.start + (span as u128 * c as u128 / width as u128) as usize)
+            .collect(),
+    }
+}
+
+/// The column holding event `event` (clamped into the window).
+fn column_of(bounds: &[usize], event: usize) -> usize {
+    let c = bounds.partition_point(|&b| b <= event);
+    c.saturating_sub(1).min(bounds.len().saturating_sub(2))
+}
+
+/// The highest reserved total right after any event in `from..=to`.
+fn reserved_max_between(replay: &Replay, from: usize, to: usize) -> u64 {
+    let mut max = replay.reserved_after(Some(from));
+    let steps = &replay.reserved_steps;
+    let first = steps.partition_point(|&(event, _)| (event as usize) <= from);
+    for &(event, bytes) in &steps[first..] {
+        if event as usize > to {
+            break;
+        }
+        max = max.max(bytes);
+    }
+    max
+}
+
+/// The timeline of one device for `window`.
+pub fn timeline(device: &DeviceAnalysis, trace: &Trace, window: Window) -> Timeline {
+    let replay = &device.replay;
+    if trace.is_empty() {
+        return Timeline {
+            start: 0,
+            end: 0,
+            width: 0,
+            axis: window.axis,
+            events: 0,
+            column_start: Vec::new(),
+            allocated_max: Vec::new(),
+            allocated_min: Vec::new(),
+            reserved: Vec::new(),
+            big_top: Vec::new(),
+            threshold: 0,
+            y_max: replay.allocated_at_start,
+            bands: Bands::default(),
+        };
+    }
+    let window = window.clamped(trace.len());
+    let bounds = columns(&window, trace);
+    let width = bounds.len() - 1;
+
+    // Totals per column.
+    let mut allocated_max = Vec::with_capacity(width);
+    let mut allocated_min = Vec::with_capacity(width);
+    let mut reserved = Vec::with_capacity(width);
+    for c in 0..width {
+        let (from, to) = (bounds[c], bounds[c + 1].max(bounds[c] + 1).min(trace.len()));
+        let slice = &replay.allocated[from..to.max(from)];
+        let before = replay.allocated_after(from.checked_sub(1));
+        let (lo, hi) = slice
+            .iter()
+            .fold((before, before), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+        allocated_max.push(hi);
+        allocated_min.push(lo);
+        reserved.push(reserved_max_between(replay, from, to - 1));
+    }
+    let y_max = allocated_max
+        .iter()
+        .chain(&reserved)
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let threshold = (y_max / window.height as u64).max(1);
+
+    // Bands: at least a pixel tall and `MIN_BAND_AREA` pixels in all, overlapping the window.
+    // Smaller ones are summed into the columns' totals, so the answer stays bounded by the
+    // window's size however long the trace is; zooming in makes every allocation a band.
+    let column_events = ((window.end + 1 - window.start) as f64 / width.max(1) as f64).max(1.0);
+    let pixels_per_byte = window.height as f64 / y_max as f64;
+    let mut chosen: Vec<AllocationId> = device
+        .allocations_by_size()
+        .iter()
+        .copied()
+        .take_while(|&id| replay.allocations[id as usize].size >= threshold)
+        .filter(|&id| {
+            let a = &replay.allocations[id as usize];
+            let first = a.start.map_or(0, |s| s as usize);
+            let last = a.end.map_or(trace.len(), |e| e as usize);
+            let visible = last
+                .min(window.end + 1)
+                .saturating_sub(first.max(window.start));
+            let area = a.size as f64 * pixels_per_byte * (visible as f64 / column_events);
+            first <= window.end
+                && last >= window.start
+                && visible as f64 >= MIN_BAND_COLUMNS * column_events
+                && area >= MIN_BAND_AREA
+        })
+        .collect();
+    if chosen.len() > MAX_BANDS {
+        // A window showing a long run at once: keep the bands that cover the most pixels.
+        let area = |id: AllocationId| {
+            let a = &replay.allocations[id as usize];
+            let first = a.start.map_or(0, |s| s as usize).max(window.start);
+            let last = a
+                .end
+                .map_or(trace.len(), |e| e as usize)
+                .min(window.end + 1);
+            a.size as u128 * last.saturating_sub(first) as u128
+        };
+        chosen.select_nth_unstable_by_key(MAX_BANDS, |&id| std::cmp::Reverse(area(id)));
+        chosen.truncate(MAX_BANDS);
+    }
+    // Stacking order: alive-from-start first (as PyTorch's viewer), then by allocation order.
+    chosen.sort_unstable_by_key(|&id| {
+        let a = &replay.allocations[id as usize];
+        (a.start.is_some(), a.start, id)
+    });
+
+    let first_column = |id: AllocationId| {
+        let a = &replay.allocations[id as usize];
+        column_of(
+            &bounds,
+            a.start
+                .map_or(window.start, |s| (s as usize).max(window.start)),
+        )
+    };
+    let last_column = |id: AllocationId| {
+        let a = &replay.allocations[id as usize];
+        match a.end {
+            // Freed at event e: gone from the column holding e on (it was live before).
+            Some(e) => column_of(&bounds, (e as usize).min(window.end)),
+            None => width - 1,
+        }
+    };
+    let spans: Vec<(usize, usize)> = chosen
+        .iter()
+        .map(|&id| (first_column(id), last_column(id)))
+        .collect();
+
+    // Sweep columns; a band's offset is the sum of the chosen bands below it that are live.
+    let mut points: Vec<Vec<(usize, u64)>> = vec![Vec::new(); chosen.len()];
+    let mut last_offset: Vec<Option<u64>> = vec![None; chosen.len()];
+    let mut starting: Vec<Vec<usize>> = vec![Vec::new(); width];
+    for (i, &(first, _)) in spans.iter().enumerate() {
+        starting[first].push(i);
+    }
+    let mut live: Vec<usize> = Vec::new();
+    let mut big_top = Vec::with_capacity(width);
+    for (c, starts) in starting.iter().enumerate() {
+        live.retain(|&i| spans[i].1 >= c);
+        for &i in starts {
+            let at = live.partition_point(|&j| j < i);
+            live.insert(at, i);
+        }
+        let mut offset = 0u64;
+        for &i in &live {
+            if last_offset[i] != Some(offset) {
+                points[i].push((c, offset));
+                last_offset[i] = Some(offset);
+            }
+            offset += replay.allocations[chosen[i] as usize].size;
+        }
+        big_top.push(offset);
+    }
+    let mut bands = Bands::default();
+    for (&id, points) in chosen.iter().zip(points) {
+        let a = &replay.allocations[id as usize];
+        bands.id.push(id);
+        bands.size.push(a.size);
+        bands.start.push(a.start);
+        bands.end.push(a.end);
+        bands.points.push(
+            points
+                .into_iter()
+                .flat_map(|(c, o)| [c as u64, o])
+                .collect(),
+        );
+    }
+    Timeline {
+        start: window.start,
+        end: window.end,
+        width,
+        axis: window.axis,
+        events: trace.len(),
+        column_start: bounds,
+        allocated_max,
+        allocated_min,
+        reserved,
+        big_top,
+        threshold,
+        y_max,
+        bands,
+    }
+}

@@ -1,0 +1,277 @@
+//! The views' endpoints agree with each other and with torch: for every corpus file, the flame
+//! graph at the peak and the timeline's maximum equal the summary's peak, and the segment map at
+//! the last event has the totals `snapview stats` (torch's segsum) prints.
+
+mod common;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use http_body_util::BodyExt;
+use snapview::server::{AppState, ServeConfig, router};
+use snapview::torch_text::format_size;
+use std::net::SocketAddr;
+use tower::ServiceExt;
+
+fn state(dir: &std::path::Path) -> AppState {
+    AppState::open(ServeConfig {
+        addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        data_dir: dir.to_owned(),
+        max_upload_bytes: 1 << 32,
+        cache_budget_bytes: 1 << 32,
+        public_url: "http://snapview.test".into(),
+    })
+    .expect("open")
+}
+
+async fn call(state: &AppState, request: Request<Body>) -> (StatusCode, serde_json::Value) {
+    let response = router(state.clone())
+        .oneshot(request)
+        .await
+        .expect("response");
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    (
+        status,
+        serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+async fn get(state: &AppState, path: &str) -> serde_json::Value {
+    let (status, json) = call(state, Request::get(path).body(Body::empty()).expect("req")).await;
+    assert_eq!(status, StatusCode::OK, "{path}: {json}");
+    json
+}
+
+async fn upload(state: &AppState, bytes: Vec<u8>) -> String {
+    let request = Request::post("/api/snapshots")
+        .header(header::CONTENT_TYPE, "application/octet-stream")
+        .body(Body::from(bytes))
+        .expect("req");
+    let (status, json) = call(state, request).await;
+    assert!(status.is_success(), "{json}");
+    json["id"].as_str().expect("id").to_owned()
+}
+
+async fn check_file(state: &AppState, name: &str, bytes: Vec<u8>) {
+    let id = upload(state, bytes).await;
+    let detail = get(state, &format!("/api/snapshots/{id}")).await;
+    for device in detail["analysis"]["devices"].as_array().expect("devices") {
+        let d = device["device"].as_u64().expect("device");
+        let peak = device["peak_allocated_bytes"].as_u64().expect("peak");
+        let events = device["trace_entries"].as_u64().expect("entries");
+
+        let flame = get(state, &format!("/api/snapshots/{id}/flame?device={d}")).await;
+        assert_eq!(
+            flame["total"], peak,
+            "{name} cuda:{d}: flame total at the peak"
+        );
+        assert_eq!(flame["nodes"][0]["bytes"], peak, "{name}: root node");
+
+        if events > 0 {
+            let timeline = get(
+                state,
+                &format!("/api/snapshots/{id}/timeline?device={d}&width=800"),
+            )
+            .await;
+            let max = timeline["allocated_max"]
+                .as_array()
+                .expect("columns")
+                .iter()
+                .filter_map(|v| v.as_u64())
+                .max()
+                .expect("some column");
+            assert_eq!(max, peak, "{name} cuda:{d}: timeline maximum");
+            assert!(timeline["allocated_max"].as_array().expect("cols").len() <= 800);
+        }
+
+        let map = get(state, &format!("/api/snapshots/{id}/segments?device={d}")).await;
+        assert_eq!(
+            map["exact"], true,
+            "{name}: the last event uses the snapshot's own blocks"
+        );
+        let totals = &map["totals"];
+        let reserved = totals["reserved"].as_u64().expect("reserved");
+        let allocated = totals["allocated"].as_u64().expect("allocated");
+        let free = ["external_free", "pending_free", "internal_free"]
+            .iter()
+            .map(|k| totals[k].as_u64().expect("free"))
+            .sum::<u64>();
+        assert_eq!(
+            reserved, device["reserved_bytes_at_snapshot"],
+            "{name}: reserved"
+        );
+        if detail["analysis"]["devices"]
+            .as_array()
+            .expect("devices")
+            .len()
+            == 1
+        {
+            // torch's segsum sums every device; compare where there is one.
+            let stats = common::oracle(&format!("{name}.segsum.txt")).expect("oracle");
+            assert!(
+                stats.contains(&format!("total_reserved: {}\n", format_size(reserved))),
+                "{name}: reserved vs stats"
+            );
+            assert!(
+                stats.contains(&format!("total_allocated: {}\n", format_size(allocated))),
+                "{name}: allocated vs stats"
+            );
+            assert!(
+                stats.contains(&format!("total_free: {}", format_size(free))),
+                "{name}: free vs stats"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn views_agree_with_the_summary_and_torch_for_every_small_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = state(dir.path());
+    for name in common::small_names() {
+        if name == "ddp_rank_rank1" {
+            continue; // no oracle of its own; its twin ddp_rank is checked
+        }
+        check_file(
+            &state,
+            &name,
+            std::fs::read(common::path_of(&name)).expect("fixture"),
+        )
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn views_agree_for_large_files_when_present() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = state(dir.path());
+    for (name, path) in common::large_names() {
+        check_file(&state, &name, std::fs::read(&path).expect("large file")).await;
+    }
+}
+
+#[tokio::test]
+async fn a_moment_moves_the_flame_graph_and_the_map() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = state(dir.path());
+    let id = upload(
+        &state,
+        std::fs::read(common::path_of("gpt2_adamw")).expect("fixture"),
+    )
+    .await;
+    let at_peak = get(&state, &format!("/api/snapshots/{id}/flame")).await;
+    let early = get(&state, &format!("/api/snapshots/{id}/flame?at=100")).await;
+    assert!(early["total"].as_u64() < at_peak["total"].as_u64());
+    let timeline = get(
+        &state,
+        &format!("/api/snapshots/{id}/timeline?start=100&end=100&width=10"),
+    )
+    .await;
+    assert_eq!(
+        timeline["allocated_max"][0], early["total"],
+        "the timeline after event 100 is the flame total"
+    );
+
+    let map = get(&state, &format!("/api/snapshots/{id}/segments?at=100")).await;
+    assert_eq!(map["exact"], false);
+    assert_eq!(
+        map["totals"]["allocated"], early["total"],
+        "the rebuilt map holds the live allocations"
+    );
+
+    let reserved = get(
+        &state,
+        &format!("/api/snapshots/{id}/flame?mode=reserved&at=100"),
+    )
+    .await;
+    assert_eq!(
+        reserved["total"], map["totals"]["reserved"],
+        "reserved mode covers every segment byte"
+    );
+
+    // One allocation, from a band.
+    let bands = &get(&state, &format!("/api/snapshots/{id}/timeline?width=400")).await["bands"];
+    let allocation = get(
+        &state,
+        &format!("/api/snapshots/{id}/allocations/{}", bands["id"][0]),
+    )
+    .await;
+    assert_eq!(allocation["size"], bands["size"][0]);
+    assert!(
+        allocation["block_id"]
+            .as_str()
+            .expect("id")
+            .starts_with('b')
+    );
+
+    // The event list: all rows reachable, filters, find.
+    let page = get(
+        &state,
+        &format!("/api/snapshots/{id}/events?offset=7200&limit=500"),
+    )
+    .await;
+    assert_eq!(page["total"], 7294);
+    assert_eq!(page["rows"].as_array().expect("rows").len(), 94);
+    let oom_free = get(
+        &state,
+        &format!("/api/snapshots/{id}/events?action=segment_alloc&limit=1000"),
+    )
+    .await;
+    assert_eq!(oom_free["matching"], 87);
+    let big = get(
+        &state,
+        &format!("/api/snapshots/{id}/events?min_size=100000000"),
+    )
+    .await;
+    assert!(
+        big["rows"]
+            .as_array()
+            .expect("rows")
+            .iter()
+            .all(|r| r["size"].as_u64() >= Some(100_000_000))
+    );
+    let adam = get(
+        &state,
+        &format!("/api/snapshots/{id}/events?frame=adam.py&limit=5"),
+    )
+    .await;
+    assert!(adam["matching"].as_u64() > Some(0));
+    let found = get(
+        &state,
+        &format!("/api/snapshots/{id}/events?find=5000&limit=100"),
+    )
+    .await;
+    assert_eq!(found["offset"], 5000);
+    assert_eq!(found["rows"][0]["index"], 5000);
+}
+
+#[tokio::test]
+async fn timeline_payloads_stay_bounded_by_width() {
+    for (name, path) in common::large_names() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = state(dir.path());
+        let id = upload(&state, std::fs::read(&path).expect("large")).await;
+        for query in [
+            "width=1600",
+            "width=1600&axis=time",
+            "start=1000000&end=1100000&width=1600",
+            "start=5000&end=5400&width=1600",
+        ] {
+            let (status, json) = call(
+                &state,
+                Request::get(format!("/api/snapshots/{id}/timeline?{query}"))
+                    .body(Body::empty())
+                    .expect("req"),
+            )
+            .await;
+            assert_eq!(status, StatusCode::OK);
+            let size = json.to_string().len();
+            assert!(size <= 300_000, "{name} {query}: {size} bytes of JSON");
+        }
+    }
+}
