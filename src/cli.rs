@@ -70,6 +70,30 @@ enum Command {
         /// Snapshot files to import at start; their URLs are printed.
         files: Vec<PathBuf>,
     },
+    /// Compare two snapshots: per device peaks and totals, and the stacks whose live memory at
+    /// the peak grew or shrank the most. Exit status 1 when a peak grew past --max-peak-growth.
+    Diff {
+        /// The "before" snapshot: a file, or an id with --server.
+        before: String,
+        /// The "after" snapshot.
+        after: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Fail (exit status 1) when any device's peak allocated bytes grew by more than this
+        /// many percent: a memory-regression gate for CI.
+        #[arg(long, value_name = "PCT")]
+        max_peak_growth: Option<f64>,
+        /// Align stacks without line numbers, so edits that shift lines still match.
+        #[arg(long)]
+        ignore_lines: bool,
+        /// Compare snapshots stored on this snapview server (BEFORE and AFTER are ids).
+        #[arg(long, env = "SNAPVIEW_SERVER")]
+        server: Option<String>,
+        /// How many stacks to list each way.
+        #[arg(long, default_value_t = 10)]
+        top: usize,
+    },
     /// Upload a snapshot to a snapview server and print its URL.
     Upload {
         file: PathBuf,
@@ -114,6 +138,21 @@ enum Config {
         file: PathBuf,
         url: String,
     },
+    Diff {
+        source: DiffSource,
+        json: bool,
+        max_peak_growth: Option<f64>,
+        ignore_lines: bool,
+        top: usize,
+    },
+}
+
+/// Where the two snapshots of a diff come from.
+#[derive(Debug)]
+enum DiffSource {
+    Files(PathBuf, PathBuf),
+    /// `GET {server}/api/compare/{before}/{after}`.
+    Server(String),
 }
 
 impl Config {
@@ -181,6 +220,55 @@ impl Config {
                         public_url,
                     },
                     files,
+                }
+            }
+            Command::Diff {
+                before,
+                after,
+                json,
+                max_peak_growth,
+                ignore_lines,
+                server,
+                top,
+            } => {
+                if let Some(pct) = max_peak_growth
+                    && !(pct.is_finite() && pct >= 0.0)
+                {
+                    return Err(format!(
+                        "--max-peak-growth {pct} must be a percentage of 0 or more"
+                    ));
+                }
+                let source = match server {
+                    Some(server) => {
+                        for id in [&before, &after] {
+                            if crate::server::store::SnapshotId::parse(id).is_none() {
+                                return Err(format!(
+                                    "{id:?} is not a snapshot id (16 hex digits, as in its URL)"
+                                ));
+                            }
+                        }
+                        let url = format!(
+                            "{}/api/compare/{before}/{after}?ignore_lines={ignore_lines}",
+                            server.trim_end_matches('/')
+                        );
+                        if !url.starts_with("http://") {
+                            return Err(format!("--server {server:?} must be an http:// URL"));
+                        }
+                        DiffSource::Server(url)
+                    }
+                    None => {
+                        let (before, after) = (PathBuf::from(before), PathBuf::from(after));
+                        check(&before)?;
+                        check(&after)?;
+                        DiffSource::Files(before, after)
+                    }
+                };
+                Config::Diff {
+                    source,
+                    json,
+                    max_peak_growth,
+                    ignore_lines,
+                    top,
                 }
             }
             Command::Upload {
@@ -269,7 +357,8 @@ fn query_escape(text: &str) -> String {
 pub fn main() -> i32 {
     let cli = Cli::parse();
     match Config::from_cli(cli).and_then(run) {
-        Ok(()) => 0,
+        Ok(Outcome::Done) => 0,
+        Ok(Outcome::Regression) => 1,
         Err(message) => {
             eprintln!("snapview: error: {message}");
             2
@@ -277,9 +366,32 @@ pub fn main() -> i32 {
     }
 }
 
-fn run(config: Config) -> Result<(), String> {
+/// How a command that did its work ended.
+enum Outcome {
+    Done,
+    /// `diff --max-peak-growth` found a peak that grew too much.
+    Regression,
+}
+
+fn run(config: Config) -> Result<Outcome, String> {
+    if let Config::Diff {
+        source,
+        json,
+        max_peak_growth,
+        ignore_lines,
+        top,
+    } = config
+    {
+        return run_diff(source, json, max_peak_growth, ignore_lines, top);
+    }
+    run_other(config).map(|()| Outcome::Done)
+}
+
+fn run_other(config: Config) -> Result<(), String> {
     let mut out = std::io::stdout().lock();
     let text = match config {
+        // Handled by `run`.
+        Config::Diff { .. } => String::new(),
         Config::Serve { config, files } => return serve(config, files),
         Config::Upload { file, url } => upload(&file, &url)?,
         Config::Summary { file, json } => {
@@ -527,6 +639,210 @@ fn serve(config: ServeConfig, files: Vec<PathBuf>) -> Result<(), String> {
             .await
             .map_err(|e| format!("the server failed: {e}"))
     })
+}
+
+fn run_diff(
+    source: DiffSource,
+    json: bool,
+    max_peak_growth: Option<f64>,
+    ignore_lines: bool,
+    top: usize,
+) -> Result<Outcome, String> {
+    let (names, diff) = match source {
+        DiffSource::Files(before, after) => {
+            let load = |file: &Path| -> Result<(Snapshot, Analysis, Summary), String> {
+                let snapshot = load_with_progress(file)?;
+                let analysis = Analysis::new(&snapshot);
+                let summary = Summary::new(&snapshot, &analysis);
+                Ok((snapshot, analysis, summary))
+            };
+            let (b, a) = (load(&before)?, load(&after)?);
+            let options = crate::analysis::diff::DiffOptions {
+                ignore_lines,
+                ..Default::default()
+            };
+            (
+                (before.display().to_string(), after.display().to_string()),
+                crate::analysis::diff::diff((&b.0, &b.1, &b.2), (&a.0, &a.1, &a.2), options),
+            )
+        }
+        DiffSource::Server(url) => {
+            let json = http_get_json(&url)?;
+            let diff = serde_json::from_value(json["diff"].clone())
+                .map_err(|e| format!("unexpected answer from the server: {e}"))?;
+            let name = |side: &str| json[side]["name"].as_str().unwrap_or(side).to_owned();
+            ((name("before"), name("after")), diff)
+        }
+    };
+    let regressed: Vec<String> = match max_peak_growth {
+        Some(limit) => diff
+            .devices
+            .iter()
+            .filter(|d| d.peak_growth_percent.is_some_and(|g| g > limit))
+            .map(|d| {
+                format!(
+                    "cuda:{} peak grew {:+.1}%",
+                    d.after_device,
+                    d.peak_growth_percent.unwrap_or(0.0)
+                )
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    let mut text = if json {
+        let mut text = serde_json::to_string_pretty(&diff).map_err(|e| e.to_string())?;
+        text.push('\n');
+        text
+    } else {
+        diff_text(&names.0, &names.1, &diff, top)
+    };
+    if !regressed.is_empty() && !json {
+        text.push_str(&format!(
+            "\nmemory regression: {} (limit {:.1}%)\n",
+            regressed.join(", "),
+            max_peak_growth.unwrap_or(0.0)
+        ));
+    }
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => return Err(e.to_string()),
+        _ => {}
+    }
+    Ok(if regressed.is_empty() {
+        Outcome::Done
+    } else {
+        Outcome::Regression
+    })
+}
+
+fn diff_text(
+    before: &str,
+    after: &str,
+    diff: &crate::analysis::diff::SnapshotDiff,
+    top: usize,
+) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(s, "before: {before}\nafter:  {after}");
+    let signed = |delta: i64| {
+        if delta >= 0 {
+            format!("+{}", bytes(delta as u64))
+        } else {
+            format!("-{}", bytes(delta.unsigned_abs()))
+        }
+    };
+    for device in &diff.devices {
+        let _ = writeln!(
+            s,
+            "\ncuda:{} → cuda:{}",
+            device.before_device, device.after_device
+        );
+        let row = |s: &mut String, label: &str, b: u64, a: u64| {
+            let pct = if b > 0 {
+                format!("  ({:+.1}%)", (a as f64 - b as f64) * 100.0 / b as f64)
+            } else {
+                String::new()
+            };
+            let _ = writeln!(s, "  {label:<17}{:>10} → {:<10}{pct}", bytes(b), bytes(a));
+        };
+        row(
+            &mut s,
+            "peak allocated",
+            device.before.peak_allocated_bytes,
+            device.after.peak_allocated_bytes,
+        );
+        row(
+            &mut s,
+            "peak reserved",
+            device.before.peak_reserved_bytes,
+            device.after.peak_reserved_bytes,
+        );
+        row(
+            &mut s,
+            "allocated at end",
+            device.before.allocated_bytes_at_snapshot,
+            device.after.allocated_bytes_at_snapshot,
+        );
+        row(
+            &mut s,
+            "reserved at end",
+            device.before.reserved_bytes_at_snapshot,
+            device.after.reserved_bytes_at_snapshot,
+        );
+        let _ = writeln!(
+            s,
+            "  {:<17}{:>10} → {}",
+            "allocations",
+            count(device.before.allocations as u64),
+            count(device.after.allocations as u64)
+        );
+        for (title, growing) in [
+            ("grew most at the peak", true),
+            ("shrank most at the peak", false),
+        ] {
+            let listed: Vec<_> = device
+                .stacks
+                .iter()
+                .filter(|st| (st.delta_bytes > 0) == growing)
+                .take(top)
+                .collect();
+            if listed.is_empty() {
+                continue;
+            }
+            let _ = writeln!(s, "  {title}:");
+            for stack in listed {
+                // Innermost frames say most: show the last few, innermost first.
+                let frames: Vec<&str> = stack
+                    .frames
+                    .iter()
+                    .rev()
+                    .take(4)
+                    .map(String::as_str)
+                    .collect();
+                let more = stack.frames.len().saturating_sub(4);
+                let _ = writeln!(
+                    s,
+                    "    {:>11}  {} → {}  {}{}",
+                    signed(stack.delta_bytes),
+                    bytes(stack.before_bytes),
+                    bytes(stack.after_bytes),
+                    frames.join(" ← "),
+                    if more > 0 {
+                        format!(" ← … {more} more")
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+        }
+    }
+    s
+}
+
+fn http_get_json(url: &str) -> Result<serde_json::Value, String> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut response = agent
+        .get(url)
+        .call()
+        .map_err(|e| format!("cannot reach the server: {e}"))?;
+    let status = response.status();
+    let body = response
+        .body_mut()
+        .with_config()
+        .limit(256 << 20)
+        .read_to_string()
+        .map_err(|e| format!("unreadable answer from the server: {e}"))?;
+    let json: serde_json::Value = serde_json::from_str(&body)
+        .map_err(|_| format!("the server answered {status} without JSON"))?;
+    if status.is_success() {
+        Ok(json)
+    } else {
+        Err(json["error"]["message"]
+            .as_str()
+            .map_or_else(|| format!("the server answered {status}"), str::to_owned))
+    }
 }
 
 /// `snapview upload`: streams the file to the server and returns the line to print.

@@ -174,3 +174,64 @@ fn a_client_that_disconnects_mid_upload_leaves_nothing() {
     stream.read_to_string(&mut answer).expect("answer");
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 }
+
+#[test]
+fn diff_works_on_server_ids() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Served::start(dir.path());
+    let mut ids = Vec::new();
+    for name in ["infer_nograd", "infer_grad"] {
+        let upload = Command::new(env!("CARGO_BIN_EXE_snapview"))
+            .args([
+                "upload",
+                &common::path_of(name).to_string_lossy(),
+                "--server",
+                &server.url,
+                "--name",
+                name,
+            ])
+            .output()
+            .expect("upload");
+        assert!(
+            upload.status.success(),
+            "{}",
+            String::from_utf8_lossy(&upload.stderr)
+        );
+        let url = String::from_utf8_lossy(&upload.stdout).trim().to_owned();
+        assert!(url.starts_with(&format!("{}/s/", server.url)), "{url}");
+        ids.push(url.rsplit('/').next().expect("id").to_owned());
+    }
+    let diff = Command::new(env!("CARGO_BIN_EXE_snapview"))
+        .args([
+            "diff",
+            &ids[0],
+            &ids[1],
+            "--server",
+            &server.url,
+            "--max-peak-growth",
+            "5",
+        ])
+        .output()
+        .expect("diff");
+    assert_eq!(
+        diff.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&diff.stderr)
+    );
+    let text = String::from_utf8_lossy(&diff.stdout);
+    assert!(text.contains("before: infer_nograd"), "{text}");
+    let same = Command::new(env!("CARGO_BIN_EXE_snapview"))
+        .args([
+            "diff",
+            &ids[1],
+            &ids[1],
+            "--server",
+            &server.url,
+            "--max-peak-growth",
+            "5",
+        ])
+        .output()
+        .expect("diff");
+    assert_eq!(same.status.code(), Some(0));
+}

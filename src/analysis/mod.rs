@@ -4,10 +4,12 @@
 //! (memory after every event, replay checkpoints for the live set, reserved-memory steps), so
 //! each question costs time proportional to its answer, not to the trace.
 
+pub mod diff;
 pub mod events;
 pub mod flame;
 pub mod memory_map;
 mod notes;
+pub mod oom;
 pub mod replay;
 pub mod segments;
 pub mod stacks;

@@ -8,6 +8,7 @@
 pub mod api;
 pub mod assets;
 pub mod cache;
+pub mod compare;
 pub mod error;
 pub mod pages;
 pub mod store;
@@ -80,7 +81,10 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/api/snapshots/{id}/flame", get(views::flame_view))
         .route("/api/snapshots/{id}/segments", get(views::segments_view))
-        .route("/api/snapshots/{id}/events", get(views::events_view));
+        .route("/api/snapshots/{id}/events", get(views::events_view))
+        .route("/api/snapshots/{id}/oom", get(compare::oom))
+        .route("/api/compare/{a}/{b}", get(compare::compare))
+        .route("/api/groups/{name}", get(compare::group));
     Router::new()
         .route("/", get(pages::index))
         .route("/s/{id}", get(pages::snapshot))

@@ -1,0 +1,318 @@
+//! What changed between two snapshots: per-device totals side by side, and live memory at each
+//! one's peak compared stack by stack.
+//!
+//! Stacks are aligned by frame (file basename, line, function), root first, after PyTorch's
+//! viewer's filter; with `ignore_lines` the line is left out, so an edit that shifts lines still
+//! lines up. Devices are paired by ordinal when both snapshots have the same devices, else in
+//! order (rank 0's cuda:0 against rank 7's cuda:7).
+
+use super::{Analysis, DeviceAnalysis, Summary};
+use crate::snapshot::{Snapshot, StackId};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DiffOptions {
+    pub ignore_lines: bool,
+    /// Moments to compare instead of each one's peak (`Some(None)`: before the first event).
+    pub at_before: Option<Option<usize>>,
+    pub at_after: Option<Option<usize>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SnapshotDiff {
+    pub devices: Vec<DeviceDiff>,
+    pub ignore_lines: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeviceDiff {
+    pub before_device: usize,
+    pub after_device: usize,
+    pub before: Totals,
+    pub after: Totals,
+    /// Growth of the peak allocated bytes, in percent of before (`null` when before is 0).
+    pub peak_growth_percent: Option<f64>,
+    /// Stacks by byte delta at the compared moments, largest growth first, then largest shrink.
+    pub stacks: Vec<StackDelta>,
+    /// The differential flame graph: depth-first nodes, root first.
+    pub tree: Vec<DiffNode>,
+    /// Both memory-over-time curves, each resampled to `CURVE_POINTS` points over its own trace
+    /// (x = fraction of the trace), as the max in each bucket.
+    pub before_curve: Vec<u64>,
+    pub after_curve: Vec<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Totals {
+    pub peak_allocated_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    pub allocated_bytes_at_snapshot: u64,
+    pub reserved_bytes_at_snapshot: u64,
+    pub allocations: usize,
+    /// The moment compared (the peak unless asked otherwise).
+    pub at: Option<usize>,
+    pub live_bytes_at: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StackDelta {
+    /// Root first, `file:line function` (`file function` with `ignore_lines`).
+    pub frames: Vec<String>,
+    pub before_bytes: u64,
+    pub after_bytes: u64,
+    pub delta_bytes: i64,
+    pub before_allocations: u64,
+    pub after_allocations: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DiffNode {
+    pub name: String,
+    pub before_bytes: u64,
+    pub after_bytes: u64,
+    pub parent: i64,
+    pub depth: u32,
+}
+
+/// Points per memory curve.
+pub const CURVE_POINTS: usize = 600;
+/// Stacks listed per device.
+const STACKS_LISTED: usize = 50;
+
+/// A frame as the alignment key sees it.
+type FrameKey = String;
+
+fn stack_key(snapshot: &Snapshot, stack: StackId, ignore_lines: bool) -> Vec<FrameKey> {
+    let frames: Vec<FrameKey> = snapshot
+        .stacks
+        .get(stack)
+        .iter()
+        .rev()
+        .map(|&f| snapshot.frames.get(f))
+        .filter(|f| !f.is_hidden())
+        .map(|f| {
+            if ignore_lines {
+                format!("{} {}", f.basename(), f.name)
+            } else {
+                format!("{}:{} {}", f.basename(), f.line, f.name)
+            }
+        })
+        .collect();
+    if frames.is_empty() {
+        vec!["<non-python>".to_owned()]
+    } else {
+        frames
+    }
+}
+
+/// Live bytes and allocation counts by aligned stack at a moment.
+fn live_by_stack(
+    snapshot: &Snapshot,
+    device: &DeviceAnalysis,
+    at: Option<usize>,
+    ignore_lines: bool,
+) -> BTreeMap<Vec<FrameKey>, (u64, u64)> {
+    let replay = &device.replay;
+    let mut by_id: BTreeMap<StackId, (u64, u64)> = BTreeMap::new();
+    for id in replay.live_after(at) {
+        let a = &replay.allocations[id as usize];
+        let entry = by_id.entry(a.stack).or_default();
+        entry.0 += a.size;
+        entry.1 += 1;
+    }
+    let mut by_key: BTreeMap<Vec<FrameKey>, (u64, u64)> = BTreeMap::new();
+    for (stack, (bytes, count)) in by_id {
+        let entry = by_key
+            .entry(stack_key(snapshot, stack, ignore_lines))
+            .or_default();
+        entry.0 += bytes;
+        entry.1 += count;
+    }
+    by_key
+}
+
+fn curve(device: &DeviceAnalysis) -> Vec<u64> {
+    let values = &device.replay.allocated;
+    if values.is_empty() {
+        return vec![device.replay.allocated_at_start];
+    }
+    let points = CURVE_POINTS.min(values.len());
+    (0..points)
+        .map(|p| {
+            let from = values.len() * p / points;
+            let to = (values.len() * (p + 1) / points).max(from + 1);
+            values[from..to].iter().copied().max().unwrap_or(0)
+        })
+        .collect()
+}
+
+/// Compares `before` with `after`.
+pub fn diff(
+    before: (&Snapshot, &Analysis, &Summary),
+    after: (&Snapshot, &Analysis, &Summary),
+    options: DiffOptions,
+) -> SnapshotDiff {
+    let (b_snapshot, b_analysis, b_summary) = before;
+    let (a_snapshot, a_analysis, a_summary) = after;
+    let same_devices = b_analysis
+        .devices
+        .iter()
+        .map(|d| d.device)
+        .eq(a_analysis.devices.iter().map(|d| d.device));
+    let pairs: Vec<(usize, usize)> = if same_devices {
+        (0..b_analysis.devices.len()).map(|i| (i, i)).collect()
+    } else {
+        (0..b_analysis.devices.len().min(a_analysis.devices.len()))
+            .map(|i| (i, i))
+            .collect()
+    };
+    let devices = pairs
+        .into_iter()
+        .map(|(bi, ai)| {
+            let (bd, ad) = (&b_analysis.devices[bi], &a_analysis.devices[ai]);
+            let (bs, as_) = (&b_summary.devices[bi], &a_summary.devices[ai]);
+            let b_at = options.at_before.unwrap_or(bs.peak_event_index);
+            let a_at = options.at_after.unwrap_or(as_.peak_event_index);
+            let b_live = live_by_stack(b_snapshot, bd, b_at, options.ignore_lines);
+            let a_live = live_by_stack(a_snapshot, ad, a_at, options.ignore_lines);
+
+            let mut keys: Vec<&Vec<FrameKey>> = b_live.keys().chain(a_live.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            let mut stacks: Vec<StackDelta> = keys
+                .iter()
+                .map(|key| {
+                    let (bb, bc) = b_live.get(*key).copied().unwrap_or_default();
+                    let (ab, ac) = a_live.get(*key).copied().unwrap_or_default();
+                    StackDelta {
+                        frames: (*key).clone(),
+                        before_bytes: bb,
+                        after_bytes: ab,
+                        delta_bytes: ab as i64 - bb as i64,
+                        before_allocations: bc,
+                        after_allocations: ac,
+                    }
+                })
+                .filter(|s| s.delta_bytes != 0)
+                .collect();
+            stacks.sort_by(|x, y| {
+                y.delta_bytes
+                    .cmp(&x.delta_bytes)
+                    .then(x.frames.cmp(&y.frames))
+            });
+            let growth: Vec<StackDelta> = stacks
+                .iter()
+                .filter(|s| s.delta_bytes > 0)
+                .take(STACKS_LISTED)
+                .cloned()
+                .collect();
+            let mut shrink: Vec<StackDelta> = stacks
+                .iter()
+                .rev()
+                .filter(|s| s.delta_bytes < 0)
+                .take(STACKS_LISTED)
+                .cloned()
+                .collect();
+            let mut listed = growth;
+            listed.append(&mut shrink);
+
+            let tree = diff_tree(&b_live, &a_live);
+            let totals =
+                |s: &super::DeviceSummary,
+                 at: Option<usize>,
+                 live: &BTreeMap<Vec<FrameKey>, (u64, u64)>| Totals {
+                    peak_allocated_bytes: s.peak_allocated_bytes,
+                    peak_reserved_bytes: s.peak_reserved_bytes,
+                    allocated_bytes_at_snapshot: s.allocated_bytes_at_snapshot,
+                    reserved_bytes_at_snapshot: s.reserved_bytes_at_snapshot,
+                    allocations: s.allocations,
+                    at,
+                    live_bytes_at: live.values().map(|v| v.0).sum(),
+                };
+            DeviceDiff {
+                before_device: bd.device,
+                after_device: ad.device,
+                before: totals(bs, b_at, &b_live),
+                after: totals(as_, a_at, &a_live),
+                peak_growth_percent: (bs.peak_allocated_bytes > 0).then(|| {
+                    (as_.peak_allocated_bytes as f64 - bs.peak_allocated_bytes as f64) * 100.0
+                        / bs.peak_allocated_bytes as f64
+                }),
+                stacks: listed,
+                tree,
+                before_curve: curve(bd),
+                after_curve: curve(ad),
+            }
+        })
+        .collect();
+    SnapshotDiff {
+        devices,
+        ignore_lines: options.ignore_lines,
+    }
+}
+
+/// Both sides' stacks merged into one tree: each node has its bytes before and after.
+fn diff_tree(
+    before: &BTreeMap<Vec<FrameKey>, (u64, u64)>,
+    after: &BTreeMap<Vec<FrameKey>, (u64, u64)>,
+) -> Vec<DiffNode> {
+    struct Node {
+        name: String,
+        before: u64,
+        after: u64,
+        children: BTreeMap<String, usize>,
+    }
+    let mut nodes = vec![Node {
+        name: "all".into(),
+        before: 0,
+        after: 0,
+        children: BTreeMap::new(),
+    }];
+    for (side, map) in [(0, before), (1, after)] {
+        for (key, &(bytes, _)) in map {
+            let mut node = 0;
+            for frame in std::iter::once(None).chain(key.iter().map(Some)) {
+                if let Some(frame) = frame {
+                    node = match nodes[node].children.get(frame) {
+                        Some(&child) => child,
+                        None => {
+                            nodes.push(Node {
+                                name: frame.clone(),
+                                before: 0,
+                                after: 0,
+                                children: BTreeMap::new(),
+                            });
+                            let child = nodes.len() - 1;
+                            nodes[node].children.insert(frame.clone(), child);
+                            child
+                        }
+                    };
+                }
+                if side == 0 {
+                    nodes[node].before += bytes;
+                } else {
+                    nodes[node].after += bytes;
+                }
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(nodes.len());
+    let mut stack = vec![(0usize, -1i64, 0u32)];
+    while let Some((node, parent, depth)) = stack.pop() {
+        let index = out.len() as i64;
+        out.push(DiffNode {
+            name: nodes[node].name.clone(),
+            before_bytes: nodes[node].before,
+            after_bytes: nodes[node].after,
+            parent,
+            depth,
+        });
+        let mut children: Vec<usize> = nodes[node].children.values().copied().collect();
+        children.sort_by_key(|&c| (nodes[c].before.max(nodes[c].after), std::cmp::Reverse(c)));
+        for child in children {
+            stack.push((child, index, depth + 1));
+        }
+    }
+    out
+}

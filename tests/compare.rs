@@ -1,0 +1,241 @@
+//! Compare, OOM explainer, groups, and `snapview diff` as a CI gate.
+
+mod common;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use http_body_util::BodyExt;
+use snapview::server::{AppState, ServeConfig, router};
+use std::net::SocketAddr;
+use std::process::Command;
+use tower::ServiceExt;
+
+fn state(dir: &std::path::Path) -> AppState {
+    AppState::open(ServeConfig {
+        addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        data_dir: dir.to_owned(),
+        max_upload_bytes: 1 << 30,
+        cache_budget_bytes: 1 << 30,
+        public_url: "http://snapview.test".into(),
+    })
+    .expect("open")
+}
+
+async fn call(state: &AppState, request: Request<Body>) -> (StatusCode, serde_json::Value) {
+    let response = router(state.clone())
+        .oneshot(request)
+        .await
+        .expect("response");
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    (
+        status,
+        serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+async fn get(state: &AppState, path: &str) -> serde_json::Value {
+    let (status, json) = call(state, Request::get(path).body(Body::empty()).expect("req")).await;
+    assert_eq!(status, StatusCode::OK, "{path}: {json}");
+    json
+}
+
+async fn upload(state: &AppState, name: &str, query: &str) -> String {
+    let request = Request::post(format!("/api/snapshots?filename={name}.pickle{query}"))
+        .header(header::CONTENT_TYPE, "application/octet-stream")
+        .body(Body::from(
+            std::fs::read(common::path_of(name)).expect("fixture"),
+        ))
+        .expect("req");
+    let (status, json) = call(state, request).await;
+    assert!(status.is_success(), "{json}");
+    json["id"].as_str().expect("id").to_owned()
+}
+
+fn frames_text(stack: &serde_json::Value) -> String {
+    stack["frames"]
+        .as_array()
+        .expect("frames")
+        .iter()
+        .filter_map(|f| f.as_str())
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+#[tokio::test]
+async fn no_grad_vs_grad_shows_the_activations_kept_alive() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = state(dir.path());
+    let nograd = upload(&state, "infer_nograd", "").await;
+    let grad = upload(&state, "infer_grad", "").await;
+    let answer = get(&state, &format!("/api/compare/{nograd}/{grad}")).await;
+    let device = &answer["diff"]["devices"][0];
+    assert!(device["peak_growth_percent"].as_f64().expect("growth") > 200.0);
+    // The top growing stacks are GPT-2's forward pass holding activations.
+    let growing: Vec<&serde_json::Value> = device["stacks"]
+        .as_array()
+        .expect("stacks")
+        .iter()
+        .filter(|s| s["delta_bytes"].as_i64() > Some(0))
+        .take(5)
+        .collect();
+    assert_eq!(growing.len(), 5);
+    for stack in &growing {
+        let frames = frames_text(stack);
+        assert!(
+            frames.contains("modeling_gpt2.py") && frames.contains("forward"),
+            "{frames}"
+        );
+    }
+    let tree = device["tree"].as_array().expect("tree");
+    assert_eq!(tree[0]["after_bytes"], device["after"]["live_bytes_at"]);
+    assert_eq!(
+        device["before_curve"].as_array().expect("curve").len() > 10,
+        true
+    );
+
+    // The segment-level part is torch's `compare`, line for line (the oracle compared grad
+    // against no_grad).
+    let reverse = get(&state, &format!("/api/compare/{grad}/{nograd}")).await;
+    let ours: Vec<&str> = reverse["torch_compare"]
+        .as_str()
+        .expect("text")
+        .lines()
+        .filter(|l| !l.starts_with("only_before = ") && !l.starts_with("only_after = "))
+        .collect();
+    let oracle = common::oracle("infer_grad_vs_nograd.compare.txt").expect("oracle");
+    let mut theirs: Vec<&str> = oracle.lines().collect();
+    let mut ours_sorted = ours.clone();
+    ours_sorted.sort();
+    theirs.sort();
+    assert_eq!(ours_sorted, theirs);
+}
+
+#[tokio::test]
+async fn the_oom_explainer_matches_the_event_and_the_map() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = state(dir.path());
+    let id = upload(&state, "oom", "").await;
+    let reports = get(&state, &format!("/api/snapshots/{id}/oom")).await;
+    let report = &reports[0];
+    let event = report["event_index"].as_u64().expect("event");
+    let snapshot = common::load("oom");
+    let trace = snapshot.trace(0);
+    assert_eq!(report["requested_bytes"], trace.size[event as usize]);
+    assert_eq!(
+        report["device_free_bytes"],
+        *trace
+            .device_free
+            .get(&(event as usize))
+            .expect("device_free")
+    );
+    // The verdict follows from the segment map at that event: fragmentation exactly when the
+    // request's stream had enough cached free bytes but no block big enough.
+    let map = get(&state, &format!("/api/snapshots/{id}/segments?at={event}")).await;
+    let stream = report["stream"].as_u64().expect("stream");
+    let (mut free, mut largest) = (0u64, 0u64);
+    for segment in map["segments"].as_array().expect("segments") {
+        if segment["stream"] == stream && segment["pool"] == serde_json::json!([0, 0]) {
+            free += segment["stats"]["external_free"].as_u64().expect("free");
+            largest = largest.max(
+                segment["stats"]["largest_free_block"]
+                    .as_u64()
+                    .expect("largest"),
+            );
+        }
+    }
+    let requested = report["requested_bytes"].as_u64().expect("requested");
+    let expected = if free >= requested && largest < requested {
+        "fragmentation"
+    } else {
+        "exhaustion"
+    };
+    assert_eq!(report["verdict"], expected);
+    assert_eq!(
+        report["map_exact"], true,
+        "the snapshot was dumped at the OOM"
+    );
+    // This run capped the process at 2% of the GPU: the explainer says the cap was not the GPU.
+    let hints = report["hints"].as_array().expect("hints");
+    assert!(
+        hints
+            .iter()
+            .any(|h| h.as_str().is_some_and(|t| t.contains("memory_fraction"))),
+        "{hints:?}"
+    );
+    assert!(!report["top_stacks"].as_array().expect("stacks").is_empty());
+
+    let none = upload(&state, "mlp_small", "").await;
+    assert_eq!(
+        get(&state, &format!("/api/snapshots/{none}/oom")).await,
+        serde_json::json!([])
+    );
+}
+
+#[tokio::test]
+async fn ranks_of_one_job_form_a_group() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = state(dir.path());
+    let rank0 = upload(&state, "ddp_rank", "&group=ddp-job&name=rank0").await;
+    let rank1 = upload(&state, "ddp_rank_rank1", "&group=ddp-job&name=rank1").await;
+    upload(&state, "mlp_small", "").await;
+    let group = get(&state, "/api/groups/ddp-job").await;
+    let members = group["members"].as_array().expect("members");
+    assert_eq!(members.len(), 2);
+    assert_eq!(members[0]["id"], rank0.as_str());
+    assert_eq!(members[1]["id"], rank1.as_str());
+    for member in members {
+        assert_eq!(
+            member["peak_allocated_bytes"], 3680751624u64,
+            "MemoryViz's peak for each rank"
+        );
+    }
+    let (status, _) = call(
+        &state,
+        Request::get("/api/groups/nope")
+            .body(Body::empty())
+            .expect("req"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+fn snapview(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_snapview"))
+        .args(args)
+        .output()
+        .expect("run")
+}
+
+#[test]
+fn diff_gates_ci_on_peak_growth() {
+    let nograd = common::path_of("infer_nograd");
+    let grad = common::path_of("infer_grad");
+    let (nograd, grad) = (nograd.to_string_lossy(), grad.to_string_lossy());
+    let regression = snapview(&["diff", &nograd, &grad, "--max-peak-growth", "5"]);
+    assert_eq!(
+        regression.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&regression.stderr)
+    );
+    let text = String::from_utf8_lossy(&regression.stdout);
+    assert!(text.contains("memory regression"), "{text}");
+    assert!(text.contains("modeling_gpt2.py"), "{text}");
+
+    let same = snapview(&["diff", &grad, &grad, "--max-peak-growth", "5"]);
+    assert_eq!(same.status.code(), Some(0));
+
+    let json = snapview(&["diff", &nograd, &grad, "--json"]);
+    assert_eq!(json.status.code(), Some(0), "no limit given: no gate");
+    let parsed: serde_json::Value = serde_json::from_slice(&json.stdout).expect("json");
+    assert!(parsed["devices"][0]["peak_growth_percent"].as_f64() > Some(200.0));
+
+    let bad = snapview(&["diff", &nograd, "/nonexistent.pickle"]);
+    assert_eq!(bad.status.code(), Some(2));
+}
