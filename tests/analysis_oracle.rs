@@ -130,3 +130,14 @@ fn summary_reports_oom_and_notes() {
         summary.notes
     );
 }
+
+#[test]
+fn moments_in_a_snapshot_without_history_are_the_start() {
+    let snapshot = common::load("no_history");
+    let analysis = Analysis::new(&snapshot);
+    let replay = &analysis.devices[0].replay;
+    let at_start = replay.live_after(None);
+    assert_eq!(replay.live_after(Some(0)), at_start);
+    assert_eq!(replay.live_after(Some(12345)), at_start);
+    assert_eq!(at_start.len(), 13, "the 13 active blocks, alive throughout");
+}

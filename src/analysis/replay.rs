@@ -108,7 +108,7 @@ pub struct Replay {
     pub reserved_at_start: u64,
     /// Per event, the allocation it opens or closes (or `NO_ALLOCATION`).
     event_allocation: Vec<AllocationId>,
-    /// `(event index, live allocations after it)` every `CHECKPOINT_EVERY` events.
+    /// `(event index, live allocations after it, in no order)` every `CHECKPOINT_EVERY` events.
     checkpoints: Vec<(usize, Vec<AllocationId>)>,
     /// Allocations alive from the start, in id order.
     live_at_start: Vec<AllocationId>,
@@ -123,26 +123,38 @@ pub struct Peak {
     pub time_us: Option<i64>,
 }
 
-impl Replay {
-    /// Replays `device`'s trace against the snapshot's segments.
-    pub fn new(snapshot: &Snapshot, device: usize) -> Self {
-        let trace = snapshot.trace(device);
-        let n = trace.len();
-        let mut allocations: Vec<Allocation> = Vec::new();
-        let mut event_allocation = vec![NO_ALLOCATION; n];
-        // Per address: the allocation open there (if any) and how many frees it has seen.
-        let mut addresses: FxHashMap<u64, Address> = FxHashMap::default();
-        let mut freed_without_alloc: Vec<AllocationId> = Vec::new();
+/// The event pass of a replay: which allocation each event opens or closes. It depends only on
+/// the trace, so it can run while the trace is still being read ([`EventPass::advance`] takes
+/// the events appended since its last call); the rest of [`Replay::new`] needs the segments.
+#[derive(Debug, Default)]
+pub(crate) struct EventPass {
+    allocations: Vec<Allocation>,
+    /// Per event, the allocation it opens or closes (or `NO_ALLOCATION`).
+    event_allocation: Vec<AllocationId>,
+    /// Per address: the allocation open there (if any) and how many frees it has seen.
+    addresses: FxHashMap<u64, Address>,
+    freed_without_alloc: Vec<AllocationId>,
+}
 
-        let mut i = 0;
+impl EventPass {
+    /// Events replayed so far.
+    pub(crate) fn len(&self) -> usize {
+        self.event_allocation.len()
+    }
+
+    /// Replays the events of `trace` not yet seen. Unless `complete`, a trailing `free_requested`
+    /// waits for the next event (it may be half of a merged free).
+    pub(crate) fn advance(&mut self, trace: &Trace, complete: bool) {
+        let n = trace.len();
+        let mut i = self.len();
         while i < n {
             let action = trace.action[i];
             let addr = trace.addr[i];
             match action {
                 ActionCode::ALLOC => {
-                    let id = allocations.len() as AllocationId;
-                    let address = addresses.entry(addr).or_default();
-                    allocations.push(Allocation {
+                    let id = self.allocations.len() as AllocationId;
+                    let address = self.addresses.entry(addr).or_default();
+                    self.allocations.push(Allocation {
                         addr,
                         size: trace.size[i],
                         stream: trace.stream[i],
@@ -153,26 +165,29 @@ impl Replay {
                         origin: Origin::Traced,
                     });
                     address.open = id;
-                    event_allocation[i] = id;
+                    self.event_allocation.push(id);
                 }
                 ActionCode::FREE_REQUESTED | ActionCode::FREE_COMPLETED => {
+                    if action == ActionCode::FREE_REQUESTED && i + 1 == n && !complete {
+                        return;
+                    }
                     let merged = action == ActionCode::FREE_REQUESTED
                         && i + 1 < n
                         && trace.action[i + 1] == ActionCode::FREE_COMPLETED
                         && trace.addr[i + 1] == addr;
                     if action == ActionCode::FREE_COMPLETED || merged {
-                        let address = addresses.entry(addr).or_default();
+                        let address = self.addresses.entry(addr).or_default();
                         let this_version = address.frees;
                         address.frees += 1;
                         let open = std::mem::replace(&mut address.open, NO_ALLOCATION);
                         let id = match open {
                             id if id != NO_ALLOCATION => {
-                                allocations[id as usize].end = Some(i as u32);
+                                self.allocations[id as usize].end = Some(i as u32);
                                 id
                             }
                             _ => {
-                                let id = allocations.len() as AllocationId;
-                                allocations.push(Allocation {
+                                let id = self.allocations.len() as AllocationId;
+                                self.allocations.push(Allocation {
                                     addr,
                                     size: trace.size[i],
                                     stream: trace.stream[i],
@@ -182,21 +197,46 @@ impl Replay {
                                     version: this_version,
                                     origin: Origin::FreedWithoutAlloc,
                                 });
-                                freed_without_alloc.push(id);
+                                self.freed_without_alloc.push(id);
                                 id
                             }
                         };
-                        event_allocation[i] = id;
+                        self.event_allocation.push(id);
                         if merged {
                             // The completion is part of this free; it changes nothing itself.
+                            self.event_allocation.push(NO_ALLOCATION);
                             i += 1;
                         }
+                    } else {
+                        self.event_allocation.push(NO_ALLOCATION);
                     }
                 }
-                _ => {}
+                _ => self.event_allocation.push(NO_ALLOCATION),
             }
             i += 1;
         }
+    }
+}
+
+impl Replay {
+    /// Replays `device`'s trace against the snapshot's segments.
+    pub fn new(snapshot: &Snapshot, device: usize) -> Self {
+        let trace = snapshot.trace(device);
+        // The loader may have run the event pass already, on its second thread while reading.
+        let pass = match snapshot.take_event_pass(device, trace.len()) {
+            Some(pass) => pass,
+            None => {
+                let mut pass = EventPass::default();
+                pass.advance(trace, true);
+                pass
+            }
+        };
+        let EventPass {
+            mut allocations,
+            event_allocation,
+            addresses,
+            freed_without_alloc,
+        } = pass;
 
         let mut ghosts = Vec::new();
         for segment in snapshot.device_segments(device) {
@@ -318,8 +358,11 @@ impl Replay {
     /// Ids of the allocations live after event `at`, ascending. Costs one checkpoint copy plus
     /// at most `CHECKPOINT_EVERY` replay steps.
     pub fn live_after(&self, at: Option<usize>) -> Vec<AllocationId> {
-        let Some(at) = at else {
-            return self.live_at_start.clone();
+        // With no events, every moment is the start.
+        let (Some(at), false) = (at, self.event_allocation.is_empty()) else {
+            let mut live = self.live_at_start.clone();
+            live.sort_unstable();
+            return live;
         };
         let at = at.min(self.len().saturating_sub(1));
         let k = self.checkpoints.partition_point(|(event, _)| *event <= at);
@@ -392,9 +435,8 @@ fn allocated_over_time(
         }
         allocated.push(total);
         if (event + 1) % CHECKPOINT_EVERY == 0 {
-            let mut ids = live.members.clone();
-            ids.sort_unstable();
-            checkpoints.push((event, ids));
+            // Unsorted: `live_after` sorts what it returns.
+            checkpoints.push((event, live.members.clone()));
         }
     }
     (allocated, checkpoints)
@@ -462,5 +504,55 @@ impl LiveSet {
         }
         self.position[id as usize] = NO_ALLOCATION;
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The loader runs the event pass batch by batch while the trace is read; wherever the
+    /// batches end (even between a `free_requested` and its `free_completed`), the result must
+    /// be the pass over the whole trace.
+    #[test]
+    fn the_event_pass_in_pieces_equals_the_pass_at_once() {
+        let mut trace = Trace::default();
+        let events = [
+            (ActionCode::ALLOC, 0x10),
+            (ActionCode::FREE_REQUESTED, 0x10),
+            (ActionCode::FREE_COMPLETED, 0x10),
+            (ActionCode::FREE_COMPLETED, 0x20),
+            (ActionCode::SEGMENT_ALLOC, 0x30),
+            (ActionCode::ALLOC, 0x10),
+            (ActionCode::FREE_REQUESTED, 0x10),
+            (ActionCode::ALLOC, 0x40),
+            (ActionCode::FREE_COMPLETED, 0x10),
+            (ActionCode::FREE_REQUESTED, 0x40),
+        ];
+        for (i, &(action, addr)) in events.iter().enumerate() {
+            trace.push(action, addr, 8 + i as u64, 0, None, 0, 0, 0);
+        }
+        let mut whole = EventPass::default();
+        whole.advance(&trace, true);
+        assert_eq!(whole.len(), events.len());
+        for split in 0..=events.len() {
+            let mut partial = trace.clone();
+            partial.action.truncate(split);
+            partial.addr.truncate(split);
+            partial.size.truncate(split);
+            partial.stream.truncate(split);
+            partial.time_us.truncate(split);
+            partial.stack.truncate(split);
+            let mut pieces = EventPass::default();
+            pieces.advance(&partial, false);
+            pieces.advance(&trace, false);
+            pieces.advance(&trace, true);
+            assert_eq!(pieces.allocations, whole.allocations, "split at {split}");
+            assert_eq!(
+                pieces.event_allocation, whole.event_allocation,
+                "split at {split}"
+            );
+            assert_eq!(pieces.freed_without_alloc, whole.freed_without_alloc);
+        }
     }
 }

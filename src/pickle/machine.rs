@@ -9,17 +9,26 @@ use std::io::Read;
 ///
 /// Called for each dict right after a SETITEMS fills it (CPython's pickler writes a dict's items
 /// in one SETITEMS unless it has over 1000 keys; a trace entry or a frame has under 20).
+/// `items` holds the dict's keys and values alternately (`k0, v0, k1, v1, ...`); for a dict that
+/// was empty before this SETITEMS they are read straight from the machine's stack, and the dict
+/// itself is filled only if the compactor declines or the dict is shared.
 /// Returning `Some(handle)` retires the dict: the memo entry that named it yields the handle from
 /// then on, and its slot is reused unless it is shared (then other references stay valid).
 /// Compacting this early matters: lists inside the dict (a trace entry's frames) are retired
 /// before any later entry can fetch them from the memo, so they can be freed.
 pub trait Compactor {
-    fn compact(&mut self, heap: &mut Heap, memo: &mut Memo, dict: Value) -> Option<Value>;
+    fn compact(
+        &mut self,
+        heap: &mut Heap,
+        memo: &mut Memo,
+        dict: Value,
+        items: &[Value],
+    ) -> Option<Value>;
 }
 
 /// A compactor that keeps everything as decoded.
 impl Compactor for () {
-    fn compact(&mut self, _: &mut Heap, _: &mut Memo, _: Value) -> Option<Value> {
+    fn compact(&mut self, _: &mut Heap, _: &mut Memo, _: Value, _: &[Value]) -> Option<Value> {
         None
     }
 }
@@ -137,23 +146,46 @@ impl<R: Read> Machine<'_, R> {
             .ok_or_else(|| self.error(format!("{what} without a MARK")))
     }
 
+    // The memo opcodes are the most frequent ones; inlined into the loop they cost no call
+    // (measured: 15% less time on the decoding thread), and their error messages are built out
+    // of line.
+    #[inline(always)]
     fn memo_put(&mut self, index: u32) -> Result<(), PickleError> {
-        let value = self.top("a memo PUT")?;
-        self.heap.note_memo(value, index);
-        self.memo.set(index, value);
-        Ok(())
+        let floor = self.marks.last().copied().unwrap_or(0);
+        match self.stack.last() {
+            Some(&value) if self.stack.len() > floor => {
+                self.heap.note_memo(value, index);
+                self.memo.set(index, value);
+                Ok(())
+            }
+            _ => Err(self.empty_stack("a memo PUT")),
+        }
     }
 
-    #[inline]
+    #[inline(always)]
     fn memo_get(&mut self, index: u32) -> Result<(), PickleError> {
-        let value = self.memo.get(index).ok_or_else(|| {
-            self.error(format!(
-                "memo reference to index {index}, which was never stored"
-            ))
-        })?;
-        self.heap.note_shared(value);
-        self.stack.push(value);
-        Ok(())
+        match self.memo.get(index) {
+            Some(value) => {
+                self.heap.note_shared(value);
+                self.stack.push(value);
+                Ok(())
+            }
+            None => Err(self.missing_memo(index)),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn missing_memo(&self, index: u32) -> PickleError {
+        self.error(format!(
+            "memo reference to index {index}, which was never stored"
+        ))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn empty_stack(&self, what: &str) -> PickleError {
+        self.error(format!("{what} found an empty stack"))
     }
 
     fn string(&mut self, bytes: &[u8]) -> Value {
@@ -215,16 +247,16 @@ impl<R: Read> Machine<'_, R> {
         Ok(())
     }
 
-    /// Offers the dict at `stack[at]`, just filled, to the compactor.
-    fn compact_at(&mut self, at: usize) {
-        let dict = self.stack[at];
-        if let Some(handle) = self.compactor.compact(&mut self.heap, &mut self.memo, dict) {
-            self.heap.retire(dict, handle, &mut self.memo);
-            self.stack[at] = handle;
-        }
-    }
-
-    fn set_items_from(&mut self, dict: Value, from: usize, what: &str) -> Result<(), PickleError> {
+    /// SETITEM(S)/DICT: sets `stack[from..]` (keys and values alternately) in `dict`, which is at
+    /// `stack[from - 1]`; with `compact` (SETITEMS and DICT, not SETITEM) offers the dict to the
+    /// compactor, which may replace it there by its handle.
+    fn set_items_from(
+        &mut self,
+        dict: Value,
+        from: usize,
+        what: &str,
+        compact: bool,
+    ) -> Result<(), PickleError> {
         if dict.is(Kind::Record) {
             return Err(self.error(format!(
                 "{what} adds keys to a record that was already complete (an unusual pickle layout snapview does not read)"
@@ -236,14 +268,60 @@ impl<R: Read> Machine<'_, R> {
         if !(self.stack.len() - from).is_multiple_of(2) {
             return Err(self.error(format!("{what} with an odd number of keys and values")));
         }
+        let slot = dict.index();
+        if !compact {
+            self.fill(slot, from);
+            self.stack.truncate(from);
+            return Ok(());
+        }
+        if self.heap.dicts.get(slot).is_empty() {
+            // The usual case: a fresh dict filled by one SETITEMS. The compactor reads the pairs
+            // where they are, so a dict it takes is never filled (one copy less per record).
+            let handle =
+                self.compactor
+                    .compact(&mut self.heap, &mut self.memo, dict, &self.stack[from..]);
+            if let Some(handle) = handle {
+                if !self.heap.can_retire(dict) {
+                    // Shared: other references may still read the dict, so it gets its pairs.
+                    self.fill(slot, from);
+                }
+                self.heap.retire(dict, handle, &mut self.memo);
+                self.stack.truncate(from);
+                self.stack[from - 1] = handle;
+                return Ok(());
+            }
+            self.fill(slot, from);
+            self.stack.truncate(from);
+            return Ok(());
+        }
+        // A dict that already had keys (over 1000 keys take several SETITEMS): offer all of them.
+        self.fill(slot, from);
+        self.stack.truncate(from);
+        let items: Vec<Value> = self
+            .heap
+            .dicts
+            .get(slot)
+            .iter()
+            .flat_map(|&(k, v)| [k, v])
+            .collect();
+        if let Some(handle) = self
+            .compactor
+            .compact(&mut self.heap, &mut self.memo, dict, &items)
+        {
+            self.heap.retire(dict, handle, &mut self.memo);
+            self.stack[from - 1] = handle;
+        }
+        Ok(())
+    }
+
+    /// Copies `stack[from..]` (keys and values alternately) into dict `slot`.
+    fn fill(&mut self, slot: usize, from: usize) {
         let pairs = self.stack[from..]
             .chunks_exact(2)
             .map(|pair| (pair[0], pair[1]));
-        if let Some(target) = self.heap.dicts.get_mut(dict.index()) {
+        if let Some(target) = self.heap.dicts.get_mut(slot) {
             target.extend(pairs);
         }
-        self.stack.truncate(from);
-        Ok(())
     }
 
     fn run(&mut self) -> Result<Value, PickleError> {
@@ -470,8 +548,7 @@ impl<R: Read> Machine<'_, R> {
                     let from = self.pop_mark("DICT")?;
                     let dict = self.heap.new_dict();
                     self.stack.insert(from, dict);
-                    self.set_items_from(dict, from + 1, "DICT")?;
-                    self.compact_at(from);
+                    self.set_items_from(dict, from + 1, "DICT", true)?;
                 }
                 b'a' => {
                     let item = self.pop("APPEND")?;
@@ -493,13 +570,12 @@ impl<R: Read> Machine<'_, R> {
                     self.stack.push(key);
                     self.stack.push(value);
                     let from = self.stack.len() - 2;
-                    self.set_items_from(dict, from, "SETITEM")?;
+                    self.set_items_from(dict, from, "SETITEM", false)?;
                 }
                 b'u' => {
                     let from = self.pop_mark("SETITEMS")?;
                     let dict = self.below_mark(from, "SETITEMS")?;
-                    self.set_items_from(dict, from, "SETITEMS")?;
-                    self.compact_at(from - 1);
+                    self.set_items_from(dict, from, "SETITEMS", true)?;
                 }
 
                 // ---- stack ----

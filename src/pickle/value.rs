@@ -101,8 +101,10 @@ impl Value {
         ((self.0 << 4) as i64) >> 4
     }
 
+    /// Compares the tag directly (no table lookup): the decoder asks this for every value.
+    #[inline]
     pub fn is(self, kind: Kind) -> bool {
-        self.kind() == kind
+        self.0 >> KIND_SHIFT == kind as u64
     }
 }
 
@@ -312,6 +314,12 @@ impl Heap {
         }
     }
 
+    /// An integer stored inline (every integer that fits 60 bits), without a heap lookup.
+    #[inline]
+    pub fn small_int(&self, value: Value) -> Option<i64> {
+        value.is(Kind::Int).then(|| value.inline_int())
+    }
+
     /// Any integer (or bool) that fits an `i64`.
     pub fn i64(&self, value: Value) -> Option<i64> {
         match value.kind() {
@@ -424,19 +432,21 @@ impl Heap {
         }
     }
 
+    #[inline]
     pub(crate) fn note_memo(&mut self, value: Value, index: u32) {
-        match value.kind() {
-            Kind::List => self.lists.note_memo(value.index(), index),
-            Kind::Dict => self.dicts.note_memo(value.index(), index),
-            _ => {}
+        if value.is(Kind::List) {
+            self.lists.note_memo(value.index(), index);
+        } else if value.is(Kind::Dict) {
+            self.dicts.note_memo(value.index(), index);
         }
     }
 
+    #[inline]
     pub(crate) fn note_shared(&mut self, value: Value) {
-        match value.kind() {
-            Kind::List => self.lists.note_shared(value.index()),
-            Kind::Dict => self.dicts.note_shared(value.index()),
-            _ => {}
+        if value.is(Kind::List) {
+            self.lists.note_shared(value.index());
+        } else if value.is(Kind::Dict) {
+            self.dicts.note_shared(value.index());
         }
     }
 }
@@ -465,6 +475,7 @@ impl Memo {
         u32::try_from(self.len()).unwrap_or(u32::MAX)
     }
 
+    #[inline]
     pub fn set(&mut self, index: u32, value: Value) {
         let i = index as usize;
         if i < self.dense.len() {
@@ -479,6 +490,7 @@ impl Memo {
         }
     }
 
+    #[inline]
     pub fn get(&self, index: u32) -> Option<Value> {
         self.dense
             .get(index as usize)

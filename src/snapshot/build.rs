@@ -7,13 +7,17 @@
 //! Both are tolerant: missing keys take defaults, unknown keys and actions are kept or ignored,
 //! never fatal.
 
+use super::ActionCode;
 use super::{
     Annotation, Block, BlockState, Frame, FrameId, FrameTable, Segment, Snapshot, StackId,
     StackTable, Trace,
 };
+use crate::analysis::replay::EventPass;
 use crate::pickle::{Compactor, Heap, Kind, Memo, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::thread::ScopedJoinHandle;
 
 /// A snapshot's shape was not what any torch version writes.
 #[derive(Debug, thiserror::Error)]
@@ -87,37 +91,346 @@ fn record_of(value: Value) -> Option<Record> {
     }
 }
 
+/// One trace entry on its way to the columns.
+#[derive(Debug, Clone, Copy)]
+struct Row {
+    addr: u64,
+    size: u64,
+    stream: u64,
+    time_us: i64,
+    stack: StackId,
+    context: u32,
+    metadata: u32,
+    action: ActionCode,
+    has_time: bool,
+}
+
+/// Rows handed to the column builder at once: enough to make channel traffic negligible, few
+/// enough (~0.5 MB) to stay in cache between the two threads.
+const BATCH: usize = 8192;
+
+/// Where finished rows go: straight into columns, or to a thread that builds them.
+// One per load, so the size of the inline variant does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Columns<'scope> {
+    Inline(Trace),
+    Worker {
+        batches: SyncSender<Vec<Row>>,
+        spare: Receiver<Vec<Row>>,
+        worker: ScopedJoinHandle<'scope, (Trace, EventPass)>,
+    },
+}
+
+impl std::fmt::Debug for Columns<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Inline(trace) => write!(f, "Inline({} rows)", trace.len()),
+            Self::Worker { .. } => write!(f, "Worker"),
+        }
+    }
+}
+
+/// Appends rows to the numeric columns of `trace`.
+fn append_rows(trace: &mut Trace, rows: &[Row]) {
+    trace.action.extend(rows.iter().map(|r| r.action));
+    trace.addr.extend(rows.iter().map(|r| r.addr));
+    trace.size.extend(rows.iter().map(|r| r.size));
+    trace.stream.extend(rows.iter().map(|r| r.stream));
+    trace.time_us.extend(rows.iter().map(|r| r.time_us));
+    trace.stack.extend(rows.iter().map(|r| r.stack));
+    trace.compile_context.extend(rows.iter().map(|r| r.context));
+    trace.user_metadata.extend(rows.iter().map(|r| r.metadata));
+    trace.has_time |= rows.iter().any(|r| r.has_time);
+}
+
+/// Rows after which the columns move to a second thread: below this the thread would cost more
+/// than it saves, and small loads keep all their memory on the calling thread.
+const PIPELINE_AFTER: usize = 1 << 16;
+
+/// Starts the column thread with the rows so far; if it cannot be started, the columns stay
+/// inline.
+fn spawn_worker<'scope, 'env>(
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    trace: Trace,
+) -> Columns<'scope> {
+    let (batches, batch_receiver) = sync_channel::<Vec<Row>>(4);
+    let (spare_sender, spare) = sync_channel::<Vec<Row>>(8);
+    let (start, start_receiver) = sync_channel::<Trace>(1);
+    let worker = std::thread::Builder::new()
+        .name("snapview-columns".into())
+        .spawn_scoped(scope, move || {
+            let trace = start_receiver.recv().unwrap_or_default();
+            build_columns(trace, batch_receiver, spare_sender)
+        });
+    match worker {
+        Ok(worker) => match start.send(trace) {
+            Ok(()) => Columns::Worker {
+                batches,
+                spare,
+                worker,
+            },
+            // Only if the thread died at once; its panic is reported when joined.
+            Err(returned) => {
+                drop(batches);
+                if let Err(panic) = worker.join() {
+                    std::panic::resume_unwind(panic);
+                }
+                Columns::Inline(returned.0)
+            }
+        },
+        Err(_) => Columns::Inline(trace),
+    }
+}
+
+/// Starts a column thread with the rows so far (see [`TraceCompactor::pipelined`]).
+type SpawnFn<'scope> = Box<dyn FnOnce(Trace) -> Columns<'scope> + 'scope>;
+
+struct Spawn<'scope>(Option<SpawnFn<'scope>>);
+
+impl std::fmt::Debug for Spawn<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Spawn" } else { "None" })
+    }
+}
+
+/// The column builder thread: appends each batch it receives, hands the buffer back, and runs
+/// the replay's event pass over the new rows (while they are in cache), assuming all rows are
+/// one device's, as they are in every file torch writes; [`build`] keeps the pass only if so.
+fn build_columns(
+    mut trace: Trace,
+    batches: Receiver<Vec<Row>>,
+    spare: SyncSender<Vec<Row>>,
+) -> (Trace, EventPass) {
+    let mut pass = EventPass::default();
+    pass.advance(&trace, false);
+    for mut batch in batches {
+        append_rows(&mut trace, &batch);
+        batch.clear();
+        // The decoder may have finished and stopped taking buffers back; that is fine.
+        let _ = spare.try_send(batch);
+        pass.advance(&trace, false);
+    }
+    pass.advance(&trace, true);
+    (trace, pass)
+}
+
 /// Turns trace entries and frames into columns and interned ids as they are decoded.
-#[derive(Debug, Default)]
-pub struct TraceCompactor {
-    /// Every trace entry of every device, in the order decoded; [`build`] splits them by device.
+///
+/// Decoding is sequential (the memo makes every opcode depend on the ones before), but filling
+/// 3 million rows of columns is not: [`TraceCompactor::pipelined`] hands finished rows in
+/// batches to a second thread, which writes (and page-faults in) the columns while this one
+/// keeps decoding. The result is the same as [`TraceCompactor::default`], which fills them inline.
+#[derive(Debug)]
+pub struct TraceCompactor<'scope> {
+    /// The string tables, unknown actions and `device_free` of every trace entry (the numeric
+    /// columns are in `columns` until [`TraceCompactor::finish`]).
     events: Trace,
+    /// Rows decoded so far.
+    rows: usize,
+    batch: Vec<Row>,
+    columns: Columns<'scope>,
+    spawn: Spawn<'scope>,
     frames: FrameTable,
     stacks: StackTable,
     /// `Field` by string id; most keys are the same few memoized strings.
     fields: Vec<Field>,
+    /// By string id: the action code of an `action` text, and the [`Trace::strings`] id of a
+    /// `compile_context` and of a `user_metadata` text (`UNRESOLVED` until first seen). A long
+    /// trace repeats a handful of texts millions of times; this spares comparing them.
+    action_codes: Vec<u16>,
+    context_ids: Vec<u32>,
+    metadata_ids: Vec<u32>,
     scratch: Vec<FrameId>,
     frame_of_dict: rustc_hash::FxHashMap<Value, FrameId>,
+    layout: Layout,
+    recent_stacks: RecentStacks,
 }
 
-impl TraceCompactor {
+/// The last few frames lists (as their items) and their stacks. Fresh lists of a long trace
+/// repeat a handful of stacks; comparing the items with these spares resolving each frame and
+/// hashing the stack.
+#[derive(Debug, Default)]
+struct RecentStacks {
+    lists: [(Vec<Value>, StackId); 4],
+    next: usize,
+}
+
+impl RecentStacks {
+    fn find(&self, items: &[Value]) -> Option<StackId> {
+        self.lists
+            .iter()
+            .find(|(list, _)| list.as_slice() == items)
+            .map(|&(_, stack)| stack)
+    }
+
+    fn insert(&mut self, items: &[Value], stack: StackId) {
+        let (list, id) = &mut self.lists[self.next];
+        list.clear();
+        list.extend_from_slice(items);
+        *id = stack;
+        self.next = (self.next + 1) % self.lists.len();
+    }
+}
+
+/// Where each field of a trace entry sits among its items, for one sequence of keys. The entries
+/// of a trace repeat the same memoized key strings in the same order, so comparing the keys with
+/// the last entry's replaces looking each one up.
+#[derive(Debug, Default)]
+struct Layout {
+    keys: Vec<Value>,
+    /// Index in `items` of each field's value (`usize::MAX`: absent), by the slots below.
+    at: [usize; ENTRY_FIELDS],
+}
+
+const ACTION: usize = 0;
+const ADDR: usize = 1;
+const SIZE: usize = 2;
+const STREAM: usize = 3;
+const TIME_US: usize = 4;
+const FRAMES: usize = 5;
+const CONTEXT: usize = 6;
+const METADATA: usize = 7;
+const DEVICE_FREE: usize = 8;
+const ENTRY_FIELDS: usize = 9;
+
+const UNRESOLVED: u32 = u32::MAX;
+const UNRESOLVED_ACTION: u16 = u16::MAX;
+
+impl Default for TraceCompactor<'_> {
+    fn default() -> Self {
+        Self {
+            events: Trace::default(),
+            rows: 0,
+            batch: Vec::new(),
+            columns: Columns::Inline(Trace::default()),
+            spawn: Spawn(None),
+            frames: FrameTable::default(),
+            stacks: StackTable::default(),
+            fields: Vec::new(),
+            action_codes: Vec::new(),
+            context_ids: Vec::new(),
+            metadata_ids: Vec::new(),
+            scratch: Vec::new(),
+            frame_of_dict: rustc_hash::FxHashMap::default(),
+            layout: Layout::default(),
+            recent_stacks: RecentStacks::default(),
+        }
+    }
+}
+
+/// A cached id by string id, computing it on first use.
+#[inline]
+fn cached<T: Copy + PartialEq>(
+    cache: &mut Vec<T>,
+    unresolved: T,
+    id: usize,
+    compute: impl FnOnce() -> T,
+) -> T {
+    if let Some(&known) = cache.get(id)
+        && known != unresolved
+    {
+        return known;
+    }
+    if id >= cache.len() {
+        cache.resize(id + 1, unresolved);
+    }
+    let value = compute();
+    cache[id] = value;
+    value
+}
+
+/// An integer the way `Heap::u64` reads it, with the inline case (nearly all) first.
+#[inline]
+fn u64_of(heap: &Heap, value: Value) -> Option<u64> {
+    match heap.small_int(value) {
+        Some(v) => u64::try_from(v).ok(),
+        None => heap.u64(value),
+    }
+}
+
+impl<'scope> TraceCompactor<'scope> {
+    /// A compactor whose columns are filled by a thread of `scope` once the trace is long enough
+    /// to be worth it (short traces stay on this thread, as with [`TraceCompactor::default`]).
+    pub fn pipelined<'env>(scope: &'scope std::thread::Scope<'scope, 'env>) -> Self {
+        Self {
+            spawn: Spawn(Some(Box::new(move |trace| spawn_worker(scope, trace)))),
+            ..Self::default()
+        }
+    }
+
+    /// Sends the rows gathered so far to the columns.
+    fn flush(&mut self) {
+        if let Columns::Inline(trace) = &mut self.columns
+            && trace.len() >= PIPELINE_AFTER
+            && let Some(spawn) = self.spawn.0.take()
+        {
+            self.columns = spawn(std::mem::take(trace));
+        }
+        match &mut self.columns {
+            Columns::Inline(trace) => {
+                append_rows(trace, &self.batch);
+                self.batch.clear();
+            }
+            Columns::Worker { batches, spare, .. } => {
+                let next = spare
+                    .try_recv()
+                    .unwrap_or_else(|_| Vec::with_capacity(BATCH));
+                let full = std::mem::replace(&mut self.batch, next);
+                if let Err(error) = batches.send(full) {
+                    // The worker is gone (it panicked); keep the rows here and let `finish`
+                    // report the panic.
+                    self.batch = error.0;
+                }
+            }
+        }
+    }
+
+    /// All rows decoded so far, as one trace (joins the column thread), and the event pass
+    /// over all of them if the column thread ran it.
+    fn finish(&mut self) -> (Trace, Option<EventPass>) {
+        self.flush();
+        let columns = std::mem::replace(&mut self.columns, Columns::Inline(Trace::default()));
+        let (mut trace, pass) = match columns {
+            Columns::Inline(trace) => (trace, None),
+            Columns::Worker {
+                batches, worker, ..
+            } => {
+                drop(batches);
+                match worker.join() {
+                    Ok((trace, pass)) => (trace, Some(pass)),
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
+            }
+        };
+        let meta = std::mem::take(&mut self.events);
+        trace.strings = meta.strings;
+        trace.unknown_actions = meta.unknown_actions;
+        trace.device_free = meta.device_free;
+        self.rows = 0;
+        (trace, pass)
+    }
+
     #[inline]
     fn field(&mut self, heap: &Heap, key: Value) -> Field {
         if !key.is(Kind::Str) {
             return Field::Other;
         }
         let id = key.payload() as usize;
+        if let Some(&field) = self.fields.get(id)
+            && field != Field::Unresolved
+        {
+            return field;
+        }
         if id >= self.fields.len() {
             self.fields.resize(id + 1, Field::Unresolved);
         }
-        if self.fields[id] == Field::Unresolved {
-            self.fields[id] = heap.str(key).map_or(Field::Other, field_of_name);
-        }
+        self.fields[id] = heap.str(key).map_or(Field::Other, field_of_name);
         self.fields[id]
     }
 
-    /// A frame dict as an interned frame, if it has a filename or a name.
-    fn frame(&mut self, heap: &Heap, dict: Value) -> Option<FrameId> {
+    /// A frame dict (keys and values alternately in `items`) as an interned frame, if it has a
+    /// filename or a name.
+    fn frame(&mut self, heap: &Heap, dict: Value, items: &[Value]) -> Option<FrameId> {
         // A frame dict referenced again inside the list that first holds it (recursion) is still a
         // dict there; this cache makes such repeats cheap.
         if let Some(&frame) = self.frame_of_dict.get(&dict) {
@@ -126,7 +439,8 @@ impl TraceCompactor {
         let mut filename: Option<Arc<str>> = None;
         let mut name: Option<Arc<str>> = None;
         let mut line = 0;
-        for &(key, value) in heap.pairs(dict)? {
+        for pair in items.chunks_exact(2) {
+            let (key, value) = (pair[0], pair[1]);
             match self.field(heap, key) {
                 Field::Filename => filename = heap.arc_str(value),
                 Field::Name => name = heap.arc_str(value),
@@ -160,70 +474,136 @@ impl TraceCompactor {
         let Some(items) = heap.items(frames) else {
             return StackTable::EMPTY;
         };
-        self.scratch.clear();
-        let mut unresolved = Vec::new();
-        for &item in items {
-            match record_of(item) {
-                Some(Record::Frame(frame)) => self.scratch.push(frame),
-                _ if item.is(Kind::Dict) => {
-                    self.scratch.push(FrameId::MAX);
-                    unresolved.push((self.scratch.len() - 1, item));
+        let stack = if items.is_empty() {
+            // Most entries of a long trace carry a fresh empty list.
+            StackTable::EMPTY
+        } else if let Some(stack) = self.recent_stacks.find(items) {
+            stack
+        } else {
+            self.scratch.clear();
+            let mut unresolved = Vec::new();
+            for &item in items {
+                match record_of(item) {
+                    Some(Record::Frame(frame)) => self.scratch.push(frame),
+                    _ if item.is(Kind::Dict) => {
+                        self.scratch.push(FrameId::MAX);
+                        unresolved.push((self.scratch.len() - 1, item));
+                    }
+                    _ => {}
                 }
-                _ => {}
             }
-        }
-        for (position, dict) in unresolved {
-            match self.frame(heap, dict) {
-                Some(frame) => self.scratch[position] = frame,
-                None => self.scratch[position] = FrameId::MAX,
+            // Frame records are final, so a list of them always means the same stack; a dict's
+            // slot may be reused for another frame, so a list with dicts is not remembered.
+            let has_dicts = !unresolved.is_empty();
+            for (position, dict) in unresolved {
+                let items = flat_pairs(heap, dict);
+                match self.frame(heap, dict, &items) {
+                    Some(frame) => self.scratch[position] = frame,
+                    None => self.scratch[position] = FrameId::MAX,
+                }
             }
-        }
-        self.scratch.retain(|&f| f != FrameId::MAX);
-        let stack = self.stacks.intern(&self.scratch);
+            self.scratch.retain(|&f| f != FrameId::MAX);
+            let stack = self.stacks.intern(&self.scratch);
+            if !has_dicts {
+                self.recent_stacks.insert(items, stack);
+            }
+            stack
+        };
         heap.retire(frames, Value::record(STACK_RECORD | u64::from(stack)), memo);
         stack
     }
 
-    /// Appends a trace entry dict as a row of [`TraceCompactor::events`]; `None` if the dict
-    /// has no string `action` (so it is not an entry).
-    fn event(&mut self, heap: &mut Heap, memo: &mut Memo, dict: Value) -> Option<usize> {
-        let mut action = None;
-        let (mut addr, mut size, mut stream, mut time_us) = (0, 0, 0, None);
-        let (mut frames, mut context, mut metadata, mut device_free) = (None, None, None, None);
-        for &(key, value) in heap.pairs(dict)? {
-            match self.field(heap, key) {
-                Field::Action => action = Some(value),
-                Field::Addr => addr = heap.u64(value).unwrap_or(0),
-                Field::Size => size = heap.u64(value).unwrap_or(0),
-                Field::Stream => stream = heap.u64(value).unwrap_or(0),
-                Field::TimeUs => time_us = heap.i64(value),
-                Field::Frames => frames = Some(value),
-                Field::CompileContext => context = Some(value),
-                Field::UserMetadata => metadata = Some(value),
-                Field::DeviceFree => device_free = heap.u64(value),
-                _ => {}
+    /// Appends a trace entry (keys and values alternately in `items`) as a row; `None` if it has
+    /// no string `action` (so it is not an entry).
+    fn event(&mut self, heap: &mut Heap, memo: &mut Memo, items: &[Value]) -> Option<usize> {
+        let same_keys = self.layout.keys.len() * 2 == items.len()
+            && items
+                .chunks_exact(2)
+                .zip(&self.layout.keys)
+                .all(|(pair, key)| pair[0] == *key);
+        if !same_keys {
+            self.layout.keys.clear();
+            self.layout.at = [usize::MAX; ENTRY_FIELDS];
+            for (i, pair) in items.chunks_exact(2).enumerate() {
+                self.layout.keys.push(pair[0]);
+                let slot = match self.field(heap, pair[0]) {
+                    Field::Action => ACTION,
+                    Field::Addr => ADDR,
+                    Field::Size => SIZE,
+                    Field::Stream => STREAM,
+                    Field::TimeUs => TIME_US,
+                    Field::Frames => FRAMES,
+                    Field::CompileContext => CONTEXT,
+                    Field::UserMetadata => METADATA,
+                    Field::DeviceFree => DEVICE_FREE,
+                    _ => continue,
+                };
+                // A key set twice keeps its last value, as Python's dict does.
+                self.layout.at[slot] = 2 * i + 1;
             }
         }
-        let action_name = heap.str(action?)?;
-        let code = self.events.code_for(action_name);
-        let context = context
-            .and_then(|v| heap.str(v))
-            .filter(|text| *text != "N/A")
-            .map_or(0, |text| self.events.string_id(text));
-        let metadata = metadata.map_or(0, |v| match heap.str(v) {
-            Some(text) => self.events.string_id(text),
-            None => {
-                let json = to_json(heap, v, 0).to_string();
-                self.events.string_id(&json)
+        let at = self.layout.at;
+        let value = |slot: usize| items.get(at[slot]).copied();
+        let int = |slot: usize| value(slot).map_or(0, |v| u64_of(heap, v).unwrap_or(0));
+        let (addr, size, stream) = (int(ADDR), int(SIZE), int(STREAM));
+        let time_us = value(TIME_US).and_then(|v| heap.small_int(v).or_else(|| heap.i64(v)));
+        let device_free = value(DEVICE_FREE).and_then(|v| heap.u64(v));
+        let (action, frames) = (value(ACTION), value(FRAMES));
+        let (context, metadata) = (value(CONTEXT), value(METADATA));
+        let action = action.filter(|v| v.is(Kind::Str))?;
+        let events = &mut self.events;
+        let code = cached(
+            &mut self.action_codes,
+            UNRESOLVED_ACTION,
+            action.index(),
+            || {
+                heap.str(action)
+                    .map_or(0, |name| u16::from(events.code_for(name).0))
+            },
+        );
+        let code = ActionCode(code as u8);
+        let context = match context {
+            Some(v) if v.is(Kind::Str) => {
+                cached(&mut self.context_ids, UNRESOLVED, v.index(), || {
+                    heap.str(v)
+                        .filter(|text| *text != "N/A")
+                        .map_or(0, |text| events.string_id(text))
+                })
             }
-        });
+            _ => 0,
+        };
+        let metadata = match metadata {
+            None => 0,
+            Some(v) if v.is(Kind::Str) => {
+                cached(&mut self.metadata_ids, UNRESOLVED, v.index(), || {
+                    heap.str(v).map_or(0, |text| events.string_id(text))
+                })
+            }
+            Some(v) => {
+                let json = to_json(heap, v, 0).to_string();
+                events.string_id(&json)
+            }
+        };
         let stack = match frames {
             Some(frames) => self.stack(heap, memo, frames),
             None => StackTable::EMPTY,
         };
-        let row = self.events.len();
-        self.events
-            .push(code, addr, size, stream, time_us, stack, context, metadata);
+        let row = self.rows;
+        self.rows += 1;
+        self.batch.push(Row {
+            addr,
+            size,
+            stream,
+            time_us: time_us.unwrap_or(0),
+            stack,
+            context,
+            metadata,
+            action: code,
+            has_time: time_us.is_some(),
+        });
+        if self.batch.len() >= BATCH {
+            self.flush();
+        }
         if let Some(free) = device_free {
             self.events.device_free.insert(row, free);
         }
@@ -231,17 +611,32 @@ impl TraceCompactor {
     }
 }
 
-impl Compactor for TraceCompactor {
-    fn compact(&mut self, heap: &mut Heap, memo: &mut Memo, dict: Value) -> Option<Value> {
+/// A dict's keys and values alternately, as the compactor reads them.
+fn flat_pairs(heap: &Heap, dict: Value) -> Vec<Value> {
+    heap.pairs(dict)
+        .unwrap_or(&[])
+        .iter()
+        .flat_map(|&(k, v)| [k, v])
+        .collect()
+}
+
+impl Compactor for TraceCompactor<'_> {
+    fn compact(
+        &mut self,
+        heap: &mut Heap,
+        memo: &mut Memo,
+        dict: Value,
+        items: &[Value],
+    ) -> Option<Value> {
         // Frame dicts have 3 keys, trace entries 5 to 10; look at the first key to tell.
-        let &(first_key, _) = heap.pairs(dict)?.first()?;
+        let &first_key = items.first()?;
         match self.field(heap, first_key) {
-            Field::Filename | Field::Line | Field::Name if heap.pairs(dict)?.len() <= 4 => {
-                let frame = self.frame(heap, dict)?;
+            Field::Filename | Field::Line | Field::Name if items.len() <= 8 => {
+                let frame = self.frame(heap, dict, items)?;
                 Some(Value::record(FRAME_RECORD | u64::from(frame)))
             }
             Field::Action => {
-                let row = self.event(heap, memo, dict)?;
+                let row = self.event(heap, memo, items)?;
                 Some(Value::record(EVENT_RECORD | row as u64))
             }
             _ => None,
@@ -253,7 +648,7 @@ impl Compactor for TraceCompactor {
 pub fn build(
     root: Value,
     mut heap: Heap,
-    mut compactor: TraceCompactor,
+    mut compactor: TraceCompactor<'_>,
 ) -> Result<Snapshot, ShapeError> {
     let mut memo = Memo::default();
     let mut snapshot = Snapshot::default();
@@ -308,42 +703,69 @@ pub fn build(
 
     // Each device's list holds event records in decode order (or dicts the compactor could not
     // take, which are converted now).
-    let mut device_rows: Vec<Vec<usize>> = Vec::new();
+    let mut device_rows: Vec<Rows> = Vec::new();
     let device_lists = traces.and_then(|v| heap.items(v)).unwrap_or(&[]).to_vec();
     for device_list in device_lists {
         let items = heap.items(device_list).unwrap_or(&[]);
-        let all_records = items
-            .iter()
-            .all(|&item| matches!(record_of(item), Some(Record::Event(_))));
-        let rows = if all_records {
+        // Files torch writes hold one run of consecutive event records per device: checked with
+        // one comparison per item.
+        let run_start = match items.first().copied().and_then(record_of) {
+            Some(Record::Event(start)) => Some(start),
+            _ => None,
+        };
+        let is_run = run_start.is_some_and(|start| {
             items
                 .iter()
-                .filter_map(|&item| match record_of(item) {
-                    Some(Record::Event(row)) => Some(row),
-                    _ => None,
-                })
-                .collect()
+                .zip(start..)
+                .all(|(&item, row)| item == Value::record(EVENT_RECORD | row as u64))
+        });
+        let all_records = is_run
+            || items
+                .iter()
+                .all(|&item| matches!(record_of(item), Some(Record::Event(_))));
+        let mut rows = Rows::default();
+        if let (true, Some(start)) = (is_run, run_start) {
+            rows = Rows::Run {
+                start,
+                len: items.len(),
+            };
+        } else if all_records {
+            for &item in items {
+                if let Some(Record::Event(row)) = record_of(item) {
+                    rows.push(row);
+                }
+            }
         } else {
+            // A copy: converting an item needs the heap mutably.
             let items = items.to_vec();
-            let mut rows = Vec::with_capacity(items.len());
             for item in items {
                 match record_of(item) {
                     Some(Record::Event(row)) => rows.push(row),
                     _ if item.is(Kind::Dict) => {
-                        if let Some(row) = compactor.event(&mut heap, &mut memo, item) {
+                        let pairs = flat_pairs(&heap, item);
+                        if let Some(row) = compactor.event(&mut heap, &mut memo, &pairs) {
                             rows.push(row);
                         }
                     }
                     _ => {}
                 }
             }
-            rows
-        };
+        }
         device_rows.push(rows);
     }
     // The decoded values are no longer needed; free them before splitting columns.
     drop(heap);
-    snapshot.device_traces = split_by_device(std::mem::take(&mut compactor.events), &device_rows);
+    let (events, pass) = compactor.finish();
+    // The event pass assumed all rows are one device's, in decode order.
+    let total = events.len();
+    let one_device = device_rows
+        .iter()
+        .position(|rows| rows.len() > 0)
+        .filter(|&device| device_rows[device].is_run(0, total));
+    if let (Some(device), Some(pass)) = (one_device, pass) {
+        snapshot.event_pass = std::sync::Mutex::new(Some((device, total, pass)));
+    }
+    snapshot.device_traces = split_by_device(events, &device_rows);
     snapshot.frames = compactor.frames;
     snapshot.stacks = compactor.stacks;
     Ok(snapshot)
@@ -352,7 +774,7 @@ pub fn build(
 fn segment(
     heap: &mut Heap,
     memo: &mut Memo,
-    compactor: &mut TraceCompactor,
+    compactor: &mut TraceCompactor<'_>,
     dict: Value,
     snapshot: &mut Snapshot,
 ) -> Option<Segment> {
@@ -411,7 +833,7 @@ fn segment(
 fn block(
     heap: &mut Heap,
     memo: &mut Memo,
-    compactor: &mut TraceCompactor,
+    compactor: &mut TraceCompactor<'_>,
     dict: Value,
     default_address: u64,
     snapshot: &mut Snapshot,
@@ -547,12 +969,69 @@ pub fn to_json(heap: &Heap, value: Value, depth: usize) -> serde_json::Value {
     }
 }
 
+/// The rows of one device's trace, in decode order.
+#[derive(Debug)]
+enum Rows {
+    /// `start..start + len`: the only layout torch writes, kept without a list of 3 million rows.
+    Run {
+        start: usize,
+        len: usize,
+    },
+    List(Vec<usize>),
+}
+
+impl Default for Rows {
+    fn default() -> Self {
+        Self::Run { start: 0, len: 0 }
+    }
+}
+
+impl Rows {
+    fn push(&mut self, row: usize) {
+        match self {
+            Self::Run { start, len } if *len == 0 => (*start, *len) = (row, 1),
+            Self::Run { start, len } if *start + *len == row => *len += 1,
+            Self::Run { start, len } => {
+                let mut list: Vec<usize> = (*start..*start + *len).collect();
+                list.push(row);
+                *self = Self::List(list);
+            }
+            Self::List(list) => list.push(row),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Self::Run { len, .. } => *len,
+            Self::List(list) => list.len(),
+        }
+    }
+
+    /// Whether these are exactly rows `start..start + len`.
+    fn is_run(&self, start: usize, len: usize) -> bool {
+        match self {
+            Self::Run { len: 0, .. } => len == 0,
+            Self::Run { start: s, len: n } => *s == start && *n == len,
+            Self::List(list) => {
+                list.len() == len && list.iter().enumerate().all(|(i, &row)| row == start + i)
+            }
+        }
+    }
+
+    fn iter(&self) -> Box<dyn Iterator<Item = usize> + '_> {
+        match self {
+            Self::Run { start, len } => Box::new(*start..*start + *len),
+            Self::List(list) => Box::new(list.iter().copied()),
+        }
+    }
+}
+
 /// Splits the decode-order rows into one trace per device. When each device's rows are one
 /// ascending run (always, for files torch writes), columns are split in place without copying.
-fn split_by_device(mut events: Trace, device_rows: &[Vec<usize>]) -> Vec<Trace> {
+fn split_by_device(mut events: Trace, device_rows: &[Rows]) -> Vec<Trace> {
     let mut expected = 0;
     let contiguous = device_rows.iter().all(|rows| {
-        let ok = rows.iter().enumerate().all(|(i, &row)| row == expected + i);
+        let ok = rows.is_run(expected, rows.len());
         expected += rows.len();
         ok
     }) && expected == events.len();
@@ -579,8 +1058,23 @@ fn empty_like(events: &Trace) -> Trace {
     }
 }
 
+/// Moves rows `start..` of `events` into a trace of their own.
 fn split_off(events: &mut Trace, start: usize) -> Trace {
     let mut tail = empty_like(events);
+    if start == 0 {
+        // Every row moves: take the columns rather than copy them (`Vec::split_off(0)` copies).
+        tail.action = std::mem::take(&mut events.action);
+        tail.addr = std::mem::take(&mut events.addr);
+        tail.size = std::mem::take(&mut events.size);
+        tail.stream = std::mem::take(&mut events.stream);
+        tail.time_us = std::mem::take(&mut events.time_us);
+        tail.stack = std::mem::take(&mut events.stack);
+        tail.compile_context = std::mem::take(&mut events.compile_context);
+        tail.user_metadata = std::mem::take(&mut events.user_metadata);
+        tail.device_free = std::mem::take(&mut events.device_free);
+        tail.has_time = events.has_time;
+        return tail;
+    }
     tail.action = events.action.split_off(start);
     tail.addr = events.addr.split_off(start);
     tail.size = events.size.split_off(start);
@@ -599,9 +1093,9 @@ fn split_off(events: &mut Trace, start: usize) -> Trace {
     tail
 }
 
-fn gather(events: &Trace, rows: &[usize]) -> Trace {
+fn gather(events: &Trace, rows: &Rows) -> Trace {
     let mut trace = empty_like(events);
-    for &row in rows {
+    for row in rows.iter() {
         trace.push(
             events.action[row],
             events.addr[row],

@@ -6,6 +6,7 @@ use super::{Compression, Snapshot, json};
 use crate::pickle::{self, Encoding, Limits, PickleError};
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 /// Why a file could not be loaded; each message says what was wrong with the file.
 #[derive(Debug, thiserror::Error)]
@@ -36,7 +37,114 @@ pub fn load_path(path: &Path, options: LoadOptions<'_>) -> Result<Snapshot, Load
         path: path.display().to_string(),
         source,
     })?;
-    load_reader(file, options)
+    let large = file
+        .metadata()
+        .is_ok_and(|metadata| metadata.len() >= READ_AHEAD_FROM);
+    if !large {
+        return load_reader(file, options);
+    }
+    std::thread::scope(|scope| match ReadAhead::start(scope, file) {
+        Ok(reader) => load_reader(reader, options),
+        Err(file) => load_reader(file, options),
+    })
+}
+
+/// Files from this size on are read by a second thread (see [`ReadAhead`]).
+const READ_AHEAD_FROM: u64 = 16 << 20;
+
+/// Bytes per chunk the read-ahead thread hands over: small enough to still be in the shared
+/// cache when the decoder copies them out.
+const READ_AHEAD_CHUNK: usize = 256 << 10;
+
+/// A file read a few chunks ahead by a second thread, so the copy out of the page cache (a
+/// twentieth of a large load) overlaps decoding. Chunk buffers are handed back for reuse, so
+/// at most a few chunks exist at once; dropping the reader stops the thread.
+struct ReadAhead {
+    chunks: Receiver<std::io::Result<Vec<u8>>>,
+    spare: SyncSender<Vec<u8>>,
+    current: Vec<u8>,
+    pos: usize,
+}
+
+impl ReadAhead {
+    /// Starts the thread in `scope`; gives the file back if the thread cannot be started.
+    fn start<'scope>(
+        scope: &'scope std::thread::Scope<'scope, '_>,
+        file: std::fs::File,
+    ) -> Result<Self, std::fs::File> {
+        let (file_sender, file_receiver) = sync_channel::<std::fs::File>(1);
+        let (chunk_sender, chunks) = sync_channel(4);
+        let (spare, spare_receiver) = sync_channel(4);
+        let started = std::thread::Builder::new()
+            .name("snapview-read".into())
+            .spawn_scoped(scope, move || {
+                if let Ok(file) = file_receiver.recv() {
+                    read_ahead(file, &chunk_sender, &spare_receiver);
+                }
+            });
+        if started.is_err() {
+            return Err(file);
+        }
+        // The thread waits for the file; it can only be gone if it panicked.
+        file_sender.send(file).map_err(|returned| returned.0)?;
+        Ok(Self {
+            chunks,
+            spare,
+            current: Vec::new(),
+            pos: 0,
+        })
+    }
+}
+
+/// The read-ahead thread: sends `file` in chunks until its end, an error, or the reader is gone.
+fn read_ahead(
+    mut file: std::fs::File,
+    chunks: &SyncSender<std::io::Result<Vec<u8>>>,
+    spare: &Receiver<Vec<u8>>,
+) {
+    loop {
+        let mut chunk = spare.try_recv().unwrap_or_default();
+        chunk.resize(READ_AHEAD_CHUNK, 0);
+        let mut filled = 0;
+        while filled < chunk.len() {
+            match file.read(&mut chunk[filled..]) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    let _ = chunks.send(Err(e));
+                    return;
+                }
+            }
+        }
+        chunk.truncate(filled);
+        // At the end of the file, or when the reader was dropped (the load is over).
+        if filled == 0 || chunks.send(Ok(chunk)).is_err() {
+            return;
+        }
+    }
+}
+
+impl Read for ReadAhead {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.pos == self.current.len() {
+            match self.chunks.recv() {
+                Ok(Ok(chunk)) => {
+                    let used = std::mem::replace(&mut self.current, chunk);
+                    // If the thread has enough buffers, this one is simply freed.
+                    let _ = self.spare.try_send(used);
+                    self.pos = 0;
+                }
+                Ok(Err(e)) => return Err(e),
+                // The thread ended: the end of the file.
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len() - self.pos);
+        buf[..n].copy_from_slice(&self.current[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
 }
 
 /// Loads a snapshot from any byte stream (a file, an upload, a decompressor).
@@ -103,18 +211,21 @@ fn decode_pickle(
     options: LoadOptions<'_>,
     compression: Compression,
 ) -> Result<Snapshot, LoadError> {
-    let mut compactor = TraceCompactor::default();
-    let decoded = pickle::decode(&mut reader, &options.limits, &mut compactor)?;
-    if compression != Compression::None {
-        // The pickle ended at STOP; one more read lets the decompressor check its trailer (a
-        // gzip CRC and length), so a corrupt or cut compressed file does not load silently.
-        // Data after the pickle is ignored, as Python's pickle.load ignores it.
-        reader.read(&mut [0u8; 1]).map_err(pickle::io_error)?;
-    }
-    let mut snapshot = build(decoded.root, decoded.heap, compactor)?;
-    snapshot.source.pickle_protocol = Some(decoded.protocol);
-    snapshot.source.compression = compression;
-    Ok(snapshot)
+    // Trace columns are filled by a second thread while this one decodes (see TraceCompactor).
+    std::thread::scope(|scope| {
+        let mut compactor = TraceCompactor::pipelined(scope);
+        let decoded = pickle::decode(&mut reader, &options.limits, &mut compactor)?;
+        if compression != Compression::None {
+            // The pickle ended at STOP; one more read lets the decompressor check its trailer (a
+            // gzip CRC and length), so a corrupt or cut compressed file does not load silently.
+            // Data after the pickle is ignored, as Python's pickle.load ignores it.
+            reader.read(&mut [0u8; 1]).map_err(pickle::io_error)?;
+        }
+        let mut snapshot = build(decoded.root, decoded.heap, compactor)?;
+        snapshot.source.pickle_protocol = Some(decoded.protocol);
+        snapshot.source.compression = compression;
+        Ok(snapshot)
+    })
 }
 
 fn decode_json(reader: impl Read, compression: Compression) -> Result<Snapshot, LoadError> {

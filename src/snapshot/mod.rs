@@ -18,6 +18,7 @@ pub use frames::{Frame, FrameId, FrameTable, StackId, StackTable};
 pub use load::{LoadError, LoadOptions, load_path, load_reader};
 pub use trace::{Action, ActionCode, Trace, TraceEntry};
 
+use crate::analysis::replay::EventPass;
 use serde::Serialize;
 
 /// One decoded snapshot.
@@ -34,7 +35,13 @@ pub struct Snapshot {
     pub frames: FrameTable,
     pub stacks: StackTable,
     pub source: SourceInfo,
+    /// The replay's event pass of one device, run by the loader while it read the trace, waiting
+    /// for [`crate::analysis::Replay::new`] to take it (so it is not run twice).
+    pub(crate) event_pass: EventPassSeed,
 }
+
+/// An [`EventPass`] for `(device, trace length)`.
+pub(crate) type EventPassSeed = std::sync::Mutex<Option<(usize, usize, EventPass)>>;
 
 /// Where a snapshot came from: encoding details that explain its shape.
 #[derive(Debug, Default, Clone, Serialize, PartialEq, Eq)]
@@ -151,6 +158,22 @@ impl Snapshot {
         devices.sort_unstable();
         devices.dedup();
         devices
+    }
+
+    /// The event pass the loader ran for `device`, if it covers exactly the `len` events of its
+    /// trace (the trace is as loaded). Taken once: a later replay runs the pass itself.
+    pub(crate) fn take_event_pass(&self, device: usize, len: usize) -> Option<EventPass> {
+        let mut seed = self
+            .event_pass
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match seed.take() {
+            Some((d, n, pass)) if d == device && n == len && pass.len() == len => Some(pass),
+            other => {
+                *seed = other;
+                None
+            }
+        }
     }
 
     /// The trace of `device`, or an empty one.
