@@ -1,6 +1,7 @@
 // The snapshot page: rename in place, copy the link, stack bars.
 
 import { isShortcut, keyboardHelp, showTimes, toast } from "./lib/page.js";
+import { VIEW_KEYS, startViews, viewSearch } from "./views/app.js";
 
 const root = document.querySelector(".snapshot");
 const id = root.dataset.id;
@@ -90,7 +91,8 @@ async function copyText(text) {
 }
 
 async function copyLink() {
-  const url = root.dataset.shareUrl || `${window.location.origin}${window.location.pathname}`;
+  // The view state (tab, window, moment, …) is in the query: the link opens what is shown.
+  const url = `${root.dataset.shareUrl || `${window.location.origin}${window.location.pathname}`}${viewSearch()}`;
   if (await copyText(url)) toast("Link copied");
   else toast(`Copy this link: ${url}`, 8000);
 }
@@ -128,8 +130,13 @@ if (performance.getEntriesByType("navigation")[0]?.type === "back_forward") {
 
 showTimes();
 keyboardHelp([
+  ...VIEW_KEYS,
   ["r", "Rename (or Enter on the name)"],
-  ["c", "Copy the link to this page"],
+  ["c", "Copy the link to this view"],
   ["Enter", "Open or close a stack (when focused)"],
   ["?", "Show these keys"],
 ]);
+startViews().catch((error) => {
+  console.warn("the views failed to start", error);
+  toast(`The views could not start: ${error.message}`, 8000);
+});

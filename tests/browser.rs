@@ -1,6 +1,8 @@
 //! The pages in a real browser: starts `snapview serve` on a free port with an empty data folder
-//! and runs `tests/browser/server_pages.mjs` (playwright-core driving Debian's chromium) against
-//! it. Screenshots land in `target/screenshots/`.
+//! and runs `tests/browser/server_pages.mjs` (the pages) or `tests/browser/views.mjs` (the
+//! snapshot page's interactive views) against it, with playwright-core driving Debian's chromium.
+//! Screenshots land in `target/screenshots/`. The performance measurement on the 3.2M-event trace
+//! is `tests/browser/perf_huge.mjs`, run by hand (see its header).
 //!
 //! Needs `/usr/bin/chromium` (`apt-get install chromium`), `node` and `node_modules/playwright-core`
 //! (`npm ci`). When they are missing the test fails, saying so: a skipped browser test would hide
@@ -100,6 +102,19 @@ fn requirements() -> Result<(), String> {
 
 #[test]
 fn pages_work_in_a_real_browser() {
+    run_script("tests/browser/server_pages.mjs", Duration::from_secs(90));
+}
+
+/// The snapshot page's interactive views (timeline, flame graph, segments, events):
+/// `tests/browser/views.mjs` on its own server and data folder.
+#[test]
+fn views_work_in_a_real_browser() {
+    run_script("tests/browser/views.mjs", Duration::from_secs(150));
+}
+
+/// Starts `snapview serve` on a free port with an empty data folder and runs the node `script`
+/// against it, failing with everything both printed when the script fails.
+fn run_script(script: &str, limit: Duration) {
     if let Err(missing) = requirements() {
         panic!("the browser test cannot run:\n{missing}");
     }
@@ -138,7 +153,7 @@ fn pages_work_in_a_real_browser() {
         std::thread::sleep(Duration::from_millis(50));
     }
 
-    let script = root().join("tests/browser/server_pages.mjs");
+    let script = root().join(script);
     let node = Command::new("node")
         .arg(&script)
         .current_dir(root())
@@ -151,15 +166,16 @@ fn pages_work_in_a_real_browser() {
     let mut node = Killed(node);
     let out = collect(node.0.stdout.take());
     let err = collect(node.0.stderr.take());
-    // The script gives up by itself after 55 s; this is the backstop.
-    let deadline = Instant::now() + Duration::from_secs(90);
+    // The script gives up by itself before `limit`; this is the backstop.
+    let deadline = Instant::now() + limit;
     let status = loop {
         if let Some(status) = node.0.try_wait().expect("wait for node") {
             break status;
         }
         assert!(
             Instant::now() < deadline,
-            "the browser test did not finish within 90 s"
+            "the browser test {} did not finish within {limit:?}",
+            script.display()
         );
         std::thread::sleep(Duration::from_millis(50));
     };

@@ -69,6 +69,19 @@ pub struct TimelineAnswer {
     #[serde(flatten)]
     timeline: Timeline,
     markers: Markers,
+    /// `time_us` of the trace's first event and of the window's first and last events (`null`
+    /// when the trace has no times): the time axis's labels.
+    time_us: Option<TimeSpan>,
+    /// The first event from which the history is complete, when the trace starts mid-run
+    /// (frees without a matching alloc); `null` when it is complete.
+    complete_from: Option<usize>,
+}
+
+#[derive(Serialize)]
+struct TimeSpan {
+    first: i64,
+    start: i64,
+    end: i64,
 }
 
 #[derive(Serialize)]
@@ -111,7 +124,22 @@ pub async fn timeline_view(
             .map(|(i, _)| serde_json::json!({"event": i, "requested": trace.size[i], "device_free": trace.device_free.get(&i)}))
             .collect();
         let annotations = annotation_markers(&loaded.snapshot, trace, device.device, &timeline);
+        let time_us = (trace.has_time && !trace.time_us.is_empty()).then(|| TimeSpan {
+            first: trace.time_us[0],
+            start: trace.time_us[timeline.start.min(trace.time_us.len() - 1)],
+            end: trace.time_us[timeline.end.min(trace.time_us.len() - 1)],
+        });
+        let complete_from = device
+            .replay
+            .allocations
+            .iter()
+            .filter(|a| a.origin == Origin::FreedWithoutAlloc)
+            .filter_map(|a| a.end)
+            .max()
+            .map(|end| end as usize + 1);
         Ok(TimelineAnswer {
+            time_us,
+            complete_from,
             device: device.device,
             timeline,
             markers: Markers {

@@ -1,0 +1,36 @@
+// Colours for marks (pure): stable per key, readable on light and dark backgrounds.
+
+/** A 32-bit hash of a string or number. */
+export function hash(value) {
+  const text = String(value);
+  let h = 2166136261;
+  for (let i = 0; i < text.length; i += 1) {
+    h ^= text.charCodeAt(i);
+    h = Math.imul(h, 16777619);
+  }
+  h ^= h >>> 13;
+  h = Math.imul(h, 0x5bd1e995);
+  return (h ^ (h >>> 15)) >>> 0;
+}
+
+/** An allocation band's colour: hues spread by the golden angle, soft saturation. */
+export function bandColor(id, dark) {
+  const hue = (hash(id) % 360 + id * 137.508) % 360;
+  const s = 45 + (hash(id + 7) % 20);
+  const l = dark ? 52 + (hash(id + 3) % 10) : 62 + (hash(id + 3) % 12);
+  return `hsl(${hue.toFixed(0)} ${s}% ${l}%)`;
+}
+
+/** A flame-graph frame colour by file: warm hues for Python code, blue-grey for the rest. */
+export function frameColor(name, file, dark) {
+  if (!file) {
+    if (name.startsWith("free")) return dark ? "hsl(140 20% 34%)" : "hsl(140 30% 80%)";
+    if (name.startsWith("pending")) return dark ? "hsl(32 70% 40%)" : "hsl(32 90% 72%)";
+    if (name === "rounding") return dark ? "hsl(0 0% 40%)" : "hsl(0 0% 72%)";
+    return dark ? "hsl(220 14% 38%)" : "hsl(220 18% 78%)";
+  }
+  const h = hash(file);
+  const hue = 8 + (h % 42);
+  const l = dark ? 40 + ((h >>> 8) % 12) : 60 + ((h >>> 8) % 14);
+  return `hsl(${hue} ${68 + ((h >>> 16) % 20)}% ${l}%)`;
+}

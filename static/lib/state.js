@@ -1,0 +1,45 @@
+// The view state held in the URL query, so a copied link opens exactly what the sender saw.
+// Pure: parse and serialize only.
+
+export const TABS = ["overview", "timeline", "flame", "segments", "events"];
+
+const INTEGER_KEYS = ["device", "start", "end", "at", "alloc", "min"];
+const TEXT_KEYS = ["q", "frame", "action"];
+
+/** Default state: the overview, no moment chosen (the peak), the whole trace. */
+export function defaults() {
+  return { tab: "overview", device: null, start: null, end: null, axis: "event", at: null, alloc: null, q: "", mode: "allocated", action: "", min: null, frame: "" };
+}
+
+/** State from a query string; unknown or malformed values fall back to the defaults. */
+export function parse(search) {
+  const params = new URLSearchParams(search);
+  const state = defaults();
+  const tab = params.get("tab");
+  if (TABS.includes(tab)) state.tab = tab;
+  for (const key of INTEGER_KEYS) {
+    const raw = params.get(key);
+    if (raw !== null && /^-?\d+$/.test(raw.trim())) state[key] = Number(raw);
+  }
+  for (const key of TEXT_KEYS) state[key] = params.get(key) ?? "";
+  if (params.get("axis") === "time") state.axis = "time";
+  if (params.get("mode") === "reserved") state.mode = "reserved";
+  if (state.start !== null && state.end !== null && state.end < state.start) {
+    state.start = null;
+    state.end = null;
+  }
+  return state;
+}
+
+/** The query string for `state` ("" for the defaults), keys in a stable order. */
+export function serialize(state) {
+  const base = defaults();
+  const params = new URLSearchParams();
+  for (const key of ["tab", "device", "axis", "start", "end", "at", "alloc", "mode", "q", "action", "min", "frame"]) {
+    const value = state[key];
+    if (value === null || value === undefined || value === base[key] || value === "") continue;
+    params.set(key, String(value));
+  }
+  const text = params.toString();
+  return text ? `?${text}` : "";
+}

@@ -1,0 +1,208 @@
+// The snapshot page's views: one state (in the URL), tabs, the shared selected moment, keys.
+
+import { TABS, parse, serialize } from "../lib/state.js";
+import { count } from "../lib/units.js";
+import { getJSON, hideTip } from "./common.js";
+import { TimelineView } from "./timeline.js";
+import { FlameView } from "./flame.js";
+import { SegmentsView } from "./segments.js";
+import { EventsView } from "./events.js";
+import { isShortcut, isTyping } from "../lib/page.js";
+
+/** Keys the views add to the page's `?` dialog. */
+export const VIEW_KEYS = [
+  ["0", "Overview"],
+  ["1", "Timeline"],
+  ["2", "Flame graph"],
+  ["3", "Segments"],
+  ["4", "Events"],
+  ["← →", "Step the selected moment one event (Shift: 100)"],
+  ["+ -", "Zoom the timeline in or out"],
+  ["/", "Search (flame graph) or filter by frame (events)"],
+  ["Esc", "Unpin the allocation"],
+];
+
+let liveStore = null;
+
+/** The query string of the view shown now (the URL catches up a moment later). */
+export function viewSearch() {
+  return liveStore ? serialize(liveStore.get()) : window.location.search;
+}
+
+function createStore(initial, onChange) {
+  let state = initial;
+  const subscribers = [];
+  return {
+    get: () => state,
+    set(patch) {
+      const changed = new Set();
+      for (const [key, value] of Object.entries(patch)) if (state[key] !== value) changed.add(key);
+      if (changed.size === 0) return;
+      state = { ...state, ...patch };
+      onChange(state);
+      for (const fn of subscribers) fn(state, changed);
+    },
+    subscribe(fn) {
+      subscribers.push(fn);
+    },
+  };
+}
+
+export async function startViews() {
+  const root = document.querySelector(".snapshot");
+  if (!root || !document.getElementById("timeline")) return;
+  const id = root.dataset.id;
+  let urlTimer;
+  const store = createStore(parse(window.location.search), (state) => {
+    clearTimeout(urlTimer);
+    urlTimer = setTimeout(() => {
+      const url = `${window.location.pathname}${serialize(state)}`;
+      if (url !== `${window.location.pathname}${window.location.search}`) history.replaceState(history.state, "", url);
+    }, 300);
+  });
+
+  liveStore = store;
+  const ctx = {
+    id,
+    store,
+    summary: null,
+    /** The device shown: the URL's, else the first with a trace. */
+    device() {
+      const state = store.get();
+      const devices = ctx.summary?.analysis?.devices ?? [];
+      if (state.device !== null && devices.some((d) => d.device === state.device)) return state.device;
+      return (devices.find((d) => d.trace_entries > 0) ?? devices[0])?.device ?? 0;
+    },
+    deviceInfo() {
+      return ctx.summary?.analysis?.devices?.find((d) => d.device === ctx.device()) ?? null;
+    },
+    /** Events in the device's trace. */
+    events() {
+      return ctx.deviceInfo()?.trace_entries ?? 0;
+    },
+    /** The selected moment: the URL's `at`, else the peak (null: no history). */
+    moment() {
+      const at = store.get().at;
+      if (at !== null) return at;
+      return ctx.deviceInfo()?.peak_event_index ?? null;
+    },
+    setMoment(at) {
+      const n = ctx.events();
+      if (n === 0 || at === null) return;
+      store.set({ at: Math.max(-1, Math.min(n - 1, Math.round(at))) });
+    },
+    step(delta) {
+      const now = ctx.moment() ?? -1;
+      ctx.setMoment(now + delta);
+    },
+    /** The note that the trace starts mid-run, if any. */
+    incomplete: document.querySelector(".banner-trace_incomplete")?.textContent.trim() ?? "",
+    noHistory: document.querySelector(".banner-no_history, .banner-state_only")?.textContent.trim() ?? "",
+  };
+
+  // The timeline starts loading before the summary answers (it is the slowest request).
+  const views = {};
+  const tabs = [...root.querySelectorAll(".tab[data-tab]")];
+  const panels = Object.fromEntries(TABS.map((t) => [t, document.getElementById(t)]));
+  const context = root.querySelector(".view-context");
+  const showPanels = (tab) => {
+    for (const a of tabs) a.setAttribute("aria-selected", String(a.dataset.tab === tab));
+    for (const [name, panel] of Object.entries(panels)) if (panel) panel.hidden = name !== tab;
+    context.hidden = tab === "overview";
+  };
+  showPanels(store.get().tab);
+  views.timeline = new TimelineView(ctx, document.getElementById("timeline"));
+  if (store.get().tab === "timeline") views.timeline.show();
+
+  try {
+    ctx.summary = await getJSON(`/api/snapshots/${id}`);
+  } catch (error) {
+    for (const panel of document.querySelectorAll(".tab-panel.view")) {
+      const box = panel.querySelector(".view-error");
+      if (box) {
+        box.textContent = `The views cannot load: ${error.message}`;
+        box.hidden = false;
+      }
+    }
+    return;
+  }
+  views.flame = new FlameView(ctx, document.getElementById("flame"));
+  views.segments = new SegmentsView(ctx, document.getElementById("segments"));
+  views.events = new EventsView(ctx, document.getElementById("events"));
+
+  // Device picker: every device with a trace (or, without any, every device).
+  const select = document.getElementById("device-select");
+  const devices = ctx.summary.analysis.devices;
+  const traced = devices.filter((d) => d.trace_entries > 0);
+  for (const d of traced.length ? traced : devices) {
+    const option = document.createElement("option");
+    option.value = String(d.device);
+    option.textContent = `cuda:${d.device}${d.trace_entries ? ` · ${count(d.trace_entries)} events` : ""}`;
+    select.append(option);
+  }
+  select.value = String(ctx.device());
+  select.disabled = select.options.length < 2;
+  select.addEventListener("change", () => {
+    store.set({ device: Number(select.value), start: null, end: null, at: null, alloc: null });
+  });
+  const chip = document.getElementById("moment-chip");
+  const showMoment = () => {
+    const at = ctx.moment();
+    const info = ctx.deviceInfo();
+    if (at === null) chip.textContent = ctx.events() ? "" : "no history";
+    else chip.textContent = `${at === info?.peak_event_index ? "peak · " : ""}event ${count(at)}`;
+  };
+
+  // Tabs.
+  const showTab = (tab) => {
+    showPanels(tab);
+    hideTip();
+    views[tab]?.show();
+  };
+  for (const a of tabs) {
+    a.addEventListener("click", (event) => {
+      if (event.ctrlKey || event.metaKey || event.shiftKey || event.button !== 0) return;
+      event.preventDefault();
+      store.set({ tab: a.dataset.tab });
+    });
+  }
+
+  store.subscribe((state, changed) => {
+    if (changed.has("device")) select.value = String(ctx.device());
+    for (const view of Object.values(views)) view.update(state, changed);
+    if (changed.has("tab")) showTab(state.tab);
+    showMoment();
+  });
+  showMoment();
+  showTab(store.get().tab);
+
+  document.addEventListener("keydown", (event) => {
+    if (event.key === "Escape" && !document.querySelector("dialog[open]")) {
+      if (isTyping(event)) return;
+      if (store.get().alloc !== null) store.set({ alloc: null });
+      return;
+    }
+    if (!isShortcut(event)) return;
+    const tab = store.get().tab;
+    if (/^[0-4]$/.test(event.key)) {
+      event.preventDefault();
+      store.set({ tab: TABS[Number(event.key)] });
+    } else if ((event.key === "ArrowLeft" || event.key === "ArrowRight") && tab !== "overview") {
+      event.preventDefault();
+      ctx.step((event.key === "ArrowLeft" ? -1 : 1) * (event.shiftKey ? 100 : 1));
+    } else if ((event.key === "+" || event.key === "=" || event.key === "-") && tab !== "overview") {
+      event.preventDefault();
+      if (tab !== "timeline") store.set({ tab: "timeline" });
+      views.timeline.zoomBy(event.key === "-" ? 2 : 0.5);
+    } else if (event.key === "/") {
+      event.preventDefault();
+      if (tab === "events") {
+        document.getElementById("events-frame").focus();
+      } else {
+        if (tab !== "flame") store.set({ tab: "flame" });
+        document.getElementById("flame-search").focus();
+      }
+    }
+  });
+  window.__snapview = { store, ctx, views };
+}

@@ -1,0 +1,298 @@
+// The flame graph (icicle) of live memory at the selected moment: widths are bytes, the root
+// at the top. Hover explains a frame, click zooms into it, the breadcrumb zooms back out, search
+// highlights frames and sums their bytes; the graph downloads as folded stacks or SVG.
+
+import { frameColor } from "../lib/color.js";
+import { ancestors, findKey, folded, frameLabel, keyOf, layout, search, selfBytes, svg } from "../lib/flame-model.js";
+import { bytes, count, percent } from "../lib/units.js";
+import { download, fitCanvas, frameScheduler, getJSON, h, hideTip, onThemeChange, showTip, theme, tipRow } from "./common.js";
+
+const ROW = 20;
+
+export class FlameView {
+  constructor(ctx, panel) {
+    this.ctx = ctx;
+    this.panel = panel;
+    this.chart = panel.querySelector("#flame-chart");
+    this.canvas = panel.querySelector("#flame-canvas");
+    this.total = panel.querySelector("#flame-total");
+    this.crumbs = panel.querySelector("#flame-breadcrumb");
+    this.input = panel.querySelector("#flame-search");
+    this.matchText = panel.querySelector("#flame-matches");
+    this.error = panel.querySelector("#flame-error");
+    this.data = null;
+    this.key = "";
+    this.focus = 0;
+    this.focusKey = "";
+    this.hits = null;
+    this.rects = [];
+    this.draw = frameScheduler(() => this.paint());
+    this.input.value = ctx.store.get().q;
+    this.input.addEventListener("input", () => ctx.store.set({ q: this.input.value }));
+    this.input.addEventListener("keydown", (event) => {
+      if (event.key === "Escape") {
+        event.preventDefault();
+        this.input.value = "";
+        ctx.store.set({ q: "" });
+        this.input.blur();
+      }
+    });
+    for (const b of panel.querySelectorAll("[data-mode]")) b.addEventListener("click", () => ctx.store.set({ mode: b.dataset.mode }));
+    panel.querySelector("#flame-folded").addEventListener("click", () => this.downloadFolded());
+    panel.querySelector("#flame-svg").addEventListener("click", () => this.downloadSvg());
+    this.canvas.addEventListener("pointermove", (event) => this.onMove(event));
+    this.canvas.addEventListener("pointerleave", () => {
+      this.hover = -1;
+      hideTip();
+      this.draw();
+    });
+    this.canvas.addEventListener("click", (event) => this.onClick(event));
+    new ResizeObserver(() => this.visible() && this.draw()).observe(this.chart);
+    onThemeChange(() => this.draw());
+    this.syncMode();
+  }
+
+  visible() {
+    return !this.panel.hidden;
+  }
+
+  show() {
+    this.load();
+    this.draw();
+  }
+
+  syncMode() {
+    const mode = this.ctx.store.get().mode;
+    for (const b of this.panel.querySelectorAll("[data-mode]")) b.setAttribute("aria-pressed", String(b.dataset.mode === mode));
+  }
+
+  update(state, changed) {
+    if (changed.has("mode")) this.syncMode();
+    if (changed.has("q")) {
+      if (this.input.value !== state.q) this.input.value = state.q;
+      this.searchNow();
+      this.draw();
+    }
+    if (changed.has("device")) {
+      this.focus = 0;
+      this.focusKey = "";
+    }
+    if (this.visible() && (changed.has("at") || changed.has("device") || changed.has("mode"))) this.load();
+  }
+
+  params() {
+    const params = new URLSearchParams();
+    params.set("device", this.ctx.device());
+    const at = this.ctx.moment();
+    if (at !== null) params.set("at", at);
+    if (this.ctx.store.get().mode === "reserved") params.set("mode", "reserved");
+    return params.toString();
+  }
+
+  async load() {
+    const key = this.params();
+    if (key === this.key) return;
+    this.abort?.abort();
+    const controller = new AbortController();
+    this.abort = controller;
+    this.total.classList.add("stale");
+    try {
+      const data = await getJSON(`/api/snapshots/${this.ctx.id}/flame?${key}`, controller.signal);
+      this.key = key;
+      this.data = data;
+      this.lay = layout(data.nodes);
+      const found = findKey(data.nodes, this.focusKey);
+      this.focus = found >= 0 ? found : 0;
+      this.error.hidden = true;
+      this.searchNow();
+      this.renderTotal();
+      this.renderCrumbs();
+      this.paint();
+    } catch (error) {
+      if (error.name === "AbortError") return;
+      this.error.textContent = `The flame graph could not load. ${error.message}`;
+      this.error.hidden = false;
+    } finally {
+      if (this.abort === controller) this.total.classList.remove("stale");
+    }
+  }
+
+  searchNow() {
+    if (!this.data) return;
+    const q = this.ctx.store.get().q.trim();
+    this.hits = q ? search(this.data.nodes, q) : null;
+    if (!q) this.matchText.textContent = "";
+    else if (!this.hits.count) this.matchText.textContent = `No frame matches “${q}”`;
+    else this.matchText.textContent = `${count(this.hits.count)} frame${this.hits.count === 1 ? "" : "s"} match: ${bytes(this.hits.bytes)} (${percent(this.hits.bytes, this.data.total)} of ${this.modeWord()})`;
+  }
+
+  modeWord() {
+    return this.data?.mode === "reserved" || this.ctx.store.get().mode === "reserved" ? "reserved" : "live";
+  }
+
+  renderTotal() {
+    const d = this.data;
+    const info = this.ctx.deviceInfo();
+    const reserved = this.ctx.store.get().mode === "reserved";
+    const when = d.at === null || d.at === undefined ? "when the snapshot was taken" : `right after event ${count(d.at)}${d.at === info?.peak_event_index ? " (the peak)" : ""}`;
+    this.total.replaceChildren(
+      h("strong", { id: "flame-total-bytes" }, bytes(d.total)),
+      reserved ? ` reserved ${when}: ${count(d.allocations)} live allocations plus free, pending-free and rounding bytes per segment.` : ` live ${when} in ${count(d.allocations)} allocation${d.allocations === 1 ? "" : "s"}.`,
+    );
+  }
+
+  renderCrumbs() {
+    const nodes = this.data.nodes;
+    const chain = ancestors(nodes, this.focus);
+    this.crumbs.replaceChildren(
+      ...chain.flatMap((i, k) => [
+        k ? h("span", { className: "crumb-sep", "aria-hidden": "true" }, "›") : null,
+        h("button", { type: "button", className: `crumb${i === this.focus ? " current" : ""}`, title: frameLabel(nodes[i]), onclick: () => this.zoom(i) }, i === 0 ? "all" : nodes[i].name),
+      ]),
+    );
+    this.crumbs.hidden = chain.length < 2;
+  }
+
+  zoom(i) {
+    this.focus = i;
+    this.focusKey = i ? keyOf(this.data.nodes, i) : "";
+    this.renderCrumbs();
+    this.paint();
+  }
+
+  paint() {
+    if (!this.visible()) return;
+    const width = Math.max(320, this.chart.clientWidth);
+    const t = theme();
+    if (!this.data) {
+      const ctx = fitCanvas(this.canvas, width, 80);
+      ctx.fillStyle = t.bg;
+      ctx.fillRect(0, 0, width, 80);
+      ctx.fillStyle = t.muted;
+      ctx.font = t.font;
+      ctx.fillText("Loading the flame graph…", 8, 24);
+      return;
+    }
+    const nodes = this.data.nodes;
+    const lay = this.lay;
+    const height = (lay.maxDepth + 1) * ROW + 2;
+    const ctx = fitCanvas(this.canvas, width, height);
+    ctx.fillStyle = t.bg;
+    ctx.fillRect(0, 0, width, height);
+    const rects = [];
+    const focus = this.focus;
+    const scale = nodes[focus].bytes > 0 ? width / nodes[focus].bytes : 0;
+    const chain = ancestors(nodes, focus);
+    for (const i of chain.slice(0, -1)) rects.push({ i, x: 0, w: width, y: nodes[i].depth * ROW, ancestor: true });
+    const end = lay.subtreeEnd[focus];
+    for (let i = focus; i < end; i += 1) {
+      const w = nodes[i].bytes * scale;
+      if (w < 0.5) continue;
+      rects.push({ i, x: (lay.x0[i] - lay.x0[focus]) * scale, w, y: nodes[i].depth * ROW });
+    }
+    const hits = this.hits;
+    ctx.font = t.font;
+    ctx.textBaseline = "middle";
+    for (const r of rects) {
+      const node = nodes[r.i];
+      ctx.globalAlpha = hits && hits.count && !hits.hit[r.i] ? 0.35 : r.ancestor ? 0.75 : 1;
+      ctx.fillStyle = hits && hits.hit[r.i] ? t.match : r.i === 0 ? t.lineStrong : frameColor(node.name, node.file, t.dark);
+      ctx.fillRect(r.x + 0.5, r.y + 0.5, Math.max(0.5, r.w - 1), ROW - 1);
+      if (r.i === this.hover) {
+        ctx.globalAlpha = 1;
+        ctx.strokeStyle = t.text;
+        ctx.lineWidth = 1.5;
+        ctx.strokeRect(r.x + 1, r.y + 1, Math.max(1, r.w - 2), ROW - 2);
+      }
+      if (r.w > 28) {
+        ctx.globalAlpha = hits && hits.count && !hits.hit[r.i] ? 0.5 : 1;
+        ctx.fillStyle = t.dark ? "#f1f3f7" : "#1b2130";
+        const label = r.i === 0 ? `all · ${bytes(node.bytes)}` : node.file ? `${node.name}  ${node.file}:${node.line}` : node.name;
+        ctx.fillText(fit(ctx, label, r.w - 8), r.x + 4, r.y + ROW / 2 + 0.5);
+      }
+    }
+    ctx.globalAlpha = 1;
+    this.rects = rects;
+    this.layout = { width, height, rows: lay.maxDepth + 1, focus, total: this.data.total, rects: rects.length };
+  }
+
+  at(event) {
+    const box = this.canvas.getBoundingClientRect();
+    const x = event.clientX - box.left;
+    const y = event.clientY - box.top;
+    for (let k = this.rects.length - 1; k >= 0; k -= 1) {
+      const r = this.rects[k];
+      if (x >= r.x && x < r.x + r.w && y >= r.y && y < r.y + ROW) return r.i;
+    }
+    return -1;
+  }
+
+  onMove(event) {
+    if (!this.data) return;
+    const i = this.at(event);
+    if (i !== this.hover) {
+      this.hover = i;
+      this.draw();
+    }
+    if (i < 0) {
+      hideTip();
+      return;
+    }
+    const node = this.data.nodes[i];
+    const own = selfBytes(this.data.nodes, this.lay, i);
+    showTip(
+      event.clientX,
+      event.clientY,
+      h("div", { className: "tip-title" }, i === 0 ? "everything" : node.name),
+      node.file ? h("div", { className: "tip-where" }, `${node.path || node.file}:${node.line}`) : null,
+      tipRow("bytes", `${bytes(node.bytes)} · ${percent(node.bytes, this.data.total)} of ${this.modeWord()}`),
+      own && own !== node.bytes ? tipRow("itself", bytes(own)) : null,
+      tipRow("allocations", count(node.allocations)),
+      h("div", { className: "tip-note" }, i === this.focus ? "Click the breadcrumb to zoom out." : "Click to zoom in."),
+    );
+  }
+
+  onClick(event) {
+    if (!this.data) return;
+    const i = this.at(event);
+    if (i < 0) return;
+    this.zoom(i === this.focus && i !== 0 ? Math.max(0, this.data.nodes[i].parent) : i);
+  }
+
+  baseName() {
+    const name = (document.getElementById("snapshot-name")?.textContent ?? "snapshot").trim().replace(/[^\w.-]+/g, "_");
+    return `${name}-cuda${this.ctx.device()}-${this.data?.at ?? "snapshot"}-${this.ctx.store.get().mode}`;
+  }
+
+  downloadFolded() {
+    if (!this.data) return;
+    download(`${this.baseName()}.folded.txt`, folded(this.data.nodes, this.lay, this.focus), "text/plain");
+  }
+
+  downloadSvg() {
+    if (!this.data) return;
+    const nodes = this.data.nodes;
+    const text = svg(nodes, this.lay, {
+      focus: this.focus,
+      width: 1200,
+      title: this.total.textContent,
+      color: (node) => frameColor(node.name, node.file, false),
+      hit: this.hits?.hit,
+      describe: (i) => `${frameLabel(nodes[i])}: ${bytes(nodes[i].bytes)} (${percent(nodes[i].bytes, this.data.total)}), ${count(nodes[i].allocations)} allocations`,
+    });
+    download(`${this.baseName()}.svg`, text, "image/svg+xml");
+  }
+}
+
+/** `text` cut to fit `width` px with an ellipsis. */
+function fit(ctx, text, width) {
+  if (ctx.measureText(text).width <= width) return text;
+  let lo = 0;
+  let hi = text.length;
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >> 1;
+    if (ctx.measureText(`${text.slice(0, mid)}…`).width <= width) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo > 0 ? `${text.slice(0, lo)}…` : "";
+}

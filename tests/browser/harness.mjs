@@ -1,0 +1,159 @@
+// Shared pieces of the views' browser scripts (views.mjs, perf_huge.mjs): a step runner, the
+// API, a Chromium with CSP/console watching, pixel counting and screenshots.
+
+import { chromium } from "playwright-core";
+import { mkdirSync, readFileSync, statSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const HERE = dirname(fileURLToPath(import.meta.url));
+export const ROOT = resolve(HERE, "../..");
+export const FIXTURES = join(ROOT, "tests/fixtures");
+export const SHOTS = process.env.SNAPVIEW_SCREENSHOTS ?? join(ROOT, "target/screenshots");
+export const BASE = (process.env.SNAPVIEW_URL ?? "").replace(/\/+$/, "");
+export const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
+export const ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-quic"];
+
+if (!BASE) {
+  console.error("Set SNAPVIEW_URL to a running snapview server, e.g. http://127.0.0.1:7979");
+  process.exit(2);
+}
+mkdirSync(SHOTS, { recursive: true });
+
+let passed = 0;
+let failed = 0;
+
+export async function step(name, fn, timeoutMs = 30_000) {
+  const t0 = Date.now();
+  let timer;
+  try {
+    await Promise.race([fn(), new Promise((_, reject) => (timer = setTimeout(() => reject(new Error(`timed out after ${timeoutMs} ms`)), timeoutMs)))]);
+    passed += 1;
+    console.log(`ok    ${name}  (${Date.now() - t0} ms)`);
+  } catch (error) {
+    failed += 1;
+    console.log(`FAIL  ${name}  (${Date.now() - t0} ms)\n      ${String(error?.stack ?? error).split("\n").join("\n      ")}`);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+export function finish() {
+  console.log(`${passed} passed, ${failed} failed`);
+  return failed === 0 ? 0 : 1;
+}
+
+export function assert(condition, message) {
+  if (!condition) throw new Error(message);
+}
+
+export function assertEqual(actual, expected, what) {
+  if (actual !== expected) throw new Error(`${what}: expected ${JSON.stringify(expected)}, got ${JSON.stringify(actual)}`);
+}
+
+/** Polls `probe` until it returns a truthy value (returned) or `ms` pass. */
+export async function until(probe, what, ms = 10_000) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`gave up waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+export async function api(path, options = {}) {
+  const response = await fetch(`${BASE}${path}`, options);
+  const text = await response.text();
+  let body = null;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    // not JSON
+  }
+  return { status: response.status, body, text };
+}
+
+/** Uploads a file through the API; returns the answer ({id, url, …}). */
+export async function upload(path, name) {
+  const bytes = readFileSync(path);
+  const query = new URLSearchParams({ filename: path.split("/").pop(), ...(name ? { name } : {}) });
+  const { status, body, text } = await api(`/api/snapshots?${query}`, { method: "POST", body: bytes });
+  assert(status === 201 || status === 200, `upload of ${path} answered ${status}: ${text}`);
+  return body;
+}
+
+export function exists(path) {
+  try {
+    return statSync(path).isFile();
+  } catch {
+    return false;
+  }
+}
+
+export async function launch() {
+  return chromium.launch({ executablePath: CHROMIUM, args: ARGS });
+}
+
+export const problems = [];
+
+/** A context whose pages report console errors, page errors and CSP violations. */
+export async function newContext(browser, options = {}) {
+  const context = await browser.newContext({ viewport: { width: 1400, height: 1000 }, ...options });
+  context.setDefaultTimeout(10_000);
+  context.setDefaultNavigationTimeout(20_000);
+  await context.addInitScript(() => {
+    window.__csp = [];
+    document.addEventListener("securitypolicyviolation", (event) => {
+      window.__csp.push(`${event.violatedDirective} blocked ${event.blockedURI || "inline"} (${event.sourceFile}:${event.lineNumber})`);
+    });
+  });
+  context.on("page", (page) => watch(page));
+  return context;
+}
+
+function watch(page) {
+  page.on("console", (message) => {
+    if (process.env.DEBUG_CONSOLE) console.log(`  [console.${message.type()}] ${message.text()}`);
+    if (message.type() === "error") problems.push(`${page.url()}: console error: ${message.text()}`);
+  });
+  page.on("pageerror", (error) => problems.push(`${page.url()}: uncaught ${error.message}`));
+}
+
+/** Fails when a page reported a problem or a CSP violation since the last check. */
+export async function clean(page) {
+  const violations = await page.evaluate(() => window.__csp ?? []);
+  assert(violations.length === 0, `CSP violations on ${page.url()}:\n  ${violations.join("\n  ")}`);
+  if (problems.length) throw new Error(`the page reported:\n  ${problems.splice(0).join("\n  ")}`);
+}
+
+export async function shot(page, name, options = {}) {
+  await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true, animations: "disabled", ...options });
+}
+
+/**
+ * Pixels of a canvas that differ from its top-left pixel (the background), read back with
+ * getImageData: [count, total].
+ */
+export async function inkedPixels(page, selector) {
+  return page.evaluate((selector) => {
+    const canvas = document.querySelector(selector);
+    if (!canvas || canvas.width === 0) return [0, 0];
+    const data = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+    const [r, g, b] = [data[0], data[1], data[2]];
+    let inked = 0;
+    for (let i = 0; i < data.length; i += 4) if (Math.abs(data[i] - r) + Math.abs(data[i + 1] - g) + Math.abs(data[i + 2] - b) > 24) inked += 1;
+    return [inked, data.length / 4];
+  }, selector);
+}
+
+/** Waits until the canvas has ink on at least `share` of its pixels; returns the share. */
+export async function drawn(page, selector, share = 0.02) {
+  let last = 0;
+  await until(async () => {
+    const [inked, total] = await inkedPixels(page, selector);
+    last = total ? inked / total : 0;
+    return last >= share;
+  }, `${selector} to be drawn (ink ${last})`);
+  return last;
+}
