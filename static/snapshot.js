@@ -2,6 +2,7 @@
 
 import { isShortcut, keyboardHelp, showTimes, toast } from "./lib/page.js";
 import { VIEW_KEYS, startViews, viewSearch } from "./views/app.js";
+import { showOomPanels } from "./views/oom.js";
 
 const root = document.querySelector(".snapshot");
 const id = root.dataset.id;
@@ -136,6 +137,7 @@ keyboardHelp([
   ["Enter", "Open or close a stack (when focused)"],
   ["?", "Show these keys"],
 ]);
+showOomPanels(id);
 startViews().catch((error) => {
   console.warn("the views failed to start", error);
   toast(`The views could not start: ${error.message}`, 8000);

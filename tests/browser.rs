@@ -114,6 +114,11 @@ fn views_work_in_a_real_browser() {
 
 /// Starts `snapview serve` on a free port with an empty data folder and runs the node `script`
 /// against it, failing with everything both printed when the script fails.
+#[test]
+fn the_oom_explainer_works_in_a_real_browser() {
+    run_script("tests/browser/oom.mjs", Duration::from_secs(60));
+}
+
 fn run_script(script: &str, limit: Duration) {
     if let Err(missing) = requirements() {
         panic!("the browser test cannot run:\n{missing}");
