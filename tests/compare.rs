@@ -3,59 +3,10 @@
 mod common;
 
 use axum::body::Body;
-use axum::http::{Request, StatusCode, header};
-use http_body_util::BodyExt;
-use snapview::server::{AppState, ServeConfig, router};
-use std::net::SocketAddr;
+use axum::http::{Request, StatusCode};
 use std::process::Command;
-use tower::ServiceExt;
 
-fn state(dir: &std::path::Path) -> AppState {
-    AppState::open(ServeConfig {
-        addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        data_dir: dir.to_owned(),
-        max_upload_bytes: 1 << 30,
-        cache_budget_bytes: 1 << 30,
-        public_url: "http://snapview.test".into(),
-    })
-    .expect("open")
-}
-
-async fn call(state: &AppState, request: Request<Body>) -> (StatusCode, serde_json::Value) {
-    let response = router(state.clone())
-        .oneshot(request)
-        .await
-        .expect("response");
-    let status = response.status();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
-    (
-        status,
-        serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
-    )
-}
-
-async fn get(state: &AppState, path: &str) -> serde_json::Value {
-    let (status, json) = call(state, Request::get(path).body(Body::empty()).expect("req")).await;
-    assert_eq!(status, StatusCode::OK, "{path}: {json}");
-    json
-}
-
-async fn upload(state: &AppState, name: &str, query: &str) -> String {
-    let request = Request::post(format!("/api/snapshots?filename={name}.pickle{query}"))
-        .header(header::CONTENT_TYPE, "application/octet-stream")
-        .body(Body::from(
-            std::fs::read(common::path_of(name)).expect("fixture"),
-        ))
-        .expect("req");
-    let (status, json) = call(state, request).await;
-    assert!(status.is_success(), "{json}");
-    json["id"].as_str().expect("id").to_owned()
-}
+use common::server::TestServer;
 
 fn frames_text(stack: &serde_json::Value) -> String {
     stack["frames"]
@@ -69,11 +20,10 @@ fn frames_text(stack: &serde_json::Value) -> String {
 
 #[tokio::test]
 async fn no_grad_vs_grad_shows_the_activations_kept_alive() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let state = state(dir.path());
-    let nograd = upload(&state, "infer_nograd", "").await;
-    let grad = upload(&state, "infer_grad", "").await;
-    let answer = get(&state, &format!("/api/compare/{nograd}/{grad}")).await;
+    let state = TestServer::new();
+    let nograd = state.upload_fixture("infer_nograd", "").await;
+    let grad = state.upload_fixture("infer_grad", "").await;
+    let answer = state.get(&format!("/api/compare/{nograd}/{grad}")).await;
     let device = &answer["diff"]["devices"][0];
     assert!(device["peak_growth_percent"].as_f64().expect("growth") > 200.0);
     // The top growing stacks are GPT-2's forward pass holding activations.
@@ -98,7 +48,7 @@ async fn no_grad_vs_grad_shows_the_activations_kept_alive() {
 
     // The segment-level part is torch's `compare`, line for line (the oracle compared grad
     // against no_grad).
-    let reverse = get(&state, &format!("/api/compare/{grad}/{nograd}")).await;
+    let reverse = state.get(&format!("/api/compare/{grad}/{nograd}")).await;
     let ours: Vec<&str> = reverse["torch_compare"]
         .as_str()
         .expect("text")
@@ -115,10 +65,9 @@ async fn no_grad_vs_grad_shows_the_activations_kept_alive() {
 
 #[tokio::test]
 async fn the_oom_explainer_matches_the_event_and_the_map() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let state = state(dir.path());
-    let id = upload(&state, "oom", "").await;
-    let reports = get(&state, &format!("/api/snapshots/{id}/oom")).await;
+    let state = TestServer::new();
+    let id = state.upload_fixture("oom", "").await;
+    let reports = state.get(&format!("/api/snapshots/{id}/oom")).await;
     let report = &reports[0];
     let event = report["event_index"].as_u64().expect("event");
     let snapshot = common::load("oom");
@@ -133,7 +82,9 @@ async fn the_oom_explainer_matches_the_event_and_the_map() {
     );
     // The verdict follows from the segment map at that event: fragmentation exactly when the
     // request's stream had enough cached free bytes but no block big enough.
-    let map = get(&state, &format!("/api/snapshots/{id}/segments?at={event}")).await;
+    let map = state
+        .get(&format!("/api/snapshots/{id}/segments?at={event}"))
+        .await;
     let stream = report["stream"].as_u64().expect("stream");
     let (mut free, mut largest) = (0u64, 0u64);
     for segment in map["segments"].as_array().expect("segments") {
@@ -167,21 +118,24 @@ async fn the_oom_explainer_matches_the_event_and_the_map() {
     );
     assert!(!report["top_stacks"].as_array().expect("stacks").is_empty());
 
-    let none = upload(&state, "mlp_small", "").await;
+    let none = state.upload_fixture("mlp_small", "").await;
     assert_eq!(
-        get(&state, &format!("/api/snapshots/{none}/oom")).await,
+        state.get(&format!("/api/snapshots/{none}/oom")).await,
         serde_json::json!([])
     );
 }
 
 #[tokio::test]
 async fn ranks_of_one_job_form_a_group() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let state = state(dir.path());
-    let rank0 = upload(&state, "ddp_rank", "&group=ddp-job&name=rank0").await;
-    let rank1 = upload(&state, "ddp_rank_rank1", "&group=ddp-job&name=rank1").await;
-    upload(&state, "mlp_small", "").await;
-    let group = get(&state, "/api/groups/ddp-job").await;
+    let state = TestServer::new();
+    let rank0 = state
+        .upload_fixture("ddp_rank", "&group=ddp-job&name=rank0")
+        .await;
+    let rank1 = state
+        .upload_fixture("ddp_rank_rank1", "&group=ddp-job&name=rank1")
+        .await;
+    state.upload_fixture("mlp_small", "").await;
+    let group = state.get("/api/groups/ddp-job").await;
     let members = group["members"].as_array().expect("members");
     assert_eq!(members.len(), 2);
     assert_eq!(members[0]["id"], rank0.as_str());
@@ -192,13 +146,13 @@ async fn ranks_of_one_job_form_a_group() {
             "MemoryViz's peak for each rank"
         );
     }
-    let (status, _) = call(
-        &state,
-        Request::get("/api/groups/nope")
-            .body(Body::empty())
-            .expect("req"),
-    )
-    .await;
+    let (status, _) = state
+        .call(
+            Request::get("/api/groups/nope")
+                .body(Body::empty())
+                .expect("req"),
+        )
+        .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
 

@@ -4,68 +4,8 @@ mod common;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use http_body_util::BodyExt;
-use snapview::server::{AppState, ServeConfig, router};
-use std::net::SocketAddr;
-use tower::ServiceExt;
 
-struct Server {
-    state: AppState,
-    _dir: tempfile::TempDir,
-}
-
-fn server_with_limit(max_upload_bytes: u64) -> Server {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = ServeConfig {
-        addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        data_dir: dir.path().to_owned(),
-        max_upload_bytes,
-        cache_budget_bytes: 1 << 30,
-        public_url: "http://snapview.test".into(),
-    };
-    Server {
-        state: AppState::open(config).expect("open"),
-        _dir: dir,
-    }
-}
-
-fn server() -> Server {
-    server_with_limit(1 << 30)
-}
-
-async fn send(
-    server: &Server,
-    request: Request<Body>,
-) -> (StatusCode, Vec<u8>, axum::http::HeaderMap) {
-    let response = router(server.state.clone())
-        .oneshot(request)
-        .await
-        .expect("response");
-    let status = response.status();
-    let headers = response.headers().clone();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes()
-        .to_vec();
-    (status, body, headers)
-}
-
-fn json(body: &[u8]) -> serde_json::Value {
-    serde_json::from_slice(body)
-        .unwrap_or_else(|_| panic!("json: {}", String::from_utf8_lossy(body)))
-}
-
-async fn upload(server: &Server, bytes: Vec<u8>, query: &str) -> (StatusCode, serde_json::Value) {
-    let request = Request::post(format!("/api/snapshots{query}"))
-        .header(header::CONTENT_TYPE, "application/octet-stream")
-        .body(Body::from(bytes))
-        .expect("request");
-    let (status, body, _) = send(server, request).await;
-    (status, json(&body))
-}
+use common::server::{TestServer as Server, json};
 
 fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(common::path_of(name)).expect("fixture")
@@ -91,13 +31,10 @@ fn stored_files(server: &Server) -> Vec<String> {
 
 #[tokio::test]
 async fn upload_then_every_read_route() {
-    let server = server();
-    let (status, created) = upload(
-        &server,
-        fixture("oom"),
-        "?name=first%20oom&filename=oom.pickle",
-    )
-    .await;
+    let server = Server::new();
+    let (status, created) = server
+        .upload(fixture("oom"), "?name=first%20oom&filename=oom.pickle")
+        .await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let id = created["id"].as_str().expect("id").to_owned();
     assert_eq!(id.len(), 16);
@@ -107,27 +44,27 @@ async fn upload_then_every_read_route() {
     assert_eq!(created["summary"]["peak_allocated_bytes"], 2768683020u64);
 
     // Same bytes again: same id, not created twice.
-    let (status, again) = upload(&server, fixture("oom"), "").await;
+    let (status, again) = server.upload(fixture("oom"), "").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(again["id"], id.as_str());
 
-    let (status, body, _) = send(
-        &server,
-        Request::get("/api/snapshots")
-            .body(Body::empty())
-            .expect("req"),
-    )
-    .await;
+    let (status, body, _) = server
+        .send(
+            Request::get("/api/snapshots")
+                .body(Body::empty())
+                .expect("req"),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(json(&body)["snapshots"].as_array().expect("list").len(), 1);
 
-    let (status, body, _) = send(
-        &server,
-        Request::get(format!("/api/snapshots/{id}"))
-            .body(Body::empty())
-            .expect("req"),
-    )
-    .await;
+    let (status, body, _) = server
+        .send(
+            Request::get(format!("/api/snapshots/{id}"))
+                .body(Body::empty())
+                .expect("req"),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK);
     let detail = json(&body);
     assert_eq!(
@@ -140,13 +77,13 @@ async fn upload_then_every_read_route() {
     );
     assert_eq!(detail["allocator_settings"]["expandable_segments"], false);
 
-    let (status, body, headers) = send(
-        &server,
-        Request::get(format!("/api/snapshots/{id}/raw"))
-            .body(Body::empty())
-            .expect("req"),
-    )
-    .await;
+    let (status, body, headers) = server
+        .send(
+            Request::get(format!("/api/snapshots/{id}/raw"))
+                .body(Body::empty())
+                .expect("req"),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body, fixture("oom"), "the original bytes come back");
     assert!(
@@ -160,17 +97,17 @@ async fn upload_then_every_read_route() {
         .header(header::CONTENT_TYPE, "application/json")
         .body(Body::from(r#"{"name": "renamed"}"#))
         .expect("req");
-    let (status, body, _) = send(&server, patch).await;
+    let (status, body, _) = server.send(patch).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(json(&body)["name"], "renamed");
 
-    let (status, body, headers) = send(
-        &server,
-        Request::get(format!("/s/{id}"))
-            .body(Body::empty())
-            .expect("req"),
-    )
-    .await;
+    let (status, body, headers) = server
+        .send(
+            Request::get(format!("/s/{id}"))
+                .body(Body::empty())
+                .expect("req"),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK);
     let page = String::from_utf8_lossy(&body);
     assert!(page.contains("renamed"));
@@ -182,38 +119,39 @@ async fn upload_then_every_read_route() {
             .contains("default-src 'self'")
     );
 
-    let (status, body, _) =
-        send(&server, Request::get("/").body(Body::empty()).expect("req")).await;
+    let (status, body, _) = server
+        .send(Request::get("/").body(Body::empty()).expect("req"))
+        .await;
     assert_eq!(status, StatusCode::OK);
     assert!(String::from_utf8_lossy(&body).contains(&format!("/s/{id}")));
 
-    let (status, _, _) = send(
-        &server,
-        Request::delete(format!("/api/snapshots/{id}"))
-            .body(Body::empty())
-            .expect("req"),
-    )
-    .await;
+    let (status, _, _) = server
+        .send(
+            Request::delete(format!("/api/snapshots/{id}"))
+                .body(Body::empty())
+                .expect("req"),
+        )
+        .await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     assert!(
         stored_files(&server).is_empty(),
         "blob removed: {:?}",
         stored_files(&server)
     );
-    let (status, body, _) = send(
-        &server,
-        Request::get(format!("/api/snapshots/{id}"))
-            .body(Body::empty())
-            .expect("req"),
-    )
-    .await;
+    let (status, body, _) = server
+        .send(
+            Request::get(format!("/api/snapshots/{id}"))
+                .body(Body::empty())
+                .expect("req"),
+        )
+        .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(json(&body)["error"]["code"], "not_found");
 }
 
 #[tokio::test]
 async fn ids_are_validated_and_unknown_ones_are_404() {
-    let server = server();
+    let server = Server::new();
     for (path, status, code) in [
         (
             "/api/snapshots/not-an-id",
@@ -236,53 +174,49 @@ async fn ids_are_validated_and_unknown_ones_are_404() {
             "not_found",
         ),
     ] {
-        let (got, body, _) = send(
-            &server,
-            Request::get(path).body(Body::empty()).expect("req"),
-        )
-        .await;
+        let (got, body, _) = server
+            .send(Request::get(path).body(Body::empty()).expect("req"))
+            .await;
         assert_eq!(got, status, "{path}");
         assert_eq!(json(&body)["error"]["code"], code, "{path}");
     }
-    let (status, _, _) = send(
-        &server,
-        Request::delete("/api/snapshots/0123456789abcdef")
-            .body(Body::empty())
-            .expect("req"),
-    )
-    .await;
+    let (status, _, _) = server
+        .send(
+            Request::delete("/api/snapshots/0123456789abcdef")
+                .body(Body::empty())
+                .expect("req"),
+        )
+        .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
-    let (status, body, _) = send(
-        &server,
-        Request::get("/s/0123456789abcdef")
-            .body(Body::empty())
-            .expect("req"),
-    )
-    .await;
+    let (status, body, _) = server
+        .send(
+            Request::get("/s/0123456789abcdef")
+                .body(Body::empty())
+                .expect("req"),
+        )
+        .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert!(
         String::from_utf8_lossy(&body).contains("not found"),
         "a human 404 page"
     );
-    let (status, _, _) = send(
-        &server,
-        Request::get("/nowhere").body(Body::empty()).expect("req"),
-    )
-    .await;
+    let (status, _, _) = server
+        .send(Request::get("/nowhere").body(Body::empty()).expect("req"))
+        .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
 
 #[tokio::test]
 async fn refusals_store_nothing_and_harm_nothing() {
-    let server = server_with_limit(100_000);
-    let (status, kept) = upload(&server, fixture("mlp_small"), "").await;
+    let server = Server::with_limit(100_000);
+    let (status, kept) = server.upload(fixture("mlp_small"), "").await;
     assert_eq!(status, StatusCode::CREATED);
     let before = stored_files(&server);
 
     // Truncated: 400 with the reader's message.
     let mut truncated = fixture("mlp_small");
     truncated.truncate(10_000);
-    let (status, body) = upload(&server, truncated, "").await;
+    let (status, body) = server.upload(truncated, "").await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(body["error"]["code"], "not_a_snapshot");
     assert!(
@@ -296,7 +230,7 @@ async fn refusals_store_nothing_and_harm_nothing() {
     // A pickle that would run code.
     let evil =
         std::fs::read(common::fixtures().join("hostile/reduce_system_p4.pickle")).expect("fixture");
-    let (status, body) = upload(&server, evil, "").await;
+    let (status, body) = server.upload(evil, "").await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(
         body["error"]["message"]
@@ -307,7 +241,7 @@ async fn refusals_store_nothing_and_harm_nothing() {
     );
 
     // Not a snapshot at all, and empty.
-    let (status, body) = upload(&server, b"%PDF-1.7 not a snapshot".to_vec(), "").await;
+    let (status, body) = server.upload(b"%PDF-1.7 not a snapshot".to_vec(), "").await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     // A large wrong file is refused from its first bytes, before the limit is reached.
     let chunks = futures_util::stream::iter(
@@ -316,7 +250,7 @@ async fn refusals_store_nothing_and_harm_nothing() {
     let request = Request::post("/api/snapshots")
         .body(Body::from_stream(chunks))
         .expect("request");
-    let (status, body, _) = send(&server, request).await;
+    let (status, body, _) = server.send(request).await;
     assert_eq!(
         status,
         StatusCode::BAD_REQUEST,
@@ -324,11 +258,11 @@ async fn refusals_store_nothing_and_harm_nothing() {
         String::from_utf8_lossy(&body)
     );
     assert!(String::from_utf8_lossy(&body).contains("not a memory snapshot"));
-    let (status, _) = upload(&server, Vec::new(), "").await;
+    let (status, _) = server.upload(Vec::new(), "").await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
 
     // Over the limit: 413, whether declared or streamed.
-    let (status, body) = upload(&server, fixture("ring_wrap"), "").await;
+    let (status, body) = server.upload(fixture("ring_wrap"), "").await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
     assert_eq!(body["error"]["code"], "too_large");
     // A stream with no declared length whose start is a valid pickle (a string declared 1 GB
@@ -343,7 +277,7 @@ async fn refusals_store_nothing_and_harm_nothing() {
     let request = Request::post("/api/snapshots")
         .body(Body::from_stream(chunks))
         .expect("request");
-    let (status, _, _) = send(&server, request).await;
+    let (status, _, _) = server.send(request).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
 
     assert_eq!(
@@ -351,16 +285,16 @@ async fn refusals_store_nothing_and_harm_nothing() {
         before,
         "nothing stored, nothing removed"
     );
-    let (status, body, _) = send(
-        &server,
-        Request::get(format!(
-            "/api/snapshots/{}",
-            kept["id"].as_str().expect("id")
-        ))
-        .body(Body::empty())
-        .expect("req"),
-    )
-    .await;
+    let (status, body, _) = server
+        .send(
+            Request::get(format!(
+                "/api/snapshots/{}",
+                kept["id"].as_str().expect("id")
+            ))
+            .body(Body::empty())
+            .expect("req"),
+        )
+        .await;
     assert_eq!(
         status,
         StatusCode::OK,
@@ -371,7 +305,7 @@ async fn refusals_store_nothing_and_harm_nothing() {
 
 #[tokio::test]
 async fn multipart_uploads_and_bad_patches() {
-    let server = server();
+    let server = Server::new();
     let boundary = "snapviewboundary";
     let mut body = format!(
         "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"runs/streams.pickle\"\r\nContent-Type: application/octet-stream\r\n\r\n"
@@ -386,7 +320,7 @@ async fn multipart_uploads_and_bad_patches() {
         )
         .body(Body::from(body))
         .expect("request");
-    let (status, body, _) = send(&server, request).await;
+    let (status, body, _) = server.send(request).await;
     assert_eq!(
         status,
         StatusCode::CREATED,
@@ -404,29 +338,29 @@ async fn multipart_uploads_and_bad_patches() {
             .body(Body::from(body))
             .expect("req")
     };
-    let (status, body, _) = send(&server, patch(r#"{"name": "   "}"#)).await;
+    let (status, body, _) = server.send(patch(r#"{"name": "   "}"#)).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(json(&body)["error"]["code"], "bad_request");
-    let (status, body, _) = send(&server, patch(r#"{"group": "job-42"}"#)).await;
+    let (status, body, _) = server.send(patch(r#"{"group": "job-42"}"#)).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(json(&body)["group"], "job-42");
 }
 
 #[tokio::test]
 async fn assets_are_hashed_immutable_and_pages_link_them() {
-    let server = server();
-    let (_, body, _) = send(&server, Request::get("/").body(Body::empty()).expect("req")).await;
+    let server = Server::new();
+    let (_, body, _) = server
+        .send(Request::get("/").body(Body::empty()).expect("req"))
+        .await;
     let page = String::from_utf8_lossy(&body).into_owned();
     let css = page
         .split('"')
         .find(|s| s.starts_with("/static/app.") && s.ends_with(".css"))
         .expect("hashed css link")
         .to_owned();
-    let (status, _, headers) = send(
-        &server,
-        Request::get(&css).body(Body::empty()).expect("req"),
-    )
-    .await;
+    let (status, _, headers) = server
+        .send(Request::get(&css).body(Body::empty()).expect("req"))
+        .await;
     assert_eq!(status, StatusCode::OK);
     assert!(
         headers[header::CACHE_CONTROL]
@@ -440,12 +374,12 @@ async fn assets_are_hashed_immutable_and_pages_link_them() {
             .expect("ascii")
             .starts_with("text/css")
     );
-    let (status, _, _) = send(
-        &server,
-        Request::get("/static/nope.js")
-            .body(Body::empty())
-            .expect("req"),
-    )
-    .await;
+    let (status, _, _) = server
+        .send(
+            Request::get("/static/nope.js")
+                .body(Body::empty())
+                .expect("req"),
+        )
+        .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }

@@ -5,67 +5,28 @@
 mod common;
 
 use axum::body::Body;
-use axum::http::{Request, StatusCode, header};
-use http_body_util::BodyExt;
-use snapview::server::{AppState, ServeConfig, router};
+use axum::http::{Request, StatusCode};
 use snapview::torch_text::format_size;
-use std::net::SocketAddr;
-use tower::ServiceExt;
 
-fn state(dir: &std::path::Path) -> AppState {
-    AppState::open(ServeConfig {
-        addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        data_dir: dir.to_owned(),
-        max_upload_bytes: 1 << 32,
-        cache_budget_bytes: 1 << 32,
-        public_url: "http://snapview.test".into(),
-    })
-    .expect("open")
-}
+use common::server::TestServer;
 
-async fn call(state: &AppState, request: Request<Body>) -> (StatusCode, serde_json::Value) {
-    let response = router(state.clone())
-        .oneshot(request)
-        .await
-        .expect("response");
-    let status = response.status();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
-    (
-        status,
-        serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
-    )
-}
-
-async fn get(state: &AppState, path: &str) -> serde_json::Value {
-    let (status, json) = call(state, Request::get(path).body(Body::empty()).expect("req")).await;
-    assert_eq!(status, StatusCode::OK, "{path}: {json}");
-    json
-}
-
-async fn upload(state: &AppState, bytes: Vec<u8>) -> String {
-    let request = Request::post("/api/snapshots")
-        .header(header::CONTENT_TYPE, "application/octet-stream")
-        .body(Body::from(bytes))
-        .expect("req");
-    let (status, json) = call(state, request).await;
+async fn upload(state: &TestServer, bytes: Vec<u8>) -> String {
+    let (status, json) = state.upload(bytes, "").await;
     assert!(status.is_success(), "{json}");
     json["id"].as_str().expect("id").to_owned()
 }
 
-async fn check_file(state: &AppState, name: &str, bytes: Vec<u8>) {
+async fn check_file(state: &TestServer, name: &str, bytes: Vec<u8>) {
     let id = upload(state, bytes).await;
-    let detail = get(state, &format!("/api/snapshots/{id}")).await;
+    let detail = state.get(&format!("/api/snapshots/{id}")).await;
     for device in detail["analysis"]["devices"].as_array().expect("devices") {
         let d = device["device"].as_u64().expect("device");
         let peak = device["peak_allocated_bytes"].as_u64().expect("peak");
         let events = device["trace_entries"].as_u64().expect("entries");
 
-        let flame = get(state, &format!("/api/snapshots/{id}/flame?device={d}")).await;
+        let flame = state
+            .get(&format!("/api/snapshots/{id}/flame?device={d}"))
+            .await;
         assert_eq!(
             flame["total"], peak,
             "{name} cuda:{d}: flame total at the peak"
@@ -73,11 +34,11 @@ async fn check_file(state: &AppState, name: &str, bytes: Vec<u8>) {
         assert_eq!(flame["nodes"][0]["bytes"], peak, "{name}: root node");
 
         if events > 0 {
-            let timeline = get(
-                state,
-                &format!("/api/snapshots/{id}/timeline?device={d}&width=800"),
-            )
-            .await;
+            let timeline = state
+                .get(&format!(
+                    "/api/snapshots/{id}/timeline?device={d}&width=800"
+                ))
+                .await;
             let max = timeline["allocated_max"]
                 .as_array()
                 .expect("columns")
@@ -89,7 +50,9 @@ async fn check_file(state: &AppState, name: &str, bytes: Vec<u8>) {
             assert!(timeline["allocated_max"].as_array().expect("cols").len() <= 800);
         }
 
-        let map = get(state, &format!("/api/snapshots/{id}/segments?device={d}")).await;
+        let map = state
+            .get(&format!("/api/snapshots/{id}/segments?device={d}"))
+            .await;
         assert_eq!(
             map["exact"], true,
             "{name}: the last event uses the snapshot's own blocks"
@@ -131,8 +94,7 @@ async fn check_file(state: &AppState, name: &str, bytes: Vec<u8>) {
 
 #[tokio::test]
 async fn views_agree_with_the_summary_and_torch_for_every_small_file() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let state = state(dir.path());
+    let state = TestServer::new();
     for name in common::small_names() {
         if name == "ddp_rank_rank1" {
             continue; // no oracle of its own; its twin ddp_rank is checked
@@ -148,8 +110,7 @@ async fn views_agree_with_the_summary_and_torch_for_every_small_file() {
 
 #[tokio::test]
 async fn views_agree_for_large_files_when_present() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let state = state(dir.path());
+    let state = TestServer::new();
     for (name, path) in common::large_names() {
         check_file(&state, &name, std::fs::read(&path).expect("large file")).await;
     }
@@ -157,50 +118,54 @@ async fn views_agree_for_large_files_when_present() {
 
 #[tokio::test]
 async fn a_moment_moves_the_flame_graph_and_the_map() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let state = state(dir.path());
+    let state = TestServer::new();
     let id = upload(
         &state,
         std::fs::read(common::path_of("gpt2_adamw")).expect("fixture"),
     )
     .await;
-    let at_peak = get(&state, &format!("/api/snapshots/{id}/flame")).await;
-    let early = get(&state, &format!("/api/snapshots/{id}/flame?at=100")).await;
+    let at_peak = state.get(&format!("/api/snapshots/{id}/flame")).await;
+    let early = state
+        .get(&format!("/api/snapshots/{id}/flame?at=100"))
+        .await;
     assert!(early["total"].as_u64() < at_peak["total"].as_u64());
-    let timeline = get(
-        &state,
-        &format!("/api/snapshots/{id}/timeline?start=100&end=100&width=10"),
-    )
-    .await;
+    let timeline = state
+        .get(&format!(
+            "/api/snapshots/{id}/timeline?start=100&end=100&width=10"
+        ))
+        .await;
     assert_eq!(
         timeline["allocated_max"][0], early["total"],
         "the timeline after event 100 is the flame total"
     );
 
-    let map = get(&state, &format!("/api/snapshots/{id}/segments?at=100")).await;
+    let map = state
+        .get(&format!("/api/snapshots/{id}/segments?at=100"))
+        .await;
     assert_eq!(map["exact"], false);
     assert_eq!(
         map["totals"]["allocated"], early["total"],
         "the rebuilt map holds the live allocations"
     );
 
-    let reserved = get(
-        &state,
-        &format!("/api/snapshots/{id}/flame?mode=reserved&at=100"),
-    )
-    .await;
+    let reserved = state
+        .get(&format!("/api/snapshots/{id}/flame?mode=reserved&at=100"))
+        .await;
     assert_eq!(
         reserved["total"], map["totals"]["reserved"],
         "reserved mode covers every segment byte"
     );
 
     // One allocation, from a band.
-    let bands = &get(&state, &format!("/api/snapshots/{id}/timeline?width=400")).await["bands"];
-    let allocation = get(
-        &state,
-        &format!("/api/snapshots/{id}/allocations/{}", bands["id"][0]),
-    )
-    .await;
+    let bands = &state
+        .get(&format!("/api/snapshots/{id}/timeline?width=400"))
+        .await["bands"];
+    let allocation = state
+        .get(&format!(
+            "/api/snapshots/{id}/allocations/{}",
+            bands["id"][0]
+        ))
+        .await;
     assert_eq!(allocation["size"], bands["size"][0]);
     assert!(
         allocation["block_id"]
@@ -210,24 +175,20 @@ async fn a_moment_moves_the_flame_graph_and_the_map() {
     );
 
     // The event list: all rows reachable, filters, find.
-    let page = get(
-        &state,
-        &format!("/api/snapshots/{id}/events?offset=7200&limit=500"),
-    )
-    .await;
+    let page = state
+        .get(&format!("/api/snapshots/{id}/events?offset=7200&limit=500"))
+        .await;
     assert_eq!(page["total"], 7294);
     assert_eq!(page["rows"].as_array().expect("rows").len(), 94);
-    let oom_free = get(
-        &state,
-        &format!("/api/snapshots/{id}/events?action=segment_alloc&limit=1000"),
-    )
-    .await;
+    let oom_free = state
+        .get(&format!(
+            "/api/snapshots/{id}/events?action=segment_alloc&limit=1000"
+        ))
+        .await;
     assert_eq!(oom_free["matching"], 87);
-    let big = get(
-        &state,
-        &format!("/api/snapshots/{id}/events?min_size=100000000"),
-    )
-    .await;
+    let big = state
+        .get(&format!("/api/snapshots/{id}/events?min_size=100000000"))
+        .await;
     assert!(
         big["rows"]
             .as_array()
@@ -235,17 +196,13 @@ async fn a_moment_moves_the_flame_graph_and_the_map() {
             .iter()
             .all(|r| r["size"].as_u64() >= Some(100_000_000))
     );
-    let adam = get(
-        &state,
-        &format!("/api/snapshots/{id}/events?frame=adam.py&limit=5"),
-    )
-    .await;
+    let adam = state
+        .get(&format!("/api/snapshots/{id}/events?frame=adam.py&limit=5"))
+        .await;
     assert!(adam["matching"].as_u64() > Some(0));
-    let found = get(
-        &state,
-        &format!("/api/snapshots/{id}/events?find=5000&limit=100"),
-    )
-    .await;
+    let found = state
+        .get(&format!("/api/snapshots/{id}/events?find=5000&limit=100"))
+        .await;
     assert_eq!(found["offset"], 5000);
     assert_eq!(found["rows"][0]["index"], 5000);
 }
@@ -253,8 +210,7 @@ async fn a_moment_moves_the_flame_graph_and_the_map() {
 #[tokio::test]
 async fn timeline_payloads_stay_bounded_by_width() {
     for (name, path) in common::large_names() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let state = state(dir.path());
+        let state = TestServer::new();
         let id = upload(&state, std::fs::read(&path).expect("large")).await;
         for query in [
             "width=1600",
@@ -262,13 +218,13 @@ async fn timeline_payloads_stay_bounded_by_width() {
             "start=1000000&end=1100000&width=1600",
             "start=5000&end=5400&width=1600",
         ] {
-            let (status, json) = call(
-                &state,
-                Request::get(format!("/api/snapshots/{id}/timeline?{query}"))
-                    .body(Body::empty())
-                    .expect("req"),
-            )
-            .await;
+            let (status, json) = state
+                .call(
+                    Request::get(format!("/api/snapshots/{id}/timeline?{query}"))
+                        .body(Body::empty())
+                        .expect("req"),
+                )
+                .await;
             assert_eq!(status, StatusCode::OK);
             let size = json.to_string().len();
             assert!(size <= 300_000, "{name} {query}: {size} bytes of JSON");

@@ -2,6 +2,8 @@
 #![allow(dead_code)]
 
 use snapview::snapshot::{LoadOptions, Snapshot, load_path};
+pub mod server;
+
 use std::path::{Path, PathBuf};
 
 pub fn fixtures() -> PathBuf {
