@@ -1,7 +1,7 @@
 // The snapshot list: drag-and-drop upload with progress, and the filter box.
 
 import { bytes } from "./lib/format.js";
-import { isShortcut, keyboardHelp, showTimes } from "./lib/page.js";
+import { isShortcut, keyboardHelp, showTimes, toast } from "./lib/page.js";
 
 const dropzone = document.getElementById("dropzone");
 const input = document.getElementById("file-input");
@@ -222,5 +222,143 @@ const keys = [];
 if (search) {
   keys.push(["/", "Filter the list"], ["Enter", "Open the first match (in the filter)"], ["Esc", "Clear the filter"]);
 }
+if (search) {
+  keys.push(["x", "Select the focused row"], ["c", "Compare the two selected"], ["g", "Group the selected…"]);
+}
 keys.push(["u", "Upload: choose a file"], ["Esc", "Cancel an upload"], ["?", "Show these keys"]);
 keyboardHelp(keys);
+
+// ---------------------------------------------------------------------------------------------
+// Selecting rows: compare two, or label several with a group.
+
+const compareButton = document.getElementById("compare-selected");
+const groupButton = document.getElementById("group-selected");
+const selectionCount = document.getElementById("selection-count");
+const selectAll = document.getElementById("select-all");
+const groupDialog = document.getElementById("group-dialog");
+/** Selected rows, in the order they were selected. */
+let selected = [];
+
+function rowName(row) {
+  return row.querySelector("a.name").textContent.trim();
+}
+
+function updateSelection() {
+  const rows = [...(table?.tBodies[0].rows ?? [])];
+  for (const row of rows) row.classList.toggle("selected", selected.includes(row));
+  if (selected.length === 0) selectionCount.textContent = "Select rows to compare or group";
+  else if (selected.length === 1) selectionCount.textContent = "1 selected · pick one more to compare";
+  else selectionCount.textContent = `${selected.length} selected`;
+  if (selected.length === 2) {
+    // The older upload is the before side.
+    const [a, b] = [...selected].sort((x, y) => Number(x.dataset.uploaded) - Number(y.dataset.uploaded));
+    compareButton.href = `/compare/${a.dataset.id}/${b.dataset.id}`;
+    compareButton.removeAttribute("aria-disabled");
+    compareButton.title = `Compare ${rowName(a)} (before) with ${rowName(b)} (after) (c)`;
+  } else {
+    compareButton.removeAttribute("href");
+    compareButton.setAttribute("aria-disabled", "true");
+    compareButton.title = "Select exactly two snapshots to compare them; the older one is the before side (c)";
+  }
+  groupButton.disabled = selected.length === 0;
+  const visible = rows.filter((row) => !row.hidden);
+  const chosen = visible.filter((row) => selected.includes(row)).length;
+  selectAll.checked = visible.length > 0 && chosen === visible.length;
+  selectAll.indeterminate = chosen > 0 && chosen < visible.length;
+}
+
+if (table && compareButton) {
+  const rows = [...table.tBodies[0].rows];
+  for (const row of rows) {
+    const box = row.querySelector("input.select-row");
+    box.addEventListener("change", () => {
+      selected = selected.filter((r) => r !== row);
+      if (box.checked) selected.push(row);
+      updateSelection();
+    });
+  }
+  selectAll.addEventListener("change", () => {
+    for (const row of rows) {
+      if (row.hidden) continue;
+      row.querySelector("input.select-row").checked = selectAll.checked;
+      selected = selected.filter((r) => r !== row);
+      if (selectAll.checked) selected.push(row);
+    }
+    updateSelection();
+  });
+  search?.addEventListener("input", updateSelection);
+  // The browser may restore checkboxes on Back.
+  selected = rows.filter((row) => row.querySelector("input.select-row").checked);
+  updateSelection();
+
+  // The "Group…" dialog.
+  const nameInput = document.getElementById("group-name");
+  const groupError = document.getElementById("group-error");
+  const openGroupDialog = () => {
+    if (selected.length === 0) return;
+    const groups = [...new Set(selected.map((row) => row.dataset.group))];
+    nameInput.value = groups.length === 1 ? groups[0] : "";
+    document.getElementById("group-dialog-count").textContent = selected.length === 1 ? `“${rowName(selected[0])}”` : `${selected.length} snapshots`;
+    document.getElementById("group-clear").hidden = selected.every((row) => !row.dataset.group);
+    groupError.hidden = true;
+    groupDialog.showModal();
+    nameInput.focus();
+    nameInput.select();
+  };
+  const saveGroup = async (group) => {
+    groupError.hidden = true;
+    for (const button of groupDialog.querySelectorAll("button")) button.disabled = true;
+    try {
+      for (const row of selected) {
+        const response = await fetch(`/api/snapshots/${row.dataset.id}`, {
+          method: "PATCH",
+          headers: { "Content-Type": "application/json" },
+          body: JSON.stringify({ group }),
+        });
+        if (!response.ok) {
+          const body = await response.json().catch(() => null);
+          throw new Error(body?.error?.message ?? `the server answered ${response.status}`);
+        }
+      }
+      groupDialog.close();
+      toast(group ? `Grouped as ${group}` : "Removed from the group");
+      window.location.reload();
+    } catch (error) {
+      groupError.textContent = `Could not save the group: ${error.message}`;
+      groupError.hidden = false;
+    } finally {
+      for (const button of groupDialog.querySelectorAll("button")) button.disabled = false;
+    }
+  };
+  groupButton.addEventListener("click", openGroupDialog);
+  document.getElementById("group-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const group = nameInput.value.trim();
+    if (!group) {
+      groupError.textContent = "Type a group name (or use “Remove from group”).";
+      groupError.hidden = false;
+      nameInput.focus();
+      return;
+    }
+    saveGroup(group);
+  });
+  document.getElementById("group-clear").addEventListener("click", () => saveGroup(""));
+  groupDialog.querySelector("[data-close]").addEventListener("click", () => groupDialog.close());
+
+  document.addEventListener("keydown", (event) => {
+    const onCheckbox = event.target instanceof HTMLInputElement && event.target.type === "checkbox";
+    if (!isShortcut(event) && !onCheckbox) return;
+    if (event.ctrlKey || event.metaKey || event.altKey || document.querySelector("dialog[open]")) return;
+    const row = document.activeElement?.closest?.("#snapshot-table tbody tr");
+    if (event.key === "x" && row) {
+      event.preventDefault();
+      row.querySelector("input.select-row").click();
+    } else if (event.key === "c" && compareButton.href) {
+      event.preventDefault();
+      window.location.assign(compareButton.href);
+    } else if (event.key === "g" && selected.length > 0) {
+      event.preventDefault();
+      openGroupDialog();
+    }
+  });
+}

@@ -1,6 +1,7 @@
 //! The pages in a real browser: starts `snapview serve` on a free port with an empty data folder
 //! and runs `tests/browser/server_pages.mjs` (the pages) or `tests/browser/views.mjs` (the
-//! snapshot page's interactive views) against it, with playwright-core driving Debian's chromium.
+//! snapshot page's interactive views), `compare.mjs` (compare and group pages) or `oom.mjs` (the
+//! OOM explainer) against it, with playwright-core driving Debian's chromium.
 //! Screenshots land in `target/screenshots/`. The performance measurement on the 3.2M-event trace
 //! is `tests/browser/perf_huge.mjs`, run by hand (see its header).
 //!
@@ -114,6 +115,14 @@ fn views_work_in_a_real_browser() {
 
 /// Starts `snapview serve` on a free port with an empty data folder and runs the node `script`
 /// against it, failing with everything both printed when the script fails.
+/// The compare page, its picker, the group page and the list's selection:
+/// `tests/browser/compare.mjs`.
+#[test]
+fn compare_and_group_pages_work_in_a_real_browser() {
+    // The script gives up by itself after 100 s.
+    run_script("tests/browser/compare.mjs", Duration::from_secs(140));
+}
+
 #[test]
 fn the_oom_explainer_works_in_a_real_browser() {
     run_script("tests/browser/oom.mjs", Duration::from_secs(60));

@@ -8,7 +8,7 @@ use super::error::ApiError;
 use crate::analysis::DeviceSummary;
 use crate::format::{bytes, count, duration_us};
 use askama::Template;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 
@@ -35,7 +35,10 @@ impl Assets {
 #[template(path = "index.html")]
 struct IndexPage {
     assets: Assets,
+    extra: CompareAssets,
     rows: Vec<Row>,
+    /// Every group label in use, for the "Group…" dialog's suggestions.
+    groups: Vec<String>,
     max_upload: String,
 }
 
@@ -273,12 +276,21 @@ pub async fn index(State(state): State<AppState>) -> Response {
         Ok(Err(e)) => return error_page(e.into()),
         Err(e) => return error_page(ApiError::Internal(e.to_string())),
     };
+    let mut groups: Vec<String> = records
+        .iter()
+        .map(|r| r.group.clone())
+        .filter(|g| !g.is_empty())
+        .collect();
+    groups.sort();
+    groups.dedup();
     render(IndexPage {
         assets: Assets::new(),
+        extra: CompareAssets::new(),
         rows: records
             .iter()
             .map(|r| Row::new(&SnapshotView::new(r, &state.config.public_url)))
             .collect(),
+        groups,
         max_upload: bytes(state.config.max_upload_bytes),
     })
 }
@@ -346,6 +358,266 @@ async fn snapshot_page(state: &AppState, id: &str) -> Result<SnapshotPage, ApiEr
             .collect(),
         settings,
         annotations: snapshot.external_annotations.len(),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Compare and group pages.
+
+/// The stylesheet and script of the compare, picker and group pages (besides `Assets`).
+struct CompareAssets {
+    css: String,
+    compare_js: String,
+    group_js: String,
+}
+
+impl CompareAssets {
+    fn new() -> Self {
+        Self {
+            css: assets::url("compare.css"),
+            compare_js: assets::url("compare.js"),
+            group_js: assets::url("group.js"),
+        }
+    }
+}
+
+/// One side of a comparison as the page header shows it.
+struct Side {
+    id: String,
+    name: String,
+    filename: String,
+    group: String,
+    uploaded_at_ms: i64,
+}
+
+impl Side {
+    fn new(record: &super::store::Record) -> Self {
+        Self {
+            id: record.id.to_string(),
+            name: record.name.clone(),
+            filename: record.filename.clone(),
+            group: record.group.clone(),
+            uploaded_at_ms: record.uploaded_at_ms,
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "compare.html")]
+struct ComparePage {
+    assets: Assets,
+    extra: CompareAssets,
+    before: Side,
+    /// `None` on the picker (`/compare/{a}`).
+    after: Option<Side>,
+    ignore_lines: bool,
+    /// The picker's candidates: every other snapshot, newest first.
+    candidates: Vec<Row>,
+}
+
+/// `GET /compare/{a}/{b}`: what changed from `a` to `b`. The data comes from
+/// `/api/compare/{a}/{b}`; the page checks the ids so a bad link gets the error page.
+pub async fn compare(
+    State(state): State<AppState>,
+    Path((a, b)): Path<(String, String)>,
+    Query(query): Query<super::compare::CompareQuery>,
+) -> Response {
+    let page = async {
+        let (a, b) = (parse_id(&a)?, parse_id(&b)?);
+        let (before, after) = (record(&state, &a).await?, record(&state, &b).await?);
+        Ok::<_, ApiError>(ComparePage {
+            assets: Assets::new(),
+            extra: CompareAssets::new(),
+            before: Side::new(&before),
+            after: Some(Side::new(&after)),
+            ignore_lines: matches!(
+                query.ignore_lines.as_deref(),
+                Some("1" | "true" | "yes" | "on")
+            ),
+            candidates: Vec::new(),
+        })
+    };
+    match page.await {
+        Ok(page) => render(page),
+        Err(e) => error_page(e),
+    }
+}
+
+/// `GET /compare/{a}`: pick the snapshot to compare `a` with.
+pub async fn compare_picker(State(state): State<AppState>, Path(a): Path<String>) -> Response {
+    let page = async {
+        let a = parse_id(&a)?;
+        let before = record(&state, &a).await?;
+        let store = state.store.clone();
+        let records = tokio::task::spawn_blocking(move || store.list())
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))??;
+        let candidates = records
+            .iter()
+            .filter(|r| r.id != a)
+            .map(|r| Row::new(&SnapshotView::new(r, &state.config.public_url)))
+            .collect();
+        Ok::<_, ApiError>(ComparePage {
+            assets: Assets::new(),
+            extra: CompareAssets::new(),
+            before: Side::new(&before),
+            after: None,
+            ignore_lines: false,
+            candidates,
+        })
+    };
+    match page.await {
+        Ok(page) => render(page),
+        Err(e) => error_page(e),
+    }
+}
+
+#[derive(Template)]
+#[template(path = "group.html")]
+struct GroupPage {
+    assets: Assets,
+    extra: CompareAssets,
+    name: String,
+    median: String,
+    median_bytes: u64,
+    /// The member whose peak is nearest the median (the yardstick for outliers).
+    typical_id: String,
+    typical_name: String,
+    outliers: usize,
+    /// The highest and lowest peaks, `(name, bytes)` formatted.
+    highest: (String, String),
+    lowest: (String, String),
+    /// Highest minus lowest, and that in percent of the median.
+    spread: String,
+    spread_percent: String,
+    members: Vec<MemberRow>,
+}
+
+struct MemberRow {
+    id: String,
+    name: String,
+    filename: String,
+    devices: String,
+    peak: String,
+    peak_bytes: u64,
+    reserved: String,
+    oom: u64,
+    top_stack: String,
+    top_stack_full: String,
+    outlier: bool,
+    /// `+12.5%` from the median peak.
+    from_median: String,
+    /// Bar length in percent of the largest peak.
+    bar: String,
+    /// Where the median falls on the bar, in percent of the largest peak.
+    median_mark: String,
+    uploaded_at_ms: i64,
+}
+
+/// `GET /g/{name}`: the members of a group (ranks of one job) side by side.
+pub async fn group(State(state): State<AppState>, Path(name): Path<String>) -> Response {
+    let answer = match super::compare::group_members(&state, &name).await {
+        Ok(answer) => answer,
+        Err(ApiError::NotFound(_)) => {
+            let mut response = render(ErrorPage {
+                assets: Assets::new(),
+                title: "Snapshot not found".to_owned(),
+                message: format!("no snapshot is in the group {name:?}"),
+            });
+            *response.status_mut() = StatusCode::NOT_FOUND;
+            return response;
+        }
+        Err(e) => return error_page(e),
+    };
+    let median = answer.median_peak_bytes;
+    let largest = answer
+        .members
+        .iter()
+        .map(|m| m.peak_allocated_bytes)
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let typical = answer
+        .members
+        .iter()
+        .min_by_key(|m| (m.outlier, m.peak_allocated_bytes.abs_diff(median)))
+        .map(|m| (m.view.id.to_string(), m.view.name.clone()))
+        .unwrap_or_default();
+    let members: Vec<MemberRow> = answer
+        .members
+        .iter()
+        .map(|m| {
+            let devices: Vec<String> = m.view.summary["devices"]
+                .as_array()
+                .map(|devices| {
+                    devices
+                        .iter()
+                        .filter_map(|d| d["device"].as_u64())
+                        .map(|d| format!("cuda:{d}"))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let distance = if median == 0 {
+                0.0
+            } else {
+                (m.peak_allocated_bytes as f64 - median as f64) * 100.0 / median as f64
+            };
+            let top = m.top_stack.clone().unwrap_or_default();
+            MemberRow {
+                id: m.view.id.to_string(),
+                name: m.view.name.clone(),
+                filename: m.view.filename.clone(),
+                devices: devices.join(", "),
+                peak: bytes(m.peak_allocated_bytes),
+                peak_bytes: m.peak_allocated_bytes,
+                reserved: bytes(m.peak_reserved_bytes),
+                oom: m.oom_events,
+                top_stack: short_frame(&top),
+                top_stack_full: top,
+                outlier: m.outlier,
+                from_median: if distance.abs() < 0.05 {
+                    "median".to_owned()
+                } else {
+                    format!("{distance:+.1}%")
+                },
+                bar: format!(
+                    "{:.1}",
+                    m.peak_allocated_bytes as f64 * 100.0 / largest as f64
+                ),
+                median_mark: format!("{:.1}", median as f64 * 100.0 / largest as f64),
+                uploaded_at_ms: m.view.uploaded_at_ms,
+            }
+        })
+        .collect();
+    let extreme = |highest: bool| {
+        let pick = if highest {
+            answer.members.iter().max_by_key(|m| m.peak_allocated_bytes)
+        } else {
+            answer.members.iter().min_by_key(|m| m.peak_allocated_bytes)
+        };
+        pick.map(|m| (m.view.name.clone(), m.peak_allocated_bytes))
+            .unwrap_or_default()
+    };
+    let (high, low) = (extreme(true), extreme(false));
+    let spread_bytes = high.1 - low.1;
+    render(GroupPage {
+        assets: Assets::new(),
+        extra: CompareAssets::new(),
+        highest: (high.0, bytes(high.1)),
+        lowest: (low.0, bytes(low.1)),
+        spread: bytes(spread_bytes),
+        spread_percent: if median == 0 {
+            "—".to_owned()
+        } else {
+            format!("{:.1}%", spread_bytes as f64 * 100.0 / median as f64)
+        },
+        name: answer.group.clone(),
+        median: bytes(median),
+        median_bytes: median,
+        typical_id: typical.0,
+        typical_name: typical.1,
+        outliers: members.iter().filter(|m| m.outlier).count(),
+        members,
     })
 }
 

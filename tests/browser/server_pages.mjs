@@ -442,10 +442,10 @@ try {
     await cspClean(page);
   });
 
-  await step("oom.pickle shows the out-of-memory banner", async () => {
+  await step("oom.pickle opens on the out-of-memory explainer", async () => {
     await page.goto(`${BASE}/s/${state.oom}`);
-    await page.locator(".banner-oom").first().waitFor();
-    assert((await page.locator(".banner-oom").first().textContent()).includes("Out of memory"), "the OOM banner says nothing about running out");
+    await page.locator(".oom-panel").first().waitFor();
+    assert((await page.locator(".oom-panel").first().textContent()).includes("Out of memory"), "the OOM panel says nothing about running out");
     await shot(page, "snapshot-oom");
     await cspClean(page);
   });

@@ -1,0 +1,487 @@
+// Browser test of the compare and group pages, in Debian's chromium through playwright-core.
+//
+// Starts nothing itself: point it at a running server (its store may hold other snapshots),
+//
+//   SNAPVIEW_URL=http://127.0.0.1:7995 node tests/browser/compare.mjs
+//
+// (`cargo test --release --test browser_compare` starts a server on a fresh data folder and runs
+// this). Screenshots go to target/screenshots/ (or $SNAPVIEW_SCREENSHOTS): compare-*.png and
+// group-*.png. Prints "N passed, N failed" and exits non-zero when a check failed.
+
+import { chromium } from "playwright-core";
+import { mkdirSync, readFileSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const HERE = dirname(fileURLToPath(import.meta.url));
+const ROOT = resolve(HERE, "../..");
+const FIXTURES = join(ROOT, "tests/fixtures");
+const SHOTS = process.env.SNAPVIEW_SCREENSHOTS ?? join(ROOT, "target/screenshots");
+const BASE = (process.env.SNAPVIEW_URL ?? "").replace(/\/+$/, "");
+const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
+const STEP_TIMEOUT_MS = 30_000;
+const TOTAL_TIMEOUT_MS = 100_000;
+
+if (!BASE) {
+  console.error("Set SNAPVIEW_URL to a running snapview server, e.g. http://127.0.0.1:7995");
+  process.exit(2);
+}
+mkdirSync(SHOTS, { recursive: true });
+
+// ---------------------------------------------------------------------------------------------
+// A tiny runner: named steps in order, each with a timeout.
+
+let passed = 0;
+let failed = 0;
+const started = Date.now();
+
+async function step(name, fn) {
+  const t0 = Date.now();
+  let timer;
+  try {
+    await Promise.race([
+      fn(),
+      new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`timed out after ${STEP_TIMEOUT_MS} ms`)), STEP_TIMEOUT_MS);
+      }),
+    ]);
+    passed += 1;
+    console.log(`ok    ${name}  (${Date.now() - t0} ms)`);
+  } catch (error) {
+    failed += 1;
+    console.log(`FAIL  ${name}  (${Date.now() - t0} ms)\n      ${String(error?.stack ?? error).split("\n").join("\n      ")}`);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+function assert(condition, message) {
+  if (!condition) throw new Error(message);
+}
+
+function assertEqual(actual, expected, what) {
+  if (actual !== expected) throw new Error(`${what}: expected ${JSON.stringify(expected)}, got ${JSON.stringify(actual)}`);
+}
+
+async function until(probe, what, ms = 10_000) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`gave up waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+/** src/format.rs `bytes()`: binary units, three significant digits. */
+function formatBytes(n) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+  if (n < 1024) return `${n} B`;
+  let value = n;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  const digits = value >= 100 ? 0 : value >= 10 ? 1 : 2;
+  return `${value.toFixed(digits)} ${units[unit]}`;
+}
+
+async function api(path, init) {
+  const response = await fetch(`${BASE}${path}`, init);
+  const text = await response.text();
+  let body = null;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    // not JSON
+  }
+  return { status: response.status, body, text };
+}
+
+async function upload(file, name, group) {
+  const bytes = readFileSync(join(FIXTURES, file));
+  const query = new URLSearchParams({ filename: file, name, ...(group ? { group } : {}) });
+  const { status, body, text } = await api(`/api/snapshots?${query}`, { method: "POST", body: bytes });
+  assert(status === 201 || status === 200, `upload of ${file} answered ${status}: ${text}`);
+  // Already stored (a re-run against the same server): make the name and group what we need.
+  if (status === 200) {
+    await api(`/api/snapshots/${body.id}`, { method: "PATCH", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ name, group: group ?? "" }) });
+  }
+  return body.id;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every console error, page error and CSP violation, collected.
+
+const problems = [];
+
+function watch(page, label) {
+  page.on("console", (message) => {
+    if (message.type() !== "error") return;
+    const url = message.location()?.url ?? "";
+    // Expected: the error pages this test opens on purpose answer 400/404.
+    if (/status of (400|404)/.test(message.text()) && /\/(compare|g)\//.test(url)) return;
+    problems.push(`${label} ${page.url()}: console error: ${message.text()} ${url}`);
+  });
+  page.on("pageerror", (error) => problems.push(`${label} ${page.url()}: uncaught ${error.message}`));
+  return page;
+}
+
+async function newContext(browser, options = {}) {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, ...options });
+  context.setDefaultTimeout(10_000);
+  context.setDefaultNavigationTimeout(15_000);
+  await context.addInitScript(() => {
+    window.__csp = [];
+    document.addEventListener("securitypolicyviolation", (event) => {
+      window.__csp.push(`${event.violatedDirective} blocked ${event.blockedURI || "inline"} (${event.sourceFile}:${event.lineNumber})`);
+    });
+  });
+  return context;
+}
+
+async function cspClean(page) {
+  const violations = await page.evaluate(() => window.__csp ?? []);
+  assert(violations.length === 0, `CSP violations on ${page.url()}:\n  ${violations.join("\n  ")}`);
+  if (problems.length > 0) throw new Error(`the page reported:\n  ${problems.splice(0).join("\n  ")}`);
+}
+
+async function shot(page, name, options = {}) {
+  await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true, animations: "disabled", ...options });
+}
+
+/** Pixels of a canvas: how many are drawn (not transparent), and how many are clearly red. */
+async function canvasPixels(page, selector) {
+  return page.locator(selector).first().evaluate((canvas) => {
+    const ctx = canvas.getContext("2d");
+    const { data } = ctx.getImageData(0, 0, canvas.width, canvas.height);
+    let drawn = 0;
+    let red = 0;
+    let blue = 0;
+    for (let i = 0; i < data.length; i += 4) {
+      if (data[i + 3] === 0) continue;
+      drawn += 1;
+      const [r, g, b] = [data[i], data[i + 1], data[i + 2]];
+      if (r > 150 && r > g + 60 && r > b + 60) red += 1;
+      if (b > 150 && b > r + 60) blue += 1;
+    }
+    return { drawn, red, blue, total: data.length / 4, width: canvas.width, cssWidth: canvas.getBoundingClientRect().width };
+  });
+}
+
+/** Waits for the compare page's data to arrive and its canvases to be drawn. */
+async function compareReady(page) {
+  await page.locator("#compare[data-ready=true]").waitFor({ timeout: 20_000 });
+  await until(() => page.evaluate(() => (window.snapviewCompare?.flameRects().length ?? 0) > 0), "the flame graph's layout");
+}
+
+// ---------------------------------------------------------------------------------------------
+
+const state = {};
+
+const globalTimer = setTimeout(() => {
+  console.log(`FAIL  the whole run took longer than ${TOTAL_TIMEOUT_MS} ms`);
+  console.log(`${passed} passed, ${failed + 1} failed`);
+  process.exit(1);
+}, TOTAL_TIMEOUT_MS);
+
+let browser;
+try {
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-quic"],
+    timeout: 20_000,
+  });
+} catch (error) {
+  console.log(`FAIL  cannot start ${CHROMIUM} (install it with \`apt-get install chromium\`): ${error.message}`);
+  console.log("0 passed, 1 failed");
+  process.exit(1);
+}
+
+try {
+  const context = await newContext(browser);
+  await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin: BASE });
+  const page = watch(await context.newPage(), "light");
+
+  await step("upload the two inference snapshots and two DDP ranks", async () => {
+    state.nograd = await upload("infer_nograd.pickle", "infer no_grad");
+    state.grad = await upload("infer_grad.pickle", "infer with grad");
+    state.rank0 = await upload("ddp_rank.pickle", "ddp rank 0", "ddp");
+    state.rank1 = await upload("ddp_rank_rank1.pickle", "ddp rank 1", "ddp");
+    state.compare = await api(`/api/compare/${state.nograd}/${state.grad}`);
+    assertEqual(state.compare.status, 200, "GET /api/compare status");
+  });
+
+  await step("on the list, selecting the two inference rows and pressing Compare opens /compare/{a}/{b}", async () => {
+    await page.goto(`${BASE}/`);
+    const compare = page.locator("#compare-selected");
+    assertEqual(await compare.getAttribute("aria-disabled"), "true", "Compare before any selection");
+    await page.locator(`tr[data-id="${state.nograd}"] input.select-row`).check();
+    assertEqual(await compare.getAttribute("aria-disabled"), "true", "Compare with one selected");
+    await page.locator(`tr[data-id="${state.grad}"] input.select-row`).check();
+    await until(async () => (await compare.getAttribute("aria-disabled")) === null, "Compare to be enabled with two selected");
+    await shot(page, "compare-list-selected", { fullPage: false });
+    // A third selection disables it again.
+    await page.locator(`tr[data-id="${state.rank0}"] input.select-row`).check();
+    assertEqual(await compare.getAttribute("aria-disabled"), "true", "Compare with three selected");
+    await page.locator(`tr[data-id="${state.rank0}"] input.select-row`).uncheck();
+    await Promise.all([page.waitForURL(`${BASE}/compare/${state.nograd}/${state.grad}`), compare.click()]);
+    await cspClean(page);
+  });
+
+  await step("the compare page shows both peaks and the growth", async () => {
+    await compareReady(page);
+    const device = state.compare.body.diff.devices[0];
+    const peak = page.locator("[data-total=peak_allocated_bytes]").first();
+    assertEqual((await peak.locator("[data-side=before]").textContent()).trim(), formatBytes(device.before.peak_allocated_bytes), "before peak");
+    assertEqual((await peak.locator("[data-side=after]").textContent()).trim(), formatBytes(device.after.peak_allocated_bytes), "after peak");
+    const percent = (await peak.locator("[data-percent]").textContent()).trim();
+    assertEqual(percent, `+${device.peak_growth_percent.toFixed(0)}%`, "growth %");
+    assert((await peak.getAttribute("title")).includes("requested bytes"), "hovering the peak does not explain it");
+    await shot(page, "compare-light");
+    await cspClean(page);
+  });
+
+  await step("the differential flame graph is drawn, with red, and hovering the widest growing frame explains it", async () => {
+    const pixels = await canvasPixels(page, "canvas.flame-canvas");
+    assert(pixels.drawn > pixels.total * 0.2, `the flame graph is mostly blank: ${JSON.stringify(pixels)}`);
+    assert(pixels.red > 500, `no red in the flame graph: ${JSON.stringify(pixels)}`);
+    const rects = await page.evaluate(() => window.snapviewCompare.flameRects());
+    const growing = rects.filter((r) => r.after > r.before && /modeling_gpt2\.py|forward/.test(r.name) && !r.ancestor);
+    assert(growing.length > 0, "no growing modeling_gpt2.py frame is drawn");
+    const widest = growing.reduce((a, b) => (b.w > a.w ? b : a));
+    const box = await page.locator("canvas.flame-canvas").first().boundingBox();
+    await page.mouse.move(box.x + widest.x + widest.w / 2, box.y + widest.y + widest.h / 2);
+    const tooltip = page.locator(".cmp-tooltip");
+    await tooltip.waitFor({ state: "visible" });
+    const text = await tooltip.textContent();
+    assert(/modeling_gpt2\.py|forward/.test(text), `the tooltip does not name the frame: ${text}`);
+    assert(text.includes(formatBytes(widest.before).replace(/^0 B$/, "0 B")) && text.includes(formatBytes(widest.after)), `the tooltip does not give both sides (${formatBytes(widest.before)}, ${formatBytes(widest.after)}): ${text}`);
+    assert(/change\s*\+/.test(text), `the tooltip shows no growth: ${text}`);
+    await shot(page, "compare-flame-hover", { fullPage: false, clip: { x: 0, y: Math.max(0, box.y - 120), width: 1280, height: 700 } });
+    // Click zooms in; the breadcrumb goes back.
+    await page.mouse.click(box.x + widest.x + widest.w / 2, box.y + widest.y + widest.h / 2);
+    const crumbs = page.locator(".cmp-breadcrumb").first();
+    await crumbs.waitFor({ state: "visible" });
+    const zoomed = await page.evaluate(() => window.snapviewCompare.flameRects().filter((r) => !r.ancestor)[0]);
+    assertEqual(zoomed.name, widest.name, "the zoomed frame");
+    await crumbs.locator("button.crumb").first().click();
+    await crumbs.waitFor({ state: "hidden" });
+    await cspClean(page);
+  });
+
+  await step("the stacks table lists the biggest growth first, with modeling_gpt2.py", async () => {
+    const first = page.locator(".cmp-stack").first();
+    const text = await first.locator("summary").textContent();
+    assert(text.includes("modeling_gpt2.py"), `the first row does not mention modeling_gpt2.py: ${text}`);
+    const top = state.compare.body.diff.devices[0].stacks[0];
+    assert(text.includes(`+${formatBytes(top.delta_bytes)}`), `the first row does not show +${formatBytes(top.delta_bytes)}: ${text}`);
+    // Expanding shows the whole stack, innermost first.
+    await first.locator("summary").click();
+    const frames = first.locator(".frames li");
+    await frames.first().waitFor();
+    assertEqual(await frames.count(), top.frames.length, "frames in the expanded stack");
+    assertEqual((await frames.first().textContent()).trim(), top.frames[top.frames.length - 1], "the innermost frame first");
+    await cspClean(page);
+  });
+
+  await step("the memory curves are drawn, and hovering reads both", async () => {
+    const pixels = await canvasPixels(page, "canvas.curves-canvas");
+    assert(pixels.drawn > 2000, `the curves canvas is blank: ${JSON.stringify(pixels)}`);
+    assert(pixels.width >= Math.round(pixels.cssWidth), "the curves canvas is not backed by device pixels");
+    const box = await page.locator("canvas.curves-canvas").first().boundingBox();
+    await page.mouse.move(box.x + box.width * 0.6, box.y + box.height / 2);
+    await until(async () => (await page.locator(".curve-readout").first().textContent()).includes("through each trace"), "the curve readout");
+    await cspClean(page);
+  });
+
+  await step("torch's compare lists the segments only before and only after", async () => {
+    const text = state.compare.body.torch_compare;
+    const count = (key) => {
+      const m = new RegExp(`^${key} = \\[(.*)\\]$`, "m").exec(text);
+      return m[1].trim() ? m[1].split(",").length : 0;
+    };
+    const section = page.locator("#torch-compare");
+    await section.waitFor({ state: "visible" });
+    for (const key of ["only_before", "only_after"]) {
+      assertEqual((await section.locator(`[data-count=${key}]`).textContent()).trim(), count(key).toLocaleString("en-US"), `${key} count`);
+      assert((await section.locator(`[data-only=${key}]`).textContent()).includes(key), `no ${key} label`);
+    }
+    assert((await section.locator(".seg-list li").count()) === count("only_before") + count("only_after"), "the segment lists are not complete");
+    await section.locator("details.folded summary").click();
+    await until(async () => (await page.locator("#torch-text").textContent()).includes("only_before;"), "the folded lines");
+    assert((await page.locator("#torch-download").getAttribute("href")).startsWith("blob:"), "no download link");
+    await cspClean(page);
+  });
+
+  await step("ignore line numbers and swap keep everything in the URL", async () => {
+    await Promise.all([page.waitForURL(/ignore_lines=1/), page.locator("#ignore-lines").check()]);
+    await compareReady(page);
+    assert(await page.locator("#ignore-lines").isChecked(), "the box is not checked after the reload");
+    assert((await page.locator(".cmp-stack").first().textContent()).includes("modeling_gpt2.py forward"), "the stacks are not shown without line numbers");
+    await Promise.all([page.waitForURL(`${BASE}/compare/${state.grad}/${state.nograd}?ignore_lines=1`), page.locator("#swap").click()]);
+    await compareReady(page);
+    const percent = (await page.locator("[data-total=peak_allocated_bytes] [data-percent]").first().textContent()).trim();
+    assert(percent.startsWith("−"), `after swapping, the peak should shrink: ${percent}`);
+    const pixels = await canvasPixels(page, "canvas.flame-canvas");
+    assert(pixels.blue > 500, `no blue after swapping: ${JSON.stringify(pixels)}`);
+    // The keyboard: 's' swaps back.
+    await page.locator(".eyebrow").click();
+    await Promise.all([page.waitForURL(`${BASE}/compare/${state.nograd}/${state.grad}?ignore_lines=1`), page.keyboard.press("s")]);
+    await compareReady(page);
+    await page.keyboard.press("?");
+    await page.locator("dialog.keys").waitFor({ state: "visible" });
+    assert((await page.locator("dialog.keys").textContent()).includes("Swap"), "the help does not list Swap");
+    await page.keyboard.press("Escape");
+    await cspClean(page);
+  });
+
+  await step("the flame graph works from the keyboard", async () => {
+    await page.goto(`${BASE}/compare/${state.nograd}/${state.grad}`);
+    await compareReady(page);
+    await page.locator("canvas.flame-canvas").first().focus();
+    await page.keyboard.press("ArrowDown");
+    await page.locator(".cmp-tooltip").waitFor({ state: "visible" });
+    assert((await page.locator(".cmp-tooltip").textContent()).includes("before"), "no tooltip for the focused frame");
+    await page.keyboard.press("Enter");
+    await page.locator(".cmp-breadcrumb").first().waitFor({ state: "visible" });
+    await page.keyboard.press("Escape");
+    await page.locator(".cmp-breadcrumb").first().waitFor({ state: "hidden" });
+    await cspClean(page);
+  });
+
+  await step("/compare/{a} picks the other snapshot", async () => {
+    await page.goto(`${BASE}/compare/${state.nograd}`);
+    const link = page.locator(`a[data-other="${state.grad}"]`);
+    assertEqual(await link.getAttribute("href"), `/compare/${state.nograd}/${state.grad}`, "the link as before");
+    assertEqual(await page.locator(`a[data-other="${state.nograd}"]`).count(), 0, "the snapshot is offered to compare with itself");
+    await page.locator("[data-role=after]").click();
+    assertEqual(await link.getAttribute("href"), `/compare/${state.grad}/${state.nograd}`, "the link as after");
+    await shot(page, "compare-picker");
+    await page.locator("[data-role=before]").click();
+    await Promise.all([page.waitForURL(`${BASE}/compare/${state.nograd}/${state.grad}`), link.click()]);
+    await cspClean(page);
+  });
+
+  await step("bad and unknown ids get the error pages", async () => {
+    let response = await page.goto(`${BASE}/compare/not-an-id/${state.grad}`);
+    assertEqual(response.status(), 400, "status for a bad id");
+    assertEqual((await page.locator("h1").textContent()).trim(), "That link is not right", "heading");
+    response = await page.goto(`${BASE}/compare/0123456789abcdef/${state.grad}`);
+    assertEqual(response.status(), 404, "status for an unknown id");
+    assertEqual((await page.locator("h1").textContent()).trim(), "Snapshot not found", "heading");
+    response = await page.goto(`${BASE}/g/no-such-group-here`);
+    assertEqual(response.status(), 404, "status for an unknown group");
+    await shot(page, "group-404");
+    await cspClean(page);
+  });
+
+  await step("the group page lists both ranks with their peak; the list's badge links to it", async () => {
+    await page.goto(`${BASE}/`);
+    const badge = page.locator(`tr[data-id="${state.rank0}"] a.badge-group`);
+    assertEqual(await badge.getAttribute("href"), "/g/ddp", "the group badge's link");
+    await Promise.all([page.waitForURL(`${BASE}/g/ddp`), badge.click()]);
+    const group = await api("/api/groups/ddp");
+    const rows = page.locator("#group-table tbody tr");
+    assertEqual(await rows.count(), group.body.members.length, "rows");
+    for (const id of [state.rank0, state.rank1]) {
+      const row = page.locator(`#group-table tr[data-id="${id}"]`);
+      assertEqual((await row.locator("[data-peak-text]").textContent()).trim(), "3.43 GiB", `peak of ${id}`);
+      assertEqual(await row.getAttribute("data-peak"), "3680751624", `peak bytes of ${id}`);
+      assertEqual(await row.locator("a.name").getAttribute("href"), `/s/${id}`, "the member's link");
+    }
+    assertEqual((await page.locator("[data-median-text]").textContent()).trim(), formatBytes(group.body.median_peak_bytes), "median");
+    await shot(page, "group-light");
+    // Select two → compare.
+    await rows.nth(0).locator("input.select-row").check();
+    await rows.nth(1).locator("input.select-row").check();
+    const compare = page.locator("#compare-selected");
+    await until(async () => (await compare.getAttribute("href"))?.startsWith("/compare/"), "the compare link");
+    await Promise.all([page.waitForURL(/\/compare\/[0-9a-f]{16}\/[0-9a-f]{16}$/), compare.click()]);
+    await compareReady(page);
+    await cspClean(page);
+  });
+
+  await step("an outlier is highlighted with a compare link to the median-closest member", async () => {
+    // A third member far from the others makes an outlier.
+    state.odd = await upload("mlp_small.pickle", "mlp small (odd one out)", "ddp");
+    await page.goto(`${BASE}/g/ddp`);
+    const outlier = page.locator(`#group-table tr.outlier[data-id="${state.odd}"]`);
+    await outlier.waitFor();
+    const link = outlier.locator("a.quick-compare");
+    const href = await link.getAttribute("href");
+    assert(href.endsWith(`/${state.odd}`) && (href.includes(state.rank0) || href.includes(state.rank1)), `the outlier's compare link: ${href}`);
+    await shot(page, "group-outlier");
+    await api(`/api/snapshots/${state.odd}`, { method: "PATCH", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ group: "" }) });
+    await cspClean(page);
+  });
+
+  await step("the list's Group… button sets a group on the selected rows", async () => {
+    await page.goto(`${BASE}/`);
+    await page.locator(`tr[data-id="${state.nograd}"] input.select-row`).check();
+    await page.locator(`tr[data-id="${state.grad}"] input.select-row`).check();
+    await page.locator("#group-selected").click();
+    const dialog = page.locator("#group-dialog");
+    await dialog.waitFor({ state: "visible" });
+    await page.locator("#group-name").fill("infer");
+    await shot(page, "group-dialog", { fullPage: false });
+    await Promise.all([page.waitForLoadState("load"), page.locator("#group-save").click()]);
+    await until(async () => (await api(`/api/snapshots/${state.grad}`)).body.group === "infer", "the group to be saved");
+    assertEqual((await api(`/api/snapshots/${state.nograd}`)).body.group, "infer", "group of the other");
+    await page.locator(`tr[data-id="${state.grad}"] a.badge-group[href="/g/infer"]`).waitFor();
+    await cspClean(page);
+  });
+
+  await step("dark mode", async () => {
+    const dark = await newContext(browser, { colorScheme: "dark" });
+    const darkPage = watch(await dark.newPage(), "dark");
+    await darkPage.goto(`${BASE}/compare/${state.nograd}/${state.grad}`);
+    await compareReady(darkPage);
+    const background = await darkPage.evaluate(() => getComputedStyle(document.body).backgroundColor);
+    const [r, g, b] = background.match(/\d+/g).map(Number);
+    assert(r + g + b < 120, `dark mode background is ${background}`);
+    const pixels = await canvasPixels(darkPage, "canvas.flame-canvas");
+    assert(pixels.red > 500, `no red in the dark flame graph: ${JSON.stringify(pixels)}`);
+    await shot(darkPage, "compare-dark");
+    await darkPage.goto(`${BASE}/g/ddp`);
+    await shot(darkPage, "group-dark");
+    await darkPage.goto(`${BASE}/compare/${state.nograd}`);
+    await shot(darkPage, "compare-picker-dark");
+    await cspClean(darkPage);
+    await dark.close();
+  });
+
+  await step("a 390 px phone screen has no sideways scrolling", async () => {
+    const phone = await newContext(browser, { viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, isMobile: true, hasTouch: true });
+    const phonePage = watch(await phone.newPage(), "phone");
+    const wide = [];
+    for (const [path, name] of [
+      [`/compare/${state.nograd}/${state.grad}`, "compare-mobile"],
+      ["/g/ddp", "group-mobile"],
+      [`/compare/${state.nograd}`, "compare-picker-mobile"],
+      ["/", "compare-list-mobile"],
+    ]) {
+      await phonePage.goto(`${BASE}${path}`);
+      if (path.split("/").length === 4) {
+        await compareReady(phonePage);
+        const pixels = await canvasPixels(phonePage, "canvas.flame-canvas");
+        assert(pixels.width >= pixels.cssWidth * 2 - 1, `the flame canvas is not drawn at devicePixelRatio 2: ${JSON.stringify(pixels)}`);
+      }
+      await shot(phonePage, name);
+      const width = await phonePage.evaluate(() => document.documentElement.scrollWidth);
+      if (width > 390) wide.push(`${path} is ${width} px wide`);
+    }
+    assert(wide.length === 0, `sideways scrolling on a 390 px screen: ${wide.join("; ")}`);
+    await cspClean(phonePage);
+    await phone.close();
+  });
+
+  await context.close();
+} finally {
+  await browser.close().catch(() => {});
+  clearTimeout(globalTimer);
+}
+
+console.log(`${passed} passed, ${failed} failed  (${((Date.now() - started) / 1000).toFixed(1)} s; screenshots in ${SHOTS})`);
+process.exit(failed === 0 ? 0 : 1);
