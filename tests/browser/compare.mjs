@@ -4,100 +4,16 @@
 //
 //   SNAPVIEW_URL=http://127.0.0.1:7995 node tests/browser/compare.mjs
 //
-// (`cargo test --release --test browser_compare` starts a server on a fresh data folder and runs
+// (`cargo test --release --test browser` starts a server on a fresh data folder and runs
 // this). Screenshots go to target/screenshots/ (or $SNAPVIEW_SCREENSHOTS): compare-*.png and
 // group-*.png. Prints "N passed, N failed" and exits non-zero when a check failed.
 
-import { chromium } from "playwright-core";
-import { mkdirSync, readFileSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { BASE, FIXTURES, api, assert, assertEqual, finish, launch, shot, step, until } from "./harness.mjs";
+import { bytes as formatBytes } from "../../static/lib/format.js";
 
-const HERE = dirname(fileURLToPath(import.meta.url));
-const ROOT = resolve(HERE, "../..");
-const FIXTURES = join(ROOT, "tests/fixtures");
-const SHOTS = process.env.SNAPVIEW_SCREENSHOTS ?? join(ROOT, "target/screenshots");
-const BASE = (process.env.SNAPVIEW_URL ?? "").replace(/\/+$/, "");
-const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
-const STEP_TIMEOUT_MS = 30_000;
 const TOTAL_TIMEOUT_MS = 100_000;
-
-if (!BASE) {
-  console.error("Set SNAPVIEW_URL to a running snapview server, e.g. http://127.0.0.1:7995");
-  process.exit(2);
-}
-mkdirSync(SHOTS, { recursive: true });
-
-// ---------------------------------------------------------------------------------------------
-// A tiny runner: named steps in order, each with a timeout.
-
-let passed = 0;
-let failed = 0;
-const started = Date.now();
-
-async function step(name, fn) {
-  const t0 = Date.now();
-  let timer;
-  try {
-    await Promise.race([
-      fn(),
-      new Promise((_, reject) => {
-        timer = setTimeout(() => reject(new Error(`timed out after ${STEP_TIMEOUT_MS} ms`)), STEP_TIMEOUT_MS);
-      }),
-    ]);
-    passed += 1;
-    console.log(`ok    ${name}  (${Date.now() - t0} ms)`);
-  } catch (error) {
-    failed += 1;
-    console.log(`FAIL  ${name}  (${Date.now() - t0} ms)\n      ${String(error?.stack ?? error).split("\n").join("\n      ")}`);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-function assert(condition, message) {
-  if (!condition) throw new Error(message);
-}
-
-function assertEqual(actual, expected, what) {
-  if (actual !== expected) throw new Error(`${what}: expected ${JSON.stringify(expected)}, got ${JSON.stringify(actual)}`);
-}
-
-async function until(probe, what, ms = 10_000) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`gave up waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
-
-/** src/format.rs `bytes()`: binary units, three significant digits. */
-function formatBytes(n) {
-  const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-  if (n < 1024) return `${n} B`;
-  let value = n;
-  let unit = 0;
-  while (value >= 1024 && unit < units.length - 1) {
-    value /= 1024;
-    unit += 1;
-  }
-  const digits = value >= 100 ? 0 : value >= 10 ? 1 : 2;
-  return `${value.toFixed(digits)} ${units[unit]}`;
-}
-
-async function api(path, init) {
-  const response = await fetch(`${BASE}${path}`, init);
-  const text = await response.text();
-  let body = null;
-  try {
-    body = JSON.parse(text);
-  } catch {
-    // not JSON
-  }
-  return { status: response.status, body, text };
-}
 
 async function upload(file, name, group) {
   const bytes = readFileSync(join(FIXTURES, file));
@@ -147,10 +63,6 @@ async function cspClean(page) {
   if (problems.length > 0) throw new Error(`the page reported:\n  ${problems.splice(0).join("\n  ")}`);
 }
 
-async function shot(page, name, options = {}) {
-  await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true, animations: "disabled", ...options });
-}
-
 /** Pixels of a canvas: how many are drawn (not transparent), and how many are clearly red. */
 async function canvasPixels(page, selector) {
   return page.locator(selector).first().evaluate((canvas) => {
@@ -182,20 +94,14 @@ const state = {};
 
 const globalTimer = setTimeout(() => {
   console.log(`FAIL  the whole run took longer than ${TOTAL_TIMEOUT_MS} ms`);
-  console.log(`${passed} passed, ${failed + 1} failed`);
   process.exit(1);
 }, TOTAL_TIMEOUT_MS);
 
 let browser;
 try {
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-quic"],
-    timeout: 20_000,
-  });
+  browser = await launch();
 } catch (error) {
-  console.log(`FAIL  cannot start ${CHROMIUM} (install it with \`apt-get install chromium\`): ${error.message}`);
-  console.log("0 passed, 1 failed");
+  console.log(`FAIL  cannot start chromium (install it with \`apt-get install chromium\`): ${error.message}`);
   process.exit(1);
 }
 
@@ -483,5 +389,4 @@ try {
   clearTimeout(globalTimer);
 }
 
-console.log(`${passed} passed, ${failed} failed  (${((Date.now() - started) / 1000).toFixed(1)} s; screenshots in ${SHOTS})`);
-process.exit(failed === 0 ? 0 : 1);
+process.exit(finish());
