@@ -57,20 +57,25 @@ struct Row {
     notes: Vec<String>,
 }
 
+/// `cuda:0`, `cuda:1`, … of a stored summary row.
+fn device_names(summary: &serde_json::Value) -> Vec<String> {
+    summary["devices"]
+        .as_array()
+        .map(|devices| {
+            devices
+                .iter()
+                .filter_map(|d| d["device"].as_u64())
+                .map(|d| format!("cuda:{d}"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 impl Row {
     fn new(view: &SnapshotView) -> Self {
         let summary = &view.summary;
         let number = |key: &str| summary[key].as_u64().unwrap_or(0);
-        let devices: Vec<String> = summary["devices"]
-            .as_array()
-            .map(|devices| {
-                devices
-                    .iter()
-                    .filter_map(|d| d["device"].as_u64())
-                    .map(|d| format!("cuda:{d}"))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let devices = device_names(summary);
         Self {
             id: view.id.to_string(),
             name: view.name.clone(),
@@ -547,16 +552,7 @@ pub async fn group(State(state): State<AppState>, Path(name): Path<String>) -> R
         .members
         .iter()
         .map(|m| {
-            let devices: Vec<String> = m.view.summary["devices"]
-                .as_array()
-                .map(|devices| {
-                    devices
-                        .iter()
-                        .filter_map(|d| d["device"].as_u64())
-                        .map(|d| format!("cuda:{d}"))
-                        .collect()
-                })
-                .unwrap_or_default();
+            let devices = device_names(&m.view.summary);
             let distance = if median == 0 {
                 0.0
             } else {
