@@ -205,6 +205,27 @@ async fn a_moment_moves_the_flame_graph_and_the_map() {
         .await;
     assert_eq!(found["offset"], 5000);
     assert_eq!(found["rows"][0]["index"], 5000);
+
+    // Allocs and frees name the allocation they open or close, with its block id.
+    let allocs = state
+        .get(&format!("/api/snapshots/{id}/events?action=alloc&limit=3"))
+        .await;
+    for row in allocs["rows"].as_array().expect("rows") {
+        let n = row["allocation"]
+            .as_u64()
+            .expect("an alloc opens an allocation");
+        let allocation = state
+            .get(&format!("/api/snapshots/{id}/allocations/{n}"))
+            .await;
+        assert_eq!(allocation["start"], row["index"]);
+        assert_eq!(row["block_id"], allocation["block_id"]);
+    }
+    let segments = state
+        .get(&format!(
+            "/api/snapshots/{id}/events?action=segment_alloc&limit=1"
+        ))
+        .await;
+    assert!(segments["rows"][0]["allocation"].is_null());
 }
 
 #[tokio::test]

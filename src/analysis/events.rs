@@ -1,5 +1,6 @@
 //! Pages of a device's trace, filtered, for the event list.
 
+use super::Replay;
 use crate::snapshot::{ActionCode, Snapshot, StackId, Trace};
 use serde::Serialize;
 
@@ -29,6 +30,10 @@ pub struct EventRow {
     pub time_us: Option<i64>,
     /// The first frame PyTorch's viewer would show, `file:line name`.
     pub top_frame: Option<String>,
+    /// The allocation an alloc or free opens or closes, and its id as PyTorch's viewer names
+    /// it (`b{hex address}_{version}`).
+    pub allocation: Option<u32>,
+    pub block_id: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -90,7 +95,7 @@ pub fn matching(snapshot: &Snapshot, trace: &Trace, filter: &EventFilter) -> Opt
     Some(out)
 }
 
-pub fn row(snapshot: &Snapshot, trace: &Trace, index: usize) -> EventRow {
+pub fn row(snapshot: &Snapshot, trace: &Trace, replay: &Replay, index: usize) -> EventRow {
     let top_frame = snapshot
         .stacks
         .get(trace.stack[index])
@@ -98,6 +103,7 @@ pub fn row(snapshot: &Snapshot, trace: &Trace, index: usize) -> EventRow {
         .map(|&f| snapshot.frames.get(f))
         .find(|f| !f.is_hidden())
         .map(|f| format!("{}:{} {}", f.basename(), f.line, f.name));
+    let allocation = replay.allocation_at(index);
     EventRow {
         index,
         action: trace.action_name(trace.action[index]).to_owned(),
@@ -106,6 +112,8 @@ pub fn row(snapshot: &Snapshot, trace: &Trace, index: usize) -> EventRow {
         stream: trace.stream[index],
         time_us: trace.has_time.then(|| trace.time_us[index]),
         top_frame,
+        allocation,
+        block_id: allocation.map(|id| replay.allocations[id as usize].id()),
     }
 }
 
@@ -114,6 +122,7 @@ pub fn row(snapshot: &Snapshot, trace: &Trace, index: usize) -> EventRow {
 pub fn page(
     snapshot: &Snapshot,
     trace: &Trace,
+    replay: &Replay,
     filter: &EventFilter,
     offset: usize,
     limit: usize,
@@ -139,7 +148,7 @@ pub fn page(
                 None => position,
                 Some(list) => list[position] as usize,
             };
-            row(snapshot, trace, index)
+            row(snapshot, trace, replay, index)
         })
         .collect();
     EventPage {

@@ -357,6 +357,14 @@ impl Replay {
 
     /// Ids of the allocations live after event `at`, ascending. Costs one checkpoint copy plus
     /// at most `CHECKPOINT_EVERY` replay steps.
+    /// The allocation that event `event` opens or closes (allocs and frees), if any.
+    pub fn allocation_at(&self, event: usize) -> Option<AllocationId> {
+        self.event_allocation
+            .get(event)
+            .copied()
+            .filter(|&id| id != NO_ALLOCATION)
+    }
+
     pub fn live_after(&self, at: Option<usize>) -> Vec<AllocationId> {
         // With no events, every moment is the start.
         let (Some(at), false) = (at, self.event_allocation.is_empty()) else {

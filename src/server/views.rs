@@ -354,6 +354,7 @@ pub async fn events_view(
         Ok(page(
             &loaded.snapshot,
             trace,
+            &device.replay,
             &filter,
             query.offset.unwrap_or(0),
             query.limit.unwrap_or(200),

@@ -237,7 +237,7 @@ export class EventsView {
       h("span", { className: "c-time" }, row.time_us !== null && row.time_us !== undefined && this.t0 !== null ? duration(row.time_us - this.t0) : "–"),
       h("span", { className: `c-action action-${row.action}` }, row.action),
       h("span", { className: "c-size" }, bytes(row.size)),
-      h("span", { className: "c-addr" }, hex(row.addr)),
+      h("span", { className: "c-addr", title: `address ${hex(row.addr)}` }, row.block_id ?? hex(row.addr)),
       h("span", { className: "c-stream" }, String(row.stream)),
       h("span", { className: "c-frame", title: row.top_frame ?? "" }, row.top_frame ?? ""),
     );
