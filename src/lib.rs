@@ -11,10 +11,13 @@
 //! - [`pickle`] decodes the data opcodes of Python's pickle and refuses anything that would run
 //!   code; it keeps memo identity so shared frames stay shared.
 //! - [`snapshot`] turns decoded values into PyTorch's nouns (segments, blocks, trace entries,
-//!   frames), tolerant of every torch version; [`snapshot::load`] reads a file end to end.
+//!   frames), tolerant of every torch version; [`snapshot::load_path`] reads a file end to end.
 //! - [`analysis`] is pure: allocator replay with PyTorch's viewer's rules, memory over time,
-//!   the live set and its stack tree at any event, segment maps and data-quality notes.
+//!   the live set and its stack tree at any event, the timeline at a level of detail, flame
+//!   graphs, segment maps at any event, OOM reports, diffs and data-quality notes.
 //! - [`torch_text`] prints what torch's own `_memory_viz.py` prints, byte for byte.
+//! - [`server`] is `snapview serve`: a store (blobs + SQLite), uploads parsed as they stream in,
+//!   an analysis cache, the JSON API and the pages (`templates/`, `static/`).
 //! - [`cli`] is the command line; it only parses arguments and calls the library; [`format`]
 //!   writes numbers for people.
 
