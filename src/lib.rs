@@ -18,7 +18,7 @@
 //! - [`torch_text`] prints what torch's own `_memory_viz.py` prints, byte for byte.
 //! - [`server`] is `snapview serve`: a store (blobs + SQLite), uploads parsed as they stream in,
 //!   an analysis cache, the JSON API and the pages (`templates/`, `static/`).
-//! - [`cli`] is the command line; it only parses arguments and calls the library; [`format`]
+//! - [`cli`] is the command line; it only parses arguments and calls the library; [`format`](mod@format)
 //!   writes numbers for people.
 
 pub mod analysis;
