@@ -9,6 +9,7 @@
 //! Building a model from decoded pickle values lives in [`build`]; the JSON form in [`json`].
 
 pub mod build;
+pub mod compact;
 mod frames;
 pub mod json;
 mod load;

@@ -1,0 +1,640 @@
+//! Trace entries and frames compacted while the pickle is decoded.
+//!
+//! [`TraceCompactor`] is the pickle machine's [`Compactor`]: each trace-entry dict becomes a row of
+//! columns and each frame dict an interned [`FrameId`] the moment it is complete, so a
+//! 3-million-event file never holds 3 million dicts. Past 65,536 rows, the columns (and
+//! the replay's first pass over them) are filled on a second thread while decoding goes on.
+
+use super::ActionCode;
+use super::build::to_json;
+use super::{Frame, FrameId, FrameTable, StackId, StackTable, Trace};
+use crate::analysis::replay::EventPass;
+use crate::pickle::{Compactor, Heap, Kind, Memo, Value};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::thread::ScopedJoinHandle;
+
+/// Fields of trace entries and frames, resolved once per distinct key string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    Unresolved,
+    Other,
+    Action,
+    Addr,
+    Size,
+    Stream,
+    TimeUs,
+    Frames,
+    CompileContext,
+    UserMetadata,
+    DeviceFree,
+    Filename,
+    Line,
+    Name,
+}
+
+fn field_of_name(name: &str) -> Field {
+    match name {
+        "action" => Field::Action,
+        "addr" => Field::Addr,
+        "size" => Field::Size,
+        "stream" => Field::Stream,
+        "time_us" => Field::TimeUs,
+        "frames" => Field::Frames,
+        "compile_context" => Field::CompileContext,
+        "user_metadata" => Field::UserMetadata,
+        "device_free" => Field::DeviceFree,
+        "filename" => Field::Filename,
+        "line" => Field::Line,
+        "name" => Field::Name,
+        _ => Field::Other,
+    }
+}
+
+/// Record handles: the top bits say what the rest indexes.
+const FRAME_RECORD: u64 = 1 << 58;
+const STACK_RECORD: u64 = 1 << 57;
+pub(super) const EVENT_RECORD: u64 = 1 << 56;
+const RECORD_INDEX: u64 = EVENT_RECORD - 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Record {
+    Frame(FrameId),
+    Stack(StackId),
+    Event(usize),
+}
+
+pub(super) fn record_of(value: Value) -> Option<Record> {
+    if !value.is(Kind::Record) {
+        return None;
+    }
+    let handle = value.payload();
+    let index = handle & RECORD_INDEX;
+    if handle & FRAME_RECORD != 0 {
+        Some(Record::Frame(index as FrameId))
+    } else if handle & STACK_RECORD != 0 {
+        Some(Record::Stack(index as StackId))
+    } else if handle & EVENT_RECORD != 0 {
+        Some(Record::Event(index as usize))
+    } else {
+        None
+    }
+}
+
+/// One trace entry on its way to the columns.
+#[derive(Debug, Clone, Copy)]
+struct Row {
+    addr: u64,
+    size: u64,
+    stream: u64,
+    time_us: i64,
+    stack: StackId,
+    context: u32,
+    metadata: u32,
+    action: ActionCode,
+    has_time: bool,
+}
+
+/// Rows handed to the column builder at once: enough to make channel traffic negligible, few
+/// enough (~0.5 MB) to stay in cache between the two threads.
+const BATCH: usize = 8192;
+
+/// Where finished rows go: straight into columns, or to a thread that builds them.
+// One per load, so the size of the inline variant does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Columns<'scope> {
+    Inline(Trace),
+    Worker {
+        batches: SyncSender<Vec<Row>>,
+        spare: Receiver<Vec<Row>>,
+        worker: ScopedJoinHandle<'scope, (Trace, EventPass)>,
+    },
+}
+
+impl std::fmt::Debug for Columns<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Inline(trace) => write!(f, "Inline({} rows)", trace.len()),
+            Self::Worker { .. } => write!(f, "Worker"),
+        }
+    }
+}
+
+/// Appends rows to the numeric columns of `trace`.
+fn append_rows(trace: &mut Trace, rows: &[Row]) {
+    trace.action.extend(rows.iter().map(|r| r.action));
+    trace.addr.extend(rows.iter().map(|r| r.addr));
+    trace.size.extend(rows.iter().map(|r| r.size));
+    trace.stream.extend(rows.iter().map(|r| r.stream));
+    trace.time_us.extend(rows.iter().map(|r| r.time_us));
+    trace.stack.extend(rows.iter().map(|r| r.stack));
+    trace.compile_context.extend(rows.iter().map(|r| r.context));
+    trace.user_metadata.extend(rows.iter().map(|r| r.metadata));
+    trace.has_time |= rows.iter().any(|r| r.has_time);
+}
+
+/// Rows after which the columns move to a second thread: below this the thread would cost more
+/// than it saves, and small loads keep all their memory on the calling thread.
+const PIPELINE_AFTER: usize = 1 << 16;
+
+/// Starts the column thread with the rows so far; if it cannot be started, the columns stay
+/// inline.
+fn spawn_worker<'scope, 'env>(
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    trace: Trace,
+) -> Columns<'scope> {
+    let (batches, batch_receiver) = sync_channel::<Vec<Row>>(4);
+    let (spare_sender, spare) = sync_channel::<Vec<Row>>(8);
+    let (start, start_receiver) = sync_channel::<Trace>(1);
+    let worker = std::thread::Builder::new()
+        .name("snapview-columns".into())
+        .spawn_scoped(scope, move || {
+            let trace = start_receiver.recv().unwrap_or_default();
+            build_columns(trace, batch_receiver, spare_sender)
+        });
+    match worker {
+        Ok(worker) => match start.send(trace) {
+            Ok(()) => Columns::Worker {
+                batches,
+                spare,
+                worker,
+            },
+            // Only if the thread died at once; its panic is reported when joined.
+            Err(returned) => {
+                drop(batches);
+                if let Err(panic) = worker.join() {
+                    std::panic::resume_unwind(panic);
+                }
+                Columns::Inline(returned.0)
+            }
+        },
+        Err(_) => Columns::Inline(trace),
+    }
+}
+
+/// Starts a column thread with the rows so far (see [`TraceCompactor::pipelined`]).
+type SpawnFn<'scope> = Box<dyn FnOnce(Trace) -> Columns<'scope> + 'scope>;
+
+struct Spawn<'scope>(Option<SpawnFn<'scope>>);
+
+impl std::fmt::Debug for Spawn<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Spawn" } else { "None" })
+    }
+}
+
+/// The column builder thread: appends each batch it receives, hands the buffer back, and runs
+/// the replay's event pass over the new rows (while they are in cache), assuming all rows are
+/// one device's, as they are in every file torch writes; [`build`] keeps the pass only if so.
+fn build_columns(
+    mut trace: Trace,
+    batches: Receiver<Vec<Row>>,
+    spare: SyncSender<Vec<Row>>,
+) -> (Trace, EventPass) {
+    let mut pass = EventPass::default();
+    pass.advance(&trace, false);
+    for mut batch in batches {
+        append_rows(&mut trace, &batch);
+        batch.clear();
+        // The decoder may have finished and stopped taking buffers back; that is fine.
+        let _ = spare.try_send(batch);
+        pass.advance(&trace, false);
+    }
+    pass.advance(&trace, true);
+    (trace, pass)
+}
+
+/// Turns trace entries and frames into columns and interned ids as they are decoded.
+///
+/// Decoding is sequential (the memo makes every opcode depend on the ones before), but filling
+/// 3 million rows of columns is not: [`TraceCompactor::pipelined`] hands finished rows in
+/// batches to a second thread, which writes (and page-faults in) the columns while this one
+/// keeps decoding. The result is the same as [`TraceCompactor::default`], which fills them inline.
+#[derive(Debug)]
+pub struct TraceCompactor<'scope> {
+    /// The string tables, unknown actions and `device_free` of every trace entry (the numeric
+    /// columns are in `columns` until [`TraceCompactor::finish`]).
+    events: Trace,
+    /// Rows decoded so far.
+    rows: usize,
+    batch: Vec<Row>,
+    columns: Columns<'scope>,
+    spawn: Spawn<'scope>,
+    pub(super) frames: FrameTable,
+    pub(super) stacks: StackTable,
+    /// `Field` by string id; most keys are the same few memoized strings.
+    fields: Vec<Field>,
+    /// By string id: the action code of an `action` text, and the [`Trace::strings`] id of a
+    /// `compile_context` and of a `user_metadata` text (`UNRESOLVED` until first seen). A long
+    /// trace repeats a handful of texts millions of times; this spares comparing them.
+    action_codes: Vec<u16>,
+    context_ids: Vec<u32>,
+    metadata_ids: Vec<u32>,
+    scratch: Vec<FrameId>,
+    frame_of_dict: rustc_hash::FxHashMap<Value, FrameId>,
+    layout: Layout,
+    recent_stacks: RecentStacks,
+}
+
+/// The last few frames lists (as their items) and their stacks. Fresh lists of a long trace
+/// repeat a handful of stacks; comparing the items with these spares resolving each frame and
+/// hashing the stack.
+#[derive(Debug, Default)]
+struct RecentStacks {
+    lists: [(Vec<Value>, StackId); 4],
+    next: usize,
+}
+
+impl RecentStacks {
+    fn find(&self, items: &[Value]) -> Option<StackId> {
+        self.lists
+            .iter()
+            .find(|(list, _)| list.as_slice() == items)
+            .map(|&(_, stack)| stack)
+    }
+
+    fn insert(&mut self, items: &[Value], stack: StackId) {
+        let (list, id) = &mut self.lists[self.next];
+        list.clear();
+        list.extend_from_slice(items);
+        *id = stack;
+        self.next = (self.next + 1) % self.lists.len();
+    }
+}
+
+/// Where each field of a trace entry sits among its items, for one sequence of keys. The entries
+/// of a trace repeat the same memoized key strings in the same order, so comparing the keys with
+/// the last entry's replaces looking each one up.
+#[derive(Debug, Default)]
+struct Layout {
+    keys: Vec<Value>,
+    /// Index in `items` of each field's value (`usize::MAX`: absent), by the slots below.
+    at: [usize; ENTRY_FIELDS],
+}
+
+const ACTION: usize = 0;
+const ADDR: usize = 1;
+const SIZE: usize = 2;
+const STREAM: usize = 3;
+const TIME_US: usize = 4;
+const FRAMES: usize = 5;
+const CONTEXT: usize = 6;
+const METADATA: usize = 7;
+const DEVICE_FREE: usize = 8;
+const ENTRY_FIELDS: usize = 9;
+
+const UNRESOLVED: u32 = u32::MAX;
+const UNRESOLVED_ACTION: u16 = u16::MAX;
+
+impl Default for TraceCompactor<'_> {
+    fn default() -> Self {
+        Self {
+            events: Trace::default(),
+            rows: 0,
+            batch: Vec::new(),
+            columns: Columns::Inline(Trace::default()),
+            spawn: Spawn(None),
+            frames: FrameTable::default(),
+            stacks: StackTable::default(),
+            fields: Vec::new(),
+            action_codes: Vec::new(),
+            context_ids: Vec::new(),
+            metadata_ids: Vec::new(),
+            scratch: Vec::new(),
+            frame_of_dict: rustc_hash::FxHashMap::default(),
+            layout: Layout::default(),
+            recent_stacks: RecentStacks::default(),
+        }
+    }
+}
+
+/// A cached id by string id, computing it on first use.
+#[inline]
+fn cached<T: Copy + PartialEq>(
+    cache: &mut Vec<T>,
+    unresolved: T,
+    id: usize,
+    compute: impl FnOnce() -> T,
+) -> T {
+    if let Some(&known) = cache.get(id)
+        && known != unresolved
+    {
+        return known;
+    }
+    if id >= cache.len() {
+        cache.resize(id + 1, unresolved);
+    }
+    let value = compute();
+    cache[id] = value;
+    value
+}
+
+/// An integer the way `Heap::u64` reads it, with the inline case (nearly all) first.
+#[inline]
+fn u64_of(heap: &Heap, value: Value) -> Option<u64> {
+    match heap.small_int(value) {
+        Some(v) => u64::try_from(v).ok(),
+        None => heap.u64(value),
+    }
+}
+
+impl<'scope> TraceCompactor<'scope> {
+    /// A compactor whose columns are filled by a thread of `scope` once the trace is long enough
+    /// to be worth it (short traces stay on this thread, as with [`TraceCompactor::default`]).
+    pub fn pipelined<'env>(scope: &'scope std::thread::Scope<'scope, 'env>) -> Self {
+        Self {
+            spawn: Spawn(Some(Box::new(move |trace| spawn_worker(scope, trace)))),
+            ..Self::default()
+        }
+    }
+
+    /// Sends the rows gathered so far to the columns.
+    fn flush(&mut self) {
+        if let Columns::Inline(trace) = &mut self.columns
+            && trace.len() >= PIPELINE_AFTER
+            && let Some(spawn) = self.spawn.0.take()
+        {
+            self.columns = spawn(std::mem::take(trace));
+        }
+        match &mut self.columns {
+            Columns::Inline(trace) => {
+                append_rows(trace, &self.batch);
+                self.batch.clear();
+            }
+            Columns::Worker { batches, spare, .. } => {
+                let next = spare
+                    .try_recv()
+                    .unwrap_or_else(|_| Vec::with_capacity(BATCH));
+                let full = std::mem::replace(&mut self.batch, next);
+                if let Err(error) = batches.send(full) {
+                    // The worker is gone (it panicked); keep the rows here and let `finish`
+                    // report the panic.
+                    self.batch = error.0;
+                }
+            }
+        }
+    }
+
+    /// All rows decoded so far, as one trace (joins the column thread), and the event pass
+    /// over all of them if the column thread ran it.
+    pub(super) fn finish(&mut self) -> (Trace, Option<EventPass>) {
+        self.flush();
+        let columns = std::mem::replace(&mut self.columns, Columns::Inline(Trace::default()));
+        let (mut trace, pass) = match columns {
+            Columns::Inline(trace) => (trace, None),
+            Columns::Worker {
+                batches, worker, ..
+            } => {
+                drop(batches);
+                match worker.join() {
+                    Ok((trace, pass)) => (trace, Some(pass)),
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
+            }
+        };
+        let meta = std::mem::take(&mut self.events);
+        trace.strings = meta.strings;
+        trace.unknown_actions = meta.unknown_actions;
+        trace.device_free = meta.device_free;
+        self.rows = 0;
+        (trace, pass)
+    }
+
+    #[inline]
+    fn field(&mut self, heap: &Heap, key: Value) -> Field {
+        if !key.is(Kind::Str) {
+            return Field::Other;
+        }
+        let id = key.payload() as usize;
+        if let Some(&field) = self.fields.get(id)
+            && field != Field::Unresolved
+        {
+            return field;
+        }
+        if id >= self.fields.len() {
+            self.fields.resize(id + 1, Field::Unresolved);
+        }
+        self.fields[id] = heap.str(key).map_or(Field::Other, field_of_name);
+        self.fields[id]
+    }
+
+    /// A frame dict (keys and values alternately in `items`) as an interned frame, if it has a
+    /// filename or a name.
+    fn frame(&mut self, heap: &Heap, dict: Value, items: &[Value]) -> Option<FrameId> {
+        // A frame dict referenced again inside the list that first holds it (recursion) is still a
+        // dict there; this cache makes such repeats cheap.
+        if let Some(&frame) = self.frame_of_dict.get(&dict) {
+            return Some(frame);
+        }
+        let mut filename: Option<Arc<str>> = None;
+        let mut name: Option<Arc<str>> = None;
+        let mut line = 0;
+        for pair in items.chunks_exact(2) {
+            let (key, value) = (pair[0], pair[1]);
+            match self.field(heap, key) {
+                Field::Filename => filename = heap.arc_str(value),
+                Field::Name => name = heap.arc_str(value),
+                Field::Line => line = heap.u64(value).unwrap_or(0),
+                _ => {}
+            }
+        }
+        if filename.is_none() && name.is_none() {
+            return None;
+        }
+        let empty: Arc<str> = Arc::from("");
+        let frame = self.frames.intern(Frame {
+            filename: filename.unwrap_or_else(|| empty.clone()),
+            line,
+            name: name.unwrap_or(empty),
+        });
+        // Only a dict that stays allocated may be cached: an unshared one is freed once compacted
+        // and its slot reused by another dict.
+        if !heap.can_retire(dict) {
+            self.frame_of_dict.insert(dict, frame);
+        }
+        Some(frame)
+    }
+
+    /// The stack of a `frames` value: a list of frame dicts, or a list this compactor already
+    /// interned. Retires the list when nothing else refers to it.
+    pub(super) fn stack(&mut self, heap: &mut Heap, memo: &mut Memo, frames: Value) -> StackId {
+        if let Some(Record::Stack(stack)) = record_of(frames) {
+            return stack;
+        }
+        let Some(items) = heap.items(frames) else {
+            return StackTable::EMPTY;
+        };
+        let stack = if items.is_empty() {
+            // Most entries of a long trace carry a fresh empty list.
+            StackTable::EMPTY
+        } else if let Some(stack) = self.recent_stacks.find(items) {
+            stack
+        } else {
+            self.scratch.clear();
+            let mut unresolved = Vec::new();
+            for &item in items {
+                match record_of(item) {
+                    Some(Record::Frame(frame)) => self.scratch.push(frame),
+                    _ if item.is(Kind::Dict) => {
+                        self.scratch.push(FrameId::MAX);
+                        unresolved.push((self.scratch.len() - 1, item));
+                    }
+                    _ => {}
+                }
+            }
+            // Frame records are final, so a list of them always means the same stack; a dict's
+            // slot may be reused for another frame, so a list with dicts is not remembered.
+            let has_dicts = !unresolved.is_empty();
+            for (position, dict) in unresolved {
+                let items = flat_pairs(heap, dict);
+                match self.frame(heap, dict, &items) {
+                    Some(frame) => self.scratch[position] = frame,
+                    None => self.scratch[position] = FrameId::MAX,
+                }
+            }
+            self.scratch.retain(|&f| f != FrameId::MAX);
+            let stack = self.stacks.intern(&self.scratch);
+            if !has_dicts {
+                self.recent_stacks.insert(items, stack);
+            }
+            stack
+        };
+        heap.retire(frames, Value::record(STACK_RECORD | u64::from(stack)), memo);
+        stack
+    }
+
+    /// Appends a trace entry (keys and values alternately in `items`) as a row; `None` if it has
+    /// no string `action` (so it is not an entry).
+    pub(super) fn event(
+        &mut self,
+        heap: &mut Heap,
+        memo: &mut Memo,
+        items: &[Value],
+    ) -> Option<usize> {
+        let same_keys = self.layout.keys.len() * 2 == items.len()
+            && items
+                .chunks_exact(2)
+                .zip(&self.layout.keys)
+                .all(|(pair, key)| pair[0] == *key);
+        if !same_keys {
+            self.layout.keys.clear();
+            self.layout.at = [usize::MAX; ENTRY_FIELDS];
+            for (i, pair) in items.chunks_exact(2).enumerate() {
+                self.layout.keys.push(pair[0]);
+                let slot = match self.field(heap, pair[0]) {
+                    Field::Action => ACTION,
+                    Field::Addr => ADDR,
+                    Field::Size => SIZE,
+                    Field::Stream => STREAM,
+                    Field::TimeUs => TIME_US,
+                    Field::Frames => FRAMES,
+                    Field::CompileContext => CONTEXT,
+                    Field::UserMetadata => METADATA,
+                    Field::DeviceFree => DEVICE_FREE,
+                    _ => continue,
+                };
+                // A key set twice keeps its last value, as Python's dict does.
+                self.layout.at[slot] = 2 * i + 1;
+            }
+        }
+        let at = self.layout.at;
+        let value = |slot: usize| items.get(at[slot]).copied();
+        let int = |slot: usize| value(slot).map_or(0, |v| u64_of(heap, v).unwrap_or(0));
+        let (addr, size, stream) = (int(ADDR), int(SIZE), int(STREAM));
+        let time_us = value(TIME_US).and_then(|v| heap.small_int(v).or_else(|| heap.i64(v)));
+        let device_free = value(DEVICE_FREE).and_then(|v| heap.u64(v));
+        let (action, frames) = (value(ACTION), value(FRAMES));
+        let (context, metadata) = (value(CONTEXT), value(METADATA));
+        let action = action.filter(|v| v.is(Kind::Str))?;
+        let events = &mut self.events;
+        let code = cached(
+            &mut self.action_codes,
+            UNRESOLVED_ACTION,
+            action.index(),
+            || {
+                heap.str(action)
+                    .map_or(0, |name| u16::from(events.code_for(name).0))
+            },
+        );
+        let code = ActionCode(code as u8);
+        let context = match context {
+            Some(v) if v.is(Kind::Str) => {
+                cached(&mut self.context_ids, UNRESOLVED, v.index(), || {
+                    heap.str(v)
+                        .filter(|text| *text != "N/A")
+                        .map_or(0, |text| events.string_id(text))
+                })
+            }
+            _ => 0,
+        };
+        let metadata = match metadata {
+            None => 0,
+            Some(v) if v.is(Kind::Str) => {
+                cached(&mut self.metadata_ids, UNRESOLVED, v.index(), || {
+                    heap.str(v).map_or(0, |text| events.string_id(text))
+                })
+            }
+            Some(v) => {
+                let json = to_json(heap, v, 0).to_string();
+                events.string_id(&json)
+            }
+        };
+        let stack = match frames {
+            Some(frames) => self.stack(heap, memo, frames),
+            None => StackTable::EMPTY,
+        };
+        let row = self.rows;
+        self.rows += 1;
+        self.batch.push(Row {
+            addr,
+            size,
+            stream,
+            time_us: time_us.unwrap_or(0),
+            stack,
+            context,
+            metadata,
+            action: code,
+            has_time: time_us.is_some(),
+        });
+        if self.batch.len() >= BATCH {
+            self.flush();
+        }
+        if let Some(free) = device_free {
+            self.events.device_free.insert(row, free);
+        }
+        Some(row)
+    }
+}
+
+/// A dict's keys and values alternately, as the compactor reads them.
+pub(super) fn flat_pairs(heap: &Heap, dict: Value) -> Vec<Value> {
+    heap.pairs(dict)
+        .unwrap_or(&[])
+        .iter()
+        .flat_map(|&(k, v)| [k, v])
+        .collect()
+}
+
+impl Compactor for TraceCompactor<'_> {
+    fn compact(
+        &mut self,
+        heap: &mut Heap,
+        memo: &mut Memo,
+        dict: Value,
+        items: &[Value],
+    ) -> Option<Value> {
+        // Frame dicts have 3 keys, trace entries 5 to 10; look at the first key to tell.
+        let &first_key = items.first()?;
+        match self.field(heap, first_key) {
+            Field::Filename | Field::Line | Field::Name if items.len() <= 8 => {
+                let frame = self.frame(heap, dict, items)?;
+                Some(Value::record(FRAME_RECORD | u64::from(frame)))
+            }
+            Field::Action => {
+                let row = self.event(heap, memo, items)?;
+                Some(Value::record(EVENT_RECORD | row as u64))
+            }
+            _ => None,
+        }
+    }
+}
