@@ -6,7 +6,7 @@
 // plus the segment-level text of PyTorch's `_memory_viz.py compare`.
 
 import { bytes } from "./lib/format.js";
-import { isShortcut, keyboardHelp, showTimes, toast } from "./lib/page.js";
+import { copyLink, isShortcut, keyboardHelp, showTimes } from "./lib/page.js";
 
 // ---------------------------------------------------------------------------------------------
 // Small helpers (DOM, numbers, canvas).
@@ -847,14 +847,7 @@ async function comparePage(root) {
   checkbox.addEventListener("change", () => reloadWith(checkbox.checked));
   const swap = document.getElementById("swap");
   swap.href = `/compare/${b}/${a}${window.location.search}`;
-  document.getElementById("copy-link").addEventListener("click", async () => {
-    try {
-      await navigator.clipboard.writeText(window.location.href);
-      toast("Link copied");
-    } catch {
-      toast(`Copy this link: ${window.location.href}`, 6000);
-    }
-  });
+  document.getElementById("copy-link").addEventListener("click", () => copyLink());
 
   document.addEventListener("keydown", (event) => {
     if (!isShortcut(event)) return;

@@ -1,6 +1,6 @@
 // The group page (`/g/{name}`): one row per member; select two to compare them.
 
-import { isShortcut, keyboardHelp, showTimes, toast } from "./lib/page.js";
+import { copyLink, isShortcut, keyboardHelp, showTimes } from "./lib/page.js";
 
 const table = document.getElementById("group-table");
 const rows = [...table.tBodies[0].rows];
@@ -43,14 +43,7 @@ for (const row of rows) {
 selected = rows.filter((row) => row.querySelector("input.select-row").checked);
 update();
 
-document.getElementById("copy-link").addEventListener("click", async () => {
-  try {
-    await navigator.clipboard.writeText(window.location.href);
-    toast("Link copied");
-  } catch {
-    toast(`Copy this link: ${window.location.href}`, 6000);
-  }
-});
+document.getElementById("copy-link").addEventListener("click", () => copyLink());
 
 document.addEventListener("keydown", (event) => {
   if (!isShortcut(event) && !(event.key === "x" && event.target.matches?.("input.select-row"))) return;

@@ -1,6 +1,6 @@
 // The snapshot page: rename in place, copy the link, stack bars.
 
-import { isShortcut, keyboardHelp, showTimes, toast } from "./lib/page.js";
+import { copyLink, isShortcut, keyboardHelp, showTimes, toast } from "./lib/page.js";
 import { VIEW_KEYS, startViews, viewSearch } from "./views/app.js";
 import { showOomPanels } from "./views/oom.js";
 
@@ -68,37 +68,12 @@ title.addEventListener("keydown", (event) => {
   }
 });
 
-/** Copies with the Clipboard API, or the old way where that is unavailable (plain http). */
-async function copyText(text) {
-  try {
-    await navigator.clipboard.writeText(text);
-    return true;
-  } catch {
-    const area = document.createElement("textarea");
-    area.value = text;
-    area.setAttribute("readonly", "");
-    area.className = "visually-hidden";
-    document.body.append(area);
-    area.select();
-    let ok = false;
-    try {
-      ok = document.execCommand("copy");
-    } catch {
-      ok = false;
-    }
-    area.remove();
-    return ok;
-  }
-}
-
-async function copyLink() {
+function copyViewLink() {
   // The view state (tab, window, moment, …) is in the query: the link opens what is shown.
-  const url = `${root.dataset.shareUrl || `${window.location.origin}${window.location.pathname}`}${viewSearch()}`;
-  if (await copyText(url)) toast("Link copied");
-  else toast(`Copy this link: ${url}`, 8000);
+  copyLink(`${root.dataset.shareUrl || `${window.location.origin}${window.location.pathname}`}${viewSearch()}`);
 }
 
-document.getElementById("copy-link").addEventListener("click", copyLink);
+document.getElementById("copy-link").addEventListener("click", copyViewLink);
 
 for (const bar of document.querySelectorAll(".stack-bar[data-width]")) {
   bar.style.width = `${Math.min(100, Math.max(0, Number(bar.dataset.width) || 0))}%`;
@@ -111,7 +86,7 @@ document.addEventListener("keydown", (event) => {
     startRename();
   } else if (event.key === "c") {
     event.preventDefault();
-    copyLink();
+    copyViewLink();
   }
 });
 

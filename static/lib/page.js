@@ -91,3 +91,32 @@ export function isTyping(event) {
 export function isShortcut(event) {
   return !event.ctrlKey && !event.metaKey && !event.altKey && !isTyping(event) && !document.querySelector("dialog[open]");
 }
+
+/** Copies with the Clipboard API, or the old way where that is unavailable (plain http). */
+async function copyText(text) {
+  try {
+    await navigator.clipboard.writeText(text);
+    return true;
+  } catch {
+    const area = document.createElement("textarea");
+    area.value = text;
+    area.setAttribute("readonly", "");
+    area.className = "visually-hidden";
+    document.body.append(area);
+    area.select();
+    let ok = false;
+    try {
+      ok = document.execCommand("copy");
+    } catch {
+      ok = false;
+    }
+    area.remove();
+    return ok;
+  }
+}
+
+/** Copies `url` and says so, or shows it to copy by hand. */
+export async function copyLink(url = window.location.href) {
+  if (await copyText(url)) toast("Link copied");
+  else toast(`Copy this link: ${url}`, 8000);
+}
