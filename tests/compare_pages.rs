@@ -3,8 +3,7 @@
 
 mod common;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode, header};
+use axum::http::{StatusCode, header};
 use common::server::TestServer as Server;
 
 fn server() -> Server {
@@ -13,9 +12,7 @@ fn server() -> Server {
 
 /// `GET path`: status, body as text, headers.
 async fn get(server: &Server, path: &str) -> (StatusCode, String, header::HeaderMap) {
-    let (status, body, headers) = server
-        .send(Request::get(path).body(Body::empty()).expect("request"))
-        .await;
+    let (status, body, headers) = server.send_get(path).await;
     (status, String::from_utf8_lossy(&body).into_owned(), headers)
 }
 

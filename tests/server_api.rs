@@ -48,23 +48,11 @@ async fn upload_then_every_read_route() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(again["id"], id.as_str());
 
-    let (status, body, _) = server
-        .send(
-            Request::get("/api/snapshots")
-                .body(Body::empty())
-                .expect("req"),
-        )
-        .await;
+    let (status, body, _) = server.send_get("/api/snapshots").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(json(&body)["snapshots"].as_array().expect("list").len(), 1);
 
-    let (status, body, _) = server
-        .send(
-            Request::get(format!("/api/snapshots/{id}"))
-                .body(Body::empty())
-                .expect("req"),
-        )
-        .await;
+    let (status, body, _) = server.send_get(&format!("/api/snapshots/{id}")).await;
     assert_eq!(status, StatusCode::OK);
     let detail = json(&body);
     assert_eq!(
@@ -77,13 +65,7 @@ async fn upload_then_every_read_route() {
     );
     assert_eq!(detail["allocator_settings"]["expandable_segments"], false);
 
-    let (status, body, headers) = server
-        .send(
-            Request::get(format!("/api/snapshots/{id}/raw"))
-                .body(Body::empty())
-                .expect("req"),
-        )
-        .await;
+    let (status, body, headers) = server.send_get(&format!("/api/snapshots/{id}/raw")).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body, fixture("oom"), "the original bytes come back");
     assert!(
@@ -101,13 +83,7 @@ async fn upload_then_every_read_route() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(json(&body)["name"], "renamed");
 
-    let (status, body, headers) = server
-        .send(
-            Request::get(format!("/s/{id}"))
-                .body(Body::empty())
-                .expect("req"),
-        )
-        .await;
+    let (status, body, headers) = server.send_get(&format!("/s/{id}")).await;
     assert_eq!(status, StatusCode::OK);
     let page = String::from_utf8_lossy(&body);
     assert!(page.contains("renamed"));
@@ -119,9 +95,7 @@ async fn upload_then_every_read_route() {
             .contains("default-src 'self'")
     );
 
-    let (status, body, _) = server
-        .send(Request::get("/").body(Body::empty()).expect("req"))
-        .await;
+    let (status, body, _) = server.send_get("/").await;
     assert_eq!(status, StatusCode::OK);
     assert!(String::from_utf8_lossy(&body).contains(&format!("/s/{id}")));
 
@@ -138,13 +112,7 @@ async fn upload_then_every_read_route() {
         "blob removed: {:?}",
         stored_files(&server)
     );
-    let (status, body, _) = server
-        .send(
-            Request::get(format!("/api/snapshots/{id}"))
-                .body(Body::empty())
-                .expect("req"),
-        )
-        .await;
+    let (status, body, _) = server.send_get(&format!("/api/snapshots/{id}")).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(json(&body)["error"]["code"], "not_found");
 }
@@ -174,9 +142,7 @@ async fn ids_are_validated_and_unknown_ones_are_404() {
             "not_found",
         ),
     ] {
-        let (got, body, _) = server
-            .send(Request::get(path).body(Body::empty()).expect("req"))
-            .await;
+        let (got, body, _) = server.send_get(path).await;
         assert_eq!(got, status, "{path}");
         assert_eq!(json(&body)["error"]["code"], code, "{path}");
     }
@@ -188,21 +154,13 @@ async fn ids_are_validated_and_unknown_ones_are_404() {
         )
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
-    let (status, body, _) = server
-        .send(
-            Request::get("/s/0123456789abcdef")
-                .body(Body::empty())
-                .expect("req"),
-        )
-        .await;
+    let (status, body, _) = server.send_get("/s/0123456789abcdef").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert!(
         String::from_utf8_lossy(&body).contains("not found"),
         "a human 404 page"
     );
-    let (status, _, _) = server
-        .send(Request::get("/nowhere").body(Body::empty()).expect("req"))
-        .await;
+    let (status, _, _) = server.send_get("/nowhere").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
 
@@ -286,14 +244,10 @@ async fn refusals_store_nothing_and_harm_nothing() {
         "nothing stored, nothing removed"
     );
     let (status, body, _) = server
-        .send(
-            Request::get(format!(
-                "/api/snapshots/{}",
-                kept["id"].as_str().expect("id")
-            ))
-            .body(Body::empty())
-            .expect("req"),
-        )
+        .send_get(&format!(
+            "/api/snapshots/{}",
+            kept["id"].as_str().expect("id")
+        ))
         .await;
     assert_eq!(
         status,
@@ -349,18 +303,14 @@ async fn multipart_uploads_and_bad_patches() {
 #[tokio::test]
 async fn assets_are_hashed_immutable_and_pages_link_them() {
     let server = Server::new();
-    let (_, body, _) = server
-        .send(Request::get("/").body(Body::empty()).expect("req"))
-        .await;
+    let (_, body, _) = server.send_get("/").await;
     let page = String::from_utf8_lossy(&body).into_owned();
     let css = page
         .split('"')
         .find(|s| s.starts_with("/static/app.") && s.ends_with(".css"))
         .expect("hashed css link")
         .to_owned();
-    let (status, _, headers) = server
-        .send(Request::get(&css).body(Body::empty()).expect("req"))
-        .await;
+    let (status, _, headers) = server.send_get(&css).await;
     assert_eq!(status, StatusCode::OK);
     assert!(
         headers[header::CACHE_CONTROL]
@@ -374,12 +324,6 @@ async fn assets_are_hashed_immutable_and_pages_link_them() {
             .expect("ascii")
             .starts_with("text/css")
     );
-    let (status, _, _) = server
-        .send(
-            Request::get("/static/nope.js")
-                .body(Body::empty())
-                .expect("req"),
-        )
-        .await;
+    let (status, _, _) = server.send_get("/static/nope.js").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }

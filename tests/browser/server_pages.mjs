@@ -8,101 +8,13 @@
 // Screenshots go to target/screenshots/ (or $SNAPVIEW_SCREENSHOTS). Prints "N passed, N failed"
 // and exits non-zero when a check failed.
 
-import { chromium } from "playwright-core";
-import { mkdirSync, readFileSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { BASE, FIXTURES, api, assert, assertEqual, finish, launch, shot, step, until } from "./harness.mjs";
+// The page's own formatter; the first step checks it against src/format.rs's cases.
+import { bytes as formatBytes } from "../../static/lib/format.js";
 
-const HERE = dirname(fileURLToPath(import.meta.url));
-const ROOT = resolve(HERE, "../..");
-const FIXTURES = join(ROOT, "tests/fixtures");
-const SHOTS = process.env.SNAPVIEW_SCREENSHOTS ?? join(ROOT, "target/screenshots");
-const BASE = (process.env.SNAPVIEW_URL ?? "").replace(/\/+$/, "");
-const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
-const STEP_TIMEOUT_MS = 30_000;
 const TOTAL_TIMEOUT_MS = 55_000;
-
-if (!BASE) {
-  console.error("Set SNAPVIEW_URL to a running snapview server, e.g. http://127.0.0.1:7979");
-  process.exit(2);
-}
-mkdirSync(SHOTS, { recursive: true });
-
-// ---------------------------------------------------------------------------------------------
-// A tiny runner: named steps, run in order, each with a timeout; later steps may need earlier
-// ones' results and fail (not crash) without them.
-
-let passed = 0;
-let failed = 0;
-const started = Date.now();
-
-async function step(name, fn) {
-  const t0 = Date.now();
-  let timer;
-  try {
-    await Promise.race([
-      fn(),
-      new Promise((_, reject) => {
-        timer = setTimeout(() => reject(new Error(`timed out after ${STEP_TIMEOUT_MS} ms`)), STEP_TIMEOUT_MS);
-      }),
-    ]);
-    passed += 1;
-    console.log(`ok    ${name}  (${Date.now() - t0} ms)`);
-  } catch (error) {
-    failed += 1;
-    console.log(`FAIL  ${name}  (${Date.now() - t0} ms)\n      ${String(error?.stack ?? error).split("\n").join("\n      ")}`);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-function assert(condition, message) {
-  if (!condition) throw new Error(message);
-}
-
-function assertEqual(actual, expected, what) {
-  if (actual !== expected) throw new Error(`${what}: expected ${JSON.stringify(expected)}, got ${JSON.stringify(actual)}`);
-}
-
-/** Polls `probe` until it returns a truthy value (returned) or `ms` pass. */
-async function until(probe, what, ms = 10_000) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`gave up waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// What the server should say, computed here independently of the page's own scripts.
-
-/** src/format.rs `bytes()`: binary units, three significant digits. */
-function formatBytes(n) {
-  const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-  if (n < 1024) return `${n} B`;
-  let value = n;
-  let unit = 0;
-  while (value >= 1024 && unit < units.length - 1) {
-    value /= 1024;
-    unit += 1;
-  }
-  const digits = value >= 100 ? 0 : value >= 10 ? 1 : 2;
-  return `${value.toFixed(digits)} ${units[unit]}`;
-}
-
-async function api(path, init) {
-  const response = await fetch(`${BASE}${path}`, init);
-  const text = await response.text();
-  let body = null;
-  try {
-    body = JSON.parse(text);
-  } catch {
-    // not JSON
-  }
-  return { status: response.status, body, text };
-}
 
 /** Uploads through the API (not the page): for snapshots the test only needs to exist. */
 async function uploadViaApi(file, name) {
@@ -159,10 +71,6 @@ async function cspClean(page) {
   noProblems();
 }
 
-async function shot(page, name, options = {}) {
-  await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true, animations: "disabled", ...options });
-}
-
 /** Drops `bytes` as a file called `name` on the drop zone, the way a browser would. */
 async function dropFile(page, name, bytes, type = "application/octet-stream", shotWhileDragging = null) {
   const dataTransfer = await page.evaluateHandle(
@@ -191,20 +99,14 @@ const state = {};
 
 const globalTimer = setTimeout(() => {
   console.log(`FAIL  the whole run took longer than ${TOTAL_TIMEOUT_MS} ms`);
-  console.log(`${passed} passed, ${failed + 1} failed`);
   process.exit(1);
 }, TOTAL_TIMEOUT_MS);
 
 let browser;
 try {
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-quic"],
-    timeout: 20_000,
-  });
+  browser = await launch();
 } catch (error) {
-  console.log(`FAIL  cannot start ${CHROMIUM} (install it with \`apt-get install chromium\`): ${error.message}`);
-  console.log("0 passed, 1 failed");
+  console.log(`FAIL  cannot start chromium (install it with \`apt-get install chromium\`): ${error.message}`);
   process.exit(1);
 }
 
@@ -532,5 +434,4 @@ try {
   clearTimeout(globalTimer);
 }
 
-console.log(`${passed} passed, ${failed} failed  (${((Date.now() - started) / 1000).toFixed(1)} s; screenshots in ${SHOTS})`);
-process.exit(failed === 0 ? 0 : 1);
+process.exit(finish());

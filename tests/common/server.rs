@@ -49,6 +49,12 @@ impl TestServer {
         (status, body.to_vec(), headers)
     }
 
+    /// `GET path`, whatever it answers.
+    pub async fn send_get(&self, path: &str) -> (StatusCode, Vec<u8>, HeaderMap) {
+        self.send(Request::get(path).body(Body::empty()).expect("request"))
+            .await
+    }
+
     /// Status and JSON body (`Null` when the body is not JSON).
     pub async fn call(&self, request: Request<Body>) -> (StatusCode, serde_json::Value) {
         let (status, body, _) = self.send(request).await;
