@@ -86,6 +86,43 @@ fn live_set_at_the_peak_sums_to_the_peak() {
     }
 }
 
+/// The live set from the checkpoints equals a scan of every allocation's lifetime, at moments
+/// on both sides of each checkpoint (every 4096 events) and between them.
+#[test]
+fn live_sets_equal_a_scan_of_lifetimes() {
+    let check = |name: &str, snapshot: &snapview::snapshot::Snapshot, step: usize| {
+        let analysis = Analysis::new(snapshot);
+        for device in &analysis.devices {
+            let replay = &device.replay;
+            let n = snapshot.trace(device.device).len();
+            let mut moments: Vec<Option<usize>> = vec![None];
+            moments.extend((0..n).step_by(step).map(Some));
+            moments.extend(
+                (4095..n)
+                    .step_by(4096)
+                    .flat_map(|c| [c - 1, c, c + 1])
+                    .map(Some),
+            );
+            for at in moments {
+                let scanned: Vec<u32> = (0..replay.allocations.len() as u32)
+                    .filter(|&id| replay.allocations[id as usize].is_live_after(at))
+                    .collect();
+                assert_eq!(replay.live_after(at), scanned, "{name}: live after {at:?}");
+            }
+        }
+    };
+    for name in common::small_names() {
+        check(&name, &common::load(&name), 97);
+    }
+    for (name, path) in common::large_names() {
+        // Large enough that the loader replays it on its second thread while reading.
+        if name == "gpt2_big_trace" {
+            let snapshot = snapview::snapshot::load_path(&path, Default::default()).expect("load");
+            check(&name, &snapshot, 20011);
+        }
+    }
+}
+
 #[test]
 fn summary_reports_oom_and_notes() {
     let oom = common::load("oom");

@@ -108,10 +108,13 @@ pub struct Replay {
     pub reserved_at_start: u64,
     /// Per event, the allocation it opens or closes (or `NO_ALLOCATION`).
     event_allocation: Vec<AllocationId>,
-    /// `(event index, live allocations after it, in no order)` every `CHECKPOINT_EVERY` events.
+    /// `(event index, traced allocations live after it, in no order)` every `CHECKPOINT_EVERY`
+    /// events; the allocations alive from the start are added when a live set is asked for.
     checkpoints: Vec<(usize, Vec<AllocationId>)>,
-    /// Allocations alive from the start, in id order.
-    live_at_start: Vec<AllocationId>,
+    /// Allocations freed without alloc, in the order of their frees (so of their `end`).
+    freed_without_alloc: Vec<AllocationId>,
+    /// Allocations alive throughout.
+    ghosts: Vec<AllocationId>,
 }
 
 /// A maximum of a memory curve.
@@ -123,9 +126,10 @@ pub struct Peak {
     pub time_us: Option<i64>,
 }
 
-/// The event pass of a replay: which allocation each event opens or closes. It depends only on
-/// the trace, so it can run while the trace is still being read ([`EventPass::advance`] takes
-/// the events appended since its last call); the rest of [`Replay::new`] needs the segments.
+/// The event pass of a replay: which allocation each event opens or closes, and the memory
+/// curve and live sets of the allocations the trace opens. It depends only on the trace, so it
+/// can run while the trace is still being read ([`EventPass::advance`] takes the events appended
+/// since its last call); the rest of [`Replay::new`] needs the segments.
 #[derive(Debug, Default)]
 pub(crate) struct EventPass {
     allocations: Vec<Allocation>,
@@ -134,6 +138,13 @@ pub(crate) struct EventPass {
     /// Per address: the allocation open there (if any) and how many frees it has seen.
     addresses: FxHashMap<u64, Address>,
     freed_without_alloc: Vec<AllocationId>,
+    /// Per event, bytes allocated after it minus bytes alive from the start, as a wrapping sum
+    /// (it dips below zero as allocations from before the trace are freed).
+    allocated_change: Vec<u64>,
+    change: u64,
+    /// Allocations opened by the trace and not yet freed.
+    live: LiveSet,
+    checkpoints: Vec<(usize, Vec<AllocationId>)>,
 }
 
 impl EventPass {
@@ -165,7 +176,9 @@ impl EventPass {
                         origin: Origin::Traced,
                     });
                     address.open = id;
-                    self.event_allocation.push(id);
+                    self.change = self.change.wrapping_add(trace.size[i]);
+                    self.live.insert(id);
+                    self.record(id);
                 }
                 ActionCode::FREE_REQUESTED | ActionCode::FREE_COMPLETED => {
                     if action == ActionCode::FREE_REQUESTED && i + 1 == n && !complete {
@@ -183,6 +196,7 @@ impl EventPass {
                         let id = match open {
                             id if id != NO_ALLOCATION => {
                                 self.allocations[id as usize].end = Some(i as u32);
+                                self.live.remove(id);
                                 id
                             }
                             _ => {
@@ -201,19 +215,32 @@ impl EventPass {
                                 id
                             }
                         };
-                        self.event_allocation.push(id);
+                        let size = self.allocations[id as usize].size;
+                        self.change = self.change.wrapping_sub(size);
+                        self.record(id);
                         if merged {
                             // The completion is part of this free; it changes nothing itself.
-                            self.event_allocation.push(NO_ALLOCATION);
+                            self.record(NO_ALLOCATION);
                             i += 1;
                         }
                     } else {
-                        self.event_allocation.push(NO_ALLOCATION);
+                        self.record(NO_ALLOCATION);
                     }
                 }
-                _ => self.event_allocation.push(NO_ALLOCATION),
+                _ => self.record(NO_ALLOCATION),
             }
             i += 1;
+        }
+    }
+
+    /// Ends the next event: what it opened or closed, the memory after it, a checkpoint.
+    fn record(&mut self, id: AllocationId) {
+        let event = self.event_allocation.len();
+        self.event_allocation.push(id);
+        self.allocated_change.push(self.change);
+        if (event + 1).is_multiple_of(CHECKPOINT_EVERY) {
+            // Unsorted: `live_after` sorts what it returns.
+            self.checkpoints.push((event, self.live.members.clone()));
         }
     }
 }
@@ -236,6 +263,9 @@ impl Replay {
             event_allocation,
             addresses,
             freed_without_alloc,
+            allocated_change,
+            checkpoints,
+            ..
         } = pass;
 
         let mut ghosts = Vec::new();
@@ -258,20 +288,18 @@ impl Replay {
                 }
             }
         }
-        let mut live_at_start = freed_without_alloc;
-        live_at_start.extend(ghosts);
-
-        let allocated_at_start: u64 = live_at_start
+        let allocated_at_start = freed_without_alloc
             .iter()
-            .map(|&id| allocations[id as usize].size)
-            .sum();
-        let (allocated, checkpoints) = allocated_over_time(
-            trace,
-            &allocations,
-            &event_allocation,
-            &live_at_start,
-            allocated_at_start,
-        );
+            .chain(&ghosts)
+            .fold(0u64, |sum, &id| {
+                sum.wrapping_add(allocations[id as usize].size)
+            });
+        // Every allocation the trace frees without its alloc is in the start total, so the sum
+        // never goes below zero (and the vector is reused in place).
+        let allocated = allocated_change
+            .into_iter()
+            .map(|change| allocated_at_start.wrapping_add(change))
+            .collect();
         let (reserved_at_start, reserved_steps) = reserved_over_time(snapshot, device, trace);
 
         Self {
@@ -282,7 +310,8 @@ impl Replay {
             reserved_at_start,
             event_allocation,
             checkpoints,
-            live_at_start,
+            freed_without_alloc,
+            ghosts,
         }
     }
 
@@ -368,18 +397,20 @@ impl Replay {
     pub fn live_after(&self, at: Option<usize>) -> Vec<AllocationId> {
         // With no events, every moment is the start.
         let (Some(at), false) = (at, self.event_allocation.is_empty()) else {
-            let mut live = self.live_at_start.clone();
+            let mut live = self.live_from_start(None);
             live.sort_unstable();
             return live;
         };
         let at = at.min(self.len().saturating_sub(1));
         let k = self.checkpoints.partition_point(|(event, _)| *event <= at);
         let (mut live, from) = match k {
-            0 => (self.live_at_start.clone(), 0),
-            k => (
-                self.checkpoints[k - 1].1.clone(),
-                self.checkpoints[k - 1].0 + 1,
-            ),
+            0 => (self.live_from_start(None), 0),
+            k => {
+                let (event, traced) = &self.checkpoints[k - 1];
+                let mut live = self.live_from_start(Some(*event));
+                live.extend_from_slice(traced);
+                (live, event + 1)
+            }
         };
         let mut opened = Vec::new();
         let mut closed = rustc_hash::FxHashSet::default();
@@ -401,6 +432,22 @@ impl Replay {
         live
     }
 
+    /// The allocations alive from the start that are still alive after event `at` (`None`:
+    /// before the first event): the ghosts, and those freed without alloc later than `at`.
+    fn live_from_start(&self, at: Option<usize>) -> Vec<AllocationId> {
+        let freed_later = match at {
+            None => 0,
+            Some(at) => self.freed_without_alloc.partition_point(|&id| {
+                self.allocations[id as usize]
+                    .end
+                    .is_some_and(|end| end as usize <= at)
+            }),
+        };
+        let mut live = self.freed_without_alloc[freed_later..].to_vec();
+        live.extend_from_slice(&self.ghosts);
+        live
+    }
+
     /// The first event at or after `time_us` (for wall-time queries).
     pub fn event_at_time(trace: &Trace, time_us: i64) -> usize {
         trace.time_us.partition_point(|&t| t < time_us)
@@ -412,42 +459,6 @@ fn time_of(trace: &Trace, event: usize) -> Option<i64> {
         .has_time
         .then(|| trace.time_us.get(event).copied())
         .flatten()
-}
-
-type Checkpoints = Vec<(usize, Vec<AllocationId>)>;
-
-fn allocated_over_time(
-    trace: &Trace,
-    allocations: &[Allocation],
-    event_allocation: &[AllocationId],
-    live_at_start: &[AllocationId],
-    allocated_at_start: u64,
-) -> (Vec<u64>, Checkpoints) {
-    let n = trace.len();
-    let mut allocated = Vec::with_capacity(n);
-    let mut checkpoints = Vec::with_capacity(n / CHECKPOINT_EVERY + 1);
-    let mut live = LiveSet::new(allocations.len());
-    for &id in live_at_start {
-        live.insert(id);
-    }
-    let mut total = allocated_at_start;
-    for (event, &id) in event_allocation.iter().enumerate() {
-        if id != NO_ALLOCATION {
-            let allocation = &allocations[id as usize];
-            if allocation.start == Some(event as u32) {
-                total += allocation.size;
-                live.insert(id);
-            } else if live.remove(id) {
-                total = total.saturating_sub(allocation.size);
-            }
-        }
-        allocated.push(total);
-        if (event + 1) % CHECKPOINT_EVERY == 0 {
-            // Unsorted: `live_after` sorts what it returns.
-            checkpoints.push((event, live.members.clone()));
-        }
-    }
-    (allocated, checkpoints)
 }
 
 /// Reserved bytes over time. The trace says how reserved memory changed; the snapshot's segments
@@ -480,29 +491,29 @@ fn reserved_over_time(snapshot: &Snapshot, device: usize, trace: &Trace) -> (u64
 }
 
 /// A set of allocation ids with O(1) insert and remove and a listable membership.
+#[derive(Debug, Default)]
 struct LiveSet {
     members: Vec<AllocationId>,
-    /// Position of each id in `members`, or `NO_ALLOCATION`.
+    /// Position of each id in `members`, or `NO_ALLOCATION` (grown as ids are inserted).
     position: Vec<AllocationId>,
 }
 
 impl LiveSet {
-    fn new(capacity: usize) -> Self {
-        Self {
-            members: Vec::new(),
-            position: vec![NO_ALLOCATION; capacity],
-        }
-    }
-
     fn insert(&mut self, id: AllocationId) {
-        if self.position[id as usize] == NO_ALLOCATION {
-            self.position[id as usize] = self.members.len() as AllocationId;
+        let slot = id as usize;
+        if slot >= self.position.len() {
+            self.position.resize(slot + 1, NO_ALLOCATION);
+        }
+        if self.position[slot] == NO_ALLOCATION {
+            self.position[slot] = self.members.len() as AllocationId;
             self.members.push(id);
         }
     }
 
     fn remove(&mut self, id: AllocationId) -> bool {
-        let at = self.position[id as usize];
+        let Some(&at) = self.position.get(id as usize) else {
+            return false;
+        };
         if at == NO_ALLOCATION {
             return false;
         }
@@ -561,6 +572,55 @@ mod tests {
                 "split at {split}"
             );
             assert_eq!(pieces.freed_without_alloc, whole.freed_without_alloc);
+            assert_eq!(pieces.allocated_change, whole.allocated_change);
+            assert_eq!(pieces.checkpoints, whole.checkpoints);
+        }
+    }
+
+    /// A ring-buffer trace longer than several checkpoints, whose frees of allocations made
+    /// before it began are spread through it: the live set at any moment equals a scan of
+    /// every allocation's lifetime.
+    #[test]
+    fn live_sets_across_checkpoints_keep_allocations_from_before_the_trace() {
+        let mut snapshot = Snapshot::default();
+        let mut trace = Trace::default();
+        let event = |trace: &mut Trace, action, addr: u64| {
+            trace.push(action, addr, 100 + addr, 0, None, 0, 0, 0);
+        };
+        for step in 0..6000u64 {
+            // Allocations from before the trace, freed one by one every 600 events.
+            if step % 600 == 0 {
+                event(&mut trace, ActionCode::FREE_COMPLETED, 1_000_000 + step);
+            }
+            event(&mut trace, ActionCode::ALLOC, step % 50);
+            if step % 3 != 0 {
+                event(&mut trace, ActionCode::FREE_REQUESTED, step % 50);
+                event(&mut trace, ActionCode::FREE_COMPLETED, step % 50);
+            }
+        }
+        let n = trace.len();
+        assert!(n > 3 * CHECKPOINT_EVERY);
+        snapshot.device_traces.push(trace);
+        let replay = Replay::new(&snapshot, 0);
+        let from_start = replay.live_after(None).len();
+        assert_eq!(
+            from_start, 10,
+            "allocations freed without alloc are live at the start"
+        );
+        for at in (0..n).step_by(37).chain([4095, 4096, 8191, 8192, n - 1]) {
+            let scanned: Vec<AllocationId> = (0..replay.allocations.len() as AllocationId)
+                .filter(|&id| replay.allocations[id as usize].is_live_after(Some(at)))
+                .collect();
+            assert_eq!(replay.live_after(Some(at)), scanned, "live after {at}");
+            let bytes: u64 = scanned
+                .iter()
+                .map(|&id| replay.allocations[id as usize].size)
+                .sum();
+            assert_eq!(
+                replay.allocated_after(Some(at)),
+                bytes,
+                "allocated after {at}"
+            );
         }
     }
 }
