@@ -8,7 +8,7 @@
 
 mod common;
 
-use snapview::pickle::Limits;
+use snapview::pickle::{self, CHUNK_HEADROOM, Chunks, Limits};
 use snapview::snapshot::{Compression, LoadError, LoadOptions, Snapshot, load_path, load_reader};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -253,6 +253,140 @@ fn every_prefix_of_a_compressed_or_json_file_is_an_error() {
             assert!(says_so, "{case}: {message}");
         }
     }
+}
+
+/// Hands `bytes` over in buffers of pseudo-random sizes (1 byte to 9 KB, so cuts fall inside
+/// opcodes and strings, and some buffers are shorter than their headroom), as the read-ahead
+/// thread hands over a large file.
+struct SmallChunks<'a> {
+    rest: &'a [u8],
+    rng: Rng,
+}
+
+impl Chunks for SmallChunks<'_> {
+    fn next_chunk(&mut self, _spent: Vec<u8>) -> std::io::Result<Option<Vec<u8>>> {
+        if self.rest.is_empty() {
+            return Ok(None);
+        }
+        let n = match self.rng.below(4) {
+            0 => 1 + self.rng.below(8),
+            1 => 1 + self.rng.below(300),
+            _ => 1 + self.rng.below(9000),
+        }
+        .min(self.rest.len());
+        let mut chunk = vec![0xEE; CHUNK_HEADROOM];
+        chunk.extend_from_slice(&self.rest[..n]);
+        self.rest = &self.rest[n..];
+        Ok(Some(chunk))
+    }
+}
+
+fn decode_in_chunks(bytes: &[u8], seed: u64) -> Result<String, String> {
+    let chunks = SmallChunks {
+        rest: bytes,
+        rng: Rng(seed),
+    };
+    pickle::decode_chunks(chunks, &Limits::default(), &mut ())
+        .map(|decoded| format!("{:?} {:?}", decoded.root, decoded.heap))
+        .map_err(|error| error.to_string())
+}
+
+fn decode_read(bytes: &[u8]) -> Result<String, String> {
+    pickle::decode(bytes, &Limits::default(), &mut ())
+        .map(|decoded| format!("{:?} {:?}", decoded.root, decoded.heap))
+        .map_err(|error| error.to_string())
+}
+
+#[test]
+fn decoding_handed_over_buffers_equals_reading_and_cuts_name_the_same_offset() {
+    for name in ["mlp_small", "streams", "ring_wrap"] {
+        let bytes = read_fixture(name);
+        let read = decode_read(&bytes);
+        assert!(read.is_ok(), "{name}: {read:?}");
+        for seed in 1..=5 {
+            assert_eq!(decode_in_chunks(&bytes, seed), read, "{name}, seed {seed}");
+        }
+    }
+    let bytes = read_fixture("mlp_small");
+    for n in cut_points(bytes.len(), 300, 97) {
+        let read = decode_read(&bytes[..n]);
+        assert!(read.is_err(), "cut at {n} decoded");
+        assert_eq!(
+            decode_in_chunks(&bytes[..n], n as u64 + 1),
+            read,
+            "cut at {n}"
+        );
+    }
+}
+
+/// A pickle of a snapshot with no segments and a `pad` key holding a `len`-byte string.
+fn padded_snapshot(len: usize) -> Vec<u8> {
+    let mut bytes = vec![0x80, 4, b'}', b'('];
+    for key in ["segments", "pad"] {
+        bytes.extend([0x8c, key.len() as u8]);
+        bytes.extend(key.as_bytes());
+        if key == "segments" {
+            bytes.push(b']');
+        }
+    }
+    bytes.push(0x8d);
+    bytes.extend((len as u64).to_le_bytes());
+    bytes.extend(std::iter::repeat_n(b'x', len));
+    bytes.extend([b'u', b'.']);
+    bytes
+}
+
+/// Files of 16 MB and more are read ahead by a second thread and decoded in its buffers: the
+/// result, progress reports and errors are those of reading the same bytes from memory.
+#[test]
+fn a_large_file_loads_from_read_ahead_buffers_as_from_memory() {
+    let dir = std::env::temp_dir().join(format!("snapview-read-ahead-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("large.pickle");
+
+    // A real snapshot followed by 17 MB that pickle.load ignores (data after STOP).
+    let mut bytes = read_fixture("mlp_small");
+    bytes.extend(std::iter::repeat_n(0u8, 17 * MB));
+    std::fs::write(&path, &bytes).expect("write");
+    let from_file = load_path(&path, LoadOptions::default()).expect("loads");
+    let from_memory = load_bytes(&bytes).expect("loads");
+    assert_eq!(from_file.segments.len(), from_memory.segments.len());
+    assert_eq!(
+        from_file.trace(0).addr,
+        from_memory.trace(0).addr,
+        "the same trace"
+    );
+
+    // A 20 MB snapshot: progress is reported as it is read.
+    let bytes = padded_snapshot(20 * MB);
+    std::fs::write(&path, &bytes).expect("write");
+    let reported = Cell::new(0u64);
+    let progress = |read: u64| reported.set(read);
+    let options = LoadOptions {
+        progress: Some(&progress),
+        ..Default::default()
+    };
+    assert!(load_path(&path, options).is_ok());
+    assert!(
+        reported.get() >= 16 * MB as u64,
+        "progress: {}",
+        reported.get()
+    );
+
+    // Cut inside its long string, near its end, and one byte short.
+    for cut in [17 * MB + 12_345, bytes.len() - 2, bytes.len() - 1] {
+        std::fs::write(&path, &bytes[..cut]).expect("write");
+        let from_file = load_path(&path, LoadOptions::default()).map(|_| ());
+        let from_memory = load_bytes(&bytes[..cut]).map(|_| ());
+        let message = from_file.as_ref().map_err(ToString::to_string).unwrap_err();
+        assert_truncation_message(&message, &format!("cut at {cut}"));
+        assert_eq!(
+            message,
+            from_memory.map_err(|e| e.to_string()).unwrap_err(),
+            "cut at {cut}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -163,73 +163,176 @@ pub(crate) fn io_error(error: io::Error) -> PickleError {
 
 const BUFFER: usize = 1 << 20;
 
-/// A refilling input buffer over any reader, with the offset of every byte.
-pub struct Source<R> {
-    reader: R,
+/// Unread space kept at the front of every buffer a [`Chunks`] supplier hands over: the last
+/// few bytes of the previous buffer (an opcode cut by the buffer's end) are put there, so the
+/// rest of the buffer is decoded where it is. Reads of a known size are at most 255 bytes
+/// (longer strings are streamed).
+pub const CHUNK_HEADROOM: usize = 4096;
+
+/// A supplier of whole buffers, such as a file read ahead by another thread. The decoder
+/// ([`decode_chunks`](super::decode_chunks)) reads each buffer where it is instead of copying
+/// it out.
+pub trait Chunks {
+    /// The next buffer, its new bytes starting at [`CHUNK_HEADROOM`], or `None` at the end of
+    /// input. `spent` is a buffer the source is done with, for reuse.
+    fn next_chunk(&mut self, spent: Vec<u8>) -> io::Result<Option<Vec<u8>>>;
+}
+
+/// The buffered bytes of a [`Source`]: `buf[pos..end]` is unread.
+pub(crate) struct Window {
     buf: Vec<u8>,
     pos: usize,
     end: usize,
-    /// Stream offset of `buf[0]`.
+    /// Stream offset of `buf[0]`, modulo 2^64: a buffer taken over from [`Chunks`] starts
+    /// before the stream does, in its headroom.
     base: u64,
+}
+
+/// Where a [`Source`] gets more bytes: a reader, or whole buffers.
+pub(crate) trait Supply {
+    /// Makes `window` hold at least `n` unread bytes if the input has them; false if it ends
+    /// first.
+    fn refill(&mut self, window: &mut Window, n: usize) -> Result<bool, PickleError>;
+}
+
+/// Reads into the source's own buffer.
+pub(crate) struct Reading<R> {
+    reader: R,
     eof: bool,
 }
 
-impl<R: Read> Source<R> {
-    pub fn new(reader: R) -> Self {
-        Self {
-            reader,
-            buf: vec![0; BUFFER],
-            pos: 0,
-            end: 0,
-            base: 0,
-            eof: false,
+impl<R: Read> Supply for Reading<R> {
+    fn refill(&mut self, w: &mut Window, n: usize) -> Result<bool, PickleError> {
+        if w.pos > 0 {
+            w.buf.copy_within(w.pos..w.end, 0);
+            w.base = w.base.wrapping_add(w.pos as u64);
+            w.end -= w.pos;
+            w.pos = 0;
         }
-    }
-
-    /// Offset of the next unread byte.
-    #[inline]
-    pub fn offset(&self) -> u64 {
-        self.base + self.pos as u64
-    }
-
-    /// Refills so that at least `n` bytes (n <= buffer size) are available; false at end of input.
-    #[cold]
-    fn refill(&mut self, n: usize) -> Result<bool, PickleError> {
-        if self.pos > 0 {
-            self.buf.copy_within(self.pos..self.end, 0);
-            self.base += self.pos as u64;
-            self.end -= self.pos;
-            self.pos = 0;
-        }
-        while self.end < n && !self.eof {
-            match self.reader.read(&mut self.buf[self.end..]) {
+        while w.end < n && !self.eof {
+            match self.reader.read(&mut w.buf[w.end..]) {
                 Ok(0) => self.eof = true,
-                Ok(read) => self.end += read,
+                Ok(read) => w.end += read,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(io_error(e)),
             }
         }
-        Ok(self.end >= n)
+        Ok(w.end >= n)
+    }
+}
+
+/// Takes over whole buffers from [`Chunks`].
+pub(crate) struct Chunked<C> {
+    chunks: C,
+    /// The buffer given up at the last swap, to hand back with the next request.
+    spent: Vec<u8>,
+    eof: bool,
+}
+
+impl<C: Chunks> Supply for Chunked<C> {
+    fn refill(&mut self, w: &mut Window, n: usize) -> Result<bool, PickleError> {
+        while w.end - w.pos < n && !self.eof {
+            let spent = std::mem::take(&mut self.spent);
+            let Some(mut chunk) = self.chunks.next_chunk(spent).map_err(io_error)? else {
+                self.eof = true;
+                break;
+            };
+            let unread = w.end - w.pos;
+            if unread <= CHUNK_HEADROOM && chunk.len() >= CHUNK_HEADROOM {
+                // The usual case: the few unread bytes move into the new buffer's headroom.
+                let start = CHUNK_HEADROOM - unread;
+                chunk[start..CHUNK_HEADROOM].copy_from_slice(&w.buf[w.pos..w.end]);
+                w.base = w.base.wrapping_add(w.pos as u64).wrapping_sub(start as u64);
+                self.spent = std::mem::replace(&mut w.buf, chunk);
+                w.pos = start;
+                w.end = w.buf.len();
+            } else {
+                // More unread bytes than the headroom holds: append to the current buffer.
+                w.buf.copy_within(w.pos..w.end, 0);
+                w.base = w.base.wrapping_add(w.pos as u64);
+                w.end -= w.pos;
+                w.pos = 0;
+                w.buf.truncate(w.end);
+                w.buf
+                    .extend_from_slice(chunk.get(CHUNK_HEADROOM..).unwrap_or(&[]));
+                w.end = w.buf.len();
+                self.spent = chunk;
+            }
+        }
+        Ok(w.end - w.pos >= n)
+    }
+}
+
+/// A refilling input buffer, with the offset of every byte.
+pub(crate) struct Source<S> {
+    supply: S,
+    window: Window,
+}
+
+impl<R: Read> Source<Reading<R>> {
+    pub fn new(reader: R) -> Self {
+        Self {
+            supply: Reading { reader, eof: false },
+            window: Window {
+                buf: vec![0; BUFFER],
+                pos: 0,
+                end: 0,
+                base: 0,
+            },
+        }
+    }
+}
+
+impl<C: Chunks> Source<Chunked<C>> {
+    /// A source that decodes the buffers of `chunks` where they are.
+    pub fn chunked(chunks: C) -> Self {
+        Self {
+            supply: Chunked {
+                chunks,
+                spent: Vec::new(),
+                eof: false,
+            },
+            window: Window {
+                buf: Vec::new(),
+                pos: 0,
+                end: 0,
+                base: 0,
+            },
+        }
+    }
+}
+
+impl<S: Supply> Source<S> {
+    /// Offset of the next unread byte.
+    #[inline]
+    pub fn offset(&self) -> u64 {
+        self.window.base.wrapping_add(self.window.pos as u64)
+    }
+
+    /// Refills so that at least `n` bytes (n <= 1 MiB) are available; false at end of input.
+    #[cold]
+    fn refill(&mut self, n: usize) -> Result<bool, PickleError> {
+        self.supply.refill(&mut self.window, n)
     }
 
     /// The next `n` bytes (n <= 1 MiB), consumed.
     #[inline]
     pub fn take(&mut self, n: usize, what: &'static str) -> Result<&[u8], PickleError> {
-        if self.end - self.pos < n && !self.refill(n)? {
+        if self.window.end - self.window.pos < n && !self.refill(n)? {
             return Err(PickleError::Truncated {
                 offset: self.offset(),
                 what,
-                needed: (n - (self.end - self.pos)) as u64,
+                needed: (n - (self.window.end - self.window.pos)) as u64,
             });
         }
-        let start = self.pos;
-        self.pos += n;
-        Ok(&self.buf[start..start + n])
+        let start = self.window.pos;
+        self.window.pos += n;
+        Ok(&self.window.buf[start..start + n])
     }
 
     /// The `n` bytes just taken (n no more than the last `take`).
     pub fn last(&self, n: usize) -> &[u8] {
-        &self.buf[self.pos.saturating_sub(n)..self.pos]
+        &self.window.buf[self.window.pos.saturating_sub(n)..self.window.pos]
     }
 
     #[inline]
@@ -248,9 +351,9 @@ impl<R: Read> Source<R> {
 
     #[inline]
     pub fn byte(&mut self, what: &'static str) -> Result<u8, PickleError> {
-        if self.pos < self.end {
-            let b = self.buf[self.pos];
-            self.pos += 1;
+        if self.window.pos < self.window.end {
+            let b = self.window.buf[self.window.pos];
+            self.window.pos += 1;
             return Ok(b);
         }
         Ok(self.take(1, what)?[0])
@@ -259,9 +362,9 @@ impl<R: Read> Source<R> {
     /// The next byte, or `None` at a clean end of input.
     #[inline]
     pub fn next_opcode(&mut self) -> Result<Option<u8>, PickleError> {
-        if self.pos < self.end || self.refill(1)? {
-            let b = self.buf[self.pos];
-            self.pos += 1;
+        if self.window.pos < self.window.end || self.refill(1)? {
+            let b = self.window.buf[self.window.pos];
+            self.window.pos += 1;
             Ok(Some(b))
         } else {
             Ok(None)
@@ -275,16 +378,17 @@ impl<R: Read> Source<R> {
         let mut out = Vec::with_capacity(usize::try_from(n.min(BUFFER as u64)).unwrap_or(0));
         let mut remaining = n;
         while remaining > 0 {
-            if self.pos == self.end && !self.refill(1)? {
+            if self.window.pos == self.window.end && !self.refill(1)? {
                 return Err(PickleError::Truncated {
                     offset: start_offset,
                     what,
                     needed: remaining,
                 });
             }
-            let chunk = (self.end - self.pos).min(usize::try_from(remaining).unwrap_or(usize::MAX));
-            out.extend_from_slice(&self.buf[self.pos..self.pos + chunk]);
-            self.pos += chunk;
+            let chunk = (self.window.end - self.window.pos)
+                .min(usize::try_from(remaining).unwrap_or(usize::MAX));
+            out.extend_from_slice(&self.window.buf[self.window.pos..self.window.pos + chunk]);
+            self.window.pos += chunk;
             remaining -= chunk as u64;
         }
         Ok(out)

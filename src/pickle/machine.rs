@@ -1,6 +1,6 @@
 //! The opcode loop.
 
-use super::input::Source;
+use super::input::{Chunks, Source, Supply};
 use super::value::{Heap, Kind, Memo, Value};
 use super::{Limits, PickleError};
 use std::io::Read;
@@ -61,8 +61,8 @@ fn code_opcode(opcode: u8) -> Option<&'static str> {
     })
 }
 
-struct Machine<'c, R> {
-    input: Source<R>,
+struct Machine<'c, S> {
+    input: Source<S>,
     heap: Heap,
     memo: Memo,
     stack: Vec<Value>,
@@ -81,8 +81,25 @@ pub fn decode<R: Read>(
     limits: &Limits,
     compactor: &mut dyn Compactor,
 ) -> Result<Decoded, PickleError> {
+    decode_from(Source::new(reader), limits, compactor)
+}
+
+/// Decodes one pickle from whole buffers (see [`Chunks`]), reading each where it is.
+pub fn decode_chunks<C: Chunks>(
+    chunks: C,
+    limits: &Limits,
+    compactor: &mut dyn Compactor,
+) -> Result<Decoded, PickleError> {
+    decode_from(Source::chunked(chunks), limits, compactor)
+}
+
+fn decode_from<S: Supply>(
+    input: Source<S>,
+    limits: &Limits,
+    compactor: &mut dyn Compactor,
+) -> Result<Decoded, PickleError> {
     let mut machine = Machine {
-        input: Source::new(reader),
+        input,
         heap: Heap::default(),
         memo: Memo::default(),
         stack: Vec::with_capacity(1024),
@@ -106,7 +123,7 @@ pub fn decode<R: Read>(
     })
 }
 
-impl<R: Read> Machine<'_, R> {
+impl<S: Supply> Machine<'_, S> {
     fn error(&self, message: impl Into<String>) -> PickleError {
         PickleError::malformed(self.at, message)
     }

@@ -18,9 +18,9 @@ mod input;
 mod machine;
 mod value;
 
+pub use input::{CHUNK_HEADROOM, Chunks, Encoding, Limits, detect_encoding};
 pub(crate) use input::{Capped, io_error};
-pub use input::{Encoding, Limits, Source, detect_encoding};
-pub use machine::{Compactor, Decoded, decode};
+pub use machine::{Compactor, Decoded, decode, decode_chunks};
 pub use value::{Heap, Kind, Memo, Value};
 
 /// Why a file could not be read as a snapshot. Messages name the byte offset (in the

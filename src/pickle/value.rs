@@ -101,6 +101,20 @@ impl Value {
         ((self.0 << 4) as i64) >> 4
     }
 
+    /// Whether `values` are the records `handle`, `handle + 1`, ... (a compactor's numbered
+    /// records, appended in order). Compares every item without stopping early, so the loop
+    /// vectorizes (a trace's list holds millions of them).
+    pub fn is_record_run(values: &[Value], handle: u64) -> bool {
+        let first = Value::record(handle).0;
+        values
+            .iter()
+            .zip(first..)
+            .fold(true, |all, (value, expected)| all & (value.0 == expected))
+            && handle
+                .checked_add(values.len() as u64)
+                .is_some_and(|end| end <= PAYLOAD_MASK)
+    }
+
     /// Compares the tag directly (no table lookup): the decoder asks this for every value.
     #[inline]
     pub fn is(self, kind: Kind) -> bool {

@@ -85,12 +85,8 @@ pub fn build(
             Some(Record::Event(start)) => Some(start),
             _ => None,
         };
-        let is_run = run_start.is_some_and(|start| {
-            items
-                .iter()
-                .zip(start..)
-                .all(|(&item, row)| item == Value::record(EVENT_RECORD | row as u64))
-        });
+        let is_run =
+            run_start.is_some_and(|start| Value::is_record_run(items, EVENT_RECORD | start as u64));
         let all_records = is_run
             || items
                 .iter()

@@ -3,7 +3,9 @@
 
 use super::build::{ShapeError, TraceCompactor, build};
 use super::{Compression, Snapshot, json};
-use crate::pickle::{self, Encoding, Limits, PickleError};
+use crate::pickle::{
+    self, CHUNK_HEADROOM, Chunks, Compactor, Decoded, Encoding, Limits, PickleError,
+};
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
@@ -44,7 +46,16 @@ pub fn load_path(path: &Path, options: LoadOptions<'_>) -> Result<Snapshot, Load
         return load_reader(file, options);
     }
     std::thread::scope(|scope| match ReadAhead::start(scope, file) {
-        Ok(reader) => load_reader(reader, options),
+        Ok(mut reader) => {
+            // An uncompressed pickle is decoded in the read-ahead buffers themselves.
+            let head = reader.head().map_err(PickleError::Io)?;
+            match pickle::detect_encoding(head) {
+                Ok(Encoding::Pickle) => {
+                    decode_pickle_chunks(Counting::new(reader, options.progress), options)
+                }
+                _ => load_reader(reader, options),
+            }
+        }
         Err(file) => load_reader(file, options),
     })
 }
@@ -53,12 +64,14 @@ pub fn load_path(path: &Path, options: LoadOptions<'_>) -> Result<Snapshot, Load
 const READ_AHEAD_FROM: u64 = 16 << 20;
 
 /// Bytes per chunk the read-ahead thread hands over: small enough to still be in the shared
-/// cache when the decoder copies them out.
+/// cache when the decoder reads them.
 const READ_AHEAD_CHUNK: usize = 256 << 10;
 
 /// A file read a few chunks ahead by a second thread, so the copy out of the page cache (a
-/// twentieth of a large load) overlaps decoding. Chunk buffers are handed back for reuse, so
-/// at most a few chunks exist at once; dropping the reader stops the thread.
+/// twentieth of a large load) overlaps decoding. Each chunk leaves [`CHUNK_HEADROOM`] bytes
+/// free at its front, so the pickle decoder can take chunks over whole ([`Chunks`]); other
+/// readers copy out of them ([`Read`]). Chunk buffers are handed back for reuse, so at most a
+/// few exist at once; dropping the reader stops the thread.
 struct ReadAhead {
     chunks: Receiver<std::io::Result<Vec<u8>>>,
     spare: SyncSender<Vec<u8>>,
@@ -94,6 +107,31 @@ impl ReadAhead {
             pos: 0,
         })
     }
+
+    /// The next chunk from the thread (`None` at the end of the file), handing `spent` back.
+    fn receive(&mut self, spent: Vec<u8>) -> std::io::Result<Option<Vec<u8>>> {
+        // If the thread has enough buffers, this one is simply freed.
+        let _ = self.spare.try_send(spent);
+        match self.chunks.recv() {
+            Ok(Ok(chunk)) => Ok(Some(chunk)),
+            Ok(Err(e)) => Err(e),
+            // The thread ended: the end of the file.
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// The first bytes of the file (fewer if it is shorter), to tell its encoding by. They are
+    /// still read after this.
+    fn head(&mut self) -> std::io::Result<&[u8]> {
+        if self.current.is_empty()
+            && let Some(chunk) = self.receive(Vec::new())?
+        {
+            self.current = chunk;
+            self.pos = CHUNK_HEADROOM;
+        }
+        let unread = self.current.get(self.pos..).unwrap_or(&[]);
+        Ok(&unread[..unread.len().min(SNIFF)])
+    }
 }
 
 /// The read-ahead thread: sends `file` in chunks until its end, an error, or the reader is gone.
@@ -104,8 +142,8 @@ fn read_ahead(
 ) {
     loop {
         let mut chunk = spare.try_recv().unwrap_or_default();
-        chunk.resize(READ_AHEAD_CHUNK, 0);
-        let mut filled = 0;
+        chunk.resize(CHUNK_HEADROOM + READ_AHEAD_CHUNK, 0);
+        let mut filled = CHUNK_HEADROOM;
         while filled < chunk.len() {
             match file.read(&mut chunk[filled..]) {
                 Ok(0) => break,
@@ -119,29 +157,38 @@ fn read_ahead(
         }
         chunk.truncate(filled);
         // At the end of the file, or when the reader was dropped (the load is over).
-        if filled == 0 || chunks.send(Ok(chunk)).is_err() {
+        if filled == CHUNK_HEADROOM || chunks.send(Ok(chunk)).is_err() {
             return;
         }
     }
 }
 
+impl Chunks for ReadAhead {
+    fn next_chunk(&mut self, spent: Vec<u8>) -> std::io::Result<Option<Vec<u8>>> {
+        // A chunk `head` received and nothing read yet goes first.
+        if !self.current.is_empty() {
+            self.pos = 0;
+            return Ok(Some(std::mem::take(&mut self.current)));
+        }
+        self.receive(spent)
+    }
+}
+
 impl Read for ReadAhead {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if self.pos == self.current.len() {
-            match self.chunks.recv() {
-                Ok(Ok(chunk)) => {
-                    let used = std::mem::replace(&mut self.current, chunk);
-                    // If the thread has enough buffers, this one is simply freed.
-                    let _ = self.spare.try_send(used);
-                    self.pos = 0;
+        if self.pos >= self.current.len() {
+            let used = std::mem::take(&mut self.current);
+            match self.receive(used)? {
+                Some(chunk) => {
+                    self.current = chunk;
+                    self.pos = CHUNK_HEADROOM;
                 }
-                Ok(Err(e)) => return Err(e),
-                // The thread ended: the end of the file.
-                Err(_) => return Ok(0),
+                None => return Ok(0),
             }
         }
-        let n = buf.len().min(self.current.len() - self.pos);
-        buf[..n].copy_from_slice(&self.current[self.pos..self.pos + n]);
+        let unread = &self.current[self.pos..];
+        let n = buf.len().min(unread.len());
+        buf[..n].copy_from_slice(&unread[..n]);
         self.pos += n;
         Ok(n)
     }
@@ -149,12 +196,7 @@ impl Read for ReadAhead {
 
 /// Loads a snapshot from any byte stream (a file, an upload, a decompressor).
 pub fn load_reader(reader: impl Read, options: LoadOptions<'_>) -> Result<Snapshot, LoadError> {
-    let counted = Counting {
-        inner: reader,
-        read: 0,
-        reported: 0,
-        progress: options.progress,
-    };
+    let counted = Counting::new(reader, options.progress);
     let (head, counted) = sniff(counted).map_err(PickleError::Io)?;
     let outer = BufReader::with_capacity(1 << 16, counted);
     match pickle::detect_encoding(&head)? {
@@ -211,16 +253,38 @@ fn decode_pickle(
     options: LoadOptions<'_>,
     compression: Compression,
 ) -> Result<Snapshot, LoadError> {
-    // Trace columns are filled by a second thread while this one decodes (see TraceCompactor).
-    std::thread::scope(|scope| {
-        let mut compactor = TraceCompactor::pipelined(scope);
-        let decoded = pickle::decode(&mut reader, &options.limits, &mut compactor)?;
+    assemble(options, compression, |limits, compactor| {
+        let decoded = pickle::decode(&mut reader, limits, compactor)?;
         if compression != Compression::None {
             // The pickle ended at STOP; one more read lets the decompressor check its trailer (a
             // gzip CRC and length), so a corrupt or cut compressed file does not load silently.
             // Data after the pickle is ignored, as Python's pickle.load ignores it.
             reader.read(&mut [0u8; 1]).map_err(pickle::io_error)?;
         }
+        Ok(decoded)
+    })
+}
+
+/// Decodes an uncompressed pickle in the buffers `chunks` hands over.
+fn decode_pickle_chunks(
+    chunks: impl Chunks,
+    options: LoadOptions<'_>,
+) -> Result<Snapshot, LoadError> {
+    assemble(options, Compression::None, |limits, compactor| {
+        pickle::decode_chunks(chunks, limits, compactor)
+    })
+}
+
+/// Runs `decode` with the snapshot compactor and builds the model from what it decoded.
+fn assemble(
+    options: LoadOptions<'_>,
+    compression: Compression,
+    decode: impl FnOnce(&Limits, &mut dyn Compactor) -> Result<Decoded, PickleError>,
+) -> Result<Snapshot, LoadError> {
+    // Trace columns are filled by a second thread while this one decodes (see TraceCompactor).
+    std::thread::scope(|scope| {
+        let mut compactor = TraceCompactor::pipelined(scope);
+        let decoded = decode(&options.limits, &mut compactor)?;
         let mut snapshot = build(decoded.root, decoded.heap, compactor)?;
         snapshot.source.pickle_protocol = Some(decoded.protocol);
         snapshot.source.compression = compression;
@@ -332,9 +396,18 @@ struct Counting<'a, R> {
 
 const PROGRESS_STEP: u64 = 4 << 20;
 
-impl<R: Read> Read for Counting<'_, R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
+impl<'a, R> Counting<'a, R> {
+    fn new(inner: R, progress: Option<&'a dyn Fn(u64)>) -> Self {
+        Self {
+            inner,
+            read: 0,
+            reported: 0,
+            progress,
+        }
+    }
+
+    /// Adds `n` bytes read (0 at the end) and reports them if it is time.
+    fn count(&mut self, n: usize) {
         self.read += n as u64;
         if let Some(progress) = self.progress
             && (self.read - self.reported >= PROGRESS_STEP || n == 0)
@@ -342,6 +415,24 @@ impl<R: Read> Read for Counting<'_, R> {
             self.reported = self.read;
             progress(self.read);
         }
+    }
+}
+
+impl<R: Read> Read for Counting<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count(n);
         Ok(n)
+    }
+}
+
+impl<C: Chunks> Chunks for Counting<'_, C> {
+    fn next_chunk(&mut self, spent: Vec<u8>) -> std::io::Result<Option<Vec<u8>>> {
+        let chunk = self.inner.next_chunk(spent)?;
+        let n = chunk
+            .as_ref()
+            .map_or(0, |c| c.len().saturating_sub(CHUNK_HEADROOM));
+        self.count(n);
+        Ok(chunk)
     }
 }
