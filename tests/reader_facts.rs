@@ -128,3 +128,71 @@ fn settings_and_annotations_survive() {
     let cuda_graph = common::load("cuda_graph");
     assert!(cuda_graph.segments.iter().any(|s| s.pool_id == (1, 0)));
 }
+
+/// Opcodes of a hand-written protocol-4 pickle.
+#[derive(Default)]
+struct Pickle(Vec<u8>);
+
+impl Pickle {
+    fn op(mut self, bytes: &[u8]) -> Self {
+        self.0.extend_from_slice(bytes);
+        self
+    }
+
+    fn text(mut self, text: &str) -> Self {
+        self.0.extend([0x8c, text.len() as u8]);
+        self.0.extend_from_slice(text.as_bytes());
+        self
+    }
+
+    /// A trace entry `{"action": "alloc", "addr": addr, "size": 8, "stream": 0}`.
+    fn entry(self, addr: u8) -> Self {
+        self.op(b"}(")
+            .text("action")
+            .text("alloc")
+            .text("addr")
+            .op(&[b'K', addr])
+            .text("size")
+            .op(b"K\x08")
+            .text("stream")
+            .op(b"K\x00u")
+    }
+}
+
+/// A device's trace list is usually one run of entries in file order; lists that are not
+/// (entries of two devices interleaved, a stray item, several APPENDS) keep their entries in
+/// their own order all the same.
+#[test]
+fn trace_lists_in_any_order_keep_their_entries() {
+    let bytes = Pickle(b"\x80\x04}(".to_vec())
+        .text("segments")
+        .op(b"]")
+        .text("device_traces")
+        .op(b"](") // the list of devices, MARK
+        .op(b"]\x94") // device 0's list, memoized as 0
+        .op(b"(")
+        .entry(1)
+        .entry(2)
+        .op(b"e") // APPENDS: entries 0 and 1
+        .op(b"(")
+        .entry(3)
+        .op(b"e") // entry 2 continues the run
+        .op(b"]\x94") // device 1's list, memoized as 1
+        .entry(4)
+        .op(b"a") // APPEND entry 3 to device 1
+        .op(b"0h\x00") // POP it, fetch device 0's list
+        .op(b"K\x07a") // a stray integer
+        .entry(5)
+        .op(b"a") // entry 4 after it
+        .op(b"0h\x01") // POP, fetch device 1's list
+        .op(b"e") // close the list of devices: [device 0, device 1]
+        .op(b"u.")
+        .0;
+    let snapshot = snapview::snapshot::load_reader(&bytes[..], Default::default()).expect("loads");
+    let addrs: Vec<Vec<u64>> = snapshot
+        .device_traces
+        .iter()
+        .map(|t| t.addr.clone())
+        .collect();
+    assert_eq!(addrs, [vec![1, 2, 3, 5], vec![4]]);
+}

@@ -24,6 +24,15 @@ pub trait Compactor {
         dict: Value,
         items: &[Value],
     ) -> Option<Value>;
+
+    /// Offered the items of each APPEND(S) to `list` before they are stored; returning true
+    /// takes them, and the list does not store them. A compactor that takes items keeps what
+    /// they were (a trace's list of millions of records need not be stored to be read back),
+    /// and must put them back into the list (with [`Heap::list_push`]) before it declines a
+    /// later append to the same list, so the list's items stay in order.
+    fn append(&mut self, _heap: &mut Heap, _list: Value, _items: &[Value]) -> bool {
+        false
+    }
 }
 
 /// A compactor that keeps everything as decoded.
@@ -254,9 +263,16 @@ impl<S: Supply> Machine<'_, S> {
         }
     }
 
-    /// Moves `stack[from..]` into `list`.
+    /// Moves `stack[from..]` into `list` (or to the compactor, if it takes them).
     fn append_from(&mut self, list: Value, from: usize, what: &str) -> Result<(), PickleError> {
         let slot = self.list_target(what, list)?;
+        if self
+            .compactor
+            .append(&mut self.heap, list, &self.stack[from..])
+        {
+            self.stack.truncate(from);
+            return Ok(());
+        }
         let items = self.stack.drain(from..);
         if let Some(target) = self.heap.lists.get_mut(slot) {
             target.extend(items);

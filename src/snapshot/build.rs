@@ -6,7 +6,7 @@
 //! keys take defaults, unknown keys and actions are kept or ignored, never fatal.
 
 pub use super::compact::TraceCompactor;
-use super::compact::{EVENT_RECORD, Record, flat_pairs, record_of};
+use super::compact::{Record, flat_pairs, record_of};
 use super::{Annotation, Block, BlockState, Segment, Snapshot, StackTable, Trace};
 use crate::pickle::{Heap, Kind, Memo, Value};
 use std::collections::BTreeMap;
@@ -78,26 +78,21 @@ pub fn build(
     let mut device_rows: Vec<Rows> = Vec::new();
     let device_lists = traces.and_then(|v| heap.items(v)).unwrap_or(&[]).to_vec();
     for device_list in device_lists {
+        // Files torch writes hold one run of consecutive event records per device, which the
+        // compactor took as they were appended.
+        if let Some(run) = compactor.event_run(device_list) {
+            device_rows.push(Rows::Run {
+                start: run.start,
+                len: run.len(),
+            });
+            continue;
+        }
         let items = heap.items(device_list).unwrap_or(&[]);
-        // Files torch writes hold one run of consecutive event records per device: checked with
-        // one comparison per item.
-        let run_start = match items.first().copied().and_then(record_of) {
-            Some(Record::Event(start)) => Some(start),
-            _ => None,
-        };
-        let is_run =
-            run_start.is_some_and(|start| Value::is_record_run(items, EVENT_RECORD | start as u64));
-        let all_records = is_run
-            || items
-                .iter()
-                .all(|&item| matches!(record_of(item), Some(Record::Event(_))));
+        let all_records = items
+            .iter()
+            .all(|&item| matches!(record_of(item), Some(Record::Event(_))));
         let mut rows = Rows::default();
-        if let (true, Some(start)) = (is_run, run_start) {
-            rows = Rows::Run {
-                start,
-                len: items.len(),
-            };
-        } else if all_records {
+        if all_records {
             for &item in items {
                 if let Some(Record::Event(row)) = record_of(item) {
                     rows.push(row);

@@ -54,7 +54,7 @@ fn field_of_name(name: &str) -> Field {
 /// Record handles: the top bits say what the rest indexes.
 const FRAME_RECORD: u64 = 1 << 58;
 const STACK_RECORD: u64 = 1 << 57;
-pub(super) const EVENT_RECORD: u64 = 1 << 56;
+const EVENT_RECORD: u64 = 1 << 56;
 const RECORD_INDEX: u64 = EVENT_RECORD - 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -234,6 +234,10 @@ pub struct TraceCompactor<'scope> {
     frame_of_dict: rustc_hash::FxHashMap<Value, FrameId>,
     layout: Layout,
     recent_stacks: RecentStacks,
+    /// Lists whose appended items were taken as a run of consecutive event rows, by list: a
+    /// device's trace list is read back as `start..start + len` without storing its millions
+    /// of handles.
+    event_runs: rustc_hash::FxHashMap<Value, std::ops::Range<usize>>,
 }
 
 /// The last few frames lists (as their items) and their stacks. Fresh lists of a long trace
@@ -304,6 +308,7 @@ impl Default for TraceCompactor<'_> {
             frame_of_dict: rustc_hash::FxHashMap::default(),
             layout: Layout::default(),
             recent_stacks: RecentStacks::default(),
+            event_runs: rustc_hash::FxHashMap::default(),
         }
     }
 }
@@ -615,6 +620,24 @@ pub(super) fn flat_pairs(heap: &Heap, dict: Value) -> Vec<Value> {
         .collect()
 }
 
+impl TraceCompactor<'_> {
+    /// The rows of a list whose items this compactor took (see [`Compactor::append`]), if it
+    /// took any.
+    pub(super) fn event_run(&self, list: Value) -> Option<std::ops::Range<usize>> {
+        self.event_runs.get(&list).cloned()
+    }
+
+    /// Puts the rows taken from `list` back into it as event handles, so it can store what
+    /// follows them.
+    fn restore_event_run(&mut self, heap: &mut Heap, list: Value) {
+        if let Some(rows) = self.event_runs.remove(&list) {
+            for row in rows {
+                heap.list_push(list, Value::record(EVENT_RECORD | row as u64));
+            }
+        }
+    }
+}
+
 impl Compactor for TraceCompactor<'_> {
     fn compact(
         &mut self,
@@ -636,5 +659,33 @@ impl Compactor for TraceCompactor<'_> {
             }
             _ => None,
         }
+    }
+
+    /// Takes event records appended in row order to a list that holds nothing else (a
+    /// device's trace).
+    fn append(&mut self, heap: &mut Heap, list: Value, items: &[Value]) -> bool {
+        let first = match items.first().copied().and_then(record_of) {
+            Some(Record::Event(row)) => row,
+            _ => {
+                self.restore_event_run(heap, list);
+                return false;
+            }
+        };
+        let follows = match self.event_runs.get(&list) {
+            Some(rows) => rows.end == first,
+            None => heap.items(list).is_some_and(<[Value]>::is_empty),
+        };
+        if !follows || !Value::is_record_run(items, EVENT_RECORD | first as u64) {
+            self.restore_event_run(heap, list);
+            return false;
+        }
+        let rows = self.event_runs.entry(list).or_insert_with(|| {
+            // Never retired (so its slot is never reused for another list) even if some hostile
+            // file also uses it as an entry's frames.
+            heap.note_shared(list);
+            first..first
+        });
+        rows.end = first + items.len();
+        true
     }
 }
