@@ -1,9 +1,11 @@
 // The compare page (`/compare/{a}/{b}`) and its picker (`/compare/{a}`).
 //
-// Everything the page shows is in its URL (the two ids and `ignore_lines`), so the link can be
-// shared. The data is `/api/compare/{a}/{b}`: per device, totals side by side, a differential
-// flame graph of live memory at each one's peak, stacks by byte delta and both memory curves;
-// plus the segment-level text of PyTorch's `_memory_viz.py compare`.
+// Everything the page shows is in its URL (the two ids, `ignore_lines`, and the moments `at_a`
+// and `at_b` when they are not the peaks), so the link can be shared. The data is
+// `/api/compare/{a}/{b}`: per device, totals side by side, a differential flame graph of live
+// memory at each one's compared moment (its peak unless chosen on the curves), stacks by byte
+// delta and both memory curves; plus the segment-level text of PyTorch's `_memory_viz.py
+// compare`.
 
 import { bytes } from "./lib/format.js";
 import { copyLink, isShortcut, keyboardHelp, showTimes } from "./lib/page.js";
@@ -426,21 +428,34 @@ function fitText(ctx, text, width) {
 // Both memory curves on one canvas.
 
 class Curves {
-  constructor(box, before, after, names, peaks) {
+  /**
+   * `sides`: the before and after `Totals` (their `at` and `events` place the compared
+   * moments); `onPick(side, event)` is called when a curve is clicked.
+   */
+  constructor(box, before, after, names, sides, onPick) {
     this.box = box;
     this.before = before;
     this.after = after;
     this.names = names;
-    this.peaks = peaks;
+    this.sides = sides;
     this.hoverX = null;
+    this.hoverY = null;
+    this.layout = null;
     this.canvas = el("canvas", { className: "cmp-canvas curves-canvas", role: "img" });
+    const peaks = sides.map((t) => t.peak_allocated_bytes);
     this.canvas.setAttribute("aria-label", `Memory allocated over each trace: ${names[0]} peaks at ${bytes(peaks[0])}, ${names[1]} at ${bytes(peaks[1])}`);
     this.readout = el("div", { className: "curve-readout small", "aria-live": "polite" });
     box.append(el("div", { className: "cmp-chart" }, this.canvas), this.readout);
     this.canvas.addEventListener("mousemove", (e) => {
       const b = this.canvas.getBoundingClientRect();
       this.hoverX = e.clientX - b.left;
+      this.hoverY = e.clientY - b.top;
       this.draw();
+    });
+    this.canvas.addEventListener("click", (e) => {
+      const b = this.canvas.getBoundingClientRect();
+      const pick = this.pickAt(e.clientX - b.left, e.clientY - b.top);
+      if (pick) onPick(pick.side, pick.event);
     });
     this.canvas.addEventListener("mouseleave", () => {
       this.hoverX = null;
@@ -462,6 +477,7 @@ class Curves {
     const { ticks, top } = byteTicks(max, height < 200 ? 3 : 4);
     const xOf = (f) => pad.left + f * plotW;
     const yOf = (v) => pad.top + plotH - (v / top) * plotH;
+    this.layout = { pad, plotW, plotH, width, yOf };
     ctx.clearRect(0, 0, width, height);
     ctx.font = `11px ${colors.sans}`;
     ctx.fillStyle = colors.muted;
@@ -516,6 +532,27 @@ class Curves {
       ctx.fillStyle = color;
       ctx.fill();
     }
+    // The compared moments: a dashed line down from each side's curve.
+    series.forEach(([values, color], side) => {
+      const i = this.sampleOf(side);
+      if (i === null) return;
+      const xm = Math.round(xOf(values.length === 1 ? 0.5 : i / (values.length - 1))) + 0.5;
+      ctx.strokeStyle = color;
+      ctx.lineWidth = 1.25;
+      ctx.setLineDash([4, 3]);
+      ctx.beginPath();
+      ctx.moveTo(xm, yOf(values[i]));
+      ctx.lineTo(xm, pad.top + plotH);
+      ctx.stroke();
+      ctx.setLineDash([]);
+      ctx.beginPath();
+      ctx.moveTo(xm - 4, pad.top + plotH + 1);
+      ctx.lineTo(xm + 4, pad.top + plotH + 1);
+      ctx.lineTo(xm, pad.top + plotH - 6);
+      ctx.closePath();
+      ctx.fillStyle = color;
+      ctx.fill();
+    });
     const readout = [];
     if (this.hoverX !== null && this.hoverX >= pad.left && this.hoverX <= width - pad.right) {
       const f = (this.hoverX - pad.left) / plotW;
@@ -539,11 +576,92 @@ class Curves {
         ctx.stroke();
         readout.push(el("span", { className: `readout-side side-${side === 0 ? "before" : "after"}` }, el("span", { className: "side-dot" }), `${this.names[side]} ${bytes(values[i])}`));
       });
+      const pick = this.pickAt(this.hoverX, this.hoverY);
+      if (pick) readout.push(el("span", { className: "muted" }, `click: compare ${this.names[pick.side]} at event ${count(pick.event)}`));
     } else {
-      readout.push(el("span", { className: "muted" }, "Hover the chart to read both curves at the same point."));
+      readout.push(el("span", { className: "muted" }, "Hover the chart to read both curves at the same point; click a curve to compare at that point of its run (the triangles mark the compared moments)."));
     }
     this.readout.replaceChildren(...readout);
   }
+
+  /** Where side `side`'s curve is drawn a fraction `f` through its trace, in CSS px. */
+  pointAt(side, f) {
+    const values = side === 0 ? this.before : this.after;
+    if (!this.layout || values.length === 0) return null;
+    const { pad, plotW, yOf } = this.layout;
+    const i = Math.min(values.length - 1, Math.round(f * (values.length - 1)));
+    return { x: pad.left + (values.length === 1 ? 0.5 : i / (values.length - 1)) * plotW, y: yOf(values[i]) };
+  }
+
+  /** The curve sample at which side `side`'s compared moment falls, or null. */
+  sampleOf(side) {
+    const values = side === 0 ? this.before : this.after;
+    const { at, events } = this.sides[side];
+    if (values.length === 0 || at === null || at === undefined || events === 0) return null;
+    return Math.min(values.length - 1, Math.floor((at * values.length) / events));
+  }
+
+  /** The side whose curve is nearest (x, y) and the first event of the sample there, or null. */
+  pickAt(x, y) {
+    if (!this.layout) return null;
+    const { pad, plotW, plotH, yOf } = this.layout;
+    if (x < pad.left - 4 || x > pad.left + plotW + 4 || y < pad.top - 8 || y > pad.top + plotH + 8) return null;
+    const f = Math.min(1, Math.max(0, (x - pad.left) / plotW));
+    let best = null;
+    [this.before, this.after].forEach((values, side) => {
+      const events = this.sides[side].events;
+      if (values.length === 0 || events === 0) return;
+      const i = Math.min(values.length - 1, Math.round(f * (values.length - 1)));
+      const distance = Math.abs(yOf(values[i]) - y);
+      if (best === null || distance < best.distance) {
+        best = { side, distance, event: Math.min(events - 1, Math.floor((i * events) / values.length)) };
+      }
+    });
+    return best;
+  }
+}
+
+/** The form that sets each side's compared moment by event index (the keyboard's way). */
+function momentForm(device, names, moments) {
+  const sides = [device.before, device.after];
+  const inputs = sides.map((totals, side) =>
+    el("input", {
+      type: "number",
+      className: "moment-input",
+      min: -1,
+      max: Math.max(-1, totals.events - 1),
+      step: 1,
+      value: totals.at ?? -1,
+      disabled: totals.events === 0,
+      "aria-label": `${names[side]}: compare at event index (-1: before the first event)`,
+    }),
+  );
+  const form = el(
+    "form",
+    { className: "moment-form small", "aria-label": "Compared moments" },
+    ...sides.map((totals, side) =>
+      el(
+        "label",
+        { className: `moment-side side-${side === 0 ? "before" : "after"}` },
+        el("span", { className: "side-dot" }),
+        `${names[side]} at event `,
+        inputs[side],
+        ` of ${count(totals.events)}`,
+      ),
+    ),
+    el("button", { type: "submit", className: "button button-small" }, "Compare at these moments"),
+    moments.chosen ? el("button", { type: "button", className: "button button-small", dataset: { action: "peaks" } }, "Both at their peaks") : null,
+  );
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const values = inputs.map((input, side) => {
+      const n = Math.round(Number(input.value));
+      return Number.isFinite(n) ? Math.min(Math.max(n, -1), sides[side].events - 1) : null;
+    });
+    moments.go(values[0], values[1]);
+  });
+  form.querySelector("[data-action=peaks]")?.addEventListener("click", () => moments.go(null, null));
+  return form;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -654,7 +772,7 @@ function stacksList(stacks) {
 const flames = [];
 const charts = [];
 
-function deviceSection(device, answer, multiple) {
+function deviceSection(device, answer, multiple, moments) {
   const names = [answer.before.name, answer.after.name];
   const title =
     device.before_device === device.after_device ? `cuda:${device.before_device}` : `cuda:${device.before_device} → cuda:${device.after_device}`;
@@ -676,7 +794,7 @@ function deviceSection(device, answer, multiple) {
           title:
             "Live allocations at each snapshot's peak, merged by stack (frames matched by file, line and function; root on top). A frame's width is the larger of its two sides. Red: it holds more after; blue: less; the stronger the colour, the larger the change relative to the frame.",
         },
-        "What is live at the peak, and what changed",
+        moments.chosen ? "What is live at the chosen moments, and what changed" : "What is live at the peak, and what changed",
       ),
       el(
         "div",
@@ -714,7 +832,7 @@ function deviceSection(device, answer, multiple) {
     ),
   );
   const curvesBox = el("div", { className: "curves-box" });
-  curvesCard.append(curvesBox);
+  curvesCard.append(curvesBox, momentForm(device, names, moments));
   article.append(curvesCard);
 
   // Stacks.
@@ -739,7 +857,8 @@ function deviceSection(device, answer, multiple) {
     const flame = new DiffFlame(flameBox, device.tree);
     flame.draw();
     flames.push(flame);
-    const curves = new Curves(curvesBox, device.before_curve, device.after_curve, names, [device.before.peak_allocated_bytes, device.after.peak_allocated_bytes]);
+    const pick = (side, event) => (side === 0 ? moments.go(event, moments.at[1]) : moments.go(moments.at[0], event));
+    const curves = new Curves(curvesBox, device.before_curve, device.after_curve, names, [device.before, device.after], pick);
     curves.draw();
     charts.push(curves);
   });
@@ -845,8 +964,33 @@ async function comparePage(root) {
     window.location.assign(url.toString());
   };
   checkbox.addEventListener("change", () => reloadWith(checkbox.checked));
+  // The compared moments: event indices from the URL (-1: before the first event), else peaks.
+  const momentParam = (name) => {
+    const value = params.get(name);
+    return value !== null && /^-?\d+$/.test(value) ? Number(value) : null;
+  };
+  const moments = {
+    at: [momentParam("at_a"), momentParam("at_b")],
+    get chosen() {
+      return this.at[0] !== null || this.at[1] !== null;
+    },
+    go(before, after) {
+      const url = new URL(window.location.href);
+      url.searchParams.delete("at_a");
+      url.searchParams.delete("at_b");
+      for (const [name, value] of [["at_a", before], ["at_b", after]]) {
+        if (value !== null && value !== undefined) url.searchParams.set(name, String(value));
+      }
+      window.location.assign(url.toString());
+    },
+  };
   const swap = document.getElementById("swap");
-  swap.href = `/compare/${b}/${a}${window.location.search}`;
+  const swapped = new URLSearchParams(params);
+  swapped.delete("at_a");
+  swapped.delete("at_b");
+  if (params.has("at_b")) swapped.set("at_a", params.get("at_b"));
+  if (params.has("at_a")) swapped.set("at_b", params.get("at_a"));
+  swap.href = `/compare/${b}/${a}${swapped.size ? `?${swapped}` : ""}`;
   document.getElementById("copy-link").addEventListener("click", () => copyLink());
 
   document.addEventListener("keydown", (event) => {
@@ -857,6 +1001,11 @@ async function comparePage(root) {
     else if (event.key === "f") {
       event.preventDefault();
       flames[0]?.canvas.focus();
+    } else if (event.key === "m") {
+      event.preventDefault();
+      document.querySelector(".moment-input:not([disabled])")?.focus();
+    } else if (event.key === "p" && moments.chosen) {
+      moments.go(null, null);
     } else if (event.key === "Escape") {
       for (const flame of flames) if (flame.zoom !== 0) flame.setZoom(0);
     }
@@ -866,6 +1015,8 @@ async function comparePage(root) {
     ["i", "Ignore line numbers (or not)"],
     ["c", "Copy the link"],
     ["f", "Focus the flame graph"],
+    ["m", "Choose the compared moments (event indices)"],
+    ["p", "Compare both at their peaks again"],
     ["← → ↑ ↓", "Move between frames (flame graph focused)"],
     ["Enter", "Zoom into the frame"],
     ["Esc", "Zoom out"],
@@ -874,7 +1025,11 @@ async function comparePage(root) {
 
   const loading = document.getElementById("compare-loading");
   const errorBox = document.getElementById("compare-error");
-  const query = ignore ? "?ignore_lines=1" : "";
+  const apiParams = new URLSearchParams();
+  if (ignore) apiParams.set("ignore_lines", "1");
+  if (moments.at[0] !== null) apiParams.set("at_a", String(moments.at[0]));
+  if (moments.at[1] !== null) apiParams.set("at_b", String(moments.at[1]));
+  const query = apiParams.size ? `?${apiParams}` : "";
   let answer;
   try {
     const response = await fetch(`/api/compare/${a}/${b}${query}`);
@@ -894,7 +1049,7 @@ async function comparePage(root) {
     devices.append(el("div", { className: "banner banner-note" }, "Neither snapshot has a device with recorded memory: nothing to compare."));
   }
   const multiple = answer.diff.devices.length > 1;
-  for (const device of answer.diff.devices) devices.append(deviceSection(device, answer, multiple));
+  for (const device of answer.diff.devices) devices.append(deviceSection(device, answer, multiple, moments));
   torchSection(answer.torch_compare ?? "", names);
   root.dataset.ready = "true";
 }
@@ -964,6 +1119,7 @@ darkQuery.addEventListener("change", () => [...flames, ...charts].forEach((chart
 
 /** For tests and the curious: what the flame graphs drew, in CSS px from each canvas's corner. */
 window.snapviewCompare = {
+  curvePoint: (side, f, i = 0) => charts[i]?.pointAt(side, f) ?? null,
   flameRects: (i = 0) =>
     (flames[i]?.rects ?? []).map((r) => ({ name: r.node.name, before: r.node.before_bytes, after: r.node.after_bytes, x: r.x, y: r.row * ROW, w: r.w, h: ROW, ancestor: r.ancestor })),
 };

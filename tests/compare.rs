@@ -45,6 +45,24 @@ async fn no_grad_vs_grad_shows_the_activations_kept_alive() {
     let tree = device["tree"].as_array().expect("tree");
     assert_eq!(tree[0]["after_bytes"], device["after"]["live_bytes_at"]);
     assert!(device["before_curve"].as_array().expect("curve").len() > 10);
+    // Each side says how long its trace is (the page turns a click on a curve into an event),
+    // and another moment can be asked for: a few events in, less is live than at the peak.
+    let facts = common::facts();
+    assert_eq!(
+        device["before"]["events"],
+        facts["infer_nograd"]["device_traces"][0]
+    );
+    assert_eq!(
+        device["after"]["events"],
+        facts["infer_grad"]["device_traces"][0]
+    );
+    let early = state
+        .get(&format!("/api/compare/{nograd}/{grad}?at_a=-1&at_b=100"))
+        .await;
+    let early = &early["diff"]["devices"][0];
+    assert_eq!(early["before"]["at"], serde_json::Value::Null);
+    assert_eq!(early["after"]["at"], 100);
+    assert!(early["after"]["live_bytes_at"].as_u64() < device["after"]["live_bytes_at"].as_u64());
 
     // The segment-level part is torch's `compare`, line for line (the oracle compared grad
     // against no_grad).

@@ -50,6 +50,8 @@ pub struct Totals {
     pub allocated_bytes_at_snapshot: u64,
     pub reserved_bytes_at_snapshot: u64,
     pub allocations: usize,
+    /// Events in the device's trace (moments are event indices below this).
+    pub events: usize,
     /// The moment compared (the peak unless asked otherwise).
     pub at: Option<usize>,
     pub live_bytes_at: u64,
@@ -227,6 +229,7 @@ pub fn diff(
                     allocated_bytes_at_snapshot: s.allocated_bytes_at_snapshot,
                     reserved_bytes_at_snapshot: s.reserved_bytes_at_snapshot,
                     allocations: s.allocations,
+                    events: s.trace_entries,
                     at,
                     live_bytes_at: live.values().map(|v| v.0).sum(),
                 };

@@ -257,6 +257,56 @@ try {
     await cspClean(page);
   });
 
+  await step("moments other than the peaks: a click on a curve, the keyboard's form, swap and back", async () => {
+    await page.goto(`${BASE}/compare/${state.nograd}/${state.grad}`);
+    await compareReady(page);
+    // Click the after curve a quarter of the way through its trace.
+    const canvas = page.locator("canvas.curves-canvas").first();
+    await canvas.scrollIntoViewIfNeeded();
+    const box = await canvas.boundingBox();
+    const point = await page.evaluate(() => window.snapviewCompare.curvePoint(1, 0.25));
+    assert(point, "no point on the after curve");
+    await page.mouse.move(box.x + point.x, box.y + point.y);
+    const hint = await page.locator(".curve-readout").first().textContent();
+    assert(hint.includes(`click: compare ${state.compare.body.after.name} at event`), `hovering the curve does not say what a click does: ${hint}`);
+    await Promise.all([page.waitForURL(/[?&]at_b=\d+/), page.mouse.click(box.x + point.x, box.y + point.y)]);
+    await compareReady(page);
+    const atB = Number(new URL(page.url()).searchParams.get("at_b"));
+    const events = state.compare.body.diff.devices[0].after.events;
+    assert(atB > events * 0.2 && atB < events * 0.3, `a click at 25% chose event ${atB} of ${events}`);
+    assert(!new URL(page.url()).searchParams.has("at_a"), "the before side's moment changed too");
+    const answer = await api(`/api/compare/${state.nograd}/${state.grad}?at_b=${atB}`);
+    assertEqual(answer.body.diff.devices[0].after.at, atB, "the compared moment");
+    const heading = await page.locator(".cmp-card h3").first().textContent();
+    assert(heading.includes("chosen moments"), `the flame graph's heading: ${heading}`);
+    const help = await page.locator(".cmp-card .section-help").first().textContent();
+    assert(help.includes(`event ${atB.toLocaleString("en-US")}`), `the flame graph does not say which moment: ${help}`);
+    assertEqual(Number(await page.locator(".moment-input").nth(1).inputValue()), atB, "the after side's field");
+    const card = page.locator(".curves-box").first().locator("xpath=..");
+    await card.scrollIntoViewIfNeeded();
+    const cardBox = await card.boundingBox();
+    const newBox = await canvas.boundingBox();
+    await page.mouse.move(newBox.x + newBox.width * 0.6, newBox.y + newBox.height * 0.5);
+    await shot(page, "compare-moments", { fullPage: false, clip: { x: 0, y: Math.max(0, cardBox.y - 8), width: 1280, height: cardBox.height + 16 } });
+    // The keyboard: m focuses the before side's field; Enter compares there.
+    await page.locator(".eyebrow").click();
+    await page.keyboard.press("m");
+    assert(await page.locator(".moment-input").first().evaluate((input) => input === document.activeElement), "m does not focus the moment field");
+    await page.keyboard.press("Control+A");
+    await page.keyboard.type("100");
+    await Promise.all([page.waitForURL(new RegExp(`at_a=100&at_b=${atB}$`)), page.keyboard.press("Enter")]);
+    await compareReady(page);
+    // Swapping swaps the moments with the sides.
+    await Promise.all([page.waitForURL(`${BASE}/compare/${state.grad}/${state.nograd}?at_a=${atB}&at_b=100`), page.locator("#swap").click()]);
+    await compareReady(page);
+    // p: both at their peaks again.
+    await page.locator(".eyebrow").click();
+    await Promise.all([page.waitForURL(`${BASE}/compare/${state.grad}/${state.nograd}`), page.keyboard.press("p")]);
+    await compareReady(page);
+    assert((await page.locator(".cmp-card h3").first().textContent()).includes("at the peak"), "not back at the peaks");
+    await cspClean(page);
+  });
+
   await step("/compare/{a} picks the other snapshot", async () => {
     await page.goto(`${BASE}/compare/${state.nograd}`);
     const link = page.locator(`a[data-other="${state.grad}"]`);
