@@ -4,11 +4,11 @@
 export const TABS = ["overview", "timeline", "flame", "segments", "events"];
 
 const INTEGER_KEYS = ["device", "start", "end", "at", "alloc", "min"];
-const TEXT_KEYS = ["q", "frame", "action"];
+const TEXT_KEYS = ["q", "frame", "action", "zoom"];
 
 /** Default state: the overview, no moment chosen (the peak), the whole trace. */
 export function defaults() {
-  return { tab: "overview", device: null, start: null, end: null, axis: "event", at: null, alloc: null, q: "", mode: "allocated", action: "", min: null, frame: "" };
+  return { tab: "overview", device: null, start: null, end: null, axis: "event", at: null, alloc: null, q: "", mode: "allocated", action: "", min: null, frame: "", zoom: "" };
 }
 
 /** State from a query string; unknown or malformed values fall back to the defaults. */
@@ -35,7 +35,7 @@ export function parse(search) {
 export function serialize(state) {
   const base = defaults();
   const params = new URLSearchParams();
-  for (const key of ["tab", "device", "axis", "start", "end", "at", "alloc", "mode", "q", "action", "min", "frame"]) {
+  for (const key of ["tab", "device", "axis", "start", "end", "at", "alloc", "mode", "q", "zoom", "action", "min", "frame"]) {
     const value = state[key];
     if (value === null || value === undefined || value === base[key] || value === "") continue;
     params.set(key, String(value));

@@ -143,7 +143,7 @@ export async function startViews() {
   select.value = String(ctx.device());
   select.disabled = select.options.length < 2;
   select.addEventListener("change", () => {
-    store.set({ device: Number(select.value), start: null, end: null, at: null, alloc: null });
+    store.set({ device: Number(select.value), start: null, end: null, at: null, alloc: null, zoom: "" });
   });
   const chip = document.getElementById("moment-chip");
   const showMoment = () => {

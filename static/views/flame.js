@@ -23,7 +23,9 @@ export class FlameView {
     this.data = null;
     this.key = "";
     this.focus = 0;
-    this.focusKey = "";
+    // The frame zoomed into, by its path from the root (kept in the URL as `zoom`, so a shared
+    // link opens the same zoom, and it survives moving to another moment).
+    this.focusKey = ctx.store.get().zoom;
     this.hits = null;
     this.rects = [];
     this.draw = frameScheduler(() => this.paint());
@@ -76,6 +78,14 @@ export class FlameView {
     if (changed.has("device")) {
       this.focus = 0;
       this.focusKey = "";
+    }
+    if (changed.has("zoom") && state.zoom !== this.focusKey) {
+      this.focusKey = state.zoom;
+      if (this.data) {
+        this.focus = Math.max(0, findKey(this.data.nodes, this.focusKey));
+        this.renderCrumbs();
+        this.draw();
+      }
     }
     if (this.visible() && (changed.has("at") || changed.has("device") || changed.has("mode"))) this.load();
   }
@@ -158,6 +168,7 @@ export class FlameView {
     this.focusKey = i ? keyOf(this.data.nodes, i) : "";
     this.renderCrumbs();
     this.paint();
+    this.ctx.store.set({ zoom: this.focusKey });
   }
 
   paint() {

@@ -139,8 +139,17 @@ try {
     await page.mouse.click(point.x, point.y);
     await until(async () => (await layout(page, "flame")).focus === deep.i, "zoom into the frame");
     assert(await page.locator("#flame-breadcrumb").isVisible(), "no breadcrumb after zooming");
+    // The zoom is in the link: the same URL opens zoomed into the same frame.
+    // (The URL follows the view after 300 ms of quiet.)
+    const zoomed = await until(() => (new URL(page.url()).searchParams.get("zoom")?.includes(name) ? page.url() : null), "the zoom in the URL");
+    const other = await page.context().newPage();
+    await other.goto(zoomed);
+    await until(async () => (await layout(other, "flame"))?.focus === deep.i, "the copied link's zoom");
+    assert((await other.locator("#flame-breadcrumb .crumb.current").textContent()).includes(name), "the copied link's breadcrumb");
+    await other.close();
     await page.locator("#flame-breadcrumb .crumb").first().click();
     await until(async () => (await layout(page, "flame")).focus === 0, "zoom back out");
+    await until(() => !new URL(page.url()).searchParams.has("zoom"), "zooming out to clear the zoom from the URL");
     // Search.
     await page.keyboard.press("/");
     assertEqual(await page.evaluate(() => document.activeElement?.id), "flame-search", "focus after '/'");
