@@ -87,7 +87,8 @@ enum Command {
         /// Align stacks without line numbers, so edits that shift lines still match.
         #[arg(long)]
         ignore_lines: bool,
-        /// Compare snapshots stored on this snapview server (BEFORE and AFTER are ids).
+        /// Compare snapshots stored on this snapview server, http:// or https:// (BEFORE and
+        /// AFTER are ids).
         #[arg(long, env = "SNAPVIEW_SERVER")]
         server: Option<String>,
         /// How many stacks to list each way.
@@ -97,7 +98,8 @@ enum Command {
     /// Upload a snapshot to a snapview server and print its URL.
     Upload {
         file: PathBuf,
-        /// The server's URL.
+        /// The server's URL, http:// or https:// (certificates are checked against the
+        /// system's trust store).
         #[arg(long, env = "SNAPVIEW_SERVER", default_value = "http://127.0.0.1:7878")]
         server: String,
         /// A display name (default: the file name).
@@ -251,9 +253,7 @@ impl Config {
                             "{}/api/compare/{before}/{after}?ignore_lines={ignore_lines}",
                             server.trim_end_matches('/')
                         );
-                        if !url.starts_with("http://") {
-                            return Err(format!("--server {server:?} must be an http:// URL"));
-                        }
+                        check_server_url(&server)?;
                         DiffSource::Server(url)
                     }
                     None => {
@@ -293,11 +293,7 @@ impl Config {
                 if let Some(group) = group {
                     url.push_str(&format!("&group={}", query_escape(&group)));
                 }
-                if !url.starts_with("http://") {
-                    return Err(format!(
-                        "--server {server:?} must be an http:// URL (this build speaks plain HTTP)"
-                    ));
-                }
+                check_server_url(&server)?;
                 Config::Upload { file, url }
             }
         })
@@ -818,15 +814,48 @@ fn diff_text(
     s
 }
 
-fn http_get_json(url: &str) -> Result<serde_json::Value, String> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
+/// `--server` must name an http:// or https:// server.
+fn check_server_url(server: &str) -> Result<(), String> {
+    if server.starts_with("http://") || server.starts_with("https://") {
+        Ok(())
+    } else {
+        Err(format!(
+            "--server {server:?} must be an http:// or https:// URL, such as http://127.0.0.1:7878"
+        ))
+    }
+}
+
+/// The HTTP client of `upload` and `diff --server`. HTTPS certificates are checked against
+/// the system's trust store, so a team's own certificate authority is trusted as the
+/// browser trusts it.
+fn http_agent() -> ureq::Agent {
+    use ureq::tls::{RootCerts, TlsConfig};
+    ureq::Agent::config_builder()
         .http_status_as_error(false)
+        .tls_config(
+            TlsConfig::builder()
+                .root_certs(RootCerts::PlatformVerifier)
+                .build(),
+        )
         .build()
-        .into();
-    let mut response = agent
-        .get(url)
-        .call()
-        .map_err(|e| format!("cannot reach the server: {e}"))?;
+        .into()
+}
+
+/// Why the server could not be reached, in words a user can act on.
+fn unreachable(error: ureq::Error) -> String {
+    let text = error.to_string();
+    if text.contains("certificate") {
+        format!(
+            "cannot reach the server: {text} (the server's HTTPS certificate is not one this machine trusts: add its authority to the system's trust store, or use http://)"
+        )
+    } else {
+        format!("cannot reach the server: {text}")
+    }
+}
+
+fn http_get_json(url: &str) -> Result<serde_json::Value, String> {
+    let agent = http_agent();
+    let mut response = agent.get(url).call().map_err(unreachable)?;
     let status = response.status();
     let body = response
         .body_mut()
@@ -847,17 +876,14 @@ fn http_get_json(url: &str) -> Result<serde_json::Value, String> {
 
 /// `snapview upload`: streams the file to the server and returns the line to print.
 fn upload(file: &Path, url: &str) -> Result<String, String> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into();
+    let agent = http_agent();
     let mut reader =
         std::fs::File::open(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
     let mut response = agent
         .post(url)
         .header("Content-Type", "application/octet-stream")
         .send(ureq::SendBody::from_reader(&mut reader))
-        .map_err(|e| format!("cannot reach the server: {e}"))?;
+        .map_err(unreachable)?;
     let status = response.status();
     let body = response
         .body_mut()

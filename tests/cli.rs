@@ -152,3 +152,56 @@ fn every_command_has_help() {
         );
     }
 }
+
+/// `upload` and `diff --server` speak HTTPS and check the server's certificate: a server whose
+/// certificate no trusted authority signed is refused, and the message names the certificate.
+/// Other URL schemes are refused before anything is sent.
+#[test]
+fn https_servers_are_spoken_to_and_untrusted_certificates_refused() {
+    use std::sync::Arc;
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("cert");
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(certified.signing_key.serialize_der().into());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("protocols")
+        .with_no_client_auth()
+        .with_single_cert(vec![certified.cert.der().clone()], key)
+        .expect("server config");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let server = std::thread::spawn(move || {
+        let config = Arc::new(config);
+        // One connection per command below; each ends in the handshake.
+        for _ in 0..2 {
+            let Ok((mut socket, _)) = listener.accept() else {
+                return;
+            };
+            let mut tls = rustls::ServerConnection::new(config.clone()).expect("connection");
+            while tls.complete_io(&mut socket).is_ok() && tls.is_handshaking() {}
+        }
+    });
+    let server_url = format!("https://localhost:{port}");
+    let upload = snapview(&["upload", "--server", &server_url, &path("mlp_small")]);
+    let diff = snapview(&[
+        "diff",
+        "--server",
+        &server_url,
+        "0123456789abcdef",
+        "fedcba9876543210",
+    ]);
+    for (what, output) in [("upload", upload), ("diff", diff)] {
+        assert!(
+            !output.status.success(),
+            "{what} succeeded against an untrusted server"
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("certificate"), "{what}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{what}: one line: {stderr}");
+    }
+    server.join().expect("server thread");
+
+    let ftp = snapview(&["upload", "--server", "ftp://localhost", &path("mlp_small")]);
+    assert_eq!(ftp.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&ftp.stderr).contains("http:// or https://"));
+}
