@@ -133,6 +133,13 @@ fn append_rows(trace: &mut Trace, rows: &[Row]) {
     trace.has_time |= rows.iter().any(|r| r.has_time);
 }
 
+/// The fewest pickle bytes a trace entry takes: torch writes 8 memoized keys and their values
+/// (77 bytes for an entry with no frames, in the corpus).
+const BYTES_PER_ROW_AT_LEAST: u64 = 64;
+
+/// A cap on the rows reserved from a file's size (a 17 GB pickle's worth).
+const MAX_EXPECTED_ROWS: usize = 1 << 28;
+
 /// Rows after which the columns move to a second thread: below this the thread would cost more
 /// than it saves, and small loads keep all their memory on the calling thread.
 const PIPELINE_AFTER: usize = 1 << 16;
@@ -142,6 +149,7 @@ const PIPELINE_AFTER: usize = 1 << 16;
 fn spawn_worker<'scope, 'env>(
     scope: &'scope std::thread::Scope<'scope, 'env>,
     trace: Trace,
+    expected_rows: usize,
 ) -> Columns<'scope> {
     let (batches, batch_receiver) = sync_channel::<Vec<Row>>(4);
     let (spare_sender, spare) = sync_channel::<Vec<Row>>(8);
@@ -150,7 +158,7 @@ fn spawn_worker<'scope, 'env>(
         .name("snapview-columns".into())
         .spawn_scoped(scope, move || {
             let trace = start_receiver.recv().unwrap_or_default();
-            build_columns(trace, batch_receiver, spare_sender)
+            build_columns(trace, expected_rows, batch_receiver, spare_sender)
         });
     match worker {
         Ok(worker) => match start.send(trace) {
@@ -172,8 +180,9 @@ fn spawn_worker<'scope, 'env>(
     }
 }
 
-/// Starts a column thread with the rows so far (see [`TraceCompactor::pipelined`]).
-type SpawnFn<'scope> = Box<dyn FnOnce(Trace) -> Columns<'scope> + 'scope>;
+/// Starts a column thread with the rows so far, expecting about this many in all (see
+/// [`TraceCompactor::pipelined`]).
+type SpawnFn<'scope> = Box<dyn FnOnce(Trace, usize) -> Columns<'scope> + 'scope>;
 
 struct Spawn<'scope>(Option<SpawnFn<'scope>>);
 
@@ -188,9 +197,13 @@ impl std::fmt::Debug for Spawn<'_> {
 /// one device's, as they are in every file torch writes; [`build`] keeps the pass only if so.
 fn build_columns(
     mut trace: Trace,
+    expected_rows: usize,
     batches: Receiver<Vec<Row>>,
     spare: SyncSender<Vec<Row>>,
 ) -> (Trace, EventPass) {
+    // Growing the columns by doubling would move them (mremap) a dozen times each, and every
+    // move interrupts the decoding thread's core to flush its TLB.
+    trace.reserve_rows(expected_rows);
     let mut pass = EventPass::default();
     pass.advance(&trace, false);
     for mut batch in batches {
@@ -217,6 +230,8 @@ pub struct TraceCompactor<'scope> {
     events: Trace,
     /// Rows decoded so far.
     rows: usize,
+    /// Rows the columns are sized for up front (0: grown as they come).
+    expected_rows: usize,
     batch: Vec<Row>,
     columns: Columns<'scope>,
     spawn: Spawn<'scope>,
@@ -295,6 +310,7 @@ impl Default for TraceCompactor<'_> {
         Self {
             events: Trace::default(),
             rows: 0,
+            expected_rows: 0,
             batch: Vec::new(),
             columns: Columns::Inline(Trace::default()),
             spawn: Spawn(None),
@@ -348,9 +364,22 @@ impl<'scope> TraceCompactor<'scope> {
     /// to be worth it (short traces stay on this thread, as with [`TraceCompactor::default`]).
     pub fn pipelined<'env>(scope: &'scope std::thread::Scope<'scope, 'env>) -> Self {
         Self {
-            spawn: Spawn(Some(Box::new(move |trace| spawn_worker(scope, trace)))),
+            spawn: Spawn(Some(Box::new(move |trace, expected_rows| {
+                spawn_worker(scope, trace, expected_rows)
+            }))),
             ..Self::default()
         }
+    }
+
+    /// Sizes the columns for a pickle of `bytes` bytes (when known): at most one row per
+    /// [`BYTES_PER_ROW_AT_LEAST`] bytes, so they are reserved once, not grown.
+    pub fn expecting_bytes(mut self, bytes: Option<u64>) -> Self {
+        self.expected_rows = bytes.map_or(0, |bytes| {
+            usize::try_from(bytes / BYTES_PER_ROW_AT_LEAST)
+                .unwrap_or(usize::MAX)
+                .min(MAX_EXPECTED_ROWS)
+        });
+        self
     }
 
     /// Sends the rows gathered so far to the columns.
@@ -359,7 +388,7 @@ impl<'scope> TraceCompactor<'scope> {
             && trace.len() >= PIPELINE_AFTER
             && let Some(spawn) = self.spawn.0.take()
         {
-            self.columns = spawn(std::mem::take(trace));
+            self.columns = spawn(std::mem::take(trace), self.expected_rows);
         }
         match &mut self.columns {
             Columns::Inline(trace) => {

@@ -39,10 +39,8 @@ pub fn load_path(path: &Path, options: LoadOptions<'_>) -> Result<Snapshot, Load
         path: path.display().to_string(),
         source,
     })?;
-    let large = file
-        .metadata()
-        .is_ok_and(|metadata| metadata.len() >= READ_AHEAD_FROM);
-    if !large {
+    let size = file.metadata().map_or(0, |metadata| metadata.len());
+    if size < READ_AHEAD_FROM {
         return load_reader(file, options);
     }
     std::thread::scope(|scope| match ReadAhead::start(scope, file) {
@@ -51,7 +49,8 @@ pub fn load_path(path: &Path, options: LoadOptions<'_>) -> Result<Snapshot, Load
             let head = reader.head().map_err(PickleError::Io)?;
             match pickle::detect_encoding(head) {
                 Ok(Encoding::Pickle) => {
-                    decode_pickle_chunks(Counting::new(reader, options.progress), options)
+                    let counted = Counting::new(reader, options.progress);
+                    decode_pickle_chunks(counted, size, options)
                 }
                 _ => load_reader(reader, options),
             }
@@ -254,7 +253,7 @@ fn decode_pickle(
     options: LoadOptions<'_>,
     compression: Compression,
 ) -> Result<Snapshot, LoadError> {
-    assemble(options, compression, |limits, compactor| {
+    assemble(options, compression, None, |limits, compactor| {
         let decoded = pickle::decode(&mut reader, limits, compactor)?;
         if compression != Compression::None {
             // The pickle ended at STOP; one more read lets the decompressor check its trailer (a
@@ -269,22 +268,28 @@ fn decode_pickle(
 /// Decodes an uncompressed pickle in the buffers `chunks` hands over.
 fn decode_pickle_chunks(
     chunks: impl Chunks,
+    bytes: u64,
     options: LoadOptions<'_>,
 ) -> Result<Snapshot, LoadError> {
-    assemble(options, Compression::None, |limits, compactor| {
-        pickle::decode_chunks(chunks, limits, compactor)
-    })
+    assemble(
+        options,
+        Compression::None,
+        Some(bytes),
+        |limits, compactor| pickle::decode_chunks(chunks, limits, compactor),
+    )
 }
 
-/// Runs `decode` with the snapshot compactor and builds the model from what it decoded.
+/// Runs `decode` with the snapshot compactor and builds the model from what it decoded;
+/// `bytes` is the pickle's size when known.
 fn assemble(
     options: LoadOptions<'_>,
     compression: Compression,
+    bytes: Option<u64>,
     decode: impl FnOnce(&Limits, &mut dyn Compactor) -> Result<Decoded, PickleError>,
 ) -> Result<Snapshot, LoadError> {
     // Trace columns are filled by a second thread while this one decodes (see TraceCompactor).
     std::thread::scope(|scope| {
-        let mut compactor = TraceCompactor::pipelined(scope);
+        let mut compactor = TraceCompactor::pipelined(scope).expecting_bytes(bytes);
         let decoded = decode(&options.limits, &mut compactor)?;
         let mut snapshot = build(decoded.root, decoded.heap, compactor)?;
         snapshot.source.pickle_protocol = Some(decoded.protocol);

@@ -112,6 +112,20 @@ impl Trace {
         self.action.len()
     }
 
+    /// Reserves room for `rows` rows in every numeric column, where the memory can be had
+    /// (address space only: pages are touched as rows arrive).
+    pub(crate) fn reserve_rows(&mut self, rows: usize) {
+        let extra = rows.saturating_sub(self.len());
+        let _ = self.action.try_reserve(extra);
+        let _ = self.addr.try_reserve(extra);
+        let _ = self.size.try_reserve(extra);
+        let _ = self.stream.try_reserve(extra);
+        let _ = self.time_us.try_reserve(extra);
+        let _ = self.stack.try_reserve(extra);
+        let _ = self.compile_context.try_reserve(extra);
+        let _ = self.user_metadata.try_reserve(extra);
+    }
+
     pub fn is_empty(&self) -> bool {
         self.action.is_empty()
     }
