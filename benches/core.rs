@@ -29,7 +29,7 @@ const FILES: [(&str, usize, Option<Target>); 3] = [
     ),
     (
         "gpt2_huge_trace",
-        5,
+        9,
         Some(Target {
             seconds: 0.5,
             rss_mb: Some(400),
