@@ -1,4 +1,4 @@
-//! The command line: clap parses, [`Config`] validates, the library does the work.
+//! The command line: clap parses, `Config` validates, the library does the work.
 //!
 //! Every command prints one clear error line and exits with status 2 on bad input.
 

@@ -3,7 +3,7 @@
 //! Nothing is held whole in memory and nothing is stored until the file parses: an over-limit
 //! body (413), a file that is not a snapshot (400, with the reader's message) or a client that
 //! disconnects mid-upload leaves the store exactly as it was, because the temporary file is
-//! removed by [`TempFile`]'s drop on every path that does not store it.
+//! removed by `TempFile`'s drop on every path that does not store it.
 
 use super::AppState;
 use super::api::{SnapshotView, summary_row};

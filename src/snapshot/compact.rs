@@ -372,7 +372,7 @@ impl<'scope> TraceCompactor<'scope> {
     }
 
     /// Sizes the columns for a pickle of `bytes` bytes (when known): at most one row per
-    /// [`BYTES_PER_ROW_AT_LEAST`] bytes, so they are reserved once, not grown.
+    /// 64 bytes (the fewest a trace entry takes), so they are reserved once, not grown.
     pub fn expecting_bytes(mut self, bytes: Option<u64>) -> Self {
         self.expected_rows = bytes.map_or(0, |bytes| {
             usize::try_from(bytes / BYTES_PER_ROW_AT_LEAST)
