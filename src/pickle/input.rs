@@ -247,7 +247,8 @@ impl<C: Chunks> Supply for Chunked<C> {
                 w.pos = start;
                 w.end = w.buf.len();
             } else {
-                // More unread bytes than the headroom holds: append to the current buffer.
+                // More unread bytes than the headroom holds (or a buffer without headroom, so
+                // without new bytes either): append what is new to the current buffer.
                 w.buf.copy_within(w.pos..w.end, 0);
                 w.base = w.base.wrapping_add(w.pos as u64);
                 w.end -= w.pos;
