@@ -854,41 +854,33 @@ fn unreachable(error: ureq::Error) -> String {
 }
 
 fn http_get_json(url: &str) -> Result<serde_json::Value, String> {
-    let agent = http_agent();
-    let mut response = agent.get(url).call().map_err(unreachable)?;
-    let status = response.status();
-    let body = response
-        .body_mut()
-        .with_config()
-        .limit(256 << 20)
-        .read_to_string()
-        .map_err(|e| format!("unreadable answer from the server: {e}"))?;
-    let json: serde_json::Value = serde_json::from_str(&body)
-        .map_err(|_| format!("the server answered {status} without JSON"))?;
-    if status.is_success() {
-        Ok(json)
-    } else {
-        Err(json["error"]["message"]
-            .as_str()
-            .map_or_else(|| format!("the server answered {status}"), str::to_owned))
-    }
+    let response = http_agent().get(url).call().map_err(unreachable)?;
+    json_answer(response, 256 << 20)
 }
 
 /// `snapview upload`: streams the file to the server and returns the line to print.
 fn upload(file: &Path, url: &str) -> Result<String, String> {
-    let agent = http_agent();
     let mut reader =
         std::fs::File::open(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
-    let mut response = agent
+    let response = http_agent()
         .post(url)
         .header("Content-Type", "application/octet-stream")
         .send(ureq::SendBody::from_reader(&mut reader))
         .map_err(unreachable)?;
+    let json = json_answer(response, 16 << 20)?;
+    Ok(format!("{}\n", json["url"].as_str().unwrap_or_default()))
+}
+
+/// The JSON body of a server's answer (at most `limit` bytes), or the error it reports.
+fn json_answer(
+    mut response: ureq::http::Response<ureq::Body>,
+    limit: u64,
+) -> Result<serde_json::Value, String> {
     let status = response.status();
     let body = response
         .body_mut()
         .with_config()
-        .limit(16 << 20)
+        .limit(limit)
         .read_to_string()
         .map_err(|e| format!("unreadable answer from the server: {e}"))?;
     let json: serde_json::Value = serde_json::from_str(&body).map_err(|_| {
@@ -898,8 +890,7 @@ fn upload(file: &Path, url: &str) -> Result<String, String> {
         )
     })?;
     if status.is_success() {
-        let url = json["url"].as_str().unwrap_or_default();
-        Ok(format!("{url}\n"))
+        Ok(json)
     } else {
         Err(json["error"]["message"]
             .as_str()
