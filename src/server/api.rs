@@ -13,32 +13,20 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
-/// A stored snapshot as the API lists it.
+/// A stored snapshot as the API lists it: its record, and the page to share.
 #[derive(Debug, Clone, Serialize)]
 pub struct SnapshotView {
-    pub id: SnapshotId,
+    #[serde(flatten)]
+    pub record: Record,
     /// The page to share.
     pub url: String,
-    pub name: String,
-    pub filename: String,
-    pub size_bytes: u64,
-    pub uploaded_at_ms: i64,
-    pub group: String,
-    /// Devices, peaks, OOM count and note codes (see [`summary_row`]).
-    pub summary: serde_json::Value,
 }
 
 impl SnapshotView {
     pub fn new(record: &Record, public_url: &str) -> Self {
         Self {
-            id: record.id.clone(),
+            record: record.clone(),
             url: format!("{public_url}/s/{}", record.id),
-            name: record.name.clone(),
-            filename: record.filename.clone(),
-            size_bytes: record.size_bytes,
-            uploaded_at_ms: record.uploaded_at_ms,
-            group: record.group.clone(),
-            summary: record.summary.clone(),
         }
     }
 }

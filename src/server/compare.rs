@@ -125,12 +125,12 @@ pub async fn group_members(state: &AppState, name: &str) -> Result<GroupAnswer, 
         .filter(|r| r.group == name)
         .map(|r| {
             let view = SnapshotView::new(r, &state.config.public_url);
-            let number = |key: &str| view.summary[key].as_u64().unwrap_or(0);
+            let number = |key: &str| view.record.summary[key].as_u64().unwrap_or(0);
             GroupMember {
                 peak_allocated_bytes: number("peak_allocated_bytes"),
                 peak_reserved_bytes: number("peak_reserved_bytes"),
                 oom_events: number("oom_events"),
-                top_stack: view.summary["devices"][0]["top_stack"]
+                top_stack: view.record.summary["devices"][0]["top_stack"]
                     .as_str()
                     .map(str::to_owned),
                 outlier: false,
@@ -141,7 +141,7 @@ pub async fn group_members(state: &AppState, name: &str) -> Result<GroupAnswer, 
     if members.is_empty() {
         return Err(ApiError::NotFound(format!("group {name:?}")));
     }
-    members.sort_by(|a, b| a.view.name.cmp(&b.view.name));
+    members.sort_by(|a, b| a.view.record.name.cmp(&b.view.record.name));
     let mut peaks: Vec<u64> = members.iter().map(|m| m.peak_allocated_bytes).collect();
     peaks.sort_unstable();
     let median = peaks[peaks.len() / 2];

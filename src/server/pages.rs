@@ -73,16 +73,16 @@ fn device_names(summary: &serde_json::Value) -> Vec<String> {
 
 impl Row {
     fn new(view: &SnapshotView) -> Self {
-        let summary = &view.summary;
+        let summary = &view.record.summary;
         let number = |key: &str| summary[key].as_u64().unwrap_or(0);
         let devices = device_names(summary);
         Self {
-            id: view.id.to_string(),
-            name: view.name.clone(),
-            filename: view.filename.clone(),
-            size: bytes(view.size_bytes),
-            uploaded_at_ms: view.uploaded_at_ms,
-            group: view.group.clone(),
+            id: view.record.id.to_string(),
+            name: view.record.name.clone(),
+            filename: view.record.filename.clone(),
+            size: bytes(view.record.size_bytes),
+            uploaded_at_ms: view.record.uploaded_at_ms,
+            group: view.record.group.clone(),
             devices: devices.join(", "),
             peak: bytes(number("peak_allocated_bytes")),
             reserved: bytes(number("peak_reserved_bytes")),
@@ -546,13 +546,13 @@ pub async fn group(State(state): State<AppState>, Path(name): Path<String>) -> R
         .members
         .iter()
         .min_by_key(|m| (m.outlier, m.peak_allocated_bytes.abs_diff(median)))
-        .map(|m| (m.view.id.to_string(), m.view.name.clone()))
+        .map(|m| (m.view.record.id.to_string(), m.view.record.name.clone()))
         .unwrap_or_default();
     let members: Vec<MemberRow> = answer
         .members
         .iter()
         .map(|m| {
-            let devices = device_names(&m.view.summary);
+            let devices = device_names(&m.view.record.summary);
             let distance = if median == 0 {
                 0.0
             } else {
@@ -560,9 +560,9 @@ pub async fn group(State(state): State<AppState>, Path(name): Path<String>) -> R
             };
             let top = m.top_stack.clone().unwrap_or_default();
             MemberRow {
-                id: m.view.id.to_string(),
-                name: m.view.name.clone(),
-                filename: m.view.filename.clone(),
+                id: m.view.record.id.to_string(),
+                name: m.view.record.name.clone(),
+                filename: m.view.record.filename.clone(),
                 devices: devices.join(", "),
                 peak: bytes(m.peak_allocated_bytes),
                 peak_bytes: m.peak_allocated_bytes,
@@ -581,7 +581,7 @@ pub async fn group(State(state): State<AppState>, Path(name): Path<String>) -> R
                     m.peak_allocated_bytes as f64 * 100.0 / largest as f64
                 ),
                 median_mark: format!("{:.1}", median as f64 * 100.0 / largest as f64),
-                uploaded_at_ms: m.view.uploaded_at_ms,
+                uploaded_at_ms: m.view.record.uploaded_at_ms,
             }
         })
         .collect();
@@ -591,7 +591,7 @@ pub async fn group(State(state): State<AppState>, Path(name): Path<String>) -> R
         } else {
             answer.members.iter().min_by_key(|m| m.peak_allocated_bytes)
         };
-        pick.map(|m| (m.view.name.clone(), m.peak_allocated_bytes))
+        pick.map(|m| (m.view.record.name.clone(), m.peak_allocated_bytes))
             .unwrap_or_default()
     };
     let (high, low) = (extreme(true), extreme(false));
