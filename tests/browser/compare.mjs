@@ -10,7 +10,7 @@
 
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { BASE, FIXTURES, api, assert, assertEqual, finish, launch, shot, step, until } from "./harness.mjs";
+import { BASE, FIXTURES, api, assert, assertEqual, clean, newContext, run, shot, step, until } from "./harness.mjs";
 import { bytes as formatBytes } from "../../static/lib/format.js";
 
 const TOTAL_TIMEOUT_MS = 100_000;
@@ -27,40 +27,9 @@ async function upload(file, name, group) {
   return body.id;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Every console error, page error and CSP violation, collected.
-
-const problems = [];
-
-function watch(page, label) {
-  page.on("console", (message) => {
-    if (message.type() !== "error") return;
-    const url = message.location()?.url ?? "";
-    // Expected: the error pages this test opens on purpose answer 400/404.
-    if (/status of (400|404)/.test(message.text()) && /\/(compare|g)\//.test(url)) return;
-    problems.push(`${label} ${page.url()}: console error: ${message.text()} ${url}`);
-  });
-  page.on("pageerror", (error) => problems.push(`${label} ${page.url()}: uncaught ${error.message}`));
-  return page;
-}
-
-async function newContext(browser, options = {}) {
-  const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, ...options });
-  context.setDefaultTimeout(10_000);
-  context.setDefaultNavigationTimeout(15_000);
-  await context.addInitScript(() => {
-    window.__csp = [];
-    document.addEventListener("securitypolicyviolation", (event) => {
-      window.__csp.push(`${event.violatedDirective} blocked ${event.blockedURI || "inline"} (${event.sourceFile}:${event.lineNumber})`);
-    });
-  });
-  return context;
-}
-
-async function cspClean(page) {
-  const violations = await page.evaluate(() => window.__csp ?? []);
-  assert(violations.length === 0, `CSP violations on ${page.url()}:\n  ${violations.join("\n  ")}`);
-  if (problems.length > 0) throw new Error(`the page reported:\n  ${problems.splice(0).join("\n  ")}`);
+/** The console errors this script causes on purpose: the error pages it opens answer 400/404. */
+function expectedErrors(text, url) {
+  return /status of (400|404)/.test(text) && /\/(compare|g)\//.test(url);
 }
 
 /** Pixels of a canvas: how many are drawn (not transparent), and how many are clearly red. */
@@ -92,23 +61,10 @@ async function compareReady(page) {
 
 const state = {};
 
-const globalTimer = setTimeout(() => {
-  console.log(`FAIL  the whole run took longer than ${TOTAL_TIMEOUT_MS} ms`);
-  process.exit(1);
-}, TOTAL_TIMEOUT_MS);
-
-let browser;
-try {
-  browser = await launch();
-} catch (error) {
-  console.log(`FAIL  cannot start chromium (install it with \`apt-get install chromium\`): ${error.message}`);
-  process.exit(1);
-}
-
-try {
-  const context = await newContext(browser);
+await run(TOTAL_TIMEOUT_MS, async (browser) => {
+  const context = await newContext(browser, { viewport: { width: 1280, height: 900 } }, expectedErrors);
   await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin: BASE });
-  const page = watch(await context.newPage(), "light");
+  const page = await context.newPage();
 
   await step("upload the two inference snapshots and two DDP ranks", async () => {
     state.nograd = await upload("infer_nograd.pickle", "infer no_grad");
@@ -133,7 +89,7 @@ try {
     assertEqual(await compare.getAttribute("aria-disabled"), "true", "Compare with three selected");
     await page.locator(`tr[data-id="${state.rank0}"] input.select-row`).uncheck();
     await Promise.all([page.waitForURL(`${BASE}/compare/${state.nograd}/${state.grad}`), compare.click()]);
-    await cspClean(page);
+    await clean(page);
   });
 
   await step("the compare page shows both peaks and the growth", async () => {
@@ -146,7 +102,7 @@ try {
     assertEqual(percent, `+${device.peak_growth_percent.toFixed(0)}%`, "growth %");
     assert((await peak.getAttribute("title")).includes("requested bytes"), "hovering the peak does not explain it");
     await shot(page, "compare-light");
-    await cspClean(page);
+    await clean(page);
   });
 
   await step("the differential flame graph is drawn, with red, and hovering the widest growing frame explains it", async () => {
@@ -174,7 +130,7 @@ try {
     assertEqual(zoomed.name, widest.name, "the zoomed frame");
     await crumbs.locator("button.crumb").first().click();
     await crumbs.waitFor({ state: "hidden" });
-    await cspClean(page);
+    await clean(page);
   });
 
   await step("the stacks table lists the biggest growth first, with modeling_gpt2.py", async () => {
@@ -189,7 +145,7 @@ try {
     await frames.first().waitFor();
     assertEqual(await frames.count(), top.frames.length, "frames in the expanded stack");
     assertEqual((await frames.first().textContent()).trim(), top.frames[top.frames.length - 1], "the innermost frame first");
-    await cspClean(page);
+    await clean(page);
   });
 
   await step("the memory curves are drawn, and hovering reads both", async () => {
@@ -199,7 +155,7 @@ try {
     const box = await page.locator("canvas.curves-canvas").first().boundingBox();
     await page.mouse.move(box.x + box.width * 0.6, box.y + box.height / 2);
     await until(async () => (await page.locator(".curve-readout").first().textContent()).includes("through each trace"), "the curve readout");
-    await cspClean(page);
+    await clean(page);
   });
 
   await step("torch's compare lists the segments only before and only after", async () => {
@@ -218,7 +174,7 @@ try {
     await section.locator("details.folded summary").click();
     await until(async () => (await page.locator("#torch-text").textContent()).includes("only_before;"), "the folded lines");
     assert((await page.locator("#torch-download").getAttribute("href")).startsWith("blob:"), "no download link");
-    await cspClean(page);
+    await clean(page);
   });
 
   await step("ignore line numbers and swap keep everything in the URL", async () => {
@@ -240,7 +196,7 @@ try {
     await page.locator("dialog.keys").waitFor({ state: "visible" });
     assert((await page.locator("dialog.keys").textContent()).includes("Swap"), "the help does not list Swap");
     await page.keyboard.press("Escape");
-    await cspClean(page);
+    await clean(page);
   });
 
   await step("the flame graph works from the keyboard", async () => {
@@ -254,7 +210,7 @@ try {
     await page.locator(".cmp-breadcrumb").first().waitFor({ state: "visible" });
     await page.keyboard.press("Escape");
     await page.locator(".cmp-breadcrumb").first().waitFor({ state: "hidden" });
-    await cspClean(page);
+    await clean(page);
   });
 
   await step("moments other than the peaks: a click on a curve, the keyboard's form, swap and back", async () => {
@@ -304,7 +260,7 @@ try {
     await Promise.all([page.waitForURL(`${BASE}/compare/${state.grad}/${state.nograd}`), page.keyboard.press("p")]);
     await compareReady(page);
     assert((await page.locator(".cmp-card h3").first().textContent()).includes("at the peak"), "not back at the peaks");
-    await cspClean(page);
+    await clean(page);
   });
 
   await step("/compare/{a} picks the other snapshot", async () => {
@@ -317,7 +273,7 @@ try {
     await shot(page, "compare-picker");
     await page.locator("[data-role=before]").click();
     await Promise.all([page.waitForURL(`${BASE}/compare/${state.nograd}/${state.grad}`), link.click()]);
-    await cspClean(page);
+    await clean(page);
   });
 
   await step("bad and unknown ids get the error pages", async () => {
@@ -330,7 +286,7 @@ try {
     response = await page.goto(`${BASE}/g/no-such-group-here`);
     assertEqual(response.status(), 404, "status for an unknown group");
     await shot(page, "group-404");
-    await cspClean(page);
+    await clean(page);
   });
 
   await step("the group page lists both ranks with their peak; the list's badge links to it", async () => {
@@ -356,7 +312,7 @@ try {
     await until(async () => (await compare.getAttribute("href"))?.startsWith("/compare/"), "the compare link");
     await Promise.all([page.waitForURL(/\/compare\/[0-9a-f]{16}\/[0-9a-f]{16}$/), compare.click()]);
     await compareReady(page);
-    await cspClean(page);
+    await clean(page);
   });
 
   await step("an outlier is highlighted with a compare link to the median-closest member", async () => {
@@ -370,7 +326,7 @@ try {
     assert(href.endsWith(`/${state.odd}`) && (href.includes(state.rank0) || href.includes(state.rank1)), `the outlier's compare link: ${href}`);
     await shot(page, "group-outlier");
     await api(`/api/snapshots/${state.odd}`, { method: "PATCH", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ group: "" }) });
-    await cspClean(page);
+    await clean(page);
   });
 
   await step("the list's Group… button sets a group on the selected rows", async () => {
@@ -386,12 +342,12 @@ try {
     await until(async () => (await api(`/api/snapshots/${state.grad}`)).body.group === "infer", "the group to be saved");
     assertEqual((await api(`/api/snapshots/${state.nograd}`)).body.group, "infer", "group of the other");
     await page.locator(`tr[data-id="${state.grad}"] a.badge-group[href="/g/infer"]`).waitFor();
-    await cspClean(page);
+    await clean(page);
   });
 
   await step("dark mode", async () => {
-    const dark = await newContext(browser, { colorScheme: "dark" });
-    const darkPage = watch(await dark.newPage(), "dark");
+    const dark = await newContext(browser, { viewport: { width: 1280, height: 900 }, colorScheme: "dark" }, expectedErrors);
+    const darkPage = await dark.newPage();
     await darkPage.goto(`${BASE}/compare/${state.nograd}/${state.grad}`);
     await compareReady(darkPage);
     const background = await darkPage.evaluate(() => getComputedStyle(document.body).backgroundColor);
@@ -404,13 +360,13 @@ try {
     await shot(darkPage, "group-dark");
     await darkPage.goto(`${BASE}/compare/${state.nograd}`);
     await shot(darkPage, "compare-picker-dark");
-    await cspClean(darkPage);
+    await clean(darkPage);
     await dark.close();
   });
 
   await step("a 390 px phone screen has no sideways scrolling", async () => {
-    const phone = await newContext(browser, { viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, isMobile: true, hasTouch: true });
-    const phonePage = watch(await phone.newPage(), "phone");
+    const phone = await newContext(browser, { viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, isMobile: true, hasTouch: true }, expectedErrors);
+    const phonePage = await phone.newPage();
     const wide = [];
     for (const [path, name] of [
       [`/compare/${state.nograd}/${state.grad}`, "compare-mobile"],
@@ -429,14 +385,9 @@ try {
       if (width > 390) wide.push(`${path} is ${width} px wide`);
     }
     assert(wide.length === 0, `sideways scrolling on a 390 px screen: ${wide.join("; ")}`);
-    await cspClean(phonePage);
+    await clean(phonePage);
     await phone.close();
   });
 
   await context.close();
-} finally {
-  await browser.close().catch(() => {});
-  clearTimeout(globalTimer);
-}
-
-process.exit(finish());
+});

@@ -1,5 +1,6 @@
-// Shared pieces of the views' browser scripts (views.mjs, perf_huge.mjs): a step runner, the
-// API, a Chromium with CSP/console watching, pixel counting and screenshots.
+// Shared pieces of the browser scripts (server_pages, views, compare, oom, perf_huge): a runner
+// and steps, the API, a Chromium whose pages report console errors and CSP violations, pixel
+// counting and screenshots.
 
 import { chromium } from "playwright-core";
 import { mkdirSync, readFileSync, statSync } from "node:fs";
@@ -95,27 +96,63 @@ export async function launch() {
   return chromium.launch({ executablePath: CHROMIUM, args: ARGS });
 }
 
+/**
+ * Runs a script's steps with a browser: gives up after `totalMs`, says how to get chromium if
+ * it will not start, and exits with the steps' verdict.
+ */
+export async function run(totalMs, script) {
+  const timer = setTimeout(() => {
+    console.log(`FAIL  the whole run took longer than ${totalMs} ms`);
+    process.exit(1);
+  }, totalMs);
+  let browser;
+  try {
+    browser = await launch();
+  } catch (error) {
+    console.log(`FAIL  cannot start chromium (install it with \`apt-get install chromium\`): ${error.message}`);
+    process.exit(1);
+  }
+  let code = 1;
+  try {
+    await script(browser);
+    code = finish();
+  } catch (error) {
+    console.log(`FAIL  ${error?.stack ?? error}`);
+  } finally {
+    clearTimeout(timer);
+    await browser.close().catch(() => {});
+  }
+  process.exit(code);
+}
+
 export const problems = [];
 
-/** A context whose pages report console errors, page errors and CSP violations. */
-export async function newContext(browser, options = {}) {
+/**
+ * A context whose pages report console errors, page errors and CSP violations. `expected(text,
+ * url)` names the console errors a script causes on purpose (a refused upload, a 404 page).
+ */
+export async function newContext(browser, options = {}, expected = () => false) {
   const context = await browser.newContext({ viewport: { width: 1400, height: 1000 }, ...options });
   context.setDefaultTimeout(10_000);
   context.setDefaultNavigationTimeout(20_000);
+  // CSP violations are console errors too, but counting them directly names the blocked thing.
   await context.addInitScript(() => {
     window.__csp = [];
     document.addEventListener("securitypolicyviolation", (event) => {
       window.__csp.push(`${event.violatedDirective} blocked ${event.blockedURI || "inline"} (${event.sourceFile}:${event.lineNumber})`);
     });
   });
-  context.on("page", (page) => watch(page));
+  context.on("page", (page) => watch(page, expected));
   return context;
 }
 
-function watch(page) {
+function watch(page, expected) {
   page.on("console", (message) => {
     if (process.env.DEBUG_CONSOLE) console.log(`  [console.${message.type()}] ${message.text()}`);
-    if (message.type() === "error") problems.push(`${page.url()}: console error: ${message.text()}`);
+    if (message.type() !== "error") return;
+    const url = message.location()?.url ?? "";
+    if (expected(message.text(), url)) return;
+    problems.push(`${page.url()}: console error: ${message.text()} ${url}`);
   });
   page.on("pageerror", (error) => problems.push(`${page.url()}: uncaught ${error.message}`));
 }

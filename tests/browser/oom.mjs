@@ -4,13 +4,10 @@
 //   SNAPVIEW_URL=http://127.0.0.1:7979 node tests/browser/oom.mjs
 
 import { join } from "node:path";
-import { BASE, FIXTURES, api, assert, assertEqual, clean, finish, launch, newContext, shot, step, until, upload } from "./harness.mjs";
+import { BASE, FIXTURES, api, assert, assertEqual, clean, newContext, run, shot, step, until, upload } from "./harness.mjs";
 import { bytes } from "../../static/lib/format.js";
 
-let browser;
-let code = 1;
-try {
-  browser = await launch();
+await run(50_000, async (browser) => {
   const context = await newContext(browser);
   const page = await context.newPage();
   const state = {};
@@ -55,11 +52,4 @@ try {
     assertEqual(await page.locator(".oom-panel").count(), 0, "no OOM panel");
     await clean(page);
   });
-
-  code = finish();
-} catch (error) {
-  console.log(`FAIL  ${error?.stack ?? error}`);
-} finally {
-  await browser?.close();
-}
-process.exit(code);
+});

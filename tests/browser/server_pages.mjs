@@ -10,7 +10,7 @@
 
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { BASE, FIXTURES, api, assert, assertEqual, finish, launch, shot, step, until } from "./harness.mjs";
+import { BASE, FIXTURES, api, assert, assertEqual, clean, newContext, run, shot, step, until } from "./harness.mjs";
 // The page's own formatter; the first step checks it against src/format.rs's cases.
 import { bytes as formatBytes } from "../../static/lib/format.js";
 
@@ -25,50 +25,9 @@ async function uploadViaApi(file, name) {
   return body;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Pages, with every console error, page error and CSP violation collected.
-
-const problems = [];
-
-function watch(page, label) {
-  if (process.env.DEBUG_CONSOLE) page.on("console", (m) => console.log(`  [${label} console.${m.type()}] ${m.text()}`));
-  page.on("console", (message) => {
-    if (message.type() !== "error") return;
-    const url = message.location()?.url ?? "";
-    // Expected: the failed uploads this test makes on purpose, and the 404 page's own status.
-    if (/Failed to load resource: the server responded with a status of (400|404)/.test(message.text()) && (url.includes("/api/snapshots") || url.includes("/s/0123456789abcdef"))) return;
-    problems.push(`${label} ${page.url()}: console error: ${message.text()} ${url}`);
-  });
-  page.on("pageerror", (error) => problems.push(`${label} ${page.url()}: uncaught ${error.message}`));
-  return page;
-}
-
-/** Fails the current step if a page reported a problem since the last check. */
-function noProblems() {
-  if (problems.length > 0) {
-    const list = problems.splice(0);
-    throw new Error(`the page reported:\n  ${list.join("\n  ")}`);
-  }
-}
-
-async function newContext(browser, options = {}) {
-  const context = await browser.newContext({ viewport: { width: 1280, height: 860 }, ...options });
-  context.setDefaultTimeout(10_000);
-  context.setDefaultNavigationTimeout(15_000);
-  // CSP violations are console errors too, but counting them directly names the blocked thing.
-  await context.addInitScript(() => {
-    window.__csp = [];
-    document.addEventListener("securitypolicyviolation", (event) => {
-      window.__csp.push(`${event.violatedDirective} blocked ${event.blockedURI || "inline"} (${event.sourceFile}:${event.lineNumber})`);
-    });
-  });
-  return context;
-}
-
-async function cspClean(page) {
-  const violations = await page.evaluate(() => window.__csp ?? []);
-  assert(violations.length === 0, `CSP violations on ${page.url()}:\n  ${violations.join("\n  ")}`);
-  noProblems();
+/** The console errors this script causes on purpose: refused uploads, and the 404 page's status. */
+function expectedErrors(text, url) {
+  return /Failed to load resource: the server responded with a status of (400|404)/.test(text) && (url.includes("/api/snapshots") || url.includes("/s/0123456789abcdef"));
 }
 
 /** Drops `bytes` as a file called `name` on the drop zone, the way a browser would. */
@@ -97,23 +56,10 @@ async function dropFile(page, name, bytes, type = "application/octet-stream", sh
 
 const state = {};
 
-const globalTimer = setTimeout(() => {
-  console.log(`FAIL  the whole run took longer than ${TOTAL_TIMEOUT_MS} ms`);
-  process.exit(1);
-}, TOTAL_TIMEOUT_MS);
-
-let browser;
-try {
-  browser = await launch();
-} catch (error) {
-  console.log(`FAIL  cannot start chromium (install it with \`apt-get install chromium\`): ${error.message}`);
-  process.exit(1);
-}
-
-try {
-  const context = await newContext(browser);
+await run(TOTAL_TIMEOUT_MS, async (browser) => {
+  const context = await newContext(browser, { viewport: { width: 1280, height: 860 } }, expectedErrors);
   await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin: BASE });
-  const page = watch(await context.newPage(), "light");
+  const page = await context.newPage();
   // File choosers are caught from the start (waiting for one only when it is due can miss it).
   const choosers = [];
   page.on("filechooser", (chooser) => choosers.push(chooser));
@@ -136,7 +82,7 @@ try {
       assert(await page.locator("#empty-list").isVisible(), "an empty store shows no empty-state text");
       await shot(page, "index-empty");
     }
-    await cspClean(page);
+    await clean(page);
   });
 
   await step("'?' opens the keyboard help on the list, and Esc closes it", async () => {
@@ -153,7 +99,7 @@ try {
     await dialog.waitFor({ state: "visible" });
     await dialog.locator(".close-button").click();
     await dialog.waitFor({ state: "hidden" });
-    await cspClean(page);
+    await clean(page);
   });
 
   await step("dropping a text file shows the server's message and stays on /", async () => {
@@ -169,7 +115,7 @@ try {
     assertEqual(new URL(page.url()).pathname, "/", "path after a failed upload");
     assert(await page.locator(".drop-idle").isVisible(), "the drop zone is not ready for another file");
     await shot(page, "index-drop-error");
-    await cspClean(page);
+    await clean(page);
   });
 
   await step("dropping a truncated pickle shows the reader's message and stays on /", async () => {
@@ -183,7 +129,7 @@ try {
     assert(text.includes(expected.body.error.message), `.drop-error says ${JSON.stringify(text)}, not ${JSON.stringify(expected.body.error.message)}`);
     assert(/truncated|ends early/.test(text), "the message does not say the file is cut short");
     assertEqual(new URL(page.url()).pathname, "/", "path after a failed upload");
-    await cspClean(page);
+    await clean(page);
   });
 
   await step("dropping gpt2_adamw.pickle shows progress, then opens its page with the right peak", async () => {
@@ -257,7 +203,7 @@ try {
     await page.locator(".stack").nth(1).locator("summary").click();
     await page.locator(".stack").nth(1).locator(".frames").waitFor({ state: "visible" });
     await shot(page, "snapshot-gpt2-stacks-open");
-    await cspClean(page);
+    await clean(page);
   });
 
   await step("renaming by clicking the title is saved", async () => {
@@ -283,7 +229,7 @@ try {
     await page.locator("#snapshot-name input").fill("not this");
     await page.locator("#snapshot-name input").press("Escape");
     assertEqual((await page.locator("#snapshot-name").textContent()).trim(), state.newName, "title after Escape");
-    await cspClean(page);
+    await clean(page);
   });
 
   await step("the copy-link button copies the link and says so", async () => {
@@ -292,7 +238,7 @@ try {
     const copied = await page.evaluate(() => navigator.clipboard.readText());
     assertEqual(copied, (await api(`/api/snapshots/${state.gpt2}`)).body.url, "clipboard text");
     assertEqual(copied, `${BASE}/s/${state.gpt2}`, "clipboard text");
-    await cspClean(page);
+    await clean(page);
   });
 
   await step("'?' opens the keyboard help on the snapshot page", async () => {
@@ -304,7 +250,7 @@ try {
     await shot(page, "snapshot-keys", { fullPage: false });
     await page.keyboard.press("Escape");
     await dialog.waitFor({ state: "hidden" });
-    await cspClean(page);
+    await clean(page);
   });
 
   await step("going back, the list shows the snapshot under its new name", async () => {
@@ -314,7 +260,7 @@ try {
     await link.waitFor();
     assertEqual((await link.textContent()).trim(), state.newName, "the list's name");
     assert(await page.locator(".drop-idle").isVisible(), "the drop zone still shows the finished upload");
-    await cspClean(page);
+    await clean(page);
   });
 
   await step("the filter box filters rows", async () => {
@@ -341,7 +287,7 @@ try {
     assertEqual((await page.locator(".count").textContent()).trim(), `0 of ${total}`, "the count while filtering");
     await search.press("Escape");
     await until(async () => (await page.locator("table.snapshots tbody tr:visible").count()) === total, "all rows after Escape");
-    await cspClean(page);
+    await clean(page);
   });
 
   await step("oom.pickle opens on the out-of-memory explainer", async () => {
@@ -349,14 +295,14 @@ try {
     await page.locator(".oom-panel").first().waitFor();
     assert((await page.locator(".oom-panel").first().textContent()).includes("Out of memory"), "the OOM panel says nothing about running out");
     await shot(page, "snapshot-oom");
-    await cspClean(page);
+    await clean(page);
   });
 
   await step("no_history.pickle shows a data-quality note", async () => {
     await page.goto(`${BASE}/s/${state.noHistory}`);
     await page.locator(".banner[role=note]").first().waitFor();
     await shot(page, "snapshot-no-history");
-    await cspClean(page);
+    await clean(page);
   });
 
   await step("multi_device.pickle shows two devices", async () => {
@@ -369,7 +315,7 @@ try {
       assertEqual((await page.locator("[data-peak]").nth(i).textContent()).trim(), formatBytes(devices[i].peak_allocated_bytes), `device ${i} peak`);
     }
     await shot(page, "snapshot-multi-device");
-    await cspClean(page);
+    await clean(page);
   });
 
   await step("an unknown id shows the 404 page", async () => {
@@ -378,7 +324,7 @@ try {
     assertEqual((await page.locator("h1").textContent()).trim(), "Snapshot not found", "heading");
     assert(await page.locator(".error-page a[href='/']").isVisible(), "no way back to the list");
     await shot(page, "error-404");
-    await cspClean(page);
+    await clean(page);
   });
 
   await step("the keyboard alone can choose a file and upload it", async () => {
@@ -394,12 +340,12 @@ try {
     choosers.length = 0;
     await page.keyboard.press("u");
     await until(() => choosers.shift(), "a file chooser after 'u'");
-    await cspClean(page);
+    await clean(page);
   });
 
   await step("dark mode", async () => {
-    const dark = await newContext(browser, { colorScheme: "dark" });
-    const darkPage = watch(await dark.newPage(), "dark");
+    const dark = await newContext(browser, { viewport: { width: 1280, height: 860 }, colorScheme: "dark" }, expectedErrors);
+    const darkPage = await dark.newPage();
     await darkPage.goto(`${BASE}/`);
     const background = await darkPage.evaluate(() => getComputedStyle(document.body).backgroundColor);
     const [r, g, b] = background.match(/\d+/g).map(Number);
@@ -409,13 +355,13 @@ try {
     await shot(darkPage, "dark-snapshot-gpt2");
     await darkPage.goto(`${BASE}/s/${state.oom}`);
     await shot(darkPage, "dark-snapshot-oom");
-    await cspClean(darkPage);
+    await clean(darkPage);
     await dark.close();
   });
 
   await step("a 390 px phone screen has no sideways scrolling", async () => {
-    const phone = await newContext(browser, { viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, isMobile: true, hasTouch: true });
-    const phonePage = watch(await phone.newPage(), "phone");
+    const phone = await newContext(browser, { viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, isMobile: true, hasTouch: true }, expectedErrors);
+    const phonePage = await phone.newPage();
     const wide = [];
     for (const [path, name] of [["/", "mobile-index"], [`/s/${state.gpt2}`, "mobile-snapshot-gpt2"], [`/s/${state.multi}`, "mobile-snapshot-multi-device"], ["/s/0123456789abcdef", "mobile-error-404"]]) {
       await phonePage.goto(`${BASE}${path}`);
@@ -424,14 +370,9 @@ try {
       if (width > 390) wide.push(`${path} is ${width} px wide`);
     }
     assert(wide.length === 0, `sideways scrolling on a 390 px screen: ${wide.join("; ")}`);
-    await cspClean(phonePage);
+    await clean(phonePage);
     await phone.close();
   });
 
   await context.close();
-} finally {
-  await browser.close().catch(() => {});
-  clearTimeout(globalTimer);
-}
-
-process.exit(finish());
+});

@@ -8,13 +8,9 @@
 
 import { join } from "node:path";
 import { readFileSync } from "node:fs";
-import { BASE, FIXTURES, api, assert, assertEqual, clean, drawn, finish, launch, newContext, problems, shot, step, until, upload } from "./harness.mjs";
+import { BASE, FIXTURES, api, assert, assertEqual, clean, drawn, newContext, problems, run, shot, step, until, upload } from "./harness.mjs";
 
 const TOTAL_TIMEOUT_MS = 100_000;
-const globalTimer = setTimeout(() => {
-  console.log(`FAIL  the whole run took longer than ${TOTAL_TIMEOUT_MS} ms`);
-  process.exit(1);
-}, TOTAL_TIMEOUT_MS);
 
 const state = {};
 const layout = (page, view = "timeline") => page.evaluate((view) => window.__snapview?.views?.[view]?.layout ?? null, view);
@@ -26,10 +22,7 @@ async function canvasPoint(page, selector, x, y) {
   return { x: box.x + x, y: box.y + y };
 }
 
-let browser;
-let code = 1;
-try {
-  browser = await launch();
+await run(TOTAL_TIMEOUT_MS, async (browser) => {
   const context = await newContext(browser);
   await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin: BASE });
   const page = await context.newPage();
@@ -364,12 +357,4 @@ try {
     // The deliberate 500 is logged by the browser as a failed resource.
     problems.splice(0);
   });
-
-  code = finish();
-} catch (error) {
-  console.log(`FAIL  ${error?.stack ?? error}`);
-} finally {
-  clearTimeout(globalTimer);
-  await browser?.close();
-}
-process.exit(code);
+});
