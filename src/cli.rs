@@ -67,6 +67,14 @@ enum Command {
         /// The URL links should use, if not http://ADDR (behind a proxy, say).
         #[arg(long, env = "SNAPVIEW_PUBLIC_URL")]
         public_url: Option<String>,
+        /// Days a deleted snapshot stays in the trash, restorable, before it is removed for
+        /// good (checked at start and hourly; 0 empties the trash at each check).
+        #[arg(long, env = "SNAPVIEW_TRASH_DAYS", default_value_t = 7)]
+        trash_days: u32,
+        /// Rebuild the index from the stored files at start, parsing each again (done on its
+        /// own when the index is empty but files are stored).
+        #[arg(long)]
+        reindex: bool,
         /// Snapshot files to import at start; their URLs are printed.
         files: Vec<PathBuf>,
     },
@@ -189,6 +197,8 @@ impl Config {
                 max_upload,
                 cache,
                 public_url,
+                trash_days,
+                reindex,
                 files,
             } => {
                 let addr: SocketAddr = addr.parse().map_err(|_| {
@@ -220,6 +230,8 @@ impl Config {
                         cache_budget_bytes: parse_size(&cache)
                             .map_err(|e| format!("--cache: {e}"))?,
                         public_url,
+                        trash_days,
+                        reindex,
                     },
                     files,
                 }

@@ -107,14 +107,22 @@ async fn upload_then_every_read_route() {
         )
         .await;
     assert_eq!(status, StatusCode::NO_CONTENT);
-    assert!(
-        stored_files(&server).is_empty(),
-        "blob removed: {:?}",
-        stored_files(&server)
+    assert_eq!(
+        stored_files(&server).len(),
+        1,
+        "the blob is kept in the trash, restorable"
     );
     let (status, body, _) = server.send_get(&format!("/api/snapshots/{id}")).await;
-    assert_eq!(status, StatusCode::NOT_FOUND);
-    assert_eq!(json(&body)["error"]["code"], "not_found");
+    assert_eq!(status, StatusCode::GONE);
+    assert_eq!(json(&body)["error"]["code"], "gone");
+    assert!(
+        json(&body)["error"]["message"]
+            .as_str()
+            .expect("message")
+            .contains("restore"),
+        "{}",
+        json(&body)
+    );
 }
 
 #[tokio::test]

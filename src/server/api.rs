@@ -1,15 +1,16 @@
 //! The JSON API over stored snapshots.
 
 use super::AppState;
+use super::access::Actor;
 use super::cache::Loaded;
 use super::error::ApiError;
-use super::store::{Record, SnapshotId};
+use super::store::{AuditEntry, Lookup, Record, SnapshotId, Unlisted};
 use crate::analysis::Summary;
-use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -61,14 +62,42 @@ pub fn parse_id(text: &str) -> Result<SnapshotId, ApiError> {
     SnapshotId::parse(text).ok_or_else(|| ApiError::BadId(text.chars().take(64).collect()))
 }
 
-/// The stored record of `id`, or 404.
-pub async fn record(state: &AppState, id: &SnapshotId) -> Result<Record, ApiError> {
+/// Where `id` stands in the store, read on a blocking thread.
+async fn lookup(state: &AppState, id: &SnapshotId) -> Result<Lookup, ApiError> {
     let store = state.store.clone();
-    let lookup = id.clone();
-    tokio::task::spawn_blocking(move || store.get(&lookup))
+    let target = id.clone();
+    Ok(tokio::task::spawn_blocking(move || store.lookup(&target))
         .await
-        .map_err(|e| ApiError::Internal(e.to_string()))??
-        .ok_or_else(|| ApiError::NotFound(id.to_string()))
+        .map_err(|e| ApiError::Internal(e.to_string()))??)
+}
+
+/// The error for a snapshot that is not live: 404 when it was never here (or is purged), 410
+/// with what to do when it is in the trash or its file is lost.
+fn not_live(state: &AppState, id: &SnapshotId, lookup: Lookup) -> ApiError {
+    match lookup {
+        Lookup::Trashed { record, .. } => ApiError::Gone(format!(
+            "snapshot {id} ({}) was deleted: it stays in the trash for {} days after its deletion and can be restored until then (Undo on the list, or POST /api/snapshots/{id}/restore)",
+            record.name, state.config.trash_days
+        )),
+        Lookup::FileMissing(record) => ApiError::Gone(format!(
+            "the stored file of snapshot {id} ({}) is missing from the server's disk; upload the same file again to repair it",
+            record.name
+        )),
+        Lookup::Live(_) | Lookup::Absent => ApiError::NotFound(id.to_string()),
+    }
+}
+
+/// The stored record of a live, readable snapshot `id`; else 404 or 410.
+pub async fn record(state: &AppState, id: &SnapshotId) -> Result<Record, ApiError> {
+    match lookup(state, id).await? {
+        Lookup::Live(record) => Ok(record),
+        other => Err(not_live(state, id, other)),
+    }
+}
+
+/// Who made the request, for the audit log (set by the access layer, when there is one).
+fn actor_name(actor: Option<Extension<Actor>>) -> Option<String> {
+    actor.and_then(|Extension(Actor(name))| name)
 }
 
 /// The parsed and analysed snapshot `id`, from the cache or parsed now.
@@ -89,19 +118,25 @@ pub async fn loaded(state: &AppState, id: &SnapshotId) -> Result<Arc<Loaded>, Ap
 #[derive(Serialize)]
 pub struct SnapshotList {
     pub snapshots: Vec<SnapshotView>,
+    /// Rows that could not be listed (an unreadable summary, a lost file) and why; omitted when
+    /// there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unlisted: Vec<Unlisted>,
 }
 
 /// `GET /api/snapshots`: every snapshot, newest first.
 pub async fn list(State(state): State<AppState>) -> Result<Json<SnapshotList>, ApiError> {
     let store = state.store.clone();
-    let records = tokio::task::spawn_blocking(move || store.list())
+    let listing = tokio::task::spawn_blocking(move || store.listing())
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))??;
     Ok(Json(SnapshotList {
-        snapshots: records
+        snapshots: listing
+            .records
             .iter()
             .map(|r| SnapshotView::new(r, &state.config.public_url))
             .collect(),
+        unlisted: listing.unlisted,
     }))
 }
 
@@ -156,23 +191,49 @@ pub async fn raw(
         .into_response())
 }
 
-/// `DELETE /api/snapshots/{id}`.
+/// `DELETE /api/snapshots/{id}`: moves it to the trash (restorable for `--trash-days`).
 pub async fn delete(
     State(state): State<AppState>,
+    actor: Option<Extension<Actor>>,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let id = parse_id(&id)?;
     let store = state.store.clone();
     let target = id.clone();
-    let deleted = tokio::task::spawn_blocking(move || store.delete(&target))
+    let actor = actor_name(actor);
+    let before = tokio::task::spawn_blocking(move || store.delete(&target, actor.as_deref()))
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))??;
-    state.cache.remove(&id);
-    if deleted {
-        tracing::info!(%id, "snapshot deleted");
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(ApiError::NotFound(id.to_string()))
+    match before {
+        Lookup::Live(_) | Lookup::FileMissing(_) => {
+            state.cache.remove(&id);
+            tracing::info!(%id, "snapshot moved to the trash");
+            Ok(StatusCode::NO_CONTENT)
+        }
+        other => Err(not_live(&state, &id, other)),
+    }
+}
+
+/// `POST /api/snapshots/{id}/restore`: brings a deleted snapshot back from the trash (a live one
+/// answers as it is, so a second Undo is harmless).
+pub async fn restore(
+    State(state): State<AppState>,
+    actor: Option<Extension<Actor>>,
+    Path(id): Path<String>,
+) -> Result<Json<SnapshotView>, ApiError> {
+    let id = parse_id(&id)?;
+    let store = state.store.clone();
+    let target = id.clone();
+    let actor = actor_name(actor);
+    let now = tokio::task::spawn_blocking(move || store.restore(&target, actor.as_deref()))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))??;
+    match now {
+        Lookup::Live(record) => {
+            tracing::info!(%id, "snapshot restored from the trash");
+            Ok(Json(SnapshotView::new(&record, &state.config.public_url)))
+        }
+        other => Err(not_live(&state, &id, other)),
     }
 }
 
@@ -185,6 +246,7 @@ pub struct Patch {
 /// `PATCH /api/snapshots/{id}` with `{"name": "..."}` and/or `{"group": "..."}`.
 pub async fn patch(
     State(state): State<AppState>,
+    actor: Option<Extension<Actor>>,
     Path(id): Path<String>,
     Json(patch): Json<Patch>,
 ) -> Result<Json<SnapshotView>, ApiError> {
@@ -200,13 +262,15 @@ pub async fn patch(
     }
     let store = state.store.clone();
     let target = id.clone();
+    let actor = actor_name(actor);
     let updated = tokio::task::spawn_blocking(move || {
+        let actor = actor.as_deref();
         let mut record = None;
         if let Some(name) = patch.name {
-            record = store.rename(&target, name.trim())?;
+            record = store.rename(&target, name.trim(), actor)?;
         }
         if let Some(group) = patch.group {
-            record = store.set_group(&target, group.trim())?;
+            record = store.set_group(&target, group.trim(), actor)?;
         }
         match record {
             Some(record) => Ok(Some(record)),
@@ -214,7 +278,48 @@ pub async fn patch(
         }
     })
     .await
-    .map_err(|e| ApiError::Internal(e.to_string()))??
-    .ok_or_else(|| ApiError::NotFound(id.to_string()))?;
-    Ok(Json(SnapshotView::new(&updated, &state.config.public_url)))
+    .map_err(|e| ApiError::Internal(e.to_string()))??;
+    match updated {
+        Some(updated) => Ok(Json(SnapshotView::new(&updated, &state.config.public_url))),
+        // Deleted between the check and the write.
+        None => Err(not_live(&state, &id, lookup(&state, &id).await?)),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct AuditQuery {
+    pub limit: Option<String>,
+}
+
+#[derive(Serialize)]
+pub struct AuditLog {
+    pub entries: Vec<AuditEntry>,
+}
+
+/// Entries `GET /api/audit` returns unless `?limit=` says otherwise, and the most it returns.
+const AUDIT_DEFAULT_LIMIT: usize = 100;
+const AUDIT_MAX_LIMIT: usize = 10_000;
+
+/// `GET /api/audit?limit=N`: the newest writes first (who, what, when), read-only.
+pub async fn audit(
+    State(state): State<AppState>,
+    Query(query): Query<AuditQuery>,
+) -> Result<Json<AuditLog>, ApiError> {
+    let limit = match query.limit.as_deref() {
+        None => AUDIT_DEFAULT_LIMIT,
+        Some(text) => text
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=AUDIT_MAX_LIMIT).contains(n))
+            .ok_or_else(|| {
+                ApiError::BadRequest(format!(
+                    "limit {text:?} must be a number from 1 to {AUDIT_MAX_LIMIT}"
+                ))
+            })?,
+    };
+    let store = state.store.clone();
+    let entries = tokio::task::spawn_blocking(move || store.audit_log(limit))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))??;
+    Ok(Json(AuditLog { entries }))
 }

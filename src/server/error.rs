@@ -9,6 +9,9 @@ use axum::response::{IntoResponse, Response};
 pub enum ApiError {
     #[error("no snapshot with id {0}")]
     NotFound(String),
+    /// It was here: deleted (in the trash) or its file is lost; the message says what to do.
+    #[error("{0}")]
+    Gone(String),
     #[error("{0:?} is not a snapshot id (ids are 16 hex digits)")]
     BadId(String),
     #[error("{0}")]
@@ -26,6 +29,7 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Gone(_) => StatusCode::GONE,
             ApiError::BadId(_) | ApiError::BadRequest(_) | ApiError::NotASnapshot(_) => {
                 StatusCode::BAD_REQUEST
             }
@@ -37,6 +41,7 @@ impl ApiError {
     pub fn code(&self) -> &'static str {
         match self {
             ApiError::NotFound(_) => "not_found",
+            ApiError::Gone(_) => "gone",
             ApiError::BadId(_) => "bad_id",
             ApiError::BadRequest(_) => "bad_request",
             ApiError::NotASnapshot(_) => "not_a_snapshot",

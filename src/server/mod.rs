@@ -5,6 +5,7 @@
 //! on the async workers. Pages are askama templates; assets are embedded and served under
 //! hashed names; every response carries a Content-Security-Policy that allows only this origin.
 
+pub mod access;
 pub mod api;
 pub mod assets;
 pub mod cache;
@@ -18,7 +19,7 @@ pub mod views;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, HeaderValue, header};
-use axum::routing::get;
+use axum::routing::{get, post};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -35,6 +36,17 @@ pub struct ServeConfig {
     pub cache_budget_bytes: u64,
     /// `http://host:port` as links should show it.
     pub public_url: String,
+    /// How long a deleted snapshot stays in the trash (restorable) before it is removed for good.
+    pub trash_days: u32,
+    /// Rebuild the index from the stored blobs at start (`--reindex`).
+    pub reindex: bool,
+}
+
+impl ServeConfig {
+    /// The trash's retention in milliseconds.
+    pub fn trash_ms(&self) -> i64 {
+        i64::from(self.trash_days) * 86_400_000
+    }
 }
 
 /// Shared by every handler.
@@ -48,12 +60,61 @@ pub struct AppState {
 impl AppState {
     pub fn open(config: ServeConfig) -> Result<Self, store::StoreError> {
         let store = store::FileStore::open(&config.data_dir)?;
+        let report = store.start_up(config.reindex, config.trash_ms(), &summarize_blob)?;
+        tracing::info!(
+            reindexed = report.reindexed,
+            unreadable_blobs = report.unreadable_blobs.len(),
+            orphans_removed = report.orphans_removed,
+            summaries_repaired = report.summaries_repaired,
+            purged = report.purge.purged.len(),
+            "the store is consistent"
+        );
         Ok(Self {
             store: Arc::new(store),
             cache: Arc::new(cache::AnalysisCache::new(config.cache_budget_bytes)),
             config: Arc::new(config),
         })
     }
+}
+
+/// A stored blob's summary row, parsed and analysed again (to rebuild the index).
+fn summarize_blob(path: &std::path::Path) -> Result<serde_json::Value, String> {
+    let snapshot =
+        crate::snapshot::load_path(path, Default::default()).map_err(|e| e.to_string())?;
+    let analysis = crate::analysis::Analysis::new(&snapshot);
+    let summary = crate::analysis::Summary::new(&snapshot, &analysis);
+    Ok(api::summary_row(&summary))
+}
+
+/// How often the trash is checked for snapshots past `--trash-days` (also done at start).
+const TRASH_CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Empties the trash by age, forever (the task is aborted when the server stops).
+async fn empty_trash_periodically(state: AppState) {
+    let mut ticks = tokio::time::interval(TRASH_CHECK_EVERY);
+    // The first tick is immediate, and start-up has just emptied the trash.
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        let store = state.store.clone();
+        let cutoff = now_ms() - state.config.trash_ms();
+        match tokio::task::spawn_blocking(move || store.purge_trashed_before(cutoff, None)).await {
+            Ok(Ok(purge)) => {
+                for id in &purge.purged {
+                    state.cache.remove(id);
+                }
+            }
+            Ok(Err(error)) => tracing::warn!(%error, "emptying the trash failed"),
+            Err(error) => tracing::warn!(%error, "emptying the trash failed"),
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 /// Only this origin's scripts, styles, images and connections; no plugins, no framing.
@@ -73,6 +134,7 @@ pub fn router(state: AppState) -> Router {
             "/api/snapshots/{id}",
             get(api::get).delete(api::delete).patch(api::patch),
         )
+        .route("/api/snapshots/{id}/restore", post(api::restore))
         .route("/api/snapshots/{id}/raw", get(api::raw))
         .route("/api/snapshots/{id}/timeline", get(views::timeline_view))
         .route(
@@ -84,7 +146,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/snapshots/{id}/events", get(views::events_view))
         .route("/api/snapshots/{id}/oom", get(compare::oom))
         .route("/api/compare/{a}/{b}", get(compare::compare))
-        .route("/api/groups/{name}", get(compare::group));
+        .route("/api/groups/{name}", get(compare::group))
+        .route("/api/audit", get(api::audit));
     Router::new()
         .route("/", get(pages::index))
         .route("/s/{id}", get(pages::snapshot))
@@ -113,9 +176,12 @@ pub fn router(state: AppState) -> Router {
 /// Runs the server until Ctrl-C or SIGTERM; `on_ready` gets the bound address (the port may have
 /// been 0).
 pub async fn serve(state: AppState, listener: tokio::net::TcpListener) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
+    let trash = tokio::spawn(empty_trash_periodically(state.clone()));
+    let served = axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown_signal())
-        .await
+        .await;
+    trash.abort();
+    served
 }
 
 async fn shutdown_signal() {

@@ -261,6 +261,7 @@ fn error_page(error: ApiError) -> Response {
     let status = error.status();
     let title = match status {
         StatusCode::NOT_FOUND => "Snapshot not found",
+        StatusCode::GONE => "Snapshot deleted",
         StatusCode::BAD_REQUEST => "That link is not right",
         _ => "Something went wrong",
     };

@@ -214,6 +214,11 @@ pub async fn upload(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("multipart/form-data"));
+    // Who uploads, for the audit log (the access layer puts it there, when there is one).
+    let actor = request
+        .extensions()
+        .get::<super::access::Actor>()
+        .and_then(|actor| actor.0.clone());
     let temp_dir = state.store.temp_dir();
     let parse = !maybe_duplicate(&state, declared).await;
     let (received, part_filename) = if is_multipart {
@@ -223,7 +228,7 @@ pub async fn upload(
         (receive(stream, &temp_dir, limit, parse).await?, None)
     };
 
-    let (view, created) = ingest(&state, received, params, part_filename).await?;
+    let (view, created) = ingest(&state, received, params, part_filename, actor).await?;
     let status = if created {
         StatusCode::CREATED
     } else {
@@ -248,7 +253,7 @@ pub async fn import_path(state: &AppState, path: &Path) -> Result<SnapshotView, 
     )
     .await?;
     let filename = path.file_name().map(|n| n.to_string_lossy().into_owned());
-    let (view, _) = ingest(state, received, UploadParams::default(), filename).await?;
+    let (view, _) = ingest(state, received, UploadParams::default(), filename, None).await?;
     Ok(view)
 }
 
@@ -259,6 +264,7 @@ async fn ingest(
     received: Received,
     params: UploadParams,
     part_filename: Option<String>,
+    actor: Option<String>,
 ) -> Result<(SnapshotView, bool), ApiError> {
     let filename = params
         .filename
@@ -308,7 +314,7 @@ async fn ingest(
     let temp_path = received.file.keep();
     let store = state.store.clone();
     let stored = tokio::task::spawn_blocking(move || {
-        let result = store.put(new, &temp_path);
+        let result = store.put(new, &temp_path, actor.as_deref());
         if result.is_err() {
             let _ = std::fs::remove_file(&temp_path);
         }

@@ -26,6 +26,8 @@ impl TestServer {
             max_upload_bytes,
             cache_budget_bytes: 1 << 32,
             public_url: "http://snapview.test".into(),
+            trash_days: 7,
+            reindex: false,
         };
         Self {
             state: AppState::open(config).expect("open"),
