@@ -169,13 +169,15 @@ function filter() {
   const words = search.value.toLowerCase().split(/\s+/).filter(Boolean);
   const rows = [...(table?.tBodies[0].rows ?? [])];
   let shown = 0;
+  // Rows deleted from this page stay hidden (until Undo) and are not counted.
+  const kept = rows.filter((row) => !row.dataset.deleted);
   for (const row of rows) {
-    const visible = words.every((word) => row.dataset.search.includes(word));
+    const visible = !row.dataset.deleted && words.every((word) => row.dataset.search.includes(word));
     row.hidden = !visible;
     if (visible) shown += 1;
   }
-  if (noMatch) noMatch.hidden = shown > 0;
-  if (count) count.textContent = words.length > 0 ? `${shown} of ${rows.length}` : String(rows.length);
+  if (noMatch) noMatch.hidden = shown > 0 || kept.length === 0;
+  if (count) count.textContent = words.length > 0 ? `${shown} of ${kept.length}` : String(kept.length);
 }
 
 function clearFilter() {
@@ -223,7 +225,7 @@ if (search) {
   keys.push(["/", "Filter the list"], ["Enter", "Open the first match (in the filter)"], ["Esc", "Clear the filter"]);
 }
 if (search) {
-  keys.push(["x", "Select the focused row"], ["c", "Compare the two selected"], ["g", "Group the selected…"]);
+  keys.push(["x", "Select the focused row"], ["c", "Compare the two selected"], ["g", "Group the selected…"], ["d", "Delete the selected"], ["z", "Undo the last delete"]);
 }
 keys.push(["u", "Upload: choose a file"], ["Esc", "Cancel an upload"], ["?", "Show these keys"]);
 keyboardHelp(keys);
@@ -236,6 +238,7 @@ const groupButton = document.getElementById("group-selected");
 const selectionCount = document.getElementById("selection-count");
 const selectAll = document.getElementById("select-all");
 const groupDialog = document.getElementById("group-dialog");
+const deleteButton = document.getElementById("delete-selected");
 /** Selected rows, in the order they were selected. */
 let selected = [];
 
@@ -246,7 +249,7 @@ function rowName(row) {
 function updateSelection() {
   const rows = [...(table?.tBodies[0].rows ?? [])];
   for (const row of rows) row.classList.toggle("selected", selected.includes(row));
-  if (selected.length === 0) selectionCount.textContent = "Select rows to compare or group";
+  if (selected.length === 0) selectionCount.textContent = "Select rows to compare, group or delete";
   else if (selected.length === 1) selectionCount.textContent = "1 selected · pick one more to compare";
   else selectionCount.textContent = `${selected.length} selected`;
   if (selected.length === 2) {
@@ -261,6 +264,7 @@ function updateSelection() {
     compareButton.title = "Select exactly two snapshots to compare them; the older one is the before side (c)";
   }
   groupButton.disabled = selected.length === 0;
+  deleteButton.disabled = selected.length === 0;
   const visible = rows.filter((row) => !row.hidden);
   const chosen = visible.filter((row) => selected.includes(row)).length;
   selectAll.checked = visible.length > 0 && chosen === visible.length;
@@ -359,6 +363,94 @@ if (table && compareButton) {
     } else if (event.key === "g" && selected.length > 0) {
       event.preventDefault();
       openGroupDialog();
+    } else if (event.key === "d" && selected.length > 0) {
+      event.preventDefault();
+      deleteSelected();
+    } else if (event.key === "z" && lastDeleted.length > 0) {
+      event.preventDefault();
+      undoDelete();
     }
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Deleting rows, and undoing it: a delete moves snapshots to the server's trash, so a mistaken
+// click costs nothing. The rows are hidden, not reloaded away, so the Undo bar stays put.
+
+const undoBar = document.getElementById("undo-bar");
+/** The rows the last delete removed, for Undo. */
+let lastDeleted = [];
+
+/** Sends `method` to `url`; throws with the server's message when it refuses. */
+async function send(method, url) {
+  const response = await fetch(url, { method });
+  if (!response.ok) {
+    const body = await response.json().catch(() => null);
+    throw new Error(body?.error?.message ?? `the server answered ${response.status}`);
+  }
+  return response;
+}
+
+async function deleteSelected() {
+  if (selected.length === 0) return;
+  const rows = [...selected];
+  deleteButton.disabled = true;
+  const done = [];
+  let failure = null;
+  for (const row of rows) {
+    try {
+      await send("DELETE", `/api/snapshots/${row.dataset.id}`);
+      done.push(row);
+    } catch (error) {
+      failure = `Could not delete ${rowName(row)}: ${error.message}`;
+    }
+  }
+  for (const row of done) {
+    row.dataset.deleted = "1";
+    row.querySelector("input.select-row").checked = false;
+  }
+  selected = selected.filter((row) => !done.includes(row));
+  filter();
+  updateSelection();
+  if (done.length > 0) {
+    lastDeleted = done;
+    const what = done.length === 1 ? `“${rowName(done[0])}”` : `${done.length} snapshots`;
+    document.getElementById("undo-message").textContent = `Deleted ${what}`;
+    undoBar.hidden = false;
+    // Straight to Undo, so Enter or Space takes the mistake back.
+    document.getElementById("undo-delete").focus();
+  }
+  if (failure) toast(failure, 5000);
+}
+
+async function undoDelete() {
+  const rows = lastDeleted;
+  if (rows.length === 0) return;
+  lastDeleted = [];
+  undoBar.hidden = true;
+  const restored = [];
+  let failure = null;
+  for (const row of rows) {
+    try {
+      await send("POST", `/api/snapshots/${row.dataset.id}/restore`);
+      delete row.dataset.deleted;
+      restored.push(row);
+    } catch (error) {
+      failure = `Could not restore ${rowName(row)}: ${error.message}`;
+    }
+  }
+  filter();
+  updateSelection();
+  if (failure) toast(failure, 5000);
+  else toast(restored.length === 1 ? `Restored “${rowName(restored[0])}”` : `Restored ${restored.length} snapshots`);
+  restored[0]?.querySelector("a.name")?.focus();
+}
+
+if (undoBar && deleteButton) {
+  deleteButton.addEventListener("click", deleteSelected);
+  document.getElementById("undo-delete").addEventListener("click", undoDelete);
+  document.getElementById("undo-dismiss").addEventListener("click", () => {
+    undoBar.hidden = true;
+    lastDeleted = [];
   });
 }

@@ -40,6 +40,8 @@ struct IndexPage {
     /// Every group label in use, for the "Group…" dialog's suggestions.
     groups: Vec<String>,
     max_upload: String,
+    /// How long a deleted snapshot can be restored (`--trash-days`).
+    trash_days: u32,
 }
 
 /// One line of the snapshot list.
@@ -298,6 +300,7 @@ pub async fn index(State(state): State<AppState>) -> Response {
             .collect(),
         groups,
         max_upload: bytes(state.config.max_upload_bytes),
+        trash_days: state.config.trash_days,
     })
 }
 

@@ -27,7 +27,11 @@ async function uploadViaApi(file, name) {
 
 /** The console errors this script causes on purpose: refused uploads, and the 404 page's status. */
 function expectedErrors(text, url) {
-  return /Failed to load resource: the server responded with a status of (400|404)/.test(text) && (url.includes("/api/snapshots") || url.includes("/s/0123456789abcdef"));
+  return (
+    (/Failed to load resource: the server responded with a status of (400|404)/.test(text) && (url.includes("/api/snapshots") || url.includes("/s/0123456789abcdef"))) ||
+    // A deleted snapshot's page answers 410 Gone.
+    (/Failed to load resource: the server responded with a status of 410/.test(text) && url.includes("/s/"))
+  );
 }
 
 /** Drops `bytes` as a file called `name` on the drop zone, the way a browser would. */
@@ -324,6 +328,48 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     assertEqual((await page.locator("h1").textContent()).trim(), "Snapshot not found", "heading");
     assert(await page.locator(".error-page a[href='/']").isVisible(), "no way back to the list");
     await shot(page, "error-404");
+    await clean(page);
+  });
+
+  await step("deleting a row offers Undo, which brings it back; the keyboard does both", async () => {
+    await page.goto(`${BASE}/`);
+    const row = page.locator(`table.snapshots tbody tr[data-id="${state.noHistory}"]`);
+    const count = async () => (await page.locator(".count").textContent()).trim();
+    const before = await count();
+    await row.locator("input.select-row").check();
+    await page.locator("#delete-selected").click();
+    await until(async () => await row.isHidden(), "the deleted row hidden");
+    const bar = page.locator("#undo-bar");
+    assert(await bar.isVisible(), "no Undo bar after a delete");
+    assert((await bar.textContent()).includes("Deleted “no_history”"), `the Undo bar says ${await bar.textContent()}`);
+    assertEqual(await page.evaluate(() => document.activeElement?.id), "undo-delete", "focus after a delete");
+    assertEqual(Number(await count()), Number(before) - 1, "the count after a delete");
+    assertEqual((await api(`/api/snapshots/${state.noHistory}`)).status, 410, "the API of a deleted snapshot");
+    await shot(page, "index-undo", { fullPage: false });
+    await page.keyboard.press("Enter");
+    await until(async () => await row.isVisible(), "the row back after Undo");
+    assert(await bar.isHidden(), "the Undo bar stays after Undo");
+    assertEqual((await api(`/api/snapshots/${state.noHistory}`)).status, 200, "the API after Undo");
+    assertEqual(await count(), before, "the count after Undo");
+    // 'x' selects the focused row, 'd' deletes, 'z' undoes.
+    await row.locator("a.name").focus();
+    await page.keyboard.press("x");
+    await page.keyboard.press("d");
+    await until(async () => await row.isHidden(), "the row hidden after 'd'");
+    const response = await page.goto(`${BASE}/s/${state.noHistory}`);
+    assertEqual(response.status(), 410, "a deleted snapshot's page");
+    assertEqual((await page.locator("h1").textContent()).trim(), "Snapshot deleted", "heading");
+    assert((await page.locator(".error-page").textContent()).includes("restore"), "the page says it can be restored");
+    await page.goBack();
+    const restored = await api(`/api/snapshots/${state.noHistory}/restore`, { method: "POST" });
+    assertEqual(restored.status, 200, "restore through the API");
+    await page.goto(`${BASE}/`);
+    await row.locator("input.select-row").check();
+    await page.keyboard.press("d");
+    await until(async () => await row.isHidden(), "the row hidden again");
+    await page.locator("body").click({ position: { x: 5, y: 5 } });
+    await page.keyboard.press("z");
+    await until(async () => await row.isVisible(), "the row back after 'z'");
     await clean(page);
   });
 
