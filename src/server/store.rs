@@ -339,16 +339,12 @@ impl FileStore {
             return Ok(Lookup::Absent);
         };
         let deleted_at_ms = row.deleted_at_ms;
-        let record = match row.decode() {
-            Ok(record) => record,
-            Err((mut record, error)) => {
-                // The snapshot itself is still readable from its blob; only the list's summary
-                // row is lost, and the next start-up rebuilds it.
-                tracing::warn!(id = %record.id, %error, "a stored summary is unreadable");
-                record.summary = serde_json::Value::Null;
-                record
-            }
-        };
+        let (record, error) = row.decode();
+        if let Some(error) = error {
+            // The snapshot itself is still readable from its blob; only the list's summary row
+            // is lost, and the next start-up rebuilds it.
+            tracing::warn!(id = %record.id, %error, "a stored summary is unreadable");
+        }
         Ok(match deleted_at_ms {
             Some(deleted_at_ms) => Lookup::Trashed {
                 record,
@@ -578,15 +574,16 @@ struct StoredRow {
 }
 
 impl StoredRow {
-    /// The record with its summary; on an unreadable summary, the record without it and why.
-    fn decode(self) -> Result<Record, (Record, serde_json::Error)> {
+    /// The record with its summary; on an unreadable summary, the record without it (`Null`)
+    /// and why.
+    fn decode(self) -> (Record, Option<serde_json::Error>) {
         let mut record = self.record;
         match serde_json::from_str(&self.summary) {
             Ok(summary) => {
                 record.summary = summary;
-                Ok(record)
+                (record, None)
             }
-            Err(error) => Err((record, error)),
+            Err(error) => (record, Some(error)),
         }
     }
 }
@@ -739,8 +736,8 @@ impl Store for FileStore {
         let mut listing = Listing::default();
         for row in statement.query_map([], Self::row)? {
             let record = match row?.decode() {
-                Ok(record) => record,
-                Err((record, error)) => {
+                (record, None) => record,
+                (record, Some(error)) => {
                     tracing::warn!(id = %record.id, %error, "left out of the list: its stored summary is unreadable");
                     listing.unlisted.push(Unlisted {
                         id: record.id,
