@@ -672,4 +672,38 @@ fn a_full_disk_refuses_an_upload_cleanly_and_blocks_nothing_after() {
     let id = json["id"].as_str().expect("id");
     let (status, _) = server.get(&format!("/api/snapshots/{id}"));
     assert_eq!(status, 200);
+
+    // Now a disk with room for the upload's file but not for the index's write that follows
+    // its rename into place: the blob must not stay behind eating the space (an orphan that
+    // would block every later upload).
+    let bytes = unique_snapshot("full");
+    let pages = bytes.len().div_ceil(4096) as u64;
+    let available = || -> u64 {
+        let out = Command::new("df")
+            .args(["-B1", "--output=avail"])
+            .arg(&dir)
+            .output()
+            .expect("df");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .and_then(|l| l.trim().parse().ok())
+            .expect("df's number")
+    };
+    let filler = root.path().join("data").join("filler");
+    std::fs::write(&filler, vec![0u8; (available() - pages * 4096) as usize]).expect("filler");
+    assert_eq!(available(), pages * 4096, "room for the upload alone");
+    let (status, json) = server.upload(&bytes, "?name=full");
+    // The index's write fails after the blob's rename ("database or disk is full").
+    assert!(status >= 500, "{status} {json}");
+    assert!(json.to_string().contains("full"), "{json}");
+    let blobs: Vec<PathBuf> = stored_files(&dir)
+        .into_iter()
+        .filter(|p| !p.ends_with(blob_path(&dir, id).strip_prefix(&dir).expect("inside")))
+        .collect();
+    assert!(blobs.is_empty(), "an orphan left behind: {blobs:?}");
+    assert_eq!(server.listed_ids(), [id], "the store is as it was");
+    std::fs::remove_file(&filler).expect("free the disk");
+    let (status, json) = server.upload(&bytes, "?name=full");
+    assert_eq!(status, 201, "{json}");
 }
