@@ -673,6 +673,8 @@ fn serve(config: ServeConfig, files: Vec<PathBuf>) -> Result<(), String> {
                 .unwrap_or_else(|_| "snapview=info,tower_http=warn".into()),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, not in a log file or journald.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     let served = runtime.block_on(async move {

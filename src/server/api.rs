@@ -202,7 +202,7 @@ pub async fn raw(
     let record = record(&state, &id).await?;
     let file = tokio::fs::File::open(state.store.blob_path(&id))
         .await
-        .map_err(|e| ApiError::Internal(format!("the stored file is unreadable: {e}")))?;
+        .map_err(|e| ApiError::Internal(format!("the stored file of {id} is unreadable: {e}")))?;
     let body = Body::from_stream(tokio_util::io::ReaderStream::new(file));
     Ok((
         [

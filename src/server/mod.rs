@@ -150,7 +150,9 @@ pub fn router(state: AppState) -> Router {
             header::REFERRER_POLICY,
             HeaderValue::from_static("same-origin"),
         ))
-        .layer(TraceLayer::new_for_http())
+        // A 5xx is logged once, with its details and reference, where its answer is made
+        // (`ApiError::public`); the trace layer's own failure line would only repeat it.
+        .layer(TraceLayer::new_for_http().on_failure(()))
         .with_state(state)
 }
 

@@ -484,14 +484,11 @@ fn display_name(filename: &str) -> String {
     if name.is_empty() { base } else { name }.to_owned()
 }
 
-/// The last path component, without control characters (it is shown and sent in a header).
+/// The last path component, without control characters, at most 200 characters (it is shown,
+/// and sent back encoded in `Content-Disposition`).
 fn sanitize_filename(filename: &str) -> String {
     let base = filename.rsplit(['/', '\\']).next().unwrap_or(filename);
-    let clean: String = base
-        .chars()
-        .filter(|c| !c.is_control() && *c != '"')
-        .take(200)
-        .collect();
+    let clean: String = base.chars().filter(|c| !c.is_control()).take(200).collect();
     if clean.is_empty() {
         "snapshot.pickle".to_owned()
     } else {
@@ -508,6 +505,6 @@ mod tests {
         assert_eq!(display_name("runs/gpt2_run.pickle"), "gpt2_run");
         assert_eq!(display_name("x.pickle.gz"), "x");
         assert_eq!(display_name(".pickle"), ".pickle");
-        assert_eq!(sanitize_filename("../../a\"b\n.pickle"), "ab.pickle");
+        assert_eq!(sanitize_filename("../../a\"b\n.pickle"), "a\"b.pickle");
     }
 }
