@@ -962,3 +962,20 @@ fn json_answer(
             .map_or_else(|| format!("the server answered {status}"), str::to_owned))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration(" 2m "), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        for bad in ["", "0", "0s", "-1s", "5 parsecs", "2d", "nan"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -5,6 +5,7 @@
 mod common;
 
 use common::served::{Served, blobs_and_temps, wait_until};
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Command;
@@ -99,7 +100,7 @@ fn multipart(filename: &str, bytes: &[u8]) -> Vec<u8> {
 }
 
 #[test]
-fn six_hundred_slow_sockets_do_not_stop_the_server() {
+fn six_hundred_slow_uploads_do_not_stop_the_server() {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
     let server = Served::start(
@@ -113,12 +114,13 @@ fn six_hundred_slow_sockets_do_not_stop_the_server() {
             "3s",
         ],
     );
-    // 300 uploads that send their headers and one byte of body, and 300 connections that send
-    // one byte of a request line: the two ways to hold a server with nothing.
+    // 600 uploads that send their headers and one byte of body (before the fix, each parked
+    // one of tokio's 512 blocking threads and the server answered nothing more, SIGTERM
+    // included), and 100 connections that send one byte of a request line.
     let mut sockets = Vec::new();
-    for i in 0..600 {
+    for i in 0..700 {
         let mut socket = TcpStream::connect(&server.address).expect("connect");
-        if i % 2 == 0 {
+        if i < 600 {
             write!(
                 socket,
                 "POST /api/snapshots?name=slow{i} HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\nContent-Length: 100000\r\n\r\n\x02"
@@ -168,16 +170,25 @@ fn six_hundred_slow_sockets_do_not_stop_the_server() {
         assert!(Instant::now() < deadline, "uploads never resumed");
         std::thread::sleep(Duration::from_millis(250));
     }
-    // The stalled uploads were answered 408 and left nothing behind.
-    let mut answer = String::new();
-    sockets[0]
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    let _ = sockets[0].read_to_string(&mut answer);
-    assert!(
-        answer.starts_with("HTTP/1.1 408") || answer.starts_with("HTTP/1.1 503"),
-        "{answer}"
-    );
+    // The uploads that held the slots were answered 408, all others 503 at once.
+    let mut statuses = BTreeMap::new();
+    for socket in &mut sockets[..600] {
+        socket
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut answer = Vec::new();
+        let mut buffer = [0u8; 4096];
+        while !response_is_complete(&answer) {
+            match socket.read(&mut buffer) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => answer.extend_from_slice(&buffer[..n]),
+            }
+        }
+        *statuses
+            .entry(status_of(&String::from_utf8_lossy(&answer)))
+            .or_insert(0) += 1;
+    }
+    assert_eq!(statuses, BTreeMap::from([(408, 4), (503, 596)]));
     let stored = server.stored();
     assert_eq!(stored.len(), 1, "{stored:?}");
     assert_eq!(stored[0]["name"], "new");
@@ -500,4 +511,56 @@ fn a_server_failure_answers_500_without_paths_and_logs_once() {
     assert_eq!(lines.len(), 1, "{log}");
     assert!(lines[0].contains(reference), "{log}");
     assert!(lines[0].contains(&id), "the log says which snapshot: {log}");
+}
+
+#[test]
+fn connections_are_bounded_and_idle_ones_closed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let server = Served::start(&data, &["--max-connections", "3", "--header-timeout", "1s"]);
+    let idle: Vec<TcpStream> = (0..3)
+        .map(|_| TcpStream::connect(&server.address).expect("connect"))
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    // Every slot is held by a connection that says nothing: the next one is told so at once.
+    let answer = exchange(
+        &server.address,
+        "GET /api/snapshots HTTP/1.1\r\nHost: x\r\n\r\n".to_owned(),
+        Vec::new(),
+    );
+    assert_eq!(status_of(&answer), 503, "{answer}");
+    assert!(answer.contains("Retry-After: "), "{answer}");
+    assert!(answer.contains("--max-connections"), "{answer}");
+    // The header timeout closes connections that send nothing, which frees their slots.
+    let started = Instant::now();
+    for mut socket in idle {
+        socket
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut rest = Vec::new();
+        let _ = socket.read_to_end(&mut rest);
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    // A kept-alive connection left idle after its request is closed the same way.
+    let mut kept = TcpStream::connect(&server.address).expect("connect");
+    kept.write_all(b"GET /api/snapshots HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("request");
+    kept.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let started = Instant::now();
+    let mut everything = Vec::new();
+    let _ = kept.read_to_end(&mut everything);
+    let everything = String::from_utf8_lossy(&everything);
+    assert!(everything.starts_with("HTTP/1.1 200"), "{everything}");
+    let idle_for = started.elapsed();
+    assert!(
+        idle_for > Duration::from_millis(500) && idle_for < Duration::from_secs(3),
+        "closed after {idle_for:?}"
+    );
+    let (status, _) = server.call("GET", "/api/snapshots", None);
+    assert_eq!(status, 200);
 }
