@@ -4,7 +4,7 @@
 
 use crate::analysis::{Analysis, Summary};
 use crate::format::{bytes, count, duration_us};
-use crate::server::{AppState, ServeConfig};
+use crate::server::{AppState, ConnectionLimits, ServeConfig};
 use crate::snapshot::{LoadOptions, Snapshot, load_path};
 use crate::torch_text::{self, FoldedKind};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -75,6 +75,23 @@ enum Command {
         /// own when the index is empty but files are stored).
         #[arg(long)]
         reindex: bool,
+        /// Open connections at most; a connection past it is answered 503 and closed.
+        #[arg(long, env = "SNAPVIEW_MAX_CONNECTIONS", default_value_t = 1024)]
+        max_connections: usize,
+        /// Uploads received at once at most; past it an upload is answered 503 with
+        /// Retry-After (each holds a parser thread and its snapshot in memory).
+        #[arg(long, env = "SNAPVIEW_MAX_UPLOADS", default_value_t = 8)]
+        max_uploads: usize,
+        /// Time a client has to send a request's headers; also how long a kept-alive
+        /// connection may sit idle. E.g. 30s, 500ms, 2m.
+        #[arg(long, env = "SNAPVIEW_HEADER_TIMEOUT", default_value = "30s")]
+        header_timeout: String,
+        /// Longest wait for the next bytes of a request body (408 and nothing kept past it).
+        #[arg(long, env = "SNAPVIEW_BODY_TIMEOUT", default_value = "30s")]
+        body_timeout: String,
+        /// On SIGTERM or Ctrl-C, how long requests in flight may take before the server exits.
+        #[arg(long, env = "SNAPVIEW_SHUTDOWN_GRACE", default_value = "5s")]
+        shutdown_grace: String,
         /// Snapshot files to import at start; their URLs are printed.
         files: Vec<PathBuf>,
     },
@@ -199,8 +216,26 @@ impl Config {
                 public_url,
                 trash_days,
                 reindex,
+                max_connections,
+                max_uploads,
+                header_timeout,
+                body_timeout,
+                shutdown_grace,
                 files,
             } => {
+                if max_connections == 0 || max_uploads == 0 {
+                    return Err("--max-connections and --max-uploads must be at least 1".to_owned());
+                }
+                let limits = ConnectionLimits {
+                    max_connections,
+                    max_uploads,
+                    header_timeout: parse_duration(&header_timeout)
+                        .map_err(|e| format!("--header-timeout: {e}"))?,
+                    body_timeout: parse_duration(&body_timeout)
+                        .map_err(|e| format!("--body-timeout: {e}"))?,
+                    shutdown_grace: parse_duration(&shutdown_grace)
+                        .map_err(|e| format!("--shutdown-grace: {e}"))?,
+                };
                 let addr: SocketAddr = addr.parse().map_err(|_| {
                     format!("--addr {addr:?} is not an address like 127.0.0.1:7878")
                 })?;
@@ -232,6 +267,7 @@ impl Config {
                         public_url,
                         trash_days,
                         reindex,
+                        limits,
                     },
                     files,
                 }
@@ -347,6 +383,29 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         other => return Err(format!("unknown unit {other:?} in {text:?}")),
     };
     Ok((value * multiplier) as u64)
+}
+
+/// `30s`, `500ms`, `2m`, `1.5` (seconds) → a duration; zero is refused, since every timeout
+/// here bounds how long a client may hold something.
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    let wrong = || format!("{text:?} is not a duration like 30s, 500ms or 2m");
+    let value: f64 = number.parse().map_err(|_| wrong())?;
+    let seconds = match unit.trim() {
+        "" | "s" => value,
+        "ms" => value / 1000.0,
+        "m" | "min" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => return Err(wrong()),
+    };
+    if !(seconds > 0.0 && seconds <= 86_400.0) {
+        return Err(format!("{text:?} must be more than 0 and at most a day"));
+    }
+    Ok(std::time::Duration::from_secs_f64(seconds))
 }
 
 /// Percent-encodes a query value.
@@ -626,9 +685,11 @@ fn serve(config: ServeConfig, files: Vec<PathBuf>) -> Result<(), String> {
                 .unwrap_or_else(|_| "snapview=info,tower_http=warn".into()),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, not in a log file or journald.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         let data_dir = config.data_dir.clone();
         let state = AppState::open(config.clone())
             .map_err(|e| format!("cannot open the data folder {}: {e}", data_dir.display()))?;
@@ -646,7 +707,11 @@ fn serve(config: ServeConfig, files: Vec<PathBuf>) -> Result<(), String> {
         crate::server::serve(state, listener)
             .await
             .map_err(|e| format!("the server failed: {e}"))
-    })
+    });
+    // Dropping the runtime would wait for every blocking task; the grace period is over, so
+    // what is still running (a store write at most) gets a moment, not forever.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    served
 }
 
 fn run_diff(
@@ -907,5 +972,22 @@ fn json_answer(
         Err(json["error"]["message"]
             .as_str()
             .map_or_else(|| format!("the server answered {status}"), str::to_owned))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration(" 2m "), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        for bad in ["", "0", "0s", "-1s", "5 parsecs", "2d", "nan"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
     }
 }

@@ -58,6 +58,68 @@ pub fn summary_row(summary: &Summary) -> serde_json::Value {
     })
 }
 
+/// Most characters a name or group may have.
+pub const LABEL_MAX_CHARS: usize = 200;
+
+/// The one rule for a snapshot's `name` and `group`, wherever they come from (upload query,
+/// PATCH): trimmed, not empty, at most [`LABEL_MAX_CHARS`] characters, no control characters
+/// (they would break the list's layout, the log's lines and the headers names end up in).
+pub fn clean_label(field: &str, value: &str) -> Result<String, ApiError> {
+    let trimmed = value.trim();
+    let chars = trimmed.chars().count();
+    if chars == 0 {
+        return Err(ApiError::BadRequest(format!("the {field} is empty")));
+    }
+    if chars > LABEL_MAX_CHARS {
+        return Err(ApiError::BadRequest(format!(
+            "the {field} has {chars} characters; at most {LABEL_MAX_CHARS} are allowed"
+        )));
+    }
+    if let Some(control) = trimmed.chars().find(|c| c.is_control()) {
+        return Err(ApiError::BadRequest(format!(
+            "the {field} contains the control character U+{:04X}",
+            u32::from(control)
+        )));
+    }
+    Ok(trimmed.to_owned())
+}
+
+/// A group by [`clean_label`]'s rule, except that an empty (or blank) group is allowed: it
+/// means "in no group", which is how the list's dialog takes a snapshot out of its group.
+pub fn clean_group(value: &str) -> Result<String, ApiError> {
+    if value.trim().is_empty() {
+        Ok(String::new())
+    } else {
+        clean_label("group", value)
+    }
+}
+
+/// A `Content-Disposition` for downloading `filename`: an ASCII `filename="..."` for old
+/// clients (quotes, backslashes and anything not printable ASCII become `_`) and, per RFC 6266
+/// and RFC 5987, `filename*=UTF-8''...` with the exact name percent-encoded.
+pub fn attachment_disposition(filename: &str) -> String {
+    let fallback: String = filename
+        .chars()
+        .map(|c| {
+            if (c.is_ascii_graphic() && c != '"' && c != '\\') || c == ' ' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let mut encoded = String::with_capacity(filename.len());
+    for byte in filename.bytes() {
+        // RFC 5987's attr-char: these go as they are, every other byte percent-encoded.
+        if byte.is_ascii_alphanumeric() || b"!#$&+-.^_`|~".contains(&byte) {
+            encoded.push(char::from(byte));
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    format!("attachment; filename=\"{fallback}\"; filename*=UTF-8''{encoded}")
+}
+
 pub fn parse_id(text: &str) -> Result<SnapshotId, ApiError> {
     SnapshotId::parse(text).ok_or_else(|| ApiError::BadId(text.chars().take(64).collect()))
 }
@@ -175,7 +237,7 @@ pub async fn raw(
     let record = record(&state, &id).await?;
     let file = tokio::fs::File::open(state.store.blob_path(&id))
         .await
-        .map_err(|e| ApiError::Internal(format!("the stored file is unreadable: {e}")))?;
+        .map_err(|e| ApiError::Internal(format!("the stored file of {id} is unreadable: {e}")))?;
     let body = Body::from_stream(tokio_util::io::ReaderStream::new(file));
     Ok((
         [
@@ -183,7 +245,7 @@ pub async fn raw(
             (header::CONTENT_LENGTH, record.size_bytes.to_string()),
             (
                 header::CONTENT_DISPOSITION,
-                format!("attachment; filename=\"{}\"", record.filename),
+                attachment_disposition(&record.filename),
             ),
         ],
         body,
@@ -252,25 +314,23 @@ pub async fn patch(
 ) -> Result<Json<SnapshotView>, ApiError> {
     let id = parse_id(&id)?;
     record(&state, &id).await?;
-    if let Some(name) = &patch.name {
-        let name = name.trim();
-        if name.is_empty() || name.chars().count() > 200 {
-            return Err(ApiError::BadRequest(
-                "a name must have 1 to 200 characters".into(),
-            ));
-        }
-    }
+    let name = patch
+        .name
+        .as_deref()
+        .map(|name| clean_label("name", name))
+        .transpose()?;
+    let group = patch.group.as_deref().map(clean_group).transpose()?;
     let store = state.store.clone();
     let target = id.clone();
     let actor = actor_name(actor);
     let updated = tokio::task::spawn_blocking(move || {
         let actor = actor.as_deref();
         let mut record = None;
-        if let Some(name) = patch.name {
-            record = store.rename(&target, name.trim(), actor)?;
+        if let Some(name) = name {
+            record = store.rename(&target, &name, actor)?;
         }
-        if let Some(group) = patch.group {
-            record = store.set_group(&target, group.trim(), actor)?;
+        if let Some(group) = group {
+            record = store.set_group(&target, &group, actor)?;
         }
         match record {
             Some(record) => Ok(Some(record)),
@@ -322,4 +382,58 @@ pub async fn audit(
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))??;
     Ok(Json(AuditLog { entries }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_groups_follow_one_rule() {
+        assert_eq!(clean_label("name", "  run 42 ").expect("ok"), "run 42");
+        assert_eq!(
+            clean_label("name", "ünïcødé 名前").expect("ok"),
+            "ünïcødé 名前"
+        );
+        let longest = "é".repeat(LABEL_MAX_CHARS);
+        assert_eq!(clean_label("name", &longest).expect("ok"), longest);
+        for bad in [
+            "",
+            "   ",
+            "a\nb",
+            "tab\there",
+            "nul\0",
+            "esc\u{1b}[31m",
+            "del\u{7f}",
+        ] {
+            let error = clean_label("name", bad).expect_err(bad);
+            assert_eq!(error.status(), StatusCode::BAD_REQUEST, "{bad:?}");
+            assert!(error.to_string().contains("name"), "{error}");
+        }
+        let too_long = clean_label("group", &"x".repeat(LABEL_MAX_CHARS + 1)).expect_err("long");
+        assert!(
+            too_long.to_string().contains("201 characters"),
+            "{too_long}"
+        );
+        // A group may be cleared; otherwise it follows the same rule.
+        assert_eq!(clean_group("  ").expect("clear"), "");
+        assert_eq!(clean_group(" job42 ").expect("ok"), "job42");
+        assert!(clean_group("a\rb").is_err());
+    }
+
+    #[test]
+    fn download_names_are_encoded_for_old_and_new_clients() {
+        assert_eq!(
+            attachment_disposition("run.pickle"),
+            "attachment; filename=\"run.pickle\"; filename*=UTF-8''run.pickle"
+        );
+        assert_eq!(
+            attachment_disposition("my \"best\" run€.pickle"),
+            "attachment; filename=\"my _best_ run_.pickle\"; filename*=UTF-8''my%20%22best%22%20run%E2%82%AC.pickle"
+        );
+        assert_eq!(
+            attachment_disposition("a\\b;c.pickle"),
+            "attachment; filename=\"a_b;c.pickle\"; filename*=UTF-8''a%5Cb%3Bc.pickle"
+        );
+    }
 }

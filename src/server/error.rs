@@ -1,9 +1,16 @@
 //! One error type for the HTTP API, mapped exhaustively to status codes and to the one error
 //! shape every endpoint uses: `{"error": {"code": "...", "message": "..."}}`.
+//!
+//! What a client sees is [`ApiError::public`]: a server-side failure ([`ApiError::Internal`])
+//! answers only "internal error" and a reference, because its details (paths in the data
+//! folder, SQLite's words) are for the operator, not for whoever sent the request; the details
+//! are logged once, with the same reference, when the answer is made.
 
 use axum::Json;
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -21,9 +28,29 @@ pub enum ApiError {
     NotASnapshot(String),
     #[error("the upload is larger than this server's limit of {limit} bytes (--max-upload)")]
     TooLarge { limit: u64 },
+    /// The client stopped sending its body for longer than `--body-timeout`.
+    #[error(
+        "the upload stalled: no bytes arrived for {} s (--body-timeout)",
+        .0.as_secs_f64()
+    )]
+    BodyStalled(Duration),
+    /// Every upload slot is taken (`--max-uploads`); the client should retry after a while.
+    #[error("the server is receiving {0} uploads already (--max-uploads); retry in a few seconds")]
+    Busy(usize),
+    /// A failure on the server's side. The text is for the log only (it may name server paths).
     #[error("{0}")]
     Internal(String),
 }
+
+/// What the client is told about an error.
+pub struct PublicError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+}
+
+/// Seconds a refused upload is told to wait before it tries again.
+pub const RETRY_AFTER_SECONDS: u64 = 5;
 
 impl ApiError {
     pub fn status(&self) -> StatusCode {
@@ -34,6 +61,8 @@ impl ApiError {
                 StatusCode::BAD_REQUEST
             }
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BodyStalled(_) => StatusCode::REQUEST_TIMEOUT,
+            ApiError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -46,26 +75,98 @@ impl ApiError {
             ApiError::BadRequest(_) => "bad_request",
             ApiError::NotASnapshot(_) => "not_a_snapshot",
             ApiError::TooLarge { .. } => "too_large",
+            ApiError::BodyStalled(_) => "body_timeout",
+            ApiError::Busy(_) => "busy",
             ApiError::Internal(_) => "internal",
+        }
+    }
+
+    /// The status, code and message to send. For an internal error this logs its details with
+    /// a fresh reference and the message carries only that reference, so call it once per
+    /// answer.
+    pub fn public(&self) -> PublicError {
+        let message = match self {
+            ApiError::Internal(details) => {
+                let reference = incident_reference();
+                tracing::error!(reference = %reference, error = %details, "request failed");
+                format!(
+                    "internal error (reference {reference}; the details are in the server's log)"
+                )
+            }
+            other => other.to_string(),
+        };
+        PublicError {
+            status: self.status(),
+            code: self.code(),
+            message,
         }
     }
 }
 
+/// A short reference that ties a client's "internal error" to its line in the log: the
+/// process's start time and a counter, so references from a restarted server do not repeat.
+fn incident_reference() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    static EPOCH: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let epoch = *EPOCH.get_or_init(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    });
+    format!(
+        "{:x}-{}",
+        epoch & 0xff_ffff,
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
 impl From<super::store::StoreError> for ApiError {
     fn from(error: super::store::StoreError) -> Self {
-        tracing::error!(%error, "storage failed");
-        ApiError::Internal(error.to_string())
+        // Logged when the answer is made (`ApiError::public`), not here: once per failure.
+        ApiError::Internal(format!("storage failed: {error}"))
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if matches!(self, ApiError::Internal(_)) {
-            tracing::error!(error = %self, "request failed");
-        }
+        let public = self.public();
         let body = serde_json::json!({
-            "error": { "code": self.code(), "message": self.to_string() }
+            "error": { "code": public.code, "message": public.message }
         });
-        (self.status(), Json(body)).into_response()
+        let mut response = (public.status, Json(body)).into_response();
+        if matches!(self, ApiError::Busy(_)) {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_errors_tell_the_client_nothing_of_the_server() {
+        let error = ApiError::Internal(
+            "cannot open /srv/snapview/blobs/ab/abcdef.pickle: permission denied".into(),
+        );
+        let public = error.public();
+        assert_eq!(public.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(public.message.starts_with("internal error (reference "));
+        assert!(!public.message.contains("/srv"), "{}", public.message);
+        // Each failure gets its own reference.
+        assert_ne!(error.public().message, public.message);
+    }
+
+    #[test]
+    fn busy_answers_carry_retry_after() {
+        let response = ApiError::Busy(4).into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            response.headers().get(header::RETRY_AFTER),
+            Some(&HeaderValue::from(RETRY_AFTER_SECONDS))
+        );
     }
 }

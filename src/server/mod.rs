@@ -10,6 +10,7 @@ pub mod api;
 pub mod assets;
 pub mod cache;
 pub mod compare;
+pub mod connections;
 pub mod error;
 pub mod pages;
 pub mod store;
@@ -23,7 +24,9 @@ use axum::routing::{get, post};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 use tower_http::set_header::SetResponseHeaderLayer;
+use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 /// A validated `serve` configuration.
@@ -40,6 +43,8 @@ pub struct ServeConfig {
     pub trash_days: u32,
     /// Rebuild the index from the stored blobs at start (`--reindex`).
     pub reindex: bool,
+    /// What slow or idle clients may hold, and for how long.
+    pub limits: ConnectionLimits,
 }
 
 impl ServeConfig {
@@ -49,12 +54,44 @@ impl ServeConfig {
     }
 }
 
+/// Bounds on what clients can hold, so that no number of slow or stalled clients stops the
+/// server from answering (`snapview serve --max-connections` and friends).
+#[derive(Debug, Clone)]
+pub struct ConnectionLimits {
+    /// Open connections at most; past it a new connection is answered 503 and closed.
+    pub max_connections: usize,
+    /// Uploads received at once at most; past it an upload is answered 503 with Retry-After.
+    /// Each holds a parser thread and a parsed snapshot in memory while its bytes arrive.
+    pub max_uploads: usize,
+    /// Time a client has to send a request's headers, and the longest a kept-alive connection
+    /// may sit idle between requests.
+    pub header_timeout: Duration,
+    /// Longest wait for the next bytes of a request body before the request is dropped (408).
+    pub body_timeout: Duration,
+    /// After SIGTERM or Ctrl-C, how long requests in flight may take before the server exits.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 1024,
+            max_uploads: 8,
+            header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(5),
+        }
+    }
+}
+
 /// Shared by every handler.
 #[derive(Clone)]
 pub struct AppState {
     pub store: Arc<dyn store::Store>,
     pub cache: Arc<cache::AnalysisCache>,
     pub config: Arc<ServeConfig>,
+    /// One permit per upload being received (`--max-uploads`).
+    pub upload_slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl AppState {
@@ -72,6 +109,7 @@ impl AppState {
         Ok(Self {
             store: Arc::new(store),
             cache: Arc::new(cache::AnalysisCache::new(config.cache_budget_bytes)),
+            upload_slots: Arc::new(tokio::sync::Semaphore::new(config.limits.max_uploads)),
             config: Arc::new(config),
         })
     }
@@ -122,6 +160,7 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; st
 
 pub fn router(state: AppState) -> Router {
     let upload_limit = usize::try_from(state.config.max_upload_bytes).unwrap_or(usize::MAX);
+    let body_timeout = state.config.limits.body_timeout;
     let api = Router::new()
         .route(
             "/api/snapshots",
@@ -132,7 +171,12 @@ pub fn router(state: AppState) -> Router {
         )
         .route(
             "/api/snapshots/{id}",
-            get(api::get).delete(api::delete).patch(api::patch),
+            get(api::get)
+                .delete(api::delete)
+                .patch(api::patch)
+                // A PATCH body that stops arriving must not hold its connection forever (the
+                // upload has its own, per-chunk, timeout).
+                .layer(RequestBodyTimeoutLayer::new(body_timeout)),
         )
         .route("/api/snapshots/{id}/restore", post(api::restore))
         .route("/api/snapshots/{id}/raw", get(api::raw))
@@ -169,17 +213,18 @@ pub fn router(state: AppState) -> Router {
             header::REFERRER_POLICY,
             HeaderValue::from_static("same-origin"),
         ))
-        .layer(TraceLayer::new_for_http())
+        // A 5xx is logged once, with its details and reference, where its answer is made
+        // (`ApiError::public`); the trace layer's own failure line would only repeat it.
+        .layer(TraceLayer::new_for_http().on_failure(()))
         .with_state(state)
 }
 
-/// Runs the server until Ctrl-C or SIGTERM; `on_ready` gets the bound address (the port may have
-/// been 0).
+/// Runs the server until Ctrl-C or SIGTERM, then gives the requests in flight
+/// `--shutdown-grace` to finish and returns.
 pub async fn serve(state: AppState, listener: tokio::net::TcpListener) -> std::io::Result<()> {
+    let limits = state.config.limits.clone();
     let trash = tokio::spawn(empty_trash_periodically(state.clone()));
-    let served = axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown_signal())
-        .await;
+    let served = connections::serve(listener, router(state), &limits, shutdown_signal()).await;
     trash.abort();
     served
 }

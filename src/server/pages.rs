@@ -260,7 +260,8 @@ fn render(page: impl Template) -> Response {
 
 /// An API error as a page a person can read.
 fn error_page(error: ApiError) -> Response {
-    let status = error.status();
+    let public = error.public();
+    let status = public.status;
     let title = match status {
         StatusCode::NOT_FOUND => "Snapshot not found",
         StatusCode::GONE => "Snapshot deleted",
@@ -270,7 +271,7 @@ fn error_page(error: ApiError) -> Response {
     let mut response = render(ErrorPage {
         assets: Assets::new(),
         title: title.to_owned(),
-        message: error.to_string(),
+        message: public.message,
     });
     *response.status_mut() = status;
     response

@@ -4,14 +4,21 @@
 //! body (413), a file that is not a snapshot (400, with the reader's message) or a client that
 //! disconnects mid-upload leaves the store exactly as it was, because the temporary file is
 //! removed by `TempFile`'s drop on every path that does not store it.
+//!
+//! Slow clients cannot stop the server: at most `--max-uploads` are received at once (past it,
+//! 503 with Retry-After, before a byte of the body is read); each parses on a thread of its own,
+//! never one of tokio's blocking threads that file writes and the store need; and a body that
+//! sends nothing for `--body-timeout` is dropped with 408, which also ends its parser (the
+//! parser sees the end of its input).
 
 use super::AppState;
-use super::api::{SnapshotView, summary_row};
+use super::api::{SnapshotView, clean_group, clean_label, summary_row};
 use super::cache::Loaded;
 use super::error::ApiError;
 use super::store::{NewSnapshot, SnapshotId};
 use axum::Json;
 use axum::body::Bytes;
+use axum::extract::multipart::MultipartError;
 use axum::extract::{Query, Request, State};
 use axum::http::{StatusCode, header};
 use futures_util::{Stream, StreamExt};
@@ -20,6 +27,7 @@ use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 
 #[derive(Debug, Deserialize, Default)]
@@ -98,12 +106,71 @@ impl std::io::Read for ChannelReader {
 
 type ParseResult = Result<Loaded, crate::snapshot::LoadError>;
 
+/// Starts parsing what arrives on `chunks`, on a thread of its own: the parser blocks whenever
+/// the client is slow, and on tokio's blocking pool enough such uploads would leave no thread
+/// for the file writes and store calls every request needs (the server stopped answering at
+/// ~513 slow uploads). Upload slots bound how many of these threads exist.
+fn spawn_parser(
+    chunks: tokio::sync::mpsc::Receiver<Bytes>,
+) -> Result<tokio::sync::oneshot::Receiver<ParseResult>, ApiError> {
+    let (answer, result) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("snapview-upload-parser".into())
+        .spawn(move || {
+            let reader = ChannelReader {
+                chunks,
+                current: Bytes::new(),
+            };
+            let parsed = crate::snapshot::load_reader(reader, Default::default()).map(Loaded::new);
+            // The upload may have been dropped meanwhile; then nobody wants the answer.
+            let _ = answer.send(parsed);
+        })
+        .map_err(|e| ApiError::Internal(format!("cannot start a parser thread: {e}")))?;
+    Ok(result)
+}
+
 async fn join_parser(
-    handle: tokio::task::JoinHandle<ParseResult>,
+    parser: tokio::sync::oneshot::Receiver<ParseResult>,
 ) -> Result<ParseResult, ApiError> {
-    handle
+    parser
         .await
-        .map_err(|e| ApiError::Internal(format!("the parser failed: {e}")))
+        .map_err(|_| ApiError::Internal("the parser thread stopped without an answer".into()))
+}
+
+/// A reader's refusal as the client sees it: a file that cannot be opened is the server's
+/// problem (and its message names a server path), anything else is the upload's.
+fn refused(error: crate::snapshot::LoadError) -> ApiError {
+    match error {
+        crate::snapshot::LoadError::Open { .. } => ApiError::Internal(error.to_string()),
+        other => ApiError::NotASnapshot(other.to_string()),
+    }
+}
+
+/// An error from a request body on its way in.
+trait BodyError: std::fmt::Display {
+    /// Whether the body went past a size limit before it reached the upload (a chunked
+    /// multipart form over `--max-upload`: its length is known only as it arrives).
+    fn is_too_large(&self) -> bool {
+        false
+    }
+}
+
+impl BodyError for axum::Error {}
+
+impl BodyError for std::io::Error {}
+
+impl BodyError for MultipartError {
+    fn is_too_large(&self) -> bool {
+        self.status() == StatusCode::PAYLOAD_TOO_LARGE
+    }
+}
+
+fn interrupted(error: &impl BodyError, limit: u64) -> ApiError {
+    if error.is_too_large() {
+        ApiError::TooLarge { limit }
+    } else {
+        ApiError::BadRequest(format!("the upload was interrupted: {error}"))
+    }
 }
 
 /// Chunks in flight between the network and the parser (a few MB at most).
@@ -111,16 +178,18 @@ const PARSE_QUEUE: usize = 64;
 
 /// Writes a byte stream to a temp file, hashing it and parsing it as it arrives (so a large
 /// upload is analysed by the time its last byte lands, and a file that is not a snapshot is
-/// refused after its first bytes), refusing it past `limit` bytes.
+/// refused after its first bytes), refusing it past `limit` bytes or when no bytes arrive for
+/// `stall_timeout`.
 async fn receive<S, E>(
     mut stream: S,
     dir: &Path,
     limit: u64,
     parse: bool,
+    stall_timeout: Duration,
 ) -> Result<Received, ApiError>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
-    E: std::fmt::Display,
+    E: BodyError,
 {
     let file = TempFile::new(dir);
     let mut out = tokio::fs::File::create(&file.path)
@@ -128,23 +197,20 @@ where
         .map_err(|e| ApiError::Internal(format!("cannot create a temporary file: {e}")))?;
     let (chunks, mut parser) = if parse {
         let (chunks, receiver) = tokio::sync::mpsc::channel::<Bytes>(PARSE_QUEUE);
-        let parser = tokio::task::spawn_blocking(move || {
-            let reader = ChannelReader {
-                chunks: receiver,
-                current: Bytes::new(),
-            };
-            crate::snapshot::load_reader(reader, Default::default()).map(Loaded::new)
-        });
-        (Some(chunks), Some(parser))
+        (Some(chunks), Some(spawn_parser(receiver)?))
     } else {
         (None, None)
     };
     let mut parsed = None;
     let mut hasher = Sha256::new();
     let mut size = 0u64;
-    while let Some(chunk) = stream.next().await {
-        let chunk =
-            chunk.map_err(|e| ApiError::BadRequest(format!("the upload was interrupted: {e}")))?;
+    // On every early return below, `chunks` is dropped (the parser sees the end of its input
+    // and stops) and so is `file` (the partial upload is removed).
+    while let Some(chunk) = tokio::time::timeout(stall_timeout, stream.next())
+        .await
+        .map_err(|_| ApiError::BodyStalled(stall_timeout))?
+    {
+        let chunk = chunk.map_err(|e| interrupted(&e, limit))?;
         if chunk.is_empty() {
             continue;
         }
@@ -162,7 +228,7 @@ where
             // snapshot and is refused now, without reading the rest; if it succeeded, the rest
             // is trailing data after the pickle's STOP, which Python ignores too.
             let result = join_parser(handle).await?;
-            parsed = Some(result.map_err(|e| ApiError::NotASnapshot(e.to_string()))?);
+            parsed = Some(result.map_err(refused)?);
         }
         if let (Some(chunks), Some(_)) = (&chunks, &parser) {
             // A send fails only when the parser has stopped; the next chunk checks why.
@@ -175,11 +241,7 @@ where
     }
     let loaded = match (parsed, parser) {
         (Some(loaded), _) => Some(loaded),
-        (None, Some(handle)) => Some(
-            join_parser(handle)
-                .await?
-                .map_err(|e| ApiError::NotASnapshot(e.to_string()))?,
-        ),
+        (None, Some(handle)) => Some(join_parser(handle).await?.map_err(refused)?),
         (None, None) => None,
     };
     out.flush()
@@ -201,6 +263,13 @@ pub async fn upload(
     request: Request,
 ) -> Result<(StatusCode, Json<SnapshotView>), ApiError> {
     let limit = state.config.max_upload_bytes;
+    // Checked before a byte of the body is read, so a refused upload costs nothing.
+    let labels = Labels::from_params(&params)?;
+    let _slot = state
+        .upload_slots
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::Busy(state.config.limits.max_uploads))?;
     let declared = request
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -221,14 +290,18 @@ pub async fn upload(
         .and_then(|actor| actor.0.clone());
     let temp_dir = state.store.temp_dir();
     let parse = !maybe_duplicate(&state, declared).await;
+    let stall_timeout = state.config.limits.body_timeout;
     let (received, part_filename) = if is_multipart {
-        receive_multipart(request, &temp_dir, limit, parse).await?
+        receive_multipart(request, &temp_dir, limit, parse, stall_timeout).await?
     } else {
         let stream = request.into_body().into_data_stream();
-        (receive(stream, &temp_dir, limit, parse).await?, None)
+        (
+            receive(stream, &temp_dir, limit, parse, stall_timeout).await?,
+            None,
+        )
     };
 
-    let (view, created) = ingest(&state, received, params, part_filename, actor).await?;
+    let (view, created) = ingest(&state, received, params, labels, part_filename, actor).await?;
     let status = if created {
         StatusCode::CREATED
     } else {
@@ -250,11 +323,45 @@ pub async fn import_path(state: &AppState, path: &Path) -> Result<SnapshotView, 
         &state.store.temp_dir(),
         state.config.max_upload_bytes,
         parse,
+        state.config.limits.body_timeout,
     )
     .await?;
     let filename = path.file_name().map(|n| n.to_string_lossy().into_owned());
-    let (view, _) = ingest(state, received, UploadParams::default(), filename, None).await?;
+    let (view, _) = ingest(
+        state,
+        received,
+        UploadParams::default(),
+        Labels::default(),
+        filename,
+        None,
+    )
+    .await?;
     Ok(view)
+}
+
+/// An upload's `name` and `group`, by the rules PATCH uses too.
+#[derive(Default)]
+struct Labels {
+    name: Option<String>,
+    group: String,
+}
+
+impl Labels {
+    fn from_params(params: &UploadParams) -> Result<Self, ApiError> {
+        Ok(Self {
+            name: params
+                .name
+                .as_deref()
+                .map(|name| clean_label("name", name))
+                .transpose()?,
+            group: params
+                .group
+                .as_deref()
+                .map(clean_group)
+                .transpose()?
+                .unwrap_or_default(),
+        })
+    }
 }
 
 /// Parses a received file and, if it is a snapshot, stores it: returns its view and whether it
@@ -263,20 +370,19 @@ async fn ingest(
     state: &AppState,
     received: Received,
     params: UploadParams,
+    labels: Labels,
     part_filename: Option<String>,
     actor: Option<String>,
 ) -> Result<(SnapshotView, bool), ApiError> {
-    let filename = params
-        .filename
-        .clone()
-        .or(part_filename)
-        .or_else(|| params.name.clone())
-        .unwrap_or_else(|| "snapshot.pickle".to_owned());
-    let name = params
-        .name
-        .clone()
-        .filter(|n| !n.trim().is_empty())
-        .unwrap_or_else(|| display_name(&filename));
+    let filename = sanitize_filename(
+        &params
+            .filename
+            .clone()
+            .or(part_filename)
+            .or_else(|| labels.name.clone())
+            .unwrap_or_else(|| "snapshot.pickle".to_owned()),
+    );
+    let name = labels.name.unwrap_or_else(|| display_name(&filename));
     let id = SnapshotId::from_digest(&received.digest);
 
     let store = state.store.clone();
@@ -298,7 +404,7 @@ async fn ingest(
             })
             .await
             .map_err(|e| ApiError::Internal(format!("the parser failed: {e}")))?
-            .map_err(|e| ApiError::NotASnapshot(e.to_string()))?
+            .map_err(refused)?
         }
     };
     let loaded = Arc::new(loaded);
@@ -306,9 +412,9 @@ async fn ingest(
     let new = NewSnapshot {
         id: id.clone(),
         name,
-        filename: sanitize_filename(&filename),
+        filename,
         size_bytes: received.size,
-        group: params.group.unwrap_or_default().trim().to_owned(),
+        group: labels.group,
         summary: summary_row(&loaded.summary),
     };
     let temp_path = received.file.keep();
@@ -350,21 +456,24 @@ async fn receive_multipart(
     dir: &Path,
     limit: u64,
     parse: bool,
+    stall_timeout: Duration,
 ) -> Result<(Received, Option<String>), ApiError> {
     use axum::extract::FromRequest;
     let mut multipart = axum::extract::Multipart::from_request(request, &())
         .await
         .map_err(|e| ApiError::BadRequest(format!("unreadable multipart form: {e}")))?;
-    while let Some(field) = multipart
-        .next_field()
+    // Fields other than `file` are read through while waiting for the next one; they are small
+    // form values, so that whole wait is bounded like one chunk's.
+    while let Some(field) = tokio::time::timeout(stall_timeout, multipart.next_field())
         .await
-        .map_err(|e| ApiError::BadRequest(format!("the upload was interrupted: {e}")))?
+        .map_err(|_| ApiError::BodyStalled(stall_timeout))?
+        .map_err(|e| interrupted(&e, limit))?
     {
         if field.name() != Some("file") {
             continue;
         }
         let filename = field.file_name().map(str::to_owned);
-        let received = receive(field, dir, limit, parse).await?;
+        let received = receive(field, dir, limit, parse, stall_timeout).await?;
         return Ok((received, filename));
     }
     Err(ApiError::BadRequest(
@@ -382,14 +491,11 @@ fn display_name(filename: &str) -> String {
     if name.is_empty() { base } else { name }.to_owned()
 }
 
-/// The last path component, without control characters (it is shown and sent in a header).
+/// The last path component, without control characters, at most 200 characters (it is shown,
+/// and sent back encoded in `Content-Disposition`).
 fn sanitize_filename(filename: &str) -> String {
     let base = filename.rsplit(['/', '\\']).next().unwrap_or(filename);
-    let clean: String = base
-        .chars()
-        .filter(|c| !c.is_control() && *c != '"')
-        .take(200)
-        .collect();
+    let clean: String = base.chars().filter(|c| !c.is_control()).take(200).collect();
     if clean.is_empty() {
         "snapshot.pickle".to_owned()
     } else {
@@ -406,6 +512,6 @@ mod tests {
         assert_eq!(display_name("runs/gpt2_run.pickle"), "gpt2_run");
         assert_eq!(display_name("x.pickle.gz"), "x");
         assert_eq!(display_name(".pickle"), ".pickle");
-        assert_eq!(sanitize_filename("../../a\"b\n.pickle"), "ab.pickle");
+        assert_eq!(sanitize_filename("../../a\"b\n.pickle"), "a\"b.pickle");
     }
 }

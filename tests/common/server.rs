@@ -28,6 +28,7 @@ impl TestServer {
             public_url: "http://snapview.test".into(),
             trash_days: 7,
             reindex: false,
+            limits: Default::default(),
         };
         Self {
             state: AppState::open(config).expect("open"),
