@@ -4,6 +4,7 @@
 
 use crate::analysis::{Analysis, Summary};
 use crate::format::{bytes, count, duration_us};
+use crate::server::access::{AccessConfig, NamedToken};
 use crate::server::{AppState, ServeConfig};
 use crate::snapshot::{LoadOptions, Snapshot, load_path};
 use crate::torch_text::{self, FoldedKind};
@@ -67,6 +68,28 @@ enum Command {
         /// The URL links should use, if not http://ADDR (behind a proxy, say).
         #[arg(long, env = "SNAPVIEW_PUBLIC_URL")]
         public_url: Option<String>,
+        /// Writes (upload, rename, delete, restore) need `Authorization: Bearer TOKEN` with this
+        /// token. Prefer the environment variable: command lines are visible to other users.
+        #[arg(long, env = "SNAPVIEW_WRITE_TOKEN", hide_env_values = true)]
+        write_token: Option<String>,
+        /// A file of named write tokens, one `name:token` per line; the name is recorded with
+        /// each write.
+        #[arg(long, env = "SNAPVIEW_TOKENS_FILE")]
+        tokens_file: Option<PathBuf>,
+        /// Every page and API read needs this token (or a write token); pages ask for it once
+        /// and keep a session cookie.
+        #[arg(long, env = "SNAPVIEW_READ_TOKEN", hide_env_values = true)]
+        read_token: Option<String>,
+        /// A header a trusted SSO proxy sets to the signed-in user, e.g. X-Forwarded-User: its
+        /// value is recorded with each write. Only safe when nothing but the proxy can reach
+        /// the port.
+        #[arg(long, env = "SNAPVIEW_USER_HEADER")]
+        user_header: Option<String>,
+        /// Host names the server answers to, comma-separated (e.g. gpu-box,gpu-box.lan), besides
+        /// localhost and the public URL's host. Bound to loopback, other names are always refused
+        /// (DNS rebinding); given, the check applies to any binding.
+        #[arg(long, env = "SNAPVIEW_ALLOWED_HOSTS", value_name = "HOSTS")]
+        allowed_hosts: Option<String>,
         /// Snapshot files to import at start; their URLs are printed.
         files: Vec<PathBuf>,
     },
@@ -94,6 +117,9 @@ enum Command {
         /// How many stacks to list each way.
         #[arg(long, default_value_t = 10)]
         top: usize,
+        /// The token a --server that needs one wants (sent as `Authorization: Bearer`).
+        #[arg(long, env = "SNAPVIEW_TOKEN", hide_env_values = true)]
+        token: Option<String>,
     },
     /// Upload a snapshot to a snapview server and print its URL.
     Upload {
@@ -108,6 +134,9 @@ enum Command {
         /// A group label, e.g. the job whose ranks these are.
         #[arg(long)]
         group: Option<String>,
+        /// The server's write token, if it needs one (sent as `Authorization: Bearer`).
+        #[arg(long, env = "SNAPVIEW_TOKEN", hide_env_values = true)]
+        token: Option<String>,
     },
 }
 
@@ -139,6 +168,7 @@ enum Config {
     Upload {
         file: PathBuf,
         url: String,
+        token: Option<String>,
     },
     Diff {
         source: DiffSource,
@@ -153,8 +183,11 @@ enum Config {
 #[derive(Debug)]
 enum DiffSource {
     Files(PathBuf, PathBuf),
-    /// `GET {server}/api/compare/{before}/{after}`.
-    Server(String),
+    /// `GET {server}/api/compare/{before}/{after}`, with the server's token if it needs one.
+    Server {
+        url: String,
+        token: Option<String>,
+    },
 }
 
 impl Config {
@@ -189,6 +222,11 @@ impl Config {
                 max_upload,
                 cache,
                 public_url,
+                write_token,
+                tokens_file,
+                read_token,
+                user_header,
+                allowed_hosts,
                 files,
             } => {
                 let addr: SocketAddr = addr.parse().map_err(|_| {
@@ -220,6 +258,13 @@ impl Config {
                         cache_budget_bytes: parse_size(&cache)
                             .map_err(|e| format!("--cache: {e}"))?,
                         public_url,
+                        access: access_config(
+                            write_token,
+                            tokens_file,
+                            read_token,
+                            user_header,
+                            allowed_hosts,
+                        )?,
                     },
                     files,
                 }
@@ -232,6 +277,7 @@ impl Config {
                 ignore_lines,
                 server,
                 top,
+                token,
             } => {
                 if let Some(pct) = max_peak_growth
                     && !(pct.is_finite() && pct >= 0.0)
@@ -254,7 +300,7 @@ impl Config {
                             server.trim_end_matches('/')
                         );
                         check_server_url(&server)?;
-                        DiffSource::Server(url)
+                        DiffSource::Server { url, token }
                     }
                     None => {
                         let (before, after) = (PathBuf::from(before), PathBuf::from(after));
@@ -276,6 +322,7 @@ impl Config {
                 server,
                 name,
                 group,
+                token,
             } => {
                 check(&file)?;
                 let filename = file
@@ -294,10 +341,59 @@ impl Config {
                     url.push_str(&format!("&group={}", query_escape(&group)));
                 }
                 check_server_url(&server)?;
-                Config::Upload { file, url }
+                Config::Upload { file, url, token }
             }
         })
     }
+}
+
+/// The `serve` access flags, checked: tokens long enough, the tokens file readable and
+/// well-formed, the header and host names valid.
+fn access_config(
+    write_token: Option<String>,
+    tokens_file: Option<PathBuf>,
+    read_token: Option<String>,
+    user_header: Option<String>,
+    allowed_hosts: Option<String>,
+) -> Result<AccessConfig, String> {
+    let mut write_tokens = Vec::new();
+    if let Some(token) = write_token.filter(|t| !t.is_empty()) {
+        AccessConfig::check_token("--write-token", &token)?;
+        write_tokens.push(NamedToken { name: None, token });
+    }
+    if let Some(path) = tokens_file {
+        write_tokens.extend(AccessConfig::read_tokens_file(&path)?);
+    }
+    let read_token = match read_token.filter(|t| !t.is_empty()) {
+        Some(token) => {
+            AccessConfig::check_token("--read-token", &token)?;
+            if write_tokens.iter().any(|t| t.token == token) {
+                return Err(
+                    "--read-token is also a write token: whoever may only read could write".into(),
+                );
+            }
+            crate::server::access::check_randomness()?;
+            Some(NamedToken { name: None, token })
+        }
+        None => None,
+    };
+    let user_header = match user_header.filter(|h| !h.is_empty()) {
+        Some(name) => Some(
+            axum::http::HeaderName::try_from(name.as_str())
+                .map_err(|_| format!("--user-header {name:?} is not a header name"))?,
+        ),
+        None => None,
+    };
+    let allowed_hosts = match allowed_hosts {
+        Some(list) => AccessConfig::parse_hosts(&list)?,
+        None => Vec::new(),
+    };
+    Ok(AccessConfig {
+        write_tokens,
+        read_token,
+        user_header,
+        allowed_hosts,
+    })
 }
 
 /// `$XDG_DATA_HOME/snapview`, else `~/.local/share/snapview`.
@@ -389,7 +485,7 @@ fn run_other(config: Config) -> Result<(), String> {
         // Handled by `run`.
         Config::Diff { .. } => String::new(),
         Config::Serve { config, files } => return serve(config, files),
-        Config::Upload { file, url } => upload(&file, &url)?,
+        Config::Upload { file, url, token } => upload(&file, &url, token.as_deref())?,
         Config::Summary { file, json } => {
             let snapshot = load_with_progress(&file)?;
             let analysis = Analysis::new(&snapshot);
@@ -662,8 +758,8 @@ fn run_diff(
                 crate::analysis::diff::diff((&b.0, &b.1, &b.2), (&a.0, &a.1, &a.2), options),
             )
         }
-        DiffSource::Server(url) => {
-            let json = http_get_json(&url)?;
+        DiffSource::Server { url, token } => {
+            let json = http_get_json(&url, token.as_deref())?;
             let diff = serde_json::from_value(json["diff"].clone())
                 .map_err(|e| format!("unexpected answer from the server: {e}"))?;
             let name = |side: &str| json[side]["name"].as_str().unwrap_or(side).to_owned();
@@ -853,28 +949,49 @@ fn unreachable(error: ureq::Error) -> String {
     }
 }
 
-fn http_get_json(url: &str) -> Result<serde_json::Value, String> {
-    let response = http_agent().get(url).call().map_err(unreachable)?;
-    json_answer(response, 256 << 20)
+/// The `Authorization` header value for a token given with --token or SNAPVIEW_TOKEN.
+fn bearer(token: Option<&str>) -> Option<String> {
+    token
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| format!("Bearer {t}"))
+}
+
+fn http_get_json(url: &str, token: Option<&str>) -> Result<serde_json::Value, String> {
+    let mut request = http_agent().get(url);
+    if let Some(authorization) = bearer(token) {
+        request = request.header("Authorization", authorization);
+    }
+    let response = request.call().map_err(unreachable)?;
+    json_answer(response, 256 << 20, bearer(token).is_some())
 }
 
 /// `snapview upload`: streams the file to the server and returns the line to print.
-fn upload(file: &Path, url: &str) -> Result<String, String> {
+fn upload(file: &Path, url: &str, token: Option<&str>) -> Result<String, String> {
     let mut reader =
         std::fs::File::open(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
-    let response = http_agent()
+    let mut request = http_agent()
         .post(url)
         .header("Content-Type", "application/octet-stream")
+        // The server answers a refusal (no token, say) before reading the body: without this,
+        // the refusal is lost in a broken pipe while the file is still being sent.
+        .header("Expect", "100-continue");
+    if let Some(authorization) = bearer(token) {
+        request = request.header("Authorization", authorization);
+    }
+    let response = request
         .send(ureq::SendBody::from_reader(&mut reader))
         .map_err(unreachable)?;
-    let json = json_answer(response, 16 << 20)?;
+    let json = json_answer(response, 16 << 20, bearer(token).is_some())?;
     Ok(format!("{}\n", json["url"].as_str().unwrap_or_default()))
 }
 
-/// The JSON body of a server's answer (at most `limit` bytes), or the error it reports.
+/// The JSON body of a server's answer (at most `limit` bytes), or the error it reports;
+/// `sent_token` says whether the request carried one, to tell the user what to do on a 401.
 fn json_answer(
     mut response: ureq::http::Response<ureq::Body>,
     limit: u64,
+    sent_token: bool,
 ) -> Result<serde_json::Value, String> {
     let status = response.status();
     let body = response
@@ -883,17 +1000,31 @@ fn json_answer(
         .limit(limit)
         .read_to_string()
         .map_err(|e| format!("unreadable answer from the server: {e}"))?;
-    let json: serde_json::Value = serde_json::from_str(&body).map_err(|_| {
-        format!(
-            "the server answered {status} without JSON: {}",
-            body.chars().take(200).collect::<String>()
-        )
-    })?;
+    let json: serde_json::Value = match serde_json::from_str(&body) {
+        Ok(json) => json,
+        // A proxy in front may answer 401 with its own page; the hint still applies.
+        Err(_) if status == ureq::http::StatusCode::UNAUTHORIZED => serde_json::Value::Null,
+        Err(_) => {
+            return Err(format!(
+                "the server answered {status} without JSON: {}",
+                body.chars().take(200).collect::<String>()
+            ));
+        }
+    };
+    let message = json["error"]["message"]
+        .as_str()
+        .map_or_else(|| format!("the server answered {status}"), str::to_owned);
     if status.is_success() {
         Ok(json)
+    } else if status == ureq::http::StatusCode::UNAUTHORIZED && !sent_token {
+        Err(format!(
+            "the server needs a token: set SNAPVIEW_TOKEN (or pass --token) ({message})"
+        ))
+    } else if status == ureq::http::StatusCode::UNAUTHORIZED {
+        Err(format!(
+            "the server refused the token from SNAPVIEW_TOKEN / --token: {message}"
+        ))
     } else {
-        Err(json["error"]["message"]
-            .as_str()
-            .map_or_else(|| format!("the server answered {status}"), str::to_owned))
+        Err(message)
     }
 }

@@ -18,6 +18,15 @@ pub enum ApiError {
     NotASnapshot(String),
     #[error("the upload is larger than this server's limit of {limit} bytes (--max-upload)")]
     TooLarge { limit: u64 },
+    /// No token, or one that does not grant what the request wants.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// A write sent by another site's page.
+    #[error("{0}")]
+    Forbidden(String),
+    /// A Host this server does not answer to (DNS rebinding).
+    #[error("{0}")]
+    WrongHost(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -30,6 +39,9 @@ impl ApiError {
                 StatusCode::BAD_REQUEST
             }
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::WrongHost(_) => StatusCode::MISDIRECTED_REQUEST,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -41,6 +53,9 @@ impl ApiError {
             ApiError::BadRequest(_) => "bad_request",
             ApiError::NotASnapshot(_) => "not_a_snapshot",
             ApiError::TooLarge { .. } => "too_large",
+            ApiError::Unauthorized(_) => "unauthorized",
+            ApiError::Forbidden(_) => "cross_site",
+            ApiError::WrongHost(_) => "wrong_host",
             ApiError::Internal(_) => "internal",
         }
     }

@@ -5,6 +5,7 @@
 //! on the async workers. Pages are askama templates; assets are embedded and served under
 //! hashed names; every response carries a Content-Security-Policy that allows only this origin.
 
+pub mod access;
 pub mod api;
 pub mod assets;
 pub mod cache;
@@ -35,6 +36,8 @@ pub struct ServeConfig {
     pub cache_budget_bytes: u64,
     /// `http://host:port` as links should show it.
     pub public_url: String,
+    /// Tokens, the trusted user header and the accepted Host names (see `access`).
+    pub access: access::AccessConfig,
 }
 
 /// Shared by every handler.
@@ -91,9 +94,15 @@ pub fn router(state: AppState) -> Router {
         .route("/compare/{a}", get(pages::compare_picker))
         .route("/compare/{a}/{b}", get(pages::compare))
         .route("/g/{name}", get(pages::group))
+        .route("/login", get(access::login_form).post(access::login))
         .route("/static/{*path}", get(assets::serve))
         .merge(api)
         .fallback(pages::not_found)
+        // Before any handler (and the fallback) runs: Host, cross-site writes, tokens, Actor.
+        .layer(axum::middleware::from_fn_with_state(
+            access::Access::new(&state.config),
+            access::check,
+        ))
         .layer(SetResponseHeaderLayer::overriding(
             header::CONTENT_SECURITY_POLICY,
             HeaderValue::from_static(CONTENT_SECURITY_POLICY),

@@ -26,6 +26,7 @@ impl TestServer {
             max_upload_bytes,
             cache_budget_bytes: 1 << 32,
             public_url: "http://snapview.test".into(),
+            access: Default::default(),
         };
         Self {
             state: AppState::open(config).expect("open"),
