@@ -528,7 +528,8 @@ pub async fn check(State(access): State<Access>, mut request: Request, next: Nex
     };
     if !is_public(&method, &path) {
         if write && access.writes_need_token() && grant < Grant::Write {
-            let message = if grant == Grant::Read && !access.write.is_empty() {
+            let bearer = request.headers().contains_key(header::AUTHORIZATION);
+            let message = if bearer && grant == Grant::Read {
                 "this token may read but not change snapshots: send a write token as `Authorization: Bearer TOKEN`"
             } else {
                 "this server needs a token to change snapshots: send `Authorization: Bearer TOKEN` (snapview upload and diff read it from SNAPVIEW_TOKEN or --token)"
