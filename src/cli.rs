@@ -363,6 +363,18 @@ fn access_config(
     }
     if let Some(path) = tokens_file {
         write_tokens.extend(AccessConfig::read_tokens_file(&path)?);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            if std::fs::metadata(&path).is_ok_and(|meta| meta.permissions().mode() & 0o077 != 0) {
+                // Before the log starts, so on stderr directly; a warning, not a refusal, as a
+                // team may share it through a group on purpose.
+                eprintln!(
+                    "snapview: warning: {} is readable by other users (chmod 600 it)",
+                    path.display()
+                );
+            }
+        }
     }
     let read_token = match read_token.filter(|t| !t.is_empty()) {
         Some(token) => {
@@ -726,11 +738,31 @@ fn serve(config: ServeConfig, files: Vec<PathBuf>) -> Result<(), String> {
             }
         }
         tracing::info!(data_dir = %data_dir.display(), "snapshots are kept here");
+        log_access(&config);
         println!("snapview is serving at {}/", config.public_url);
         crate::server::serve(state, listener)
             .await
             .map_err(|e| format!("the server failed: {e}"))
     })
+}
+
+/// Says at start who may do what, and warns when a shared server lets anyone delete.
+fn log_access(config: &ServeConfig) {
+    let access = &config.access;
+    if !access.write_tokens.is_empty() {
+        tracing::info!(
+            tokens = access.write_tokens.len(),
+            "writes need a write token (Authorization: Bearer)"
+        );
+    } else if !config.addr.ip().is_loopback() && access.read_token.is_none() {
+        tracing::warn!(
+            addr = %config.addr,
+            "no --write-token: anyone who can reach this address can upload, rename and delete snapshots"
+        );
+    }
+    if access.read_token.is_some() {
+        tracing::info!("pages and API reads need the read token (or a write token)");
+    }
 }
 
 fn run_diff(

@@ -842,3 +842,64 @@ fn serve_refuses_weak_or_malformed_access_settings() {
         );
     }
 }
+
+#[cfg(unix)]
+#[test]
+fn a_tokens_file_others_can_read_is_warned_about_and_still_works() {
+    use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, format!("# uploaders\nalice:{ALICE_TOKEN}\n")).expect("write");
+    std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_snapview"))
+        .args([
+            "serve",
+            "--addr",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
+        .arg(dir.path().join("data"))
+        .arg("--tokens-file")
+        .arg(&tokens)
+        .env("RUST_LOG", "snapview=info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the server did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let file = common::path_of("mempool");
+    let url = format!("http://127.0.0.1:{port}");
+    let output = snapview(
+        &["upload", file.to_str().expect("utf-8"), "--server", &url],
+        Some(ALICE_TOKEN),
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .expect("read");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stderr.contains("readable by other users"), "{stderr}");
+    assert!(stderr.contains("writes need a write token"), "{stderr}");
+    assert!(
+        !stderr.contains(ALICE_TOKEN),
+        "the log shows the token: {stderr}"
+    );
+}
