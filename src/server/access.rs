@@ -85,9 +85,10 @@ impl AccessConfig {
                 "{flag}: a token needs at least {MIN_TOKEN_CHARS} characters (nothing limits how many a client may try); `openssl rand -hex 32` makes a good one"
             ));
         }
-        if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        // It travels in an HTTP header, which carries visible ASCII only.
+        if !token.chars().all(|c| c.is_ascii_graphic()) {
             return Err(format!(
-                "{flag}: a token cannot contain spaces or control characters"
+                "{flag}: a token may hold only visible ASCII characters (no spaces, no accents)"
             ));
         }
         Ok(())
@@ -686,6 +687,8 @@ mod tests {
         let error = |text: &str| AccessConfig::parse_tokens(text).expect_err(text);
         assert!(error("alice 0123456789abcdef0123").contains("line 1"));
         assert!(error("alice:short").contains("at least 16"));
+        assert!(error("alice:0123456789abcdef 0123").contains("visible ASCII"));
+        assert!(error("alice:0123456789abcdéf0123").contains("visible ASCII"));
         assert!(error("a:0123456789abcdef0123\na:1123456789abcdef0123").contains("twice"));
         assert!(error("a:0123456789abcdef0123\nb:0123456789abcdef0123").contains("same token"));
         assert!(error("# nothing\n").contains("no tokens"));
