@@ -4,6 +4,7 @@
 
 use crate::analysis::{Analysis, Summary};
 use crate::format::{bytes, count, duration_us};
+use crate::server::access::{AccessConfig, NamedToken};
 use crate::server::{AppState, ConnectionLimits, ServeConfig};
 use crate::snapshot::{LoadOptions, Snapshot, load_path};
 use crate::torch_text::{self, FoldedKind};
@@ -25,6 +26,8 @@ pub struct Cli {
     command: Command,
 }
 
+// `serve` has many more flags than the other commands; clap parses this once, so its size is moot.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Per device: events, peaks, totals at the snapshot, OOM events, the stacks holding the most
@@ -92,6 +95,28 @@ enum Command {
         /// On SIGTERM or Ctrl-C, how long requests in flight may take before the server exits.
         #[arg(long, env = "SNAPVIEW_SHUTDOWN_GRACE", default_value = "5s")]
         shutdown_grace: String,
+        /// Writes (upload, rename, delete, restore) need `Authorization: Bearer TOKEN` with this
+        /// token. Prefer the environment variable: command lines are visible to other users.
+        #[arg(long, env = "SNAPVIEW_WRITE_TOKEN", hide_env_values = true)]
+        write_token: Option<String>,
+        /// A file of named write tokens, one `name:token` per line; the name is recorded with
+        /// each write.
+        #[arg(long, env = "SNAPVIEW_TOKENS_FILE")]
+        tokens_file: Option<PathBuf>,
+        /// Every page and API read needs this token (or a write token); pages ask for it once
+        /// and keep a session cookie.
+        #[arg(long, env = "SNAPVIEW_READ_TOKEN", hide_env_values = true)]
+        read_token: Option<String>,
+        /// A header a trusted SSO proxy sets to the signed-in user, e.g. X-Forwarded-User: its
+        /// value is recorded with each write. Only safe when nothing but the proxy can reach
+        /// the port.
+        #[arg(long, env = "SNAPVIEW_USER_HEADER")]
+        user_header: Option<String>,
+        /// Host names the server answers to, comma-separated (e.g. gpu-box,gpu-box.lan), besides
+        /// localhost and the public URL's host. Bound to loopback, other names are always refused
+        /// (DNS rebinding); given, the check applies to any binding.
+        #[arg(long, env = "SNAPVIEW_ALLOWED_HOSTS", value_name = "HOSTS")]
+        allowed_hosts: Option<String>,
         /// Snapshot files to import at start; their URLs are printed.
         files: Vec<PathBuf>,
     },
@@ -119,6 +144,9 @@ enum Command {
         /// How many stacks to list each way.
         #[arg(long, default_value_t = 10)]
         top: usize,
+        /// The token a --server that needs one wants (sent as `Authorization: Bearer`).
+        #[arg(long, env = "SNAPVIEW_TOKEN", hide_env_values = true)]
+        token: Option<String>,
     },
     /// Upload a snapshot to a snapview server and print its URL.
     Upload {
@@ -133,6 +161,9 @@ enum Command {
         /// A group label, e.g. the job whose ranks these are.
         #[arg(long)]
         group: Option<String>,
+        /// The server's write token, if it needs one (sent as `Authorization: Bearer`).
+        #[arg(long, env = "SNAPVIEW_TOKEN", hide_env_values = true)]
+        token: Option<String>,
     },
 }
 
@@ -158,12 +189,14 @@ enum Config {
         output: Option<PathBuf>,
     },
     Serve {
-        config: ServeConfig,
+        // Boxed: the serve configuration is many times the size of the other commands'.
+        config: Box<ServeConfig>,
         files: Vec<PathBuf>,
     },
     Upload {
         file: PathBuf,
         url: String,
+        token: Option<String>,
     },
     Diff {
         source: DiffSource,
@@ -178,8 +211,11 @@ enum Config {
 #[derive(Debug)]
 enum DiffSource {
     Files(PathBuf, PathBuf),
-    /// `GET {server}/api/compare/{before}/{after}`.
-    Server(String),
+    /// `GET {server}/api/compare/{before}/{after}`, with the server's token if it needs one.
+    Server {
+        url: String,
+        token: Option<String>,
+    },
 }
 
 impl Config {
@@ -221,6 +257,11 @@ impl Config {
                 header_timeout,
                 body_timeout,
                 shutdown_grace,
+                write_token,
+                tokens_file,
+                read_token,
+                user_header,
+                allowed_hosts,
                 files,
             } => {
                 if max_connections == 0 || max_uploads == 0 {
@@ -257,7 +298,7 @@ impl Config {
                         format!("http://{host}:{}", addr.port())
                     });
                 Config::Serve {
-                    config: ServeConfig {
+                    config: Box::new(ServeConfig {
                         addr,
                         data_dir,
                         max_upload_bytes: parse_size(&max_upload)
@@ -268,7 +309,14 @@ impl Config {
                         trash_days,
                         reindex,
                         limits,
-                    },
+                        access: access_config(
+                            write_token,
+                            tokens_file,
+                            read_token,
+                            user_header,
+                            allowed_hosts,
+                        )?,
+                    }),
                     files,
                 }
             }
@@ -280,6 +328,7 @@ impl Config {
                 ignore_lines,
                 server,
                 top,
+                token,
             } => {
                 if let Some(pct) = max_peak_growth
                     && !(pct.is_finite() && pct >= 0.0)
@@ -302,7 +351,7 @@ impl Config {
                             server.trim_end_matches('/')
                         );
                         check_server_url(&server)?;
-                        DiffSource::Server(url)
+                        DiffSource::Server { url, token }
                     }
                     None => {
                         let (before, after) = (PathBuf::from(before), PathBuf::from(after));
@@ -324,6 +373,7 @@ impl Config {
                 server,
                 name,
                 group,
+                token,
             } => {
                 check(&file)?;
                 let filename = file
@@ -342,10 +392,71 @@ impl Config {
                     url.push_str(&format!("&group={}", query_escape(&group)));
                 }
                 check_server_url(&server)?;
-                Config::Upload { file, url }
+                Config::Upload { file, url, token }
             }
         })
     }
+}
+
+/// The `serve` access flags, checked: tokens long enough, the tokens file readable and
+/// well-formed, the header and host names valid.
+fn access_config(
+    write_token: Option<String>,
+    tokens_file: Option<PathBuf>,
+    read_token: Option<String>,
+    user_header: Option<String>,
+    allowed_hosts: Option<String>,
+) -> Result<AccessConfig, String> {
+    let mut write_tokens = Vec::new();
+    if let Some(token) = write_token.filter(|t| !t.is_empty()) {
+        AccessConfig::check_token("--write-token", &token)?;
+        write_tokens.push(NamedToken { name: None, token });
+    }
+    if let Some(path) = tokens_file {
+        write_tokens.extend(AccessConfig::read_tokens_file(&path)?);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            if std::fs::metadata(&path).is_ok_and(|meta| meta.permissions().mode() & 0o077 != 0) {
+                // Before the log starts, so on stderr directly; a warning, not a refusal, as a
+                // team may share it through a group on purpose.
+                eprintln!(
+                    "snapview: warning: {} is readable by other users (chmod 600 it)",
+                    path.display()
+                );
+            }
+        }
+    }
+    let read_token = match read_token.filter(|t| !t.is_empty()) {
+        Some(token) => {
+            AccessConfig::check_token("--read-token", &token)?;
+            if write_tokens.iter().any(|t| t.token == token) {
+                return Err(
+                    "--read-token is also a write token: whoever may only read could write".into(),
+                );
+            }
+            crate::server::access::check_randomness()?;
+            Some(NamedToken { name: None, token })
+        }
+        None => None,
+    };
+    let user_header = match user_header.filter(|h| !h.is_empty()) {
+        Some(name) => Some(
+            axum::http::HeaderName::try_from(name.as_str())
+                .map_err(|_| format!("--user-header {name:?} is not a header name"))?,
+        ),
+        None => None,
+    };
+    let allowed_hosts = match allowed_hosts {
+        Some(list) => AccessConfig::parse_hosts(&list)?,
+        None => Vec::new(),
+    };
+    Ok(AccessConfig {
+        write_tokens,
+        read_token,
+        user_header,
+        allowed_hosts,
+    })
 }
 
 /// `$XDG_DATA_HOME/snapview`, else `~/.local/share/snapview`.
@@ -459,8 +570,8 @@ fn run_other(config: Config) -> Result<(), String> {
     let text = match config {
         // Handled by `run`.
         Config::Diff { .. } => String::new(),
-        Config::Serve { config, files } => return serve(config, files),
-        Config::Upload { file, url } => upload(&file, &url)?,
+        Config::Serve { config, files } => return serve(*config, files),
+        Config::Upload { file, url, token } => upload(&file, &url, token.as_deref())?,
         Config::Summary { file, json } => {
             let snapshot = load_with_progress(&file)?;
             let analysis = Analysis::new(&snapshot);
@@ -703,6 +814,7 @@ fn serve(config: ServeConfig, files: Vec<PathBuf>) -> Result<(), String> {
             }
         }
         tracing::info!(data_dir = %data_dir.display(), "snapshots are kept here");
+        log_access(&config);
         println!("snapview is serving at {}/", config.public_url);
         crate::server::serve(state, listener)
             .await
@@ -712,6 +824,25 @@ fn serve(config: ServeConfig, files: Vec<PathBuf>) -> Result<(), String> {
     // what is still running (a store write at most) gets a moment, not forever.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     served
+}
+
+/// Says at start who may do what, and warns when a shared server lets anyone delete.
+fn log_access(config: &ServeConfig) {
+    let access = &config.access;
+    if !access.write_tokens.is_empty() {
+        tracing::info!(
+            tokens = access.write_tokens.len(),
+            "writes need a write token (Authorization: Bearer)"
+        );
+    } else if !config.addr.ip().is_loopback() && access.read_token.is_none() {
+        tracing::warn!(
+            addr = %config.addr,
+            "no --write-token: anyone who can reach this address can upload, rename and delete snapshots"
+        );
+    }
+    if access.read_token.is_some() {
+        tracing::info!("pages and API reads need the read token (or a write token)");
+    }
 }
 
 fn run_diff(
@@ -739,8 +870,8 @@ fn run_diff(
                 crate::analysis::diff::diff((&b.0, &b.1, &b.2), (&a.0, &a.1, &a.2), options),
             )
         }
-        DiffSource::Server(url) => {
-            let json = http_get_json(&url)?;
+        DiffSource::Server { url, token } => {
+            let json = http_get_json(&url, token.as_deref())?;
             let diff = serde_json::from_value(json["diff"].clone())
                 .map_err(|e| format!("unexpected answer from the server: {e}"))?;
             let name = |side: &str| json[side]["name"].as_str().unwrap_or(side).to_owned();
@@ -930,28 +1061,49 @@ fn unreachable(error: ureq::Error) -> String {
     }
 }
 
-fn http_get_json(url: &str) -> Result<serde_json::Value, String> {
-    let response = http_agent().get(url).call().map_err(unreachable)?;
-    json_answer(response, 256 << 20)
+/// The `Authorization` header value for a token given with --token or SNAPVIEW_TOKEN.
+fn bearer(token: Option<&str>) -> Option<String> {
+    token
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| format!("Bearer {t}"))
+}
+
+fn http_get_json(url: &str, token: Option<&str>) -> Result<serde_json::Value, String> {
+    let mut request = http_agent().get(url);
+    if let Some(authorization) = bearer(token) {
+        request = request.header("Authorization", authorization);
+    }
+    let response = request.call().map_err(unreachable)?;
+    json_answer(response, 256 << 20, bearer(token).is_some())
 }
 
 /// `snapview upload`: streams the file to the server and returns the line to print.
-fn upload(file: &Path, url: &str) -> Result<String, String> {
+fn upload(file: &Path, url: &str, token: Option<&str>) -> Result<String, String> {
     let mut reader =
         std::fs::File::open(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
-    let response = http_agent()
+    let mut request = http_agent()
         .post(url)
         .header("Content-Type", "application/octet-stream")
+        // The server answers a refusal (no token, say) before reading the body: without this,
+        // the refusal is lost in a broken pipe while the file is still being sent.
+        .header("Expect", "100-continue");
+    if let Some(authorization) = bearer(token) {
+        request = request.header("Authorization", authorization);
+    }
+    let response = request
         .send(ureq::SendBody::from_reader(&mut reader))
         .map_err(unreachable)?;
-    let json = json_answer(response, 16 << 20)?;
+    let json = json_answer(response, 16 << 20, bearer(token).is_some())?;
     Ok(format!("{}\n", json["url"].as_str().unwrap_or_default()))
 }
 
-/// The JSON body of a server's answer (at most `limit` bytes), or the error it reports.
+/// The JSON body of a server's answer (at most `limit` bytes), or the error it reports;
+/// `sent_token` says whether the request carried one, to tell the user what to do on a 401.
 fn json_answer(
     mut response: ureq::http::Response<ureq::Body>,
     limit: u64,
+    sent_token: bool,
 ) -> Result<serde_json::Value, String> {
     let status = response.status();
     let body = response
@@ -960,18 +1112,32 @@ fn json_answer(
         .limit(limit)
         .read_to_string()
         .map_err(|e| format!("unreadable answer from the server: {e}"))?;
-    let json: serde_json::Value = serde_json::from_str(&body).map_err(|_| {
-        format!(
-            "the server answered {status} without JSON: {}",
-            body.chars().take(200).collect::<String>()
-        )
-    })?;
+    let json: serde_json::Value = match serde_json::from_str(&body) {
+        Ok(json) => json,
+        // A proxy in front may answer 401 with its own page; the hint still applies.
+        Err(_) if status == ureq::http::StatusCode::UNAUTHORIZED => serde_json::Value::Null,
+        Err(_) => {
+            return Err(format!(
+                "the server answered {status} without JSON: {}",
+                body.chars().take(200).collect::<String>()
+            ));
+        }
+    };
+    let message = json["error"]["message"]
+        .as_str()
+        .map_or_else(|| format!("the server answered {status}"), str::to_owned);
     if status.is_success() {
         Ok(json)
+    } else if status == ureq::http::StatusCode::UNAUTHORIZED && !sent_token {
+        Err(format!(
+            "the server needs a token: set SNAPVIEW_TOKEN (or pass --token) ({message})"
+        ))
+    } else if status == ureq::http::StatusCode::UNAUTHORIZED {
+        Err(format!(
+            "the server refused the token from SNAPVIEW_TOKEN / --token: {message}"
+        ))
     } else {
-        Err(json["error"]["message"]
-            .as_str()
-            .map_or_else(|| format!("the server answered {status}"), str::to_owned))
+        Err(message)
     }
 }
 

@@ -2,6 +2,7 @@
 
 import { bytes } from "./lib/format.js";
 import { isShortcut, keyboardHelp, showTimes, toast } from "./lib/page.js";
+import { NEEDS_TOKEN, askToken, savedToken, withToken, writeFetch } from "./lib/auth.js";
 
 const dropzone = document.getElementById("dropzone");
 const input = document.getElementById("file-input");
@@ -38,6 +39,7 @@ function setProgress(percent) {
 function upload(file) {
   if (request) return;
   errorBox.hidden = true;
+  dropzone.querySelector(".token-form")?.remove();
   setBusy(true);
   busy.querySelector("[data-upload-name]").textContent = file.name;
   busy.querySelector("[data-upload-size]").textContent = bytes(file.size);
@@ -50,6 +52,7 @@ function upload(file) {
   request = xhr;
   xhr.open("POST", `/api/snapshots?filename=${encodeURIComponent(file.name)}`);
   xhr.setRequestHeader("Content-Type", "application/octet-stream");
+  for (const [name, value] of Object.entries(withToken())) xhr.setRequestHeader(name, value);
   xhr.upload.addEventListener("progress", (event) => {
     if (!event.lengthComputable || event.total === 0) return;
     const percent = Math.floor((event.loaded / event.total) * 100);
@@ -74,6 +77,15 @@ function upload(file) {
       cancel.hidden = true;
       request = null;
       window.location.assign(`/s/${body.id}`);
+    } else if (xhr.status === 401) {
+      // The server wants a write token: ask for it here, then send the file again.
+      request = null;
+      setBusy(false);
+      const message = savedToken() ? `That token was refused: ${body?.error?.message ?? "it is not valid here."}` : NEEDS_TOKEN;
+      askToken(message, dropzone).then((token) => {
+        if (token) upload(file);
+        else showError(`${file.name} was not added: this server needs a token.`);
+      });
     } else {
       const message = body?.error?.message ?? `The server answered ${xhr.status} ${xhr.statusText}.`;
       showError(`Could not add ${file.name}: ${message}`);
@@ -89,7 +101,7 @@ cancel.addEventListener("click", (event) => {
   request?.abort();
 });
 dropzone.addEventListener("click", (event) => {
-  if (request || event.target === input || event.target.closest("label, button, .drop-error")) return;
+  if (request || event.target === input || event.target.closest("label, button, .drop-error, .token-form")) return;
   input.click();
 });
 dropzone.addEventListener("keydown", (event) => {
@@ -314,7 +326,7 @@ if (table && compareButton) {
     for (const button of groupDialog.querySelectorAll("button")) button.disabled = true;
     try {
       for (const row of selected) {
-        const response = await fetch(`/api/snapshots/${row.dataset.id}`, {
+        const response = await writeFetch(`/api/snapshots/${row.dataset.id}`, {
           method: "PATCH",
           headers: { "Content-Type": "application/json" },
           body: JSON.stringify({ group }),
@@ -381,9 +393,10 @@ const undoBar = document.getElementById("undo-bar");
 /** The rows the last delete removed, for Undo. */
 let lastDeleted = [];
 
-/** Sends `method` to `url`; throws with the server's message when it refuses. */
+/** Sends `method` to `url` with the tab's write token (asking for one on 401); throws with the
+ * server's message when it refuses. */
 async function send(method, url) {
-  const response = await fetch(url, { method });
+  const response = await writeFetch(url, { method });
   if (!response.ok) {
     const body = await response.json().catch(() => null);
     throw new Error(body?.error?.message ?? `the server answered ${response.status}`);

@@ -1,6 +1,7 @@
 // The snapshot page: rename in place, copy the link, stack bars.
 
 import { copyLink, isShortcut, keyboardHelp, showTimes, toast } from "./lib/page.js";
+import { writeFetch } from "./lib/auth.js";
 import { VIEW_KEYS, startViews, viewSearch } from "./views/app.js";
 import { showOomPanels } from "./views/oom.js";
 
@@ -32,7 +33,7 @@ function startRename() {
     if (!save || !name || name === old) return;
     let response = null;
     try {
-      response = await fetch(`/api/snapshots/${id}`, {
+      response = await writeFetch(`/api/snapshots/${id}`, {
         method: "PATCH",
         headers: { "Content-Type": "application/json" },
         body: JSON.stringify({ name }),

@@ -64,7 +64,9 @@ fn answers(port: u16) -> bool {
         return false;
     }
     let mut head = [0u8; 12];
-    stream.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.1 200")
+    // 303: a server with a read token sends `/` to its login form.
+    stream.read_exact(&mut head).is_ok()
+        && (head.starts_with(b"HTTP/1.1 200") || head.starts_with(b"HTTP/1.1 303"))
 }
 
 fn requirements() -> Result<(), String> {
@@ -128,14 +130,47 @@ fn the_oom_explainer_works_in_a_real_browser() {
     run_script("tests/browser/oom.mjs", Duration::from_secs(60));
 }
 
+/// A server with a write token and a read token: the login form, the drop zone's token field,
+/// and a cross-site upload refused, in `tests/browser/access.mjs`.
+#[test]
+fn tokens_and_cross_site_writes_work_in_a_real_browser() {
+    let (write, read) = (
+        "browser-write-token-0123456789",
+        "browser-read-token-0123456789",
+    );
+    run_script_with(
+        "tests/browser/access.mjs",
+        Duration::from_secs(80),
+        &[
+            ("SNAPVIEW_WRITE_TOKEN", write),
+            ("SNAPVIEW_READ_TOKEN", read),
+        ],
+        &[
+            ("SNAPVIEW_TEST_WRITE_TOKEN", write),
+            ("SNAPVIEW_TEST_READ_TOKEN", read),
+        ],
+    );
+}
+
 fn run_script(script: &str, limit: Duration) {
+    run_script_with(script, limit, &[], &[]);
+}
+
+/// `run_script` with more environment for the server and for the script.
+fn run_script_with(
+    script: &str,
+    limit: Duration,
+    server_env: &[(&str, &str)],
+    script_env: &[(&str, &str)],
+) {
     if let Err(missing) = requirements() {
         panic!("the browser test cannot run:\n{missing}");
     }
     let data = tempfile::tempdir().expect("temp data folder");
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
-    let server = Command::new(env!("CARGO_BIN_EXE_snapview"))
+    let mut server = Command::new(env!("CARGO_BIN_EXE_snapview"));
+    server
         .args([
             "serve",
             "--addr",
@@ -148,11 +183,14 @@ fn run_script(script: &str, limit: Duration) {
         .env_remove("SNAPVIEW_PUBLIC_URL")
         .env_remove("SNAPVIEW_MAX_UPLOAD")
         .env_remove("SNAPVIEW_CACHE")
+        .env_remove("SNAPVIEW_WRITE_TOKEN")
+        .env_remove("SNAPVIEW_READ_TOKEN")
+        .env_remove("SNAPVIEW_TOKENS_FILE")
+        .env_remove("SNAPVIEW_ALLOWED_HOSTS")
+        .envs(server_env.iter().copied())
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start snapview serve");
-    let mut server = Killed(server);
+        .stderr(Stdio::piped());
+    let mut server = Killed(server.spawn().expect("start snapview serve"));
     let server_log = collect(server.0.stderr.take());
 
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -171,6 +209,7 @@ fn run_script(script: &str, limit: Duration) {
     let node = Command::new("node")
         .arg(&script)
         .current_dir(root())
+        .envs(script_env.iter().copied())
         .env("SNAPVIEW_URL", &base)
         .env("CHROMIUM_PATH", CHROMIUM)
         .stdout(Stdio::piped())

@@ -38,6 +38,15 @@ pub enum ApiError {
     #[error("the server is receiving {0} uploads already (--max-uploads); retry in a few seconds")]
     Busy(usize),
     /// A failure on the server's side. The text is for the log only (it may name server paths).
+    /// No token, or one that does not grant what the request wants.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// A write sent by another site's page.
+    #[error("{0}")]
+    Forbidden(String),
+    /// A Host this server does not answer to (DNS rebinding).
+    #[error("{0}")]
+    WrongHost(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -63,6 +72,9 @@ impl ApiError {
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyStalled(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::WrongHost(_) => StatusCode::MISDIRECTED_REQUEST,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -77,6 +89,9 @@ impl ApiError {
             ApiError::TooLarge { .. } => "too_large",
             ApiError::BodyStalled(_) => "body_timeout",
             ApiError::Busy(_) => "busy",
+            ApiError::Unauthorized(_) => "unauthorized",
+            ApiError::Forbidden(_) => "cross_site",
+            ApiError::WrongHost(_) => "wrong_host",
             ApiError::Internal(_) => "internal",
         }
     }

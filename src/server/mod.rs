@@ -45,6 +45,8 @@ pub struct ServeConfig {
     pub reindex: bool,
     /// What slow or idle clients may hold, and for how long.
     pub limits: ConnectionLimits,
+    /// Tokens, the trusted user header and the accepted Host names (see `access`).
+    pub access: access::AccessConfig,
 }
 
 impl ServeConfig {
@@ -198,9 +200,15 @@ pub fn router(state: AppState) -> Router {
         .route("/compare/{a}", get(pages::compare_picker))
         .route("/compare/{a}/{b}", get(pages::compare))
         .route("/g/{name}", get(pages::group))
+        .route("/login", get(access::login_form).post(access::login))
         .route("/static/{*path}", get(assets::serve))
         .merge(api)
         .fallback(pages::not_found)
+        // Before any handler (and the fallback) runs: Host, cross-site writes, tokens, Actor.
+        .layer(axum::middleware::from_fn_with_state(
+            access::Access::new(&state.config),
+            access::check,
+        ))
         .layer(SetResponseHeaderLayer::overriding(
             header::CONTENT_SECURITY_POLICY,
             HeaderValue::from_static(CONTENT_SECURITY_POLICY),

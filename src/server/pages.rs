@@ -21,7 +21,7 @@ pub struct Assets {
 }
 
 impl Assets {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             css: assets::url("app.css"),
             index_js: assets::url("index.js"),
@@ -247,7 +247,7 @@ struct ErrorPage {
     message: String,
 }
 
-fn render(page: impl Template) -> Response {
+pub(crate) fn render(page: impl Template) -> Response {
     match page.render() {
         // Pages show live data (names, new uploads): Back and Forward must revalidate.
         Ok(html) => ([(header::CACHE_CONTROL, "no-cache")], Html(html)).into_response(),

@@ -29,6 +29,7 @@ impl TestServer {
             trash_days: 7,
             reindex: false,
             limits: Default::default(),
+            access: Default::default(),
         };
         Self {
             state: AppState::open(config).expect("open"),
