@@ -174,7 +174,9 @@ pub async fn loaded(state: &AppState, id: &SnapshotId) -> Result<Arc<Loaded>, Ap
                 .map_err(|e| e.to_string())
         })
         .await
-        .map_err(ApiError::Internal)
+        // The cause (which may name a server path) goes to the log, with the snapshot it
+        // concerns; the client gets a generic 500.
+        .map_err(|e| ApiError::Internal(format!("snapshot {id}: {e}")))
 }
 
 #[derive(Serialize)]
