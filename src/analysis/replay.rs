@@ -308,7 +308,7 @@ impl Replay {
         };
         let EventPass {
             mut allocations,
-            event_allocation,
+            mut event_allocation,
             addresses,
             freed_without_alloc,
             allocated_change,
@@ -337,6 +337,10 @@ impl Replay {
         }
         // Freed before the index is built: on a leak trace both are large.
         drop(addresses);
+        // The pass grew these by doubling; what is kept should cost what it holds (shrinking a
+        // large block is a remap, not a copy).
+        allocations.shrink_to_fit();
+        event_allocation.shrink_to_fit();
         let lifetimes = LifetimeIndex::new(&allocations, &event_allocation);
         let allocated_at_start = freed_without_alloc
             .iter()
@@ -346,10 +350,11 @@ impl Replay {
             });
         // Every allocation the trace frees without its alloc is in the start total, so the sum
         // never goes below zero (and the vector is reused in place).
-        let allocated = allocated_change
+        let mut allocated: Vec<u64> = allocated_change
             .into_iter()
             .map(|change| allocated_at_start.wrapping_add(change))
             .collect();
+        allocated.shrink_to_fit();
         let (reserved_at_start, reserved_steps) = reserved_over_time(snapshot, device, trace);
 
         Self {
