@@ -1,8 +1,9 @@
 //! Analysis: pure functions of a [`Snapshot`], no I/O.
 //!
 //! [`Analysis::new`] replays every device once and keeps the indexes that later questions need
-//! (memory after every event, replay checkpoints for the live set, reserved-memory steps), so
-//! each question costs time proportional to its answer, not to the trace.
+//! (memory after every event, an interval index of lifetimes for the live set, reserved-memory
+//! steps), each linear in the trace, so each question costs time proportional to its answer,
+//! not to the trace.
 
 pub mod diff;
 pub mod events;
@@ -48,6 +49,14 @@ impl DeviceAnalysis {
         }
     }
 
+    /// Heap bytes held: the replay and the indexes built so far.
+    pub fn heap_bytes(&self) -> u64 {
+        let by_size = self.by_size.get().map_or(0, |ids| {
+            ids.capacity() * std::mem::size_of::<AllocationId>()
+        });
+        self.replay.heap_bytes() + by_size as u64
+    }
+
     /// Allocation ids, largest first (ties by id): the timeline picks its bands from the front.
     pub fn allocations_by_size(&self) -> &[AllocationId] {
         self.by_size.get_or_init(|| {
@@ -72,6 +81,11 @@ impl Analysis {
             .map(|device| DeviceAnalysis::new(snapshot, device))
             .collect();
         Self { devices }
+    }
+
+    /// Heap bytes held by every device's replay and indexes.
+    pub fn heap_bytes(&self) -> u64 {
+        self.devices.iter().map(DeviceAnalysis::heap_bytes).sum()
     }
 
     pub fn device(&self, device: usize) -> Option<&DeviceAnalysis> {

@@ -16,7 +16,6 @@
 //! allocs and frees), so one "moment" means the same thing in every view; the peak is the same.
 
 use crate::snapshot::{ActionCode, BlockState, Snapshot, StackId, Trace};
-use rustc_hash::FxHashMap;
 
 /// Why an allocation is in the replay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -88,12 +87,72 @@ impl Default for Address {
     }
 }
 
+/// Per address, the last allocation the replay made there, which says the address's state:
+/// open if that allocation is, and the frees seen there are its version, plus one if it was
+/// freed. A slot holds only the id (the address is the allocation's), so a leak of ten million
+/// addresses costs 5 bytes a slot where a map from address to state costs 17.
+#[derive(Debug, Default)]
+struct Addresses {
+    last: hashbrown::HashTable<AllocationId>,
+}
+
+impl Addresses {
+    fn hash(addr: u64) -> u64 {
+        use std::hash::BuildHasher;
+        rustc_hash::FxBuildHasher.hash_one(addr)
+    }
+
+    /// The last allocation made at `addr`, if any.
+    fn last_at(&self, allocations: &[Allocation], addr: u64) -> Option<AllocationId> {
+        self.last
+            .find(Self::hash(addr), |&id| {
+                allocations[id as usize].addr == addr
+            })
+            .copied()
+    }
+
+    /// The state of `addr`.
+    fn state(&self, allocations: &[Allocation], addr: u64) -> Address {
+        match self.last_at(allocations, addr) {
+            None => Address::default(),
+            Some(id) => state_after(&allocations[id as usize], id),
+        }
+    }
+
+    /// Records `id`, already in `allocations`, as the last allocation at its address.
+    fn set_last(&mut self, allocations: &[Allocation], id: AllocationId) {
+        let addr = allocations[id as usize].addr;
+        let hash = Self::hash(addr);
+        match self
+            .last
+            .find_mut(hash, |&other| allocations[other as usize].addr == addr)
+        {
+            Some(slot) => *slot = id,
+            None => {
+                self.last.insert_unique(hash, id, |&other| {
+                    Self::hash(allocations[other as usize].addr)
+                });
+            }
+        }
+    }
+}
+
+/// The state of an address whose last allocation is `last` (with id `id`).
+fn state_after(last: &Allocation, id: AllocationId) -> Address {
+    match last.end {
+        None => Address {
+            open: id,
+            frees: last.version,
+        },
+        Some(_) => Address {
+            open: NO_ALLOCATION,
+            frees: last.version + 1,
+        },
+    }
+}
+
 /// No allocation opens or closes at this event.
 const NO_ALLOCATION: AllocationId = AllocationId::MAX;
-
-/// Replay checkpoints are kept every this many events, so the live set at any event costs one
-/// checkpoint copy plus at most this many steps.
-const CHECKPOINT_EVERY: usize = 4096;
 
 /// The replay of one device.
 #[derive(Debug, Default)]
@@ -108,9 +167,9 @@ pub struct Replay {
     pub reserved_at_start: u64,
     /// Per event, the allocation it opens or closes (or `NO_ALLOCATION`).
     event_allocation: Vec<AllocationId>,
-    /// `(event index, traced allocations live after it, in no order)` every `CHECKPOINT_EVERY`
-    /// events; the allocations alive from the start are added when a live set is asked for.
-    checkpoints: Vec<(usize, Vec<AllocationId>)>,
+    /// The lifetimes of the traced allocations, indexed so the ones alive at an event are found
+    /// without a scan; the allocations alive from the start are added when a live set is asked for.
+    lifetimes: LifetimeIndex,
     /// Allocations freed without alloc, in the order of their frees (so of their `end`).
     freed_without_alloc: Vec<AllocationId>,
     /// Allocations alive throughout.
@@ -136,15 +195,12 @@ pub(crate) struct EventPass {
     /// Per event, the allocation it opens or closes (or `NO_ALLOCATION`).
     event_allocation: Vec<AllocationId>,
     /// Per address: the allocation open there (if any) and how many frees it has seen.
-    addresses: FxHashMap<u64, Address>,
+    addresses: Addresses,
     freed_without_alloc: Vec<AllocationId>,
     /// Per event, bytes allocated after it minus bytes alive from the start, as a wrapping sum
     /// (it dips below zero as allocations from before the trace are freed).
     allocated_change: Vec<u64>,
     change: u64,
-    /// Allocations opened by the trace and not yet freed.
-    live: LiveSet,
-    checkpoints: Vec<(usize, Vec<AllocationId>)>,
 }
 
 impl EventPass {
@@ -164,7 +220,7 @@ impl EventPass {
             match action {
                 ActionCode::ALLOC => {
                     let id = self.allocations.len() as AllocationId;
-                    let address = self.addresses.entry(addr).or_default();
+                    let address = self.addresses.state(&self.allocations, addr);
                     self.allocations.push(Allocation {
                         addr,
                         size: trace.size[i],
@@ -175,9 +231,8 @@ impl EventPass {
                         version: address.frees,
                         origin: Origin::Traced,
                     });
-                    address.open = id;
+                    self.addresses.set_last(&self.allocations, id);
                     self.change = self.change.wrapping_add(trace.size[i]);
-                    self.live.insert(id);
                     self.record(id);
                 }
                 ActionCode::FREE_REQUESTED | ActionCode::FREE_COMPLETED => {
@@ -189,14 +244,11 @@ impl EventPass {
                         && trace.action[i + 1] == ActionCode::FREE_COMPLETED
                         && trace.addr[i + 1] == addr;
                     if action == ActionCode::FREE_COMPLETED || merged {
-                        let address = self.addresses.entry(addr).or_default();
-                        let this_version = address.frees;
-                        address.frees += 1;
-                        let open = std::mem::replace(&mut address.open, NO_ALLOCATION);
-                        let id = match open {
+                        let address = self.addresses.state(&self.allocations, addr);
+                        let id = match address.open {
+                            // Still the last allocation at `addr`, now freed.
                             id if id != NO_ALLOCATION => {
                                 self.allocations[id as usize].end = Some(i as u32);
-                                self.live.remove(id);
                                 id
                             }
                             _ => {
@@ -208,9 +260,10 @@ impl EventPass {
                                     stack: trace.stack[i],
                                     start: None,
                                     end: Some(i as u32),
-                                    version: this_version,
+                                    version: address.frees,
                                     origin: Origin::FreedWithoutAlloc,
                                 });
+                                self.addresses.set_last(&self.allocations, id);
                                 self.freed_without_alloc.push(id);
                                 id
                             }
@@ -233,15 +286,10 @@ impl EventPass {
         }
     }
 
-    /// Ends the next event: what it opened or closed, the memory after it, a checkpoint.
+    /// Ends the next event: what it opened or closed, and the memory after it.
     fn record(&mut self, id: AllocationId) {
-        let event = self.event_allocation.len();
         self.event_allocation.push(id);
         self.allocated_change.push(self.change);
-        if (event + 1).is_multiple_of(CHECKPOINT_EVERY) {
-            // Unsorted: `live_after` sorts what it returns.
-            self.checkpoints.push((event, self.live.members.clone()));
-        }
     }
 }
 
@@ -260,18 +308,17 @@ impl Replay {
         };
         let EventPass {
             mut allocations,
-            event_allocation,
+            mut event_allocation,
             addresses,
             freed_without_alloc,
             allocated_change,
-            checkpoints,
             ..
         } = pass;
 
         let mut ghosts = Vec::new();
         for segment in snapshot.device_segments(device) {
             for block in &segment.blocks {
-                let address = addresses.get(&block.address).copied().unwrap_or_default();
+                let address = addresses.state(&allocations, block.address);
                 if block.state == BlockState::ActiveAllocated && address.open == NO_ALLOCATION {
                     let id = allocations.len() as AllocationId;
                     allocations.push(Allocation {
@@ -288,6 +335,13 @@ impl Replay {
                 }
             }
         }
+        // Freed before the index is built: on a leak trace both are large.
+        drop(addresses);
+        // The pass grew these by doubling; what is kept should cost what it holds (shrinking a
+        // large block is a remap, not a copy).
+        allocations.shrink_to_fit();
+        event_allocation.shrink_to_fit();
+        let lifetimes = LifetimeIndex::new(&allocations, &event_allocation);
         let allocated_at_start = freed_without_alloc
             .iter()
             .chain(&ghosts)
@@ -296,10 +350,11 @@ impl Replay {
             });
         // Every allocation the trace frees without its alloc is in the start total, so the sum
         // never goes below zero (and the vector is reused in place).
-        let allocated = allocated_change
+        let mut allocated: Vec<u64> = allocated_change
             .into_iter()
             .map(|change| allocated_at_start.wrapping_add(change))
             .collect();
+        allocated.shrink_to_fit();
         let (reserved_at_start, reserved_steps) = reserved_over_time(snapshot, device, trace);
 
         Self {
@@ -309,7 +364,7 @@ impl Replay {
             reserved_steps,
             reserved_at_start,
             event_allocation,
-            checkpoints,
+            lifetimes,
             freed_without_alloc,
             ghosts,
         }
@@ -384,8 +439,6 @@ impl Replay {
         peak
     }
 
-    /// Ids of the allocations live after event `at`, ascending. Costs one checkpoint copy plus
-    /// at most `CHECKPOINT_EVERY` replay steps.
     /// The allocation that event `event` opens or closes (allocs and frees), if any.
     pub fn allocation_at(&self, event: usize) -> Option<AllocationId> {
         self.event_allocation
@@ -394,6 +447,8 @@ impl Replay {
             .filter(|&id| id != NO_ALLOCATION)
     }
 
+    /// Ids of the allocations live after event `at`, ascending. Costs O(log events +
+    /// `LEAF_EVENTS` + live) and the sort of the answer, however long the trace.
     pub fn live_after(&self, at: Option<usize>) -> Vec<AllocationId> {
         // With no events, every moment is the start.
         let (Some(at), false) = (at, self.event_allocation.is_empty()) else {
@@ -402,34 +457,22 @@ impl Replay {
             return live;
         };
         let at = at.min(self.len().saturating_sub(1));
-        let k = self.checkpoints.partition_point(|(event, _)| *event <= at);
-        let (mut live, from) = match k {
-            0 => (self.live_from_start(None), 0),
-            k => {
-                let (event, traced) = &self.checkpoints[k - 1];
-                let mut live = self.live_from_start(Some(*event));
-                live.extend_from_slice(traced);
-                (live, event + 1)
-            }
-        };
-        let mut opened = Vec::new();
-        let mut closed = rustc_hash::FxHashSet::default();
-        for event in from..=at.min(self.event_allocation.len().saturating_sub(1)) {
-            let id = self.event_allocation[event];
-            if id == NO_ALLOCATION {
-                continue;
-            }
-            let allocation = &self.allocations[id as usize];
-            if allocation.start == Some(event as u32) {
-                opened.push(id);
-            } else if allocation.end == Some(event as u32) {
-                closed.insert(id);
-            }
-        }
-        live.extend(opened);
-        live.retain(|id| !closed.contains(id));
-        live.sort_unstable();
+        let mut live = self.live_from_start(Some(at));
+        self.lifetimes.alive_at(at, &self.allocations, &mut live);
+        sort_distinct_ids(&mut live, self.allocations.len());
         live
+    }
+
+    /// Heap bytes this replay holds (capacities, not lengths: what the process pays), so a
+    /// cache of replays can keep to a byte budget.
+    pub fn heap_bytes(&self) -> u64 {
+        (vec_bytes(&self.allocations)
+            + vec_bytes(&self.allocated)
+            + vec_bytes(&self.reserved_steps)
+            + vec_bytes(&self.event_allocation)
+            + self.lifetimes.heap_bytes()
+            + vec_bytes(&self.freed_without_alloc)
+            + vec_bytes(&self.ghosts)) as u64
     }
 
     /// The allocations alive from the start that are still alive after event `at` (`None`:
@@ -490,40 +533,225 @@ fn reserved_over_time(snapshot: &Snapshot, device: usize, trace: &Trace) -> (u64
     (u64::try_from(start).unwrap_or(u64::MAX), steps)
 }
 
-/// A set of allocation ids with O(1) insert and remove and a listable membership.
-#[derive(Debug, Default)]
-struct LiveSet {
-    members: Vec<AllocationId>,
-    /// Position of each id in `members`, or `NO_ALLOCATION` (grown as ids are inserted).
-    position: Vec<AllocationId>,
+/// Sorts `ids`, distinct ids below `count`, ascending. A leak's live set is most of the
+/// allocations; then marking them in a bitmap and reading it back (O(count / 64 + ids)) beats
+/// a sort of millions (O(ids log ids)).
+fn sort_distinct_ids(ids: &mut Vec<AllocationId>, count: usize) {
+    if ids.len() < count / 64 {
+        ids.sort_unstable();
+        return;
+    }
+    let mut bits = vec![0u64; count.div_ceil(64)];
+    for &id in ids.iter() {
+        bits[id as usize / 64] |= 1 << (id % 64);
+    }
+    debug_assert_eq!(
+        bits.iter().map(|w| w.count_ones() as usize).sum::<usize>(),
+        ids.len(),
+        "ids are distinct"
+    );
+    ids.clear();
+    for (word_index, &word) in bits.iter().enumerate() {
+        let mut word = word;
+        while word != 0 {
+            ids.push((word_index * 64) as AllocationId + word.trailing_zeros());
+            word &= word - 1;
+        }
+    }
 }
 
-impl LiveSet {
-    fn insert(&mut self, id: AllocationId) {
-        let slot = id as usize;
-        if slot >= self.position.len() {
-            self.position.resize(slot + 1, NO_ALLOCATION);
+/// Heap bytes a vector holds: its capacity, which is what the process pays for.
+fn vec_bytes<T>(vector: &Vec<T>) -> usize {
+    vector.capacity() * std::mem::size_of::<T>()
+}
+
+/// log2 of the events per leaf of [`LifetimeIndex`]. A query scans the lifetimes that start and
+/// end within its leaf (at most this many, one per event), so this bounds its extra work; the
+/// index holds two buckets per leaf, so a leaf much smaller would cost memory for nothing.
+const LEAF_EVENTS_LOG2: u32 = 6;
+
+/// The lifetimes of the allocations the trace opened, as a centred interval tree over event
+/// indices, so the ones alive at any event are found in O(log events + leaf + answer) while the
+/// index holds two ids per allocation. (Copying the live set at regular checkpoints instead
+/// costs memory quadratic in a leak: every never-freed allocation is in every later copy.)
+///
+/// Leaf `f` holds the events `f << LEAF_EVENTS_LOG2 ..`; a node of level `L >= 1` covers `2^L`
+/// leaves and is split in halves at its middle event. Each lifetime is stored once, in a bucket
+/// of the lowest node whose middle it spans, or of its leaf if it starts and ends there. The
+/// nodes a lifetime spanning an event can be in are the ones over that event's leaf, one per
+/// level; a lifetime in such a node spans its middle, so before the middle the ones alive are
+/// those started by then (a prefix of the bucket by start), from the middle on, the ones not
+/// yet freed (a suffix of the bucket by end).
+#[derive(Debug, Default)]
+struct LifetimeIndex {
+    /// The first bucket of each level; level `L` has a bucket per node, nodes in event order.
+    level_first: Vec<u32>,
+    /// Bucket `k`'s allocations are `by_start[bucket_first[k]..bucket_first[k + 1]]`, by start,
+    /// and the same ones in `by_end`, by end (the never freed last).
+    bucket_first: Vec<u32>,
+    by_start: Vec<AllocationId>,
+    by_end: Vec<AllocationId>,
+}
+
+impl LifetimeIndex {
+    /// Indexes the allocations with a `start` (the others are alive from the start and kept
+    /// apart); `event_allocation` lists the frees in the order of their events.
+    fn new(allocations: &[Allocation], event_allocation: &[AllocationId]) -> Self {
+        let events = event_allocation.len();
+        if events == 0 {
+            return Self::default();
         }
-        if self.position[slot] == NO_ALLOCATION {
-            self.position[slot] = self.members.len() as AllocationId;
-            self.members.push(id);
+        let leaves = ((events - 1) >> LEAF_EVENTS_LOG2) + 1;
+        let top_level = usize::BITS - (leaves - 1).leading_zeros();
+        let mut level_first = Vec::with_capacity(top_level as usize + 1);
+        let mut buckets = 0usize;
+        for level in 0..=top_level {
+            level_first.push(buckets as u32);
+            buckets += ((leaves - 1) >> level) + 1;
+        }
+        // Each allocation's bucket, from one read of the allocations (the largest vector here),
+        // with flags for the passes below.
+        let mut bucket: Vec<u32> = allocations
+            .iter()
+            .map(|allocation| match allocation.start {
+                None => NOT_INDEXED,
+                Some(first) => {
+                    // Never freed: alive up to the last event, the last one a query asks about.
+                    let last = allocation.end.map_or(events - 1, |end| end as usize - 1);
+                    let (level, node) = node_of(first as usize, last);
+                    let never_freed = if allocation.end.is_none() {
+                        NEVER_FREED
+                    } else {
+                        0
+                    };
+                    (level_first[level as usize] + node as u32) | never_freed
+                }
+            })
+            .collect();
+
+        // A counting sort by bucket: sizes, then where each bucket begins.
+        let mut bucket_first = vec![0u32; buckets + 1];
+        for &flagged in &bucket {
+            if flagged != NOT_INDEXED {
+                bucket_first[(flagged & BUCKET) as usize + 1] += 1;
+            }
+        }
+        for b in 0..buckets {
+            bucket_first[b + 1] += bucket_first[b];
+        }
+        let indexed = bucket_first[buckets] as usize;
+        let mut by_start = vec![NO_ALLOCATION; indexed];
+        let mut by_end = vec![NO_ALLOCATION; indexed];
+        // Where the next id of each bucket goes: the front of `by_start` and `by_end` fill up
+        // in start and end order; the back of `by_end` takes the never freed, which all end
+        // after every free (among themselves, in no order a query needs).
+        let mut next = bucket_first[..buckets].to_vec();
+        let mut next_never_freed = bucket_first[1..].to_vec();
+        // Ids are given at the alloc, so id order is start order.
+        for (id, &flagged) in bucket.iter().enumerate() {
+            if flagged == NOT_INDEXED {
+                continue;
+            }
+            let b = (flagged & BUCKET) as usize;
+            by_start[next[b] as usize] = id as AllocationId;
+            next[b] += 1;
+            if flagged & NEVER_FREED != 0 {
+                next_never_freed[b] -= 1;
+                by_end[next_never_freed[b] as usize] = id as AllocationId;
+            }
+        }
+        // The frees in event order. An indexed allocation's first event is its alloc, its
+        // second its free.
+        next.copy_from_slice(&bucket_first[..buckets]);
+        for &id in event_allocation {
+            let Some(flagged) = bucket.get_mut(id as usize) else {
+                continue;
+            };
+            if *flagged == NOT_INDEXED || *flagged & NEVER_FREED != 0 {
+                continue;
+            }
+            if *flagged & ALLOCATED == 0 {
+                *flagged |= ALLOCATED;
+                continue;
+            }
+            let b = (*flagged & BUCKET) as usize;
+            by_end[next[b] as usize] = id;
+            next[b] += 1;
+        }
+        Self {
+            level_first,
+            bucket_first,
+            by_start,
+            by_end,
         }
     }
 
-    fn remove(&mut self, id: AllocationId) -> bool {
-        let Some(&at) = self.position.get(id as usize) else {
-            return false;
+    /// Appends the indexed allocations alive after event `at` (in no order).
+    fn alive_at(&self, at: usize, allocations: &[Allocation], out: &mut Vec<AllocationId>) {
+        let started = |id: &&AllocationId| {
+            allocations[**id as usize]
+                .start
+                .is_some_and(|start| start as usize <= at)
         };
-        if at == NO_ALLOCATION {
-            return false;
+        let not_freed = |id: &&AllocationId| {
+            allocations[**id as usize]
+                .end
+                .is_none_or(|end| end as usize > at)
+        };
+        let leaf = at >> LEAF_EVENTS_LOG2;
+        for (level, &first) in self.level_first.iter().enumerate() {
+            let node = leaf >> level;
+            let bucket = first as usize + node;
+            let (Some(&from), Some(&to)) = (
+                self.bucket_first.get(bucket),
+                self.bucket_first.get(bucket + 1),
+            ) else {
+                // Past the last event: no bucket, nothing alive in the index.
+                return;
+            };
+            let (by_start, by_end) = (
+                &self.by_start[from as usize..to as usize],
+                &self.by_end[from as usize..to as usize],
+            );
+            if level == 0 {
+                out.extend(by_start.iter().take_while(started).filter(not_freed));
+                continue;
+            }
+            let middle = ((node << level) | (1 << (level - 1))) << LEAF_EVENTS_LOG2;
+            if at < middle {
+                out.extend(by_start.iter().take_while(started));
+            } else {
+                out.extend(by_end.iter().rev().take_while(not_freed));
+            }
         }
-        self.members.swap_remove(at as usize);
-        if let Some(&moved) = self.members.get(at as usize) {
-            self.position[moved as usize] = at;
-        }
-        self.position[id as usize] = NO_ALLOCATION;
-        true
     }
+
+    fn heap_bytes(&self) -> usize {
+        vec_bytes(&self.level_first)
+            + vec_bytes(&self.bucket_first)
+            + vec_bytes(&self.by_start)
+            + vec_bytes(&self.by_end)
+    }
+}
+
+/// Flags of an allocation's bucket while [`LifetimeIndex::new`] sorts: not in the index (alive
+/// from the start), never freed, its alloc already passed; the bits below are the bucket, far
+/// fewer than 2^30 (two per `2^LEAF_EVENTS_LOG2` events of at most 2^32).
+const NOT_INDEXED: u32 = u32::MAX;
+const NEVER_FREED: u32 = 1 << 31;
+const ALLOCATED: u32 = 1 << 30;
+const BUCKET: u32 = ALLOCATED - 1;
+
+/// The node of [`LifetimeIndex`] that holds a lifetime from event `first` to event `last`
+/// (both alive): `(level, node within the level)`. Its leaves' highest differing bit says at
+/// which level the halves they fall in part.
+fn node_of(first: usize, last: usize) -> (u32, usize) {
+    let (first_leaf, last_leaf) = (first >> LEAF_EVENTS_LOG2, last >> LEAF_EVENTS_LOG2);
+    if first_leaf == last_leaf {
+        return (0, first_leaf);
+    }
+    let level = usize::BITS - (first_leaf ^ last_leaf).leading_zeros();
+    (level, first_leaf >> level)
 }
 
 #[cfg(test)]
@@ -573,11 +801,10 @@ mod tests {
             );
             assert_eq!(pieces.freed_without_alloc, whole.freed_without_alloc);
             assert_eq!(pieces.allocated_change, whole.allocated_change);
-            assert_eq!(pieces.checkpoints, whole.checkpoints);
         }
     }
 
-    /// A ring-buffer trace longer than several checkpoints, whose frees of allocations made
+    /// A ring-buffer trace spanning many levels of the lifetime index, whose frees of allocations made
     /// before it began are spread through it: the live set at any moment equals a scan of
     /// every allocation's lifetime.
     #[test]
@@ -599,7 +826,7 @@ mod tests {
             }
         }
         let n = trace.len();
-        assert!(n > 3 * CHECKPOINT_EVERY);
+        assert!(n > 64 << LEAF_EVENTS_LOG2);
         snapshot.device_traces.push(trace);
         let replay = Replay::new(&snapshot, 0);
         let from_start = replay.live_after(None).len();
@@ -621,6 +848,241 @@ mod tests {
                 bytes,
                 "allocated after {at}"
             );
+        }
+    }
+
+    /// A small deterministic generator (xorshift), so the traces below are the same every run.
+    struct Dice(u64);
+
+    impl Dice {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    /// The allocations live after `at` by a scan of every lifetime: the brute force the index
+    /// must agree with.
+    fn scanned(replay: &Replay, at: Option<usize>) -> Vec<AllocationId> {
+        (0..replay.allocations.len() as AllocationId)
+            .filter(|&id| replay.allocations[id as usize].is_live_after(at))
+            .collect()
+    }
+
+    /// The shape of a leak: most allocations are never freed, the rest live for a few events
+    /// or for thousands (so lifetimes land at every level of the index), some frees are of
+    /// allocations from before the trace, and the segments hold ghosts. At many events, and
+    /// around every leaf boundary of the first leaves, the live set is the scan's and its bytes
+    /// are the memory curve's.
+    #[test]
+    fn live_sets_of_a_leak_trace_equal_a_scan_of_lifetimes() {
+        let mut dice = Dice(0x9e37_79b9_7f4a_7c15);
+        let mut trace = Trace::default();
+        let mut open: Vec<u64> = Vec::new();
+        let mut next_addr = 0x1000u64;
+        for _ in 0..30_000 {
+            match dice.below(100) {
+                0..=59 => {
+                    trace.push(
+                        ActionCode::ALLOC,
+                        next_addr,
+                        16 + next_addr % 997,
+                        0,
+                        None,
+                        0,
+                        0,
+                        0,
+                    );
+                    // One in four is freed later; the rest leak.
+                    if dice.below(4) == 0 {
+                        open.push(next_addr);
+                    }
+                    next_addr += 512;
+                }
+                60..=79 if !open.is_empty() => {
+                    // Mostly the newest (short lifetimes), sometimes one from long ago.
+                    let pick = if dice.below(5) == 0 {
+                        dice.below(open.len() as u64) as usize
+                    } else {
+                        open.len() - 1
+                    };
+                    let addr = open.swap_remove(pick);
+                    trace.push(ActionCode::FREE_REQUESTED, addr, 0, 0, None, 0, 0, 0);
+                    trace.push(ActionCode::FREE_COMPLETED, addr, 0, 0, None, 0, 0, 0);
+                }
+                80..=81 => {
+                    // Allocated before the trace began.
+                    let addr = 0x7000_0000 + dice.below(1 << 20) * 512;
+                    trace.push(ActionCode::FREE_COMPLETED, addr, 64, 0, None, 0, 0, 0);
+                }
+                _ => trace.push(ActionCode::SEGMENT_ALLOC, 0, 0, 0, None, 0, 0, 0),
+            }
+        }
+        let n = trace.len();
+        let mut snapshot = Snapshot::default();
+        snapshot.segments.push(crate::snapshot::Segment {
+            blocks: (0..5)
+                .map(|k| crate::snapshot::Block {
+                    address: 0x9000_0000 + k * 512,
+                    size: 512,
+                    requested_size: 100 + k,
+                    state: BlockState::ActiveAllocated,
+                    stack: 0,
+                })
+                .collect(),
+            ..Default::default()
+        });
+        snapshot.device_traces.push(trace);
+        let replay = Replay::new(&snapshot, 0);
+        assert!(n > 64 << LEAF_EVENTS_LOG2, "{n} events span many levels");
+        let never_freed = replay
+            .allocations
+            .iter()
+            .filter(|a| a.origin == Origin::Traced && a.end.is_none())
+            .count();
+        assert!(never_freed > 10_000, "a leak: {never_freed} never freed");
+        assert!(!replay.freed_without_alloc.is_empty() && replay.ghosts.len() == 5);
+
+        let leaf = 1usize << LEAF_EVENTS_LOG2;
+        let boundaries = (1..40).flat_map(|k| [k * leaf - 1, k * leaf, k * leaf + 1]);
+        let moments = (0..n)
+            .step_by(13)
+            .chain(boundaries)
+            .chain([n - 1, n, n + 100]);
+        for at in moments.map(Some).chain([None]) {
+            let live = replay.live_after(at);
+            assert_eq!(
+                live,
+                scanned(&replay, at.map(|at| at.min(n - 1))),
+                "live after {at:?}"
+            );
+            let bytes = live.iter().fold(0u64, |sum, &id| {
+                sum.wrapping_add(replay.allocations[id as usize].size)
+            });
+            assert_eq!(replay.allocated_after(at), bytes, "allocated after {at:?}");
+        }
+    }
+
+    /// Lifetimes of every length from every start (short traces, so all pairs fit): each
+    /// lands in the bucket of its level, and the query finds it exactly where it is alive.
+    #[test]
+    fn lifetimes_of_every_length_are_found_where_they_are_alive() {
+        for steps in [1usize, 2, 63, 64, 65, 200, 700] {
+            // One allocation per (first step, last step) pair on a grid, each at its own
+            // address; at each step the frees due come first, then the allocs.
+            let stride = (steps / 40).max(1);
+            let mut allocs: Vec<Vec<u64>> = vec![Vec::new(); steps + 1];
+            let mut frees: Vec<Vec<u64>> = vec![Vec::new(); steps + 1];
+            let mut addr = 0u64;
+            for first in (0..steps).step_by(stride) {
+                for last in (first + 1..=steps).step_by(stride) {
+                    addr += 1;
+                    allocs[first].push(addr);
+                    frees[last].push(addr);
+                }
+            }
+            let mut trace = Trace::default();
+            for step in 0..=steps {
+                for &addr in &frees[step] {
+                    trace.push(ActionCode::FREE_COMPLETED, addr, 8, 0, None, 0, 0, 0);
+                }
+                for &addr in &allocs[step] {
+                    trace.push(ActionCode::ALLOC, addr, 8, 0, None, 0, 0, 0);
+                }
+            }
+            let n = trace.len();
+            let mut snapshot = Snapshot::default();
+            snapshot.device_traces.push(trace);
+            let replay = Replay::new(&snapshot, 0);
+            for at in (0..n).map(Some).chain([None]) {
+                assert_eq!(
+                    replay.live_after(at),
+                    scanned(&replay, at),
+                    "{steps} steps: live after {at:?}"
+                );
+            }
+        }
+    }
+
+    /// Address reuse, a second alloc at an open address, and frees of unknown addresses give
+    /// the versions and lifetimes MemoryViz gives (the address table keeps only the last
+    /// allocation at each address).
+    #[test]
+    fn versions_count_the_frees_at_each_address() {
+        let mut trace = Trace::default();
+        let events = [
+            (ActionCode::ALLOC, 0xa0),          // 0: a0 version 0
+            (ActionCode::FREE_COMPLETED, 0xa0), // 1: frees it
+            (ActionCode::ALLOC, 0xa0),          // 2: a0 version 1
+            (ActionCode::FREE_COMPLETED, 0xb0), // 3: b0 freed without alloc, version 0
+            (ActionCode::FREE_COMPLETED, 0xb0), // 4: again, version 1
+            (ActionCode::ALLOC, 0xb0),          // 5: b0 version 2
+            (ActionCode::ALLOC, 0xb0),          // 6: b0 version 2 again; 5 stays open
+            (ActionCode::FREE_REQUESTED, 0xb0), // 7: frees 6 (merged with 8)
+            (ActionCode::FREE_COMPLETED, 0xb0), // 8
+            (ActionCode::FREE_COMPLETED, 0xb0), // 9: nothing open: freed without alloc, v3
+            (ActionCode::ALLOC, 0xc0),          // 10: c0 version 0, open at the end
+        ];
+        for &(action, addr) in &events {
+            trace.push(action, addr, 8, 0, None, 0, 0, 0);
+        }
+        let mut snapshot = Snapshot::default();
+        snapshot.device_traces.push(trace);
+        // Blocks at the end: c0 (open in the trace: not a ghost), a0 (open: not a ghost) and
+        // d0 (never seen: a ghost of version 0); b0's block would be a ghost of version 4.
+        snapshot.segments.push(crate::snapshot::Segment {
+            blocks: [0xa0, 0xb0, 0xc0, 0xd0]
+                .into_iter()
+                .map(|address| crate::snapshot::Block {
+                    address,
+                    size: 512,
+                    requested_size: 8,
+                    state: BlockState::ActiveAllocated,
+                    stack: 0,
+                })
+                .collect(),
+            ..Default::default()
+        });
+        let replay = Replay::new(&snapshot, 0);
+        let lifetimes: Vec<_> = replay
+            .allocations
+            .iter()
+            .map(|a| (a.addr, a.version, a.start, a.end, a.origin))
+            .collect();
+        use Origin::*;
+        assert_eq!(
+            lifetimes,
+            [
+                (0xa0, 0, Some(0), Some(1), Traced),
+                (0xa0, 1, Some(2), None, Traced),
+                (0xb0, 0, None, Some(3), FreedWithoutAlloc),
+                (0xb0, 1, None, Some(4), FreedWithoutAlloc),
+                (0xb0, 2, Some(5), None, Traced),
+                (0xb0, 2, Some(6), Some(7), Traced),
+                (0xb0, 3, None, Some(9), FreedWithoutAlloc),
+                (0xc0, 0, Some(10), None, Traced),
+                (0xb0, 4, None, None, Ghost),
+                (0xd0, 0, None, None, Ghost),
+            ]
+        );
+    }
+
+    /// Both ways of sorting a live set (a sort for few ids, a bitmap for many) give the same.
+    #[test]
+    fn sorting_ids_by_bitmap_or_sort_agree() {
+        let mut dice = Dice(7);
+        for (count, picked) in [(10_000usize, 50usize), (10_000, 9_000), (64, 64), (65, 1)] {
+            let mut ids: Vec<AllocationId> = (0..count as AllocationId).collect();
+            for i in (1..ids.len()).rev() {
+                ids.swap(i, dice.below(i as u64 + 1) as usize);
+            }
+            ids.truncate(picked);
+            let mut expected = ids.clone();
+            expected.sort_unstable();
+            sort_distinct_ids(&mut ids, count);
+            assert_eq!(ids, expected, "{picked} of {count}");
         }
     }
 }

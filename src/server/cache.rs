@@ -35,19 +35,59 @@ impl Loaded {
         }
     }
 
-    /// An estimate of the memory this holds: the columns of every trace and the replay's
-    /// per-event and per-allocation vectors dominate.
+    /// The memory this holds, for the cache's byte budget: the trace columns, segments and
+    /// interned tables of the snapshot, and everything the analysis keeps (the replay, its
+    /// lifetime index and the per-device indexes), by the capacities actually allocated.
     pub fn approx_bytes(&self) -> u64 {
-        let events: usize = self.snapshot.device_traces.iter().map(|t| t.len()).sum();
-        let allocations: usize = self
-            .analysis
-            .devices
-            .iter()
-            .map(|d| d.replay.allocations.len())
-            .sum();
-        let blocks: usize = self.snapshot.segments.iter().map(|s| s.blocks.len()).sum();
-        (events * 64 + allocations * 64 + blocks * 64 + 64 * 1024) as u64
+        snapshot_heap_bytes(&self.snapshot) + self.analysis.heap_bytes() + SMALL_PARTS_BYTES
     }
+}
+
+/// The summary, the tables' hash indexes and other parts too small to count one by one.
+const SMALL_PARTS_BYTES: u64 = 64 * 1024;
+
+/// Heap bytes a vector holds (its capacity).
+fn vec_bytes<T>(vector: &Vec<T>) -> u64 {
+    (vector.capacity() * std::mem::size_of::<T>()) as u64
+}
+
+/// Heap bytes of a snapshot: its numeric columns and vectors exactly, its texts and interned
+/// frames and stacks by count (a trace repeats a few thousand of them, so they are small).
+fn snapshot_heap_bytes(snapshot: &Snapshot) -> u64 {
+    /// Per text, interned frame or stack: the text or frame ids, and the index entry.
+    const PER_TABLE_ENTRY: u64 = 128;
+    /// Per entry of a `BTreeMap`: key, value and the node's share.
+    const PER_MAP_ENTRY: u64 = 48;
+    let traces: u64 = snapshot
+        .device_traces
+        .iter()
+        .map(|trace| {
+            vec_bytes(&trace.action)
+                + vec_bytes(&trace.addr)
+                + vec_bytes(&trace.size)
+                + vec_bytes(&trace.stream)
+                + vec_bytes(&trace.time_us)
+                + vec_bytes(&trace.stack)
+                + vec_bytes(&trace.compile_context)
+                + vec_bytes(&trace.user_metadata)
+                + (trace.strings.len() + trace.unknown_actions.len()) as u64 * PER_TABLE_ENTRY
+                + trace.device_free.len() as u64 * PER_MAP_ENTRY
+        })
+        .sum();
+    let segments: u64 = vec_bytes(&snapshot.segments)
+        + snapshot
+            .segments
+            .iter()
+            .map(|segment| vec_bytes(&segment.blocks) + segment.segment_type.capacity() as u64)
+            .sum::<u64>();
+    let tables = (snapshot.frames.len() + snapshot.stacks.len()) as u64 * PER_TABLE_ENTRY
+        + vec_bytes(&snapshot.external_annotations)
+        + snapshot
+            .external_annotations
+            .iter()
+            .map(|annotation| annotation.fields.len() as u64 * PER_TABLE_ENTRY)
+            .sum::<u64>();
+    vec_bytes(&snapshot.device_traces) + traces + segments + tables
 }
 
 struct Entry {
