@@ -37,7 +37,6 @@ pub enum ApiError {
     /// Every upload slot is taken (`--max-uploads`); the client should retry after a while.
     #[error("the server is receiving {0} uploads already (--max-uploads); retry in a few seconds")]
     Busy(usize),
-    /// A failure on the server's side. The text is for the log only (it may name server paths).
     /// No token, or one that does not grant what the request wants.
     #[error("{0}")]
     Unauthorized(String),
@@ -47,6 +46,13 @@ pub enum ApiError {
     /// A Host this server does not answer to (DNS rebinding).
     #[error("{0}")]
     WrongHost(String),
+    /// The server's disk is full: nothing was stored, and the operator must make room. Said
+    /// plainly (it names no path) because the uploader can do nothing else about it.
+    #[error(
+        "the server's disk is full, so the upload was not stored (nothing else changed); tell whoever runs this server"
+    )]
+    DiskFull,
+    /// A failure on the server's side. The text is for the log only (it may name server paths).
     #[error("{0}")]
     Internal(String),
 }
@@ -75,6 +81,7 @@ impl ApiError {
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::WrongHost(_) => StatusCode::MISDIRECTED_REQUEST,
+            ApiError::DiskFull => StatusCode::INSUFFICIENT_STORAGE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -92,6 +99,7 @@ impl ApiError {
             ApiError::Unauthorized(_) => "unauthorized",
             ApiError::Forbidden(_) => "cross_site",
             ApiError::WrongHost(_) => "wrong_host",
+            ApiError::DiskFull => "disk_full",
             ApiError::Internal(_) => "internal",
         }
     }
@@ -137,8 +145,33 @@ fn incident_reference() -> String {
 
 impl From<super::store::StoreError> for ApiError {
     fn from(error: super::store::StoreError) -> Self {
+        use super::store::StoreError;
+        let disk_full = match &error {
+            StoreError::Io(io) => io.kind() == std::io::ErrorKind::StorageFull,
+            StoreError::Database(rusqlite::Error::SqliteFailure(failure, _)) => {
+                failure.code == rusqlite::ErrorCode::DiskFull
+            }
+            _ => false,
+        };
+        if disk_full {
+            tracing::error!(%error, "the disk is full");
+            return ApiError::DiskFull;
+        }
         // Logged when the answer is made (`ApiError::public`), not here: once per failure.
         ApiError::Internal(format!("storage failed: {error}"))
+    }
+}
+
+impl ApiError {
+    /// A failure to write an upload's temporary file: a full disk is said so, anything else is
+    /// internal.
+    pub fn writing(what: &str, error: std::io::Error) -> Self {
+        if error.kind() == std::io::ErrorKind::StorageFull {
+            tracing::error!(%error, "the disk is full: {what}");
+            ApiError::DiskFull
+        } else {
+            ApiError::Internal(format!("{what}: {error}"))
+        }
     }
 }
 

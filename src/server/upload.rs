@@ -194,7 +194,7 @@ where
     let file = TempFile::new(dir);
     let mut out = tokio::fs::File::create(&file.path)
         .await
-        .map_err(|e| ApiError::Internal(format!("cannot create a temporary file: {e}")))?;
+        .map_err(|e| ApiError::writing("cannot create a temporary file", e))?;
     let (chunks, mut parser) = if parse {
         let (chunks, receiver) = tokio::sync::mpsc::channel::<Bytes>(PARSE_QUEUE);
         (Some(chunks), Some(spawn_parser(receiver)?))
@@ -221,7 +221,7 @@ where
         hasher.update(&chunk);
         out.write_all(&chunk)
             .await
-            .map_err(|e| ApiError::Internal(format!("cannot write the upload: {e}")))?;
+            .map_err(|e| ApiError::writing("cannot write the upload", e))?;
         let parser_stopped = chunks.as_ref().is_some_and(|c| c.is_closed());
         if let Some(handle) = parser.take_if(|_| parser_stopped) {
             // The parser stopped before the end of the upload: if it failed, the file is not a
@@ -246,7 +246,7 @@ where
     };
     out.flush()
         .await
-        .map_err(|e| ApiError::Internal(format!("cannot write the upload: {e}")))?;
+        .map_err(|e| ApiError::writing("cannot write the upload", e))?;
     Ok(Received {
         file,
         size,
