@@ -6,7 +6,7 @@
 //! the replay's first pass over them) are filled on a second thread while decoding goes on.
 
 use super::ActionCode;
-use super::build::to_json;
+use super::build::{CONVERSION_FLOOR, ConversionBudget, ShapeError, to_json};
 use super::{Frame, FrameId, FrameTable, StackId, StackTable, Trace};
 use crate::analysis::replay::EventPass;
 use crate::pickle::{Compactor, Heap, Kind, Memo, Value};
@@ -253,6 +253,12 @@ pub struct TraceCompactor<'scope> {
     /// device's trace list is read back as `start..start + len` without storing its millions
     /// of handles.
     event_runs: rustc_hash::FxHashMap<Value, std::ops::Range<usize>>,
+    /// What converting values that are not strings into text may still cost.
+    conversion: ConversionBudget,
+    /// The first conversion refused (the compactor cannot fail an entry; [`build`] reports it).
+    ///
+    /// [`build`]: super::build::build
+    failure: Option<ShapeError>,
 }
 
 /// The last few frames lists (as their items) and their stacks. Fresh lists of a long trace
@@ -325,6 +331,8 @@ impl Default for TraceCompactor<'_> {
             layout: Layout::default(),
             recent_stacks: RecentStacks::default(),
             event_runs: rustc_hash::FxHashMap::default(),
+            conversion: ConversionBudget::new(CONVERSION_FLOOR),
+            failure: None,
         }
     }
 }
@@ -609,8 +617,32 @@ impl<'scope> TraceCompactor<'scope> {
                 })
             }
             Some(v) => {
-                let json = to_json(heap, v, 0).to_string();
-                events.string_id(&json)
+                // torch writes a string; anything else is kept as its JSON text, paid for from
+                // a budget (a shared value could otherwise expand without bound, once per entry).
+                match to_json(
+                    heap,
+                    v,
+                    &mut self.conversion,
+                    "a trace entry's user_metadata",
+                ) {
+                    Ok(json) => {
+                        let json = json.to_string();
+                        match self
+                            .conversion
+                            .spend(json.len(), "a trace entry's user_metadata")
+                        {
+                            Ok(()) => events.string_id(&json),
+                            Err(error) => {
+                                self.failure.get_or_insert(error);
+                                0
+                            }
+                        }
+                    }
+                    Err(error) => {
+                        self.failure.get_or_insert(error);
+                        0
+                    }
+                }
             }
         };
         let stack = match frames {
@@ -652,6 +684,11 @@ pub(super) fn flat_pairs(heap: &Heap, dict: Value) -> Vec<Value> {
 impl TraceCompactor<'_> {
     /// The rows of a list whose items this compactor took (see [`Compactor::append`]), if it
     /// took any.
+    /// The first conversion the compactor had to refuse, if any.
+    pub(super) fn take_failure(&mut self) -> Option<ShapeError> {
+        self.failure.take()
+    }
+
     pub(super) fn event_run(&self, list: Value) -> Option<std::ops::Range<usize>> {
         self.event_runs.get(&list).cloned()
     }
