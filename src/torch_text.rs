@@ -112,8 +112,65 @@ fn accounted_size(block: &Block) -> i128 {
 /// letter (`a` + its index among the segment's active blocks, mod 26); a page touched by
 /// several shows the tenths of the page they fill (`0`-`9`, `*` when full), with the fraction
 /// accumulated in floating point exactly as torch does.
-pub fn stats(snapshot: &Snapshot) -> String {
-    render(|out| write_stats(out, snapshot))
+///
+/// A file whose segments are larger than any machine's memory (a hostile or corrupt size such
+/// as 2^63) would need a page map of billions of characters, which torch itself cannot build
+/// (it raises `MemoryError`); it is refused with [`ReportTooLarge`] before anything is sized by
+/// it.
+pub fn stats(snapshot: &Snapshot) -> Result<String, ReportTooLarge> {
+    check_page_maps(snapshot)?;
+    Ok(render(|out| write_stats(out, snapshot)))
+}
+
+/// Characters of `segsum` page maps a file may need in all: 2^24 pages of 20 MiB is 320 TiB of
+/// reserved memory, a hundred times more than the largest machines hold.
+const MAX_PAGE_MAP_CHARS: u128 = 1 << 24;
+
+/// Page cells the blocks of a file may touch in all. Blocks of a real segment do not overlap,
+/// so each page is touched once or twice; hostile requested sizes make every block span the
+/// whole segment.
+const MAX_PAGE_MAP_WORK: u128 = 1 << 26;
+
+/// A report that would be too large to produce, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ReportTooLarge(String);
+
+/// The pages of a segment's map (0 for a segment below [`PAGE_SIZE`], which gets no map line
+/// but still needs its pages counted: torch builds its map anyway).
+fn page_count(total_size: u64) -> u128 {
+    u128::from(total_size).div_ceil(u128::from(PAGE_SIZE))
+}
+
+/// Refuses a snapshot whose page maps would be absurdly large, before any is allocated.
+fn check_page_maps(snapshot: &Snapshot) -> Result<(), ReportTooLarge> {
+    let mut chars = 0u128;
+    let mut work = 0u128;
+    for segment in &snapshot.segments {
+        let pages = page_count(segment.total_size);
+        chars += pages;
+        if chars > MAX_PAGE_MAP_CHARS {
+            return Err(ReportTooLarge(format!(
+                "the segments total more than {} (the segment at address {} alone is {} bytes); no machine has that much memory, so this snapshot's sizes are corrupt and `stats` refuses to draw their page maps",
+                format_size_f64((MAX_PAGE_MAP_CHARS * u128::from(PAGE_SIZE)) as f64),
+                segment.address,
+                segment.total_size
+            )));
+        }
+        for block in &segment.blocks {
+            work += u128::from(block.requested_size)
+                .div_ceil(u128::from(PAGE_SIZE))
+                .min(pages)
+                + 1;
+        }
+        if work > MAX_PAGE_MAP_WORK {
+            return Err(ReportTooLarge(format!(
+                "the blocks of the segment at address {} overlap far beyond its size (their requested sizes exceed it); this snapshot is corrupt and `stats` refuses to draw its page maps",
+                segment.address
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn write_stats(out: &mut String, snapshot: &Snapshot) -> fmt::Result {
@@ -163,8 +220,10 @@ fn write_stats(out: &mut String, snapshot: &Snapshot) -> fmt::Result {
         let mut frac = vec![0.0f64; pages];
         for (i, &(start, size)) in ranges.iter().enumerate() {
             let finish = start + size;
-            let first = start.div_euclid(page);
-            let last = (finish - 1).div_euclid(page) + 1;
+            // Only pages inside the segment are drawn (see below), so the loop visits no
+            // others: a block's size alone must not decide how long it runs.
+            let first = start.div_euclid(page).max(0);
+            let last = ((finish - 1).div_euclid(page) + 1).min(pages as i128);
             let letter = char::from(b'a' + (i % 26) as u8);
             for j in first..last {
                 // torch would raise IndexError for blocks past the segment's end; skip them.
@@ -755,7 +814,7 @@ mod tests {
 
     #[test]
     fn empty_snapshot_prints_torch_skeleton() {
-        let text = stats(&Snapshot::default());
+        let text = stats(&Snapshot::default()).expect("an empty snapshot has no page maps");
         assert!(text.starts_with("Summary of segments >= 20.0MiB in size\nsegments: 0\n"));
         assert!(text.contains("total_free: 0.0B\n\nLegend:\n"));
         assert_eq!(folded(&Snapshot::default(), FoldedKind::Segments), "");
