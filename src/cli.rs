@@ -405,7 +405,8 @@ fn run_other(config: Config) -> Result<(), String> {
         Config::Stats { file } => torch_text::stats(&load_with_progress(&file)?)
             .map_err(|e| format!("{}: {e}", file.display()))?,
         Config::Export { file, kind, output } => {
-            let text = torch_text::folded(&load_with_progress(&file)?, kind);
+            let text = torch_text::folded(&load_with_progress(&file)?, kind)
+                .map_err(|e| format!("{}: {e}", file.display()))?;
             if let Some(output) = output {
                 return std::fs::write(&output, text)
                     .map_err(|e| format!("cannot write {}: {e}", output.display()));

@@ -1757,3 +1757,84 @@ fn stats_refuses_sizes_beyond_any_memory_without_allocating_for_them() {
     assert!(message.contains("overlap far beyond its size"), "{message}");
     assert_prompt(started, Duration::from_secs(1), "overlapping blocks");
 }
+
+/// A snapshot of one segment with `blocks` blocks that all share one frames list holding
+/// `depth` references to one frame whose name is `name_len` bytes.
+fn shared_stack_snapshot(name_len: usize, depth: usize, blocks: usize) -> Vec<u8> {
+    let frame = [
+        &b"}\x94("[..],
+        &short_str("filename"),
+        &short_str("a.py"),
+        &short_str("line"),
+        b"K\x01",
+        &short_str("name"),
+        b"h\x00u0",
+    ]
+    .concat();
+    let mut block_dicts = Vec::new();
+    for _ in 0..blocks {
+        block_dicts.extend_from_slice(b"}(");
+        block_dicts.extend_from_slice(&short_str("size"));
+        block_dicts.extend_from_slice(b"K\x00");
+        block_dicts.extend_from_slice(&short_str("state"));
+        block_dicts.extend_from_slice(&short_str("active_allocated"));
+        block_dicts.extend_from_slice(&short_str("frames"));
+        block_dicts.extend_from_slice(b"h\x02u");
+    }
+    [
+        &b"\x80\x04"[..],
+        &long_str(name_len),
+        &frame,
+        b"]\x94",
+        &appends_of(1, depth),
+        b"0}(",
+        &short_str("segments"),
+        b"]}(",
+        &short_str("address"),
+        b"K\x00",
+        &short_str("blocks"),
+        b"](",
+        &block_dicts,
+        b"euau.",
+    ]
+    .concat()
+}
+
+#[test]
+fn folded_stacks_of_shared_stacks_are_refused_before_they_are_written() {
+    use snapview::torch_text::{FoldedKind, compare, folded};
+    // 1000 blocks x 1000 frames x 1 MiB names: 1 TB of text from a 1 MB file; and 1000 blocks
+    // x 100k frames of 30 bytes: 3 GB from 200 KB.
+    for (case, name_len, depth) in [("long names", 1 << 20, 1000), ("deep stack", 8, 100_000)] {
+        let bytes = shared_stack_snapshot(name_len, depth, 1000);
+        let snapshot = load_bytes(&bytes).expect(case);
+        assert_eq!(snapshot.segments[0].blocks.len(), 1000, "{case}");
+        let started = Instant::now();
+        let (result, peak) = peak_during(|| folded(&snapshot, FoldedKind::Memory));
+        assert_prompt(started, Duration::from_secs(1), case);
+        let message = match result {
+            Ok(text) => panic!("{case}: printed {} bytes", text.len()),
+            Err(error) => error.to_string(),
+        };
+        assert!(message.contains("exceed 256.0MiB"), "{case}: {message}");
+        eprintln!("{case}: folded refused, peak {} KiB", peak >> 10);
+        assert!(peak < MB, "{case}: peak {peak} bytes");
+        // compare (shown by the server) lists the addresses and says why the rest is missing.
+        let (text, peak) = peak_during(|| compare(&snapshot, &Snapshot::default()));
+        assert_eq!(text.lines().count(), 3, "{case}: {text}");
+        assert!(
+            text.ends_with("repeat beyond any real snapshot\n"),
+            "{case}: {text}"
+        );
+        assert!(peak < MB, "{case}: compare peak {peak} bytes");
+    }
+    // Through the CLI: one line, exit 2.
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("shared_stack.pickle");
+    std::fs::write(&path, shared_stack_snapshot(8, 100_000, 1000)).expect("written");
+    let (code, stdout, stderr, _) = run_cli(&["export", path.to_str().expect("utf-8")]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stdout.is_empty());
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("are not written"), "{stderr}");
+}
