@@ -1838,3 +1838,38 @@ fn folded_stacks_of_shared_stacks_are_refused_before_they_are_written() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("are not written"), "{stderr}");
 }
+
+#[test]
+fn many_distinct_texts_in_a_trace_load_in_linear_time() {
+    // 200k trace entries, each with its own compile_context and user_metadata text: the texts
+    // are interned through a hash index (a scan of the texts so far per new text was quadratic:
+    // 2 * 10^10 comparisons here).
+    let entries = 200_000;
+    let mut bytes = b"\x80\x04}(".to_vec();
+    bytes.extend_from_slice(&short_str("device_traces"));
+    bytes.extend_from_slice(b"]](");
+    for i in 0..entries {
+        bytes.extend_from_slice(b"}(");
+        bytes.extend_from_slice(&short_str("action"));
+        bytes.extend_from_slice(&short_str("alloc"));
+        bytes.extend_from_slice(&short_str("compile_context"));
+        bytes.extend_from_slice(&short_str(&format!("context {i:08}")));
+        bytes.extend_from_slice(&short_str("user_metadata"));
+        bytes.extend_from_slice(&short_str(&format!("metadata {i:08}")));
+        bytes.push(b'u');
+    }
+    bytes.extend_from_slice(b"eau.");
+    let started = Instant::now();
+    let snapshot = load_bytes(&bytes).expect("distinct texts are data");
+    let elapsed = started.elapsed();
+    eprintln!(
+        "{entries} distinct texts ({} KB): loaded in {elapsed:?}",
+        bytes.len() >> 10
+    );
+    let trace = snapshot.trace(0);
+    assert_eq!(trace.len(), entries);
+    let last = trace.entry(entries - 1);
+    assert_eq!(last.compile_context.as_deref(), Some("context 00199999"));
+    assert_eq!(last.user_metadata.as_deref(), Some("metadata 00199999"));
+    assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
+}
