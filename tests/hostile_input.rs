@@ -1616,6 +1616,18 @@ fn values_shared_through_the_memo_cost_a_bounded_conversion_everywhere() {
     let (message, peak, elapsed) = refused_in_process(&bytes, "shared text as keys");
     assert!(message.contains("the top-level keys"), "{message}");
     assert!(peak < 64 * MB && elapsed < Duration::from_secs(3));
+    // Without 'segments', the message names the keys, each cut to its first 40 characters.
+    let mut bytes = [&prologue[..], &big, b"}("].concat();
+    for _ in 0..8 {
+        bytes.extend_from_slice(b"h\x00N");
+    }
+    bytes.extend_from_slice(b"u.");
+    let (message, _, _) = refused_in_process(&bytes, "long keys");
+    assert!(
+        message.contains("neither 'segments' nor 'device_traces'"),
+        "{message}"
+    );
+    assert!(message.len() < 1000, "{} bytes", message.len());
 }
 
 #[test]

@@ -48,12 +48,17 @@ pub fn build(
                 }
             }
             if segments.is_none() && traces.is_none() {
-                let keys: Vec<&str> = heap
+                // A key may be a 64 MiB string: the message names the first characters only.
+                let keys: Vec<String> = heap
                     .pairs(root)
                     .unwrap_or(&[])
                     .iter()
                     .filter_map(|(k, _)| heap.str(*k))
                     .take(8)
+                    .map(|key| match key.char_indices().nth(40) {
+                        Some((cut, _)) => format!("{}…", &key[..cut]),
+                        None => key.to_owned(),
+                    })
                     .collect();
                 return Err(ShapeError(format!(
                     "the top-level dict has neither 'segments' nor 'device_traces' (keys: {})",
