@@ -584,9 +584,11 @@ fn run_other(config: Config) -> Result<(), String> {
                 summary_text(&file, &snapshot, &summary)
             }
         }
-        Config::Stats { file } => torch_text::stats(&load_with_progress(&file)?),
+        Config::Stats { file } => torch_text::stats(&load_with_progress(&file)?)
+            .map_err(|e| format!("{}: {e}", file.display()))?,
         Config::Export { file, kind, output } => {
-            let text = torch_text::folded(&load_with_progress(&file)?, kind);
+            let text = torch_text::folded(&load_with_progress(&file)?, kind)
+                .map_err(|e| format!("{}: {e}", file.display()))?;
             if let Some(output) = output {
                 return std::fs::write(&output, text)
                     .map_err(|e| format!("cannot write {}: {e}", output.display()));

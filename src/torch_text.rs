@@ -112,8 +112,65 @@ fn accounted_size(block: &Block) -> i128 {
 /// letter (`a` + its index among the segment's active blocks, mod 26); a page touched by
 /// several shows the tenths of the page they fill (`0`-`9`, `*` when full), with the fraction
 /// accumulated in floating point exactly as torch does.
-pub fn stats(snapshot: &Snapshot) -> String {
-    render(|out| write_stats(out, snapshot))
+///
+/// A file whose segments are larger than any machine's memory (a hostile or corrupt size such
+/// as 2^63) would need a page map of billions of characters, which torch itself cannot build
+/// (it raises `MemoryError`); it is refused with [`ReportTooLarge`] before anything is sized by
+/// it.
+pub fn stats(snapshot: &Snapshot) -> Result<String, ReportTooLarge> {
+    check_page_maps(snapshot)?;
+    Ok(render(|out| write_stats(out, snapshot)))
+}
+
+/// Characters of `segsum` page maps a file may need in all: 2^24 pages of 20 MiB is 320 TiB of
+/// reserved memory, a hundred times more than the largest machines hold.
+const MAX_PAGE_MAP_CHARS: u128 = 1 << 24;
+
+/// Page cells the blocks of a file may touch in all. Blocks of a real segment do not overlap,
+/// so each page is touched once or twice; hostile requested sizes make every block span the
+/// whole segment.
+const MAX_PAGE_MAP_WORK: u128 = 1 << 26;
+
+/// A report that would be too large to produce, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ReportTooLarge(String);
+
+/// The pages of a segment's map (0 for a segment below [`PAGE_SIZE`], which gets no map line
+/// but still needs its pages counted: torch builds its map anyway).
+fn page_count(total_size: u64) -> u128 {
+    u128::from(total_size).div_ceil(u128::from(PAGE_SIZE))
+}
+
+/// Refuses a snapshot whose page maps would be absurdly large, before any is allocated.
+fn check_page_maps(snapshot: &Snapshot) -> Result<(), ReportTooLarge> {
+    let mut chars = 0u128;
+    let mut work = 0u128;
+    for segment in &snapshot.segments {
+        let pages = page_count(segment.total_size);
+        chars += pages;
+        if chars > MAX_PAGE_MAP_CHARS {
+            return Err(ReportTooLarge(format!(
+                "the segments total more than {} (the segment at address {} alone is {} bytes); no machine has that much memory, so this snapshot's sizes are corrupt and `stats` refuses to draw their page maps",
+                format_size_f64((MAX_PAGE_MAP_CHARS * u128::from(PAGE_SIZE)) as f64),
+                segment.address,
+                segment.total_size
+            )));
+        }
+        for block in &segment.blocks {
+            work += u128::from(block.requested_size)
+                .div_ceil(u128::from(PAGE_SIZE))
+                .min(pages)
+                + 1;
+        }
+        if work > MAX_PAGE_MAP_WORK {
+            return Err(ReportTooLarge(format!(
+                "the blocks of the segment at address {} overlap far beyond its size (their requested sizes exceed it); this snapshot is corrupt and `stats` refuses to draw its page maps",
+                segment.address
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn write_stats(out: &mut String, snapshot: &Snapshot) -> fmt::Result {
@@ -163,8 +220,10 @@ fn write_stats(out: &mut String, snapshot: &Snapshot) -> fmt::Result {
         let mut frac = vec![0.0f64; pages];
         for (i, &(start, size)) in ranges.iter().enumerate() {
             let finish = start + size;
-            let first = start.div_euclid(page);
-            let last = (finish - 1).div_euclid(page) + 1;
+            // Only pages inside the segment are drawn (see below), so the loop visits no
+            // others: a block's size alone must not decide how long it runs.
+            let first = start.div_euclid(page).max(0);
+            let last = ((finish - 1).div_euclid(page) + 1).min(pages as i128);
             let letter = char::from(b'a' + (i % 26) as u8);
             for j in first..last {
                 // torch would raise IndexError for blocks past the segment's end; skip them.
@@ -219,21 +278,42 @@ fn write_stats(out: &mut String, snapshot: &Snapshot) -> fmt::Result {
 /// first, each frame `basename:line:name`, with torch's `_frame_filter` applied; a block with no
 /// frames at all gives `<non-python>`, while one whose frames are all filtered out gives an empty
 /// fragment, as torch does (it tests the list before filtering).
-pub fn folded(snapshot: &Snapshot, kind: FoldedKind) -> String {
+///
+/// A file can make this output far larger than itself: blocks that share one frames list
+/// through the pickle memo each print the whole stack. Past [`MAX_FOLDED_BYTES`] it is refused
+/// with [`ReportTooLarge`].
+pub fn folded(snapshot: &Snapshot, kind: FoldedKind) -> Result<String, ReportTooLarge> {
     let mut writer = FoldedWriter::new(snapshot);
-    render(|out| {
-        for segment in &snapshot.segments {
-            let prefix = match kind {
-                FoldedKind::Segments => {
-                    format!("stream_{};seg_{}", segment.stream, segment.address)
-                }
-                FoldedKind::Memory => format!("stream_{}", segment.stream),
-            };
-            writer.write_blocks(out, &prefix, &segment.blocks)?;
-        }
-        Ok(())
-    })
+    let prefix = |segment: &Segment| match kind {
+        FoldedKind::Segments => format!("stream_{};seg_{}", segment.stream, segment.address),
+        FoldedKind::Memory => format!("stream_{}", segment.stream),
+    };
+    // Sized before anything is written, so a refused report costs no output at all.
+    let size = snapshot.segments.iter().fold(0usize, |size, segment| {
+        size.saturating_add(writer.size_bound(prefix(segment).len(), &segment.blocks))
+    });
+    writer.cut = size > MAX_FOLDED_BYTES;
+    let text = match writer.cut {
+        true => String::new(),
+        false => render(|out| {
+            for segment in &snapshot.segments {
+                writer.write_blocks(out, &prefix(segment), &segment.blocks)?;
+            }
+            Ok(())
+        }),
+    };
+    match writer.cut {
+        false => Ok(text),
+        true => Err(ReportTooLarge(format!(
+            "the folded stacks of this snapshot exceed {} (its blocks repeat very long stacks; real snapshots print a few MB), so they are not written",
+            format_size(MAX_FOLDED_BYTES as u64)
+        ))),
+    }
 }
+
+/// The most folded-stack text one report may hold: 256 MiB, over a hundred times what the
+/// largest real snapshot in the corpus prints (1.5 MB for 3.2 million events).
+pub const MAX_FOLDED_BYTES: usize = 256 << 20;
 
 /// What torch prints for `compare(before['segments'], after['segments'])`.
 ///
@@ -252,13 +332,29 @@ pub fn compare(before: &Snapshot, after: &Snapshot) -> String {
 
     let mut before_writer = FoldedWriter::new(before);
     let mut after_writer = FoldedWriter::new(after);
-    render(|out| {
+    // The folded stacks of the segments in only one snapshot, sized before any is written.
+    let mut size = 0usize;
+    for segment in &before.segments {
+        if !after_set.contains(key(segment)) {
+            size = size.saturating_add(before_writer.size_bound(64, &segment.blocks));
+        }
+    }
+    for segment in &after.segments {
+        if !before_set.contains(key(segment)) {
+            size = size.saturating_add(after_writer.size_bound(64, &segment.blocks));
+        }
+    }
+    let too_large = size > MAX_FOLDED_BYTES;
+    let mut text = render(|out| {
         for (label, only) in [
             ("only_before", before_set.difference(&after_set)),
             ("only_after", after_set.difference(&before_set)),
         ] {
             let addresses: Vec<String> = only.keys().map(|(a, _)| a.to_string()).collect();
             writeln!(out, "{label} = [{}]", addresses.join(", "))?;
+        }
+        if too_large {
+            return Err(fmt::Error);
         }
         for segment in &before.segments {
             if !after_set.contains(key(segment)) {
@@ -279,7 +375,15 @@ pub fn compare(before: &Snapshot, after: &Snapshot) -> String {
             }
         }
         Ok(())
-    })
+    });
+    if too_large || before_writer.cut || after_writer.cut {
+        // Shown as text, so the reason goes where the rest would have been.
+        text.push_str(&format!(
+            "... cut at {}: the stacks of these segments repeat beyond any real snapshot\n",
+            format_size(MAX_FOLDED_BYTES as u64)
+        ));
+    }
+    text
 }
 
 /// torch's `_write_blocks`, with the formatted frames of each stack computed once: a long run
@@ -287,6 +391,10 @@ pub fn compare(before: &Snapshot, after: &Snapshot) -> String {
 struct FoldedWriter<'a> {
     snapshot: &'a Snapshot,
     fragments: Vec<Option<String>>,
+    /// A bound on each fragment's length, by stack (filled on first use).
+    fragment_lens: Vec<Option<usize>>,
+    /// Set when a line would have taken the output past [`MAX_FOLDED_BYTES`]; writing stops.
+    cut: bool,
 }
 
 impl<'a> FoldedWriter<'a> {
@@ -294,38 +402,96 @@ impl<'a> FoldedWriter<'a> {
         Self {
             snapshot,
             fragments: vec![None; snapshot.stacks.len()],
+            fragment_lens: Vec::new(),
+            cut: false,
         }
     }
 
     /// torch's `frames_fragment`: `<non-python>` for an empty stack, else the kept frames root
-    /// first, joined by `;`.
-    fn fragment(&mut self, stack: StackId) -> &str {
+    /// first, joined by `;`. `None` if it alone would pass [`MAX_FOLDED_BYTES`] (a stack can
+    /// repeat one frame with a long name a million times); its length is summed first, so such
+    /// a fragment is never built.
+    fn fragment(&mut self, stack: StackId) -> Option<&str> {
         let snapshot = self.snapshot;
-        let build = || {
-            let frames = snapshot.stacks.get(stack);
-            if frames.is_empty() {
-                return "<non-python>".to_owned();
-            }
-            let mut text = String::new();
-            // torch's `_frame_filter` uses the same two lists as MemoryViz.js, which is what
-            // `Frame::is_hidden` implements.
-            for frame in frames
+        let kept = move || {
+            snapshot
+                .stacks
+                .get(stack)
                 .iter()
                 .rev()
                 .map(|&id| snapshot.frames.get(id))
                 .filter(|frame| !frame.is_hidden())
-            {
+        };
+        let build = || {
+            let frames = snapshot.stacks.get(stack);
+            if frames.is_empty() {
+                return Some("<non-python>".to_owned());
+            }
+            // basename, name, `:`, `:`, `;` and at most 20 digits of line number.
+            let length: usize = kept()
+                .map(|frame| frame.basename().len() + frame.name.len() + 23)
+                .sum();
+            if length > MAX_FOLDED_BYTES {
+                return None;
+            }
+            let mut text = String::new();
+            // torch's `_frame_filter` uses the same two lists as MemoryViz.js, which is what
+            // `Frame::is_hidden` implements.
+            for frame in kept() {
                 if !text.is_empty() {
                     text.push(';');
                 }
                 let _ = write!(text, "{}:{}:{}", frame.basename(), frame.line, frame.name);
             }
-            text
+            Some(text)
         };
         match self.fragments.get_mut(stack as usize) {
-            Some(slot) => slot.get_or_insert_with(build).as_str(),
+            Some(slot) => {
+                if slot.is_none() {
+                    *slot = Some(build()?);
+                }
+                slot.as_deref()
+            }
             // An id outside the table reads as the empty stack (`StackTable::get`).
-            None => "<non-python>",
+            None => Some("<non-python>"),
+        }
+    }
+
+    /// At least as many bytes as [`FoldedWriter::write_blocks`] writes for `blocks` (without
+    /// building any of it): a line and a `<gaps>` line per block.
+    fn size_bound(&mut self, prefix_len: usize, blocks: &[Block]) -> usize {
+        let mut size = 0usize;
+        for block in blocks {
+            let fragment = self.fragment_len(block.stack);
+            let line = (prefix_len + block.state.name().len() + 48).saturating_add(fragment);
+            size = size.saturating_add(line.saturating_mul(2));
+        }
+        size
+    }
+
+    /// At least the length of [`FoldedWriter::fragment`], from the frames' texts alone.
+    fn fragment_len(&mut self, stack: StackId) -> usize {
+        let snapshot = self.snapshot;
+        let index = stack as usize;
+        if self.fragment_lens.len() < self.fragments.len() {
+            self.fragment_lens = vec![None; self.fragments.len()];
+        }
+        match self.fragment_lens.get_mut(index) {
+            Some(Some(length)) => *length,
+            Some(slot) => {
+                // basename, name, `:`, `:`, `;` and at most 20 digits of line number.
+                let length = snapshot
+                    .stacks
+                    .get(stack)
+                    .iter()
+                    .map(|&id| snapshot.frames.get(id))
+                    .fold(16usize, |sum, frame| {
+                        sum.saturating_add(frame.basename().len() + frame.name.len() + 23)
+                    });
+                *slot = Some(length);
+                length
+            }
+            None => 16,
         }
     }
 
@@ -335,11 +501,17 @@ impl<'a> FoldedWriter<'a> {
         for block in blocks {
             let state = block.state.name();
             let accounted = accounted_size(block);
-            writeln!(
-                out,
-                "{prefix};{state};{} {accounted}",
-                self.fragment(block.stack)
-            )?;
+            // A line is the prefix, state and fragment plus at most 48 bytes of numbers and
+            // separators; checked before writing, so no line is built past the bound.
+            let fragment = self.fragment(block.stack);
+            let line = fragment.map_or(usize::MAX, |f| prefix.len() + state.len() + f.len() + 48);
+            let Some(fragment) = fragment
+                .filter(|_| out.len().saturating_add(line.saturating_mul(2)) <= MAX_FOLDED_BYTES)
+            else {
+                self.cut = true;
+                return Err(fmt::Error);
+            };
+            writeln!(out, "{prefix};{state};{fragment} {accounted}")?;
             let gaps = i128::from(block.size) - accounted;
             if gaps != 0 {
                 writeln!(out, "{prefix};{state};<gaps> {gaps}")?;
@@ -755,10 +927,13 @@ mod tests {
 
     #[test]
     fn empty_snapshot_prints_torch_skeleton() {
-        let text = stats(&Snapshot::default());
+        let text = stats(&Snapshot::default()).expect("an empty snapshot has no page maps");
         assert!(text.starts_with("Summary of segments >= 20.0MiB in size\nsegments: 0\n"));
         assert!(text.contains("total_free: 0.0B\n\nLegend:\n"));
-        assert_eq!(folded(&Snapshot::default(), FoldedKind::Segments), "");
+        assert_eq!(
+            folded(&Snapshot::default(), FoldedKind::Segments).expect("nothing to print"),
+            ""
+        );
         assert_eq!(
             compare(&Snapshot::default(), &Snapshot::default()),
             "only_before = []\nonly_after = []\n"

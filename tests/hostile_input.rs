@@ -8,7 +8,7 @@
 
 mod common;
 
-use snapview::pickle::{self, CHUNK_HEADROOM, Chunks, Limits};
+use snapview::pickle::{self, CHUNK_HEADROOM, Chunks, Limits, MAX_STRING_BYTES};
 use snapview::snapshot::{Compression, LoadError, LoadOptions, Snapshot, load_path, load_reader};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -788,8 +788,15 @@ fn a_million_nested_lists_neither_overflow_nor_blow_up() {
     let started = Instant::now();
     let (result, peak) = peak_during(|| load_bytes(&bytes).map(|s| s.segments.len()));
     assert_prompt(started, Duration::from_secs(10), "10^6 nested lists");
-    // The top level is a list (torch 1.13's bare segment list) holding no segment dicts.
-    assert_eq!(result.expect("a deep list is data"), 0);
+    // The top level is a list (torch 1.13's bare segment list) whose item is no segment dict:
+    // not "a snapshot with 0 segments".
+    let message = result
+        .expect_err("a deep list is not a snapshot")
+        .to_string();
+    assert!(
+        message.contains("item 0 is a List, not a segment dict"),
+        "{message}"
+    );
     // About 60 bytes per list; the input alone is 2 MB.
     eprintln!("10^6 nested lists: peak {} KiB", peak >> 10);
     assert!(peak < 200 * MB, "peak {peak} bytes");
@@ -887,24 +894,42 @@ fn a_length_field_larger_than_the_file_fails_fast_without_allocating_it() {
         let (result, peak) = peak_during(|| load_bytes(&bytes));
         assert_prompt(started, Duration::from_millis(500), name);
         let message = result.expect_err(name).to_string();
-        // The offset is where the declared bytes start, after the length field.
+        // The offset is where the declared bytes start, after the length field. Every length
+        // here is beyond what a snapshot's strings need, so it is refused before reading.
         let data_at = 2 + opcode.len();
-        let needed = declared - tail.len() as u64;
         assert_eq!(
             message,
+            format!(
+                "byte {data_at}: {name} declares {declared} bytes, more than the {MAX_STRING_BYTES} bytes any single string in a memory snapshot needs; refusing it before reading"
+            ),
+        );
+        // Within that bound, a length beyond the end of the file is truncation.
+        let mut within = bytes.clone();
+        let field = &mut within[3..data_at];
+        let length = 1u64 << 20;
+        match field.len() {
+            8 => field.copy_from_slice(&length.to_le_bytes()),
+            _ => field.copy_from_slice(&(length as u32).to_le_bytes()),
+        }
+        let needed = length - tail.len() as u64;
+        let (result, within_peak) = peak_during(|| load_bytes(&within));
+        assert_eq!(
+            result.expect_err(name).to_string(),
             format!(
                 "the file ends early: byte {data_at} starts {name}, which needs {needed} more bytes (the file is truncated)"
             ),
         );
-        assert!(
-            message.contains("the file is truncated"),
-            "{name}: {message}"
-        );
+        assert!(within_peak < 8 * MB, "{name}: peak {within_peak} bytes");
         // The read buffers (about 1 MB), not the declared length.
         eprintln!("{}: peak {} KiB", name, peak >> 10);
         assert!(peak < 8 * MB, "{name}: peak {peak} bytes");
         // Through gzip the same, under the default limit.
         let message = error_of(&gzip(&bytes));
+        assert!(
+            message.contains(&format!("{name} declares {declared} bytes")),
+            "{name} in gzip: {message}"
+        );
+        let message = error_of(&gzip(&within));
         assert!(
             message.contains(&format!("starts {name}")),
             "{name} in gzip: {message}"
@@ -972,9 +997,11 @@ fn zstd_bomb(prefix: &[u8], fill: u8, blocks: usize) -> Vec<u8> {
     out
 }
 
-/// A pickle that never ends: BINBYTES8 declaring 1 TB, whose bytes the bomb supplies.
+/// A pickle that never ends: BINBYTES8 declaring the longest string allowed, whose bytes the
+/// bomb supplies (a longer one is refused at its length: see
+/// `a_length_field_larger_than_the_file_fails_fast_without_allocating_it`).
 fn huge_bytes_prefix() -> Vec<u8> {
-    [&[0x80, 4, 0x8e][..], &(1u64 << 40).to_le_bytes()].concat()
+    [&[0x80, 4, 0x8e][..], &MAX_STRING_BYTES.to_le_bytes()].concat()
 }
 
 /// The same, but streaming: 0x80 0x80 ... is a run of PROTO opcodes, so nothing accumulates.
@@ -1311,4 +1338,550 @@ fn wrong_file_types_get_a_human_message() {
         message.contains("reading failed") && message.contains("directory"),
         "{message}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 10. Shared-structure bombs, decompression ratios, sizes beyond any memory, lists that are not
+// segment lists. The four files in `fixtures/hostile/` named in tests/fixtures/README.md broke
+// earlier builds: each must now be answered at once, with bounded memory and one clear line.
+
+/// Address space a CLI run may use (`ulimit -v`, in KiB): 1 GiB holds the binary, its threads'
+/// stacks and arenas, and any bounded answer; the hostile files reached 2.1 GB and more before.
+/// (A child's peak RSS cannot be read back reliably: `getrusage` counts the test binary's own
+/// memory, which the child shares until it execs.)
+const CLI_ADDRESS_SPACE_KIB: u64 = 1 << 20;
+
+/// Runs the CLI with its address space capped: exit status, stdout, stderr and the wall time. A
+/// run that needed more memory than the cap fails its allocation and aborts (not exit 2).
+fn run_cli(args: &[&str]) -> (Option<i32>, String, String, Duration) {
+    let started = Instant::now();
+    let output = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -v {CLI_ADDRESS_SPACE_KIB} && exec \"$0\" \"$@\""
+        ))
+        .arg(env!("CARGO_BIN_EXE_snapview"))
+        .args(args)
+        .output()
+        .expect("sh runs the snapview binary");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+        started.elapsed(),
+    )
+}
+
+/// Loads `bytes` in this process: the error message, the peak bytes allocated and the time.
+fn refused_in_process(bytes: &[u8], case: &str) -> (String, usize, Duration) {
+    let started = Instant::now();
+    let (result, peak) = peak_during(|| load_no_panic(bytes, case).map(|s| s.segments.len()));
+    let elapsed = started.elapsed();
+    let message = match result {
+        Ok(segments) => panic!("{case}: loaded ({segments} segments), but must be refused"),
+        Err(error) => error.to_string(),
+    };
+    eprintln!(
+        "{case}: refused in {:?}, peak {} KiB: {message}",
+        elapsed,
+        peak >> 10
+    );
+    (message, peak, elapsed)
+}
+
+const SHARED_BOMB_MESSAGE: &str = "expands to more data than the whole file holds (a value shared through the pickle memo many times, or a reference cycle); refusing it";
+
+#[test]
+fn the_hostile_files_are_refused_at_once_with_bounded_memory() {
+    let cases: [(&str, &str); 3] = [
+        (
+            "cycle_settings.pickle",
+            "not a memory snapshot: allocator_settings expands to more data",
+        ),
+        (
+            "laughs_settings.pickle",
+            "not a memory snapshot: allocator_settings expands to more data",
+        ),
+        (
+            "bomb_bytes_2g.pickle.zst",
+            "byte 11: BINBYTES8 declares 2147483648 bytes, more than the 67108864 bytes any single string in a memory snapshot needs; refusing it before reading",
+        ),
+    ];
+    for (name, expected) in cases {
+        let bytes = std::fs::read(hostile(name)).expect(name);
+        let (message, peak, elapsed) = refused_in_process(&bytes, name);
+        assert!(message.contains(expected), "{name}: {message}");
+        // Before the fix: 400 MB/s without end (the settings) and 2.1 GB (the bomb).
+        assert!(peak < 48 * MB, "{name}: peak {peak} bytes");
+        assert!(elapsed < Duration::from_secs(2), "{name}: {elapsed:?}");
+        for command in ["summary", "stats"] {
+            let path = hostile(name);
+            let (code, stdout, stderr, elapsed) =
+                run_cli(&[command, path.to_str().expect("utf-8")]);
+            assert_eq!(code, Some(2), "{command} {name}: {stderr}");
+            assert!(stdout.is_empty(), "{command} {name}: {stdout}");
+            assert_eq!(stderr.lines().count(), 1, "{command} {name}: {stderr}");
+            assert!(stderr.contains(expected), "{command} {name}: {stderr}");
+            assert!(!stderr.contains("panicked"), "{stderr}");
+            assert!(
+                elapsed < Duration::from_secs(5),
+                "{command} {name}: {elapsed:?}"
+            );
+        }
+    }
+    // The 2^63-byte block: `stats` refuses it in one line (it aborted with a backtrace,
+    // exit 134, allocating a page map for the size); `summary` reports the sizes.
+    let path = hostile("stats_abort_size_2_63.pickle");
+    let path = path.to_str().expect("utf-8");
+    let (code, stdout, stderr, _) = run_cli(&["stats", path]);
+    assert_eq!(code, Some(2), "stats: {stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("no machine has that much memory, so this snapshot's sizes are corrupt"),
+        "{stderr}"
+    );
+    let (code, stdout, stderr, _) = run_cli(&["summary", path]);
+    assert_eq!(code, Some(0), "summary: {stderr}");
+    assert!(!stdout.is_empty(), "summary printed nothing");
+}
+
+/// Pickle opcodes that leave one value on the stack: a list holding the next-inner list twice,
+/// `levels` deep (2^levels leaves), memoized as indices `first..first + levels`.
+fn laughs(first: u8, levels: u8) -> Vec<u8> {
+    let mut out = Vec::new();
+    for level in 0..levels {
+        out.extend_from_slice(&[b']', 0x94]);
+        if level > 0 {
+            let inner = first + level - 1;
+            out.extend_from_slice(&[b'(', b'h', inner, b'h', inner, b'e']);
+        }
+        out.push(b'0');
+    }
+    out.extend_from_slice(&[b'h', first + levels - 1]);
+    out
+}
+
+fn short_str(text: &str) -> Vec<u8> {
+    let mut out = vec![0x8c, text.len() as u8];
+    out.extend_from_slice(text.as_bytes());
+    out
+}
+
+/// BINUNICODE of `len` copies of `x`, memoized as the next index.
+fn long_str(len: usize) -> Vec<u8> {
+    let mut out = vec![b'X'];
+    out.extend_from_slice(&(len as u32).to_le_bytes());
+    out.extend(std::iter::repeat_n(b'x', len));
+    out.push(0x94);
+    out
+}
+
+/// `count` references to memo index `index`, appended in APPENDS batches of 1000 to the list on
+/// top of the stack.
+fn appends_of(index: u8, count: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut left = count;
+    while left > 0 {
+        let batch = left.min(1000);
+        out.push(b'(');
+        for _ in 0..batch {
+            out.extend_from_slice(&[b'h', index]);
+        }
+        out.push(b'e');
+        left -= batch;
+    }
+    out
+}
+
+fn assert_shared_bomb_refused(case: &str, bytes: &[u8], expected: &str) {
+    let (message, peak, elapsed) = refused_in_process(bytes, case);
+    assert!(message.contains(expected), "{case}: {message}");
+    assert!(message.contains(SHARED_BOMB_MESSAGE), "{case}: {message}");
+    assert!(peak < 64 * MB, "{case}: peak {peak} bytes");
+    assert!(elapsed < Duration::from_secs(3), "{case}: {elapsed:?}");
+}
+
+#[test]
+fn values_shared_through_the_memo_cost_a_bounded_conversion_everywhere() {
+    let prologue = b"\x80\x04".to_vec();
+    let segments = [short_str("segments"), b"]".to_vec()].concat();
+    // 2^40 leaves as an annotation's field and as a tuple dict key in the settings.
+    let bytes = [
+        &prologue[..],
+        &laughs(0, 40),
+        b"0}(",
+        &segments,
+        &short_str("external_annotations"),
+        b"]}(",
+        &short_str("name"),
+        b"h\x27uau.",
+    ]
+    .concat();
+    assert_shared_bomb_refused("laughs annotation", &bytes, "external_annotations");
+    let bytes = [
+        &prologue[..],
+        &laughs(0, 40),
+        b"0}(",
+        &segments,
+        &short_str("allocator_settings"),
+        b"}(h\x27\x85K\x01uu.",
+    ]
+    .concat();
+    assert_shared_bomb_refused("laughs dict key", &bytes, "allocator_settings");
+    // The same as a trace entry's user_metadata, in each of 1000 entries.
+    let entry = [
+        &b"}("[..],
+        &short_str("action"),
+        &short_str("alloc"),
+        &short_str("user_metadata"),
+        b"h\x27u",
+    ]
+    .concat();
+    let mut bytes = [
+        &prologue[..],
+        &laughs(0, 40),
+        b"0}(",
+        &segments,
+        &short_str("device_traces"),
+        b"]](",
+    ]
+    .concat();
+    for _ in 0..1000 {
+        bytes.extend_from_slice(&entry);
+    }
+    bytes.extend_from_slice(b"eau.");
+    assert_shared_bomb_refused("laughs user_metadata", &bytes, "user_metadata");
+
+    // A 1 MiB string referenced 100k times (2 bytes each): 100 GB if each reference is copied.
+    let big = long_str(1 << 20);
+    let references = 100_000;
+    // (A dict with only "name" would read as a frame; "tag" keeps it an annotation.)
+    let annotation = [&b"}\x94("[..], &short_str("tag"), b"h\x00u0"].concat();
+    let bytes = [
+        &prologue[..],
+        &big,
+        &annotation,
+        b"}(",
+        &segments,
+        &short_str("external_annotations"),
+        b"]",
+        &appends_of(1, references),
+        b"u.",
+    ]
+    .concat();
+    assert_shared_bomb_refused("shared text in annotations", &bytes, "external_annotations");
+    // The same text as every segment's type, then as every block's state.
+    let shared = b"h\x00".to_vec();
+    let (large, inactive) = (short_str("large"), short_str("inactive"));
+    for (segment_type, state, expected) in [
+        (&shared, &inactive, "segment_type"),
+        (&large, &shared, "a block's state"),
+    ] {
+        let segment = [
+            &b"}\x94("[..],
+            &short_str("address"),
+            b"K\x00",
+            &short_str("segment_type"),
+            segment_type,
+            &short_str("blocks"),
+            b"]}(",
+            &short_str("size"),
+            b"K\x00",
+            &short_str("state"),
+            state,
+            b"uau0",
+        ]
+        .concat();
+        let bytes = [
+            &prologue[..],
+            &big,
+            &segment,
+            b"}(",
+            &short_str("segments"),
+            b"]",
+            &appends_of(1, references),
+            b"u.",
+        ]
+        .concat();
+        assert_shared_bomb_refused(expected, &bytes, expected);
+    }
+    // The same text as 100k unknown top-level keys (the last value of each is kept).
+    let mut bytes = [&prologue[..], &big, b"}(", &segments].concat();
+    for _ in 0..references {
+        bytes.extend_from_slice(b"h\x00N");
+    }
+    bytes.extend_from_slice(b"u.");
+    // A dict keeps one entry per key set, as Python's does not; each is named once.
+    let (message, peak, elapsed) = refused_in_process(&bytes, "shared text as keys");
+    assert!(message.contains("the top-level keys"), "{message}");
+    assert!(peak < 64 * MB && elapsed < Duration::from_secs(3));
+    // Without 'segments', the message names the keys, each cut to its first 40 characters.
+    let mut bytes = [&prologue[..], &big, b"}("].concat();
+    for _ in 0..8 {
+        bytes.extend_from_slice(b"h\x00N");
+    }
+    bytes.extend_from_slice(b"u.");
+    let (message, _, _) = refused_in_process(&bytes, "long keys");
+    assert!(
+        message.contains("neither 'segments' nor 'device_traces'"),
+        "{message}"
+    );
+    assert!(message.len() < 1000, "{} bytes", message.len());
+}
+
+#[test]
+fn a_compression_bomb_is_refused_by_its_ratio_long_before_the_limit() {
+    // 64 MiB of PROTO opcodes in 2 KB of zstd (32768:1) and in 64 KB of gzip (1000:1), under
+    // the default limits (64 GiB absolute): refused after the 16 MiB allowance.
+    let blocks = BOMB_SIZE / (128 << 10);
+    for (case, bomb) in [
+        ("zstd", zstd_bomb(&endless_proto_prefix(), 0x80, blocks)),
+        ("gzip", {
+            // At its best level gzip reaches its maximum ratio, about 1030:1.
+            let mut encoder =
+                flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+            encoder
+                .write_all(&endless_proto_prefix())
+                .expect("gzip in memory");
+            let chunk = vec![0x80; MB];
+            for _ in 0..BOMB_SIZE / MB {
+                encoder.write_all(&chunk).expect("gzip in memory");
+            }
+            encoder.finish().expect("gzip in memory")
+        }),
+    ] {
+        let started = Instant::now();
+        let (result, peak) = peak_during(|| load_bytes(&bomb));
+        assert_prompt(started, Duration::from_secs(3), case);
+        let message = result.expect_err(case).to_string();
+        assert!(
+            message.contains("times its compressed size") && message.contains("compression bomb"),
+            "{case}: {message}"
+        );
+        eprintln!("{case} ratio bomb: peak {} KiB: {message}", peak >> 10);
+        assert!(peak < 8 * MB, "{case}: peak {peak} bytes");
+    }
+    // Real files compress far less: every corpus file loads through gzip and zstd under the
+    // default ratio (checked in `gzip_zstd_and_json_forms_give_the_same_model` and here).
+    let bytes = read_fixture("gpt2_adamw");
+    assert!(load_bytes(&zstd(&bytes)).is_ok());
+    assert!(load_bytes(&gzip(&bytes)).is_ok());
+    // A server passes its upload limit: decompressed data may not exceed it either.
+    let limits = Limits::for_input_limit(1 << 19);
+    assert_eq!(limits.max_decompressed_bytes, 1 << 19);
+    let options = LoadOptions {
+        limits,
+        progress: None,
+    };
+    let message = match load_reader(&gzip(&bytes)[..], options) {
+        Ok(_) => panic!("gpt2_adamw is over 512 KiB"),
+        Err(error) => error.to_string(),
+    };
+    assert!(
+        message.contains("exceeds the limit of 524288 bytes"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_top_level_list_must_hold_segments() {
+    // `[1, 2, 3]` is not "a snapshot with 0 segments".
+    let message = error_of(b"\x80\x04](K\x01K\x02K\x03e.");
+    assert_eq!(
+        message,
+        "not a memory snapshot: the top level is a list (torch 1.13's list of segments), but item 0 is a Int, not a segment dict with 'address', 'total_size' and 'blocks'"
+    );
+    // A dict without a segment's keys is refused too.
+    let message = error_of(b"\x80\x04](}(\x8c\x01aK\x01ue.");
+    assert!(
+        message.contains("item 0 is a Dict, not a segment dict"),
+        "{message}"
+    );
+    // `[]` is what `torch.cuda.memory_snapshot()` of torch 1.13 returns when nothing was
+    // allocated: a valid, empty legacy snapshot.
+    let snapshot = load_bytes(b"\x80\x04].").expect("an empty segment list");
+    assert!(snapshot.source.legacy_segment_list);
+    assert!(snapshot.segments.is_empty());
+    // A real segment list of that era loads.
+    let segment = [
+        &b"](}("[..],
+        &short_str("address"),
+        b"K\x00",
+        &short_str("total_size"),
+        b"M\x00\x02",
+        &short_str("blocks"),
+        b"]}(",
+        &short_str("size"),
+        b"M\x00\x02",
+        &short_str("state"),
+        &short_str("inactive"),
+        b"uaue.",
+    ]
+    .concat();
+    let snapshot = load_bytes(&[&b"\x80\x04"[..], &segment].concat()).expect("a legacy list");
+    assert_eq!(snapshot.segments.len(), 1);
+    assert_eq!(snapshot.segments[0].blocks.len(), 1);
+}
+
+#[test]
+fn stats_refuses_sizes_beyond_any_memory_without_allocating_for_them() {
+    use snapview::torch_text::stats;
+    let path = hostile("stats_abort_size_2_63.pickle");
+    let snapshot = load_path(&path, LoadOptions::default()).expect("the sizes are data");
+    let (result, peak) = peak_during(|| stats(&snapshot));
+    let message = result.expect_err("2^63 bytes").to_string();
+    assert!(message.contains("sizes are corrupt"), "{message}");
+    assert!(peak < MB, "peak {peak} bytes");
+    // 1000 blocks of a 10 TiB segment (a map of 524288 pages, allowed), each claiming 2^62
+    // requested bytes: every block would walk the whole map.
+    let mut blocks = Vec::new();
+    for _ in 0..1000 {
+        blocks.extend_from_slice(b"}(");
+        blocks.extend_from_slice(&short_str("size"));
+        blocks.extend_from_slice(b"K\x00");
+        blocks.extend_from_slice(&short_str("requested_size"));
+        blocks.extend_from_slice(b"\x8a\x08\x00\x00\x00\x00\x00\x00\x00\x40");
+        blocks.extend_from_slice(&short_str("state"));
+        blocks.extend_from_slice(&short_str("active_allocated"));
+        blocks.extend_from_slice(&short_str("frames"));
+        blocks.extend_from_slice(b"]u");
+    }
+    let bytes = [
+        &b"\x80\x04}("[..],
+        &short_str("segments"),
+        b"]}(",
+        &short_str("address"),
+        b"K\x00",
+        &short_str("total_size"),
+        b"\x8a\x06\x00\x00\x00\x00\x00\x0a",
+        &short_str("blocks"),
+        b"](",
+        &blocks,
+        b"euau.",
+    ]
+    .concat();
+    let snapshot = load_bytes(&bytes).expect("overlapping blocks are data");
+    let started = Instant::now();
+    let message = stats(&snapshot)
+        .expect_err("overlapping blocks")
+        .to_string();
+    assert!(message.contains("overlap far beyond its size"), "{message}");
+    assert_prompt(started, Duration::from_secs(1), "overlapping blocks");
+}
+
+/// A snapshot of one segment with `blocks` blocks that all share one frames list holding
+/// `depth` references to one frame whose name is `name_len` bytes.
+fn shared_stack_snapshot(name_len: usize, depth: usize, blocks: usize) -> Vec<u8> {
+    let frame = [
+        &b"}\x94("[..],
+        &short_str("filename"),
+        &short_str("a.py"),
+        &short_str("line"),
+        b"K\x01",
+        &short_str("name"),
+        b"h\x00u0",
+    ]
+    .concat();
+    let mut block_dicts = Vec::new();
+    for _ in 0..blocks {
+        block_dicts.extend_from_slice(b"}(");
+        block_dicts.extend_from_slice(&short_str("size"));
+        block_dicts.extend_from_slice(b"K\x00");
+        block_dicts.extend_from_slice(&short_str("state"));
+        block_dicts.extend_from_slice(&short_str("active_allocated"));
+        block_dicts.extend_from_slice(&short_str("frames"));
+        block_dicts.extend_from_slice(b"h\x02u");
+    }
+    [
+        &b"\x80\x04"[..],
+        &long_str(name_len),
+        &frame,
+        b"]\x94",
+        &appends_of(1, depth),
+        b"0}(",
+        &short_str("segments"),
+        b"]}(",
+        &short_str("address"),
+        b"K\x00",
+        &short_str("blocks"),
+        b"](",
+        &block_dicts,
+        b"euau.",
+    ]
+    .concat()
+}
+
+#[test]
+fn folded_stacks_of_shared_stacks_are_refused_before_they_are_written() {
+    use snapview::torch_text::{FoldedKind, compare, folded};
+    // 1000 blocks x 1000 frames x 1 MiB names: 1 TB of text from a 1 MB file; and 1000 blocks
+    // x 100k frames of 30 bytes: 3 GB from 200 KB.
+    for (case, name_len, depth) in [("long names", 1 << 20, 1000), ("deep stack", 8, 100_000)] {
+        let bytes = shared_stack_snapshot(name_len, depth, 1000);
+        let snapshot = load_bytes(&bytes).expect(case);
+        assert_eq!(snapshot.segments[0].blocks.len(), 1000, "{case}");
+        let started = Instant::now();
+        let (result, peak) = peak_during(|| folded(&snapshot, FoldedKind::Memory));
+        assert_prompt(started, Duration::from_secs(1), case);
+        let message = match result {
+            Ok(text) => panic!("{case}: printed {} bytes", text.len()),
+            Err(error) => error.to_string(),
+        };
+        assert!(message.contains("exceed 256.0MiB"), "{case}: {message}");
+        eprintln!("{case}: folded refused, peak {} KiB", peak >> 10);
+        assert!(peak < MB, "{case}: peak {peak} bytes");
+        // compare (shown by the server) lists the addresses and says why the rest is missing.
+        let (text, peak) = peak_during(|| compare(&snapshot, &Snapshot::default()));
+        assert_eq!(text.lines().count(), 3, "{case}: {text}");
+        assert!(
+            text.ends_with("repeat beyond any real snapshot\n"),
+            "{case}: {text}"
+        );
+        assert!(peak < MB, "{case}: compare peak {peak} bytes");
+    }
+    // Through the CLI: one line, exit 2.
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("shared_stack.pickle");
+    std::fs::write(&path, shared_stack_snapshot(8, 100_000, 1000)).expect("written");
+    let (code, stdout, stderr, _) = run_cli(&["export", path.to_str().expect("utf-8")]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stdout.is_empty());
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("are not written"), "{stderr}");
+}
+
+#[test]
+fn many_distinct_texts_in_a_trace_load_in_linear_time() {
+    // 200k trace entries, each with its own compile_context and user_metadata text: the texts
+    // are interned through a hash index (a scan of the texts so far per new text was quadratic:
+    // 2 * 10^10 comparisons here).
+    let entries = 200_000;
+    let mut bytes = b"\x80\x04}(".to_vec();
+    bytes.extend_from_slice(&short_str("device_traces"));
+    bytes.extend_from_slice(b"]](");
+    for i in 0..entries {
+        bytes.extend_from_slice(b"}(");
+        bytes.extend_from_slice(&short_str("action"));
+        bytes.extend_from_slice(&short_str("alloc"));
+        bytes.extend_from_slice(&short_str("compile_context"));
+        bytes.extend_from_slice(&short_str(&format!("context {i:08}")));
+        bytes.extend_from_slice(&short_str("user_metadata"));
+        bytes.extend_from_slice(&short_str(&format!("metadata {i:08}")));
+        bytes.push(b'u');
+    }
+    bytes.extend_from_slice(b"eau.");
+    let started = Instant::now();
+    let snapshot = load_bytes(&bytes).expect("distinct texts are data");
+    let elapsed = started.elapsed();
+    eprintln!(
+        "{entries} distinct texts ({} KB): loaded in {elapsed:?}",
+        bytes.len() >> 10
+    );
+    let trace = snapshot.trace(0);
+    assert_eq!(trace.len(), entries);
+    let last = trace.entry(entries - 1);
+    assert_eq!(last.compile_context.as_deref(), Some("context 00199999"));
+    assert_eq!(last.user_metadata.as_deref(), Some("metadata 00199999"));
+    assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
 }

@@ -231,10 +231,10 @@ async fn refusals_store_nothing_and_harm_nothing() {
     let (status, body) = server.upload(fixture("ring_wrap"), "").await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
     assert_eq!(body["error"]["code"], "too_large");
-    // A stream with no declared length whose start is a valid pickle (a string declared 1 GB
-    // long), so only the byte count can stop it.
+    // A stream with no declared length whose start is a valid pickle (a string declared 60 MB
+    // long, under the reader's 64 MiB bound for one string), so only the byte count can stop it.
     let mut head = vec![0x80u8, 4, 0x8d];
-    head.extend_from_slice(&1_000_000_000u64.to_le_bytes());
+    head.extend_from_slice(&60_000_000u64.to_le_bytes());
     let chunks = futures_util::stream::iter(
         std::iter::once(head)
             .chain((0..20).map(|_| vec![b'a'; 10_000]))

@@ -5,20 +5,57 @@ use super::PickleError;
 use std::io::{self, Read};
 
 /// Bounds on what untrusted input may cost.
+///
+/// The defaults suit the command line (a user's own files, possibly very large). A server that
+/// accepts uploads should derive its limits from its upload limit with
+/// [`Limits::for_input_limit`], so that a compressed upload can cost no more than an
+/// uncompressed one may.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     /// Decompressed bytes a gzip/zstd file may expand to before it is refused.
     pub max_decompressed_bytes: u64,
+    /// Decompressed bytes allowed per compressed byte read so far (past
+    /// [`Limits::expansion_allowance`]). Real snapshots compress about 20:1 with gzip and 35:1
+    /// with `zstd -19` or xz (measured on the corpus); a bomb reaches 1000:1 (gzip) to 30000:1
+    /// (zstd RLE blocks), so it is refused after a few MB instead of at the absolute limit.
+    pub max_expansion_ratio: u64,
+    /// Decompressed bytes always allowed regardless of the ratio, so a small file that happens
+    /// to compress very well (an empty trace, a run of identical entries) still loads.
+    pub expansion_allowance: u64,
+    /// The longest single str, bytes or long integer a file may declare. The longest strings in
+    /// a snapshot are file names, function names and compile contexts, kilobytes at most; a
+    /// length field beyond this is refused before anything is read or allocated for it, so a
+    /// compressed stream of zeros cannot be turned into one multi-GB allocation.
+    pub max_string_bytes: u64,
     /// Open MARKs (nested containers under construction) at once.
     pub max_depth: usize,
 }
+
+/// 64 MiB: a thousand times the longest text a real snapshot holds (a C++ frame's symbol),
+/// still small enough that a few of them cannot exhaust a server.
+pub const MAX_STRING_BYTES: u64 = 64 << 20;
 
 impl Default for Limits {
     fn default() -> Self {
         Self {
             // Real snapshots reach several GB; a bomb expands by 1000x and more.
             max_decompressed_bytes: 64 << 30,
+            max_expansion_ratio: 256,
+            expansion_allowance: 16 << 20,
+            max_string_bytes: MAX_STRING_BYTES,
             max_depth: 10_000,
+        }
+    }
+}
+
+impl Limits {
+    /// Limits for a reader of at most `max_input_bytes` (a server's upload limit): decompressed
+    /// data may not exceed what an uncompressed upload could be, nor the CLI's absolute bound.
+    pub fn for_input_limit(max_input_bytes: u64) -> Self {
+        let defaults = Self::default();
+        Self {
+            max_decompressed_bytes: max_input_bytes.min(defaults.max_decompressed_bytes),
+            ..defaults
         }
     }
 }
@@ -94,11 +131,53 @@ fn describe_start(head: &[u8]) -> String {
     }
 }
 
-/// A reader that refuses to yield more than `limit` bytes, so a decompression bomb stops there.
+/// Compressed bytes read so far, shared between the reader that counts them (below the
+/// decompressor) and the [`Capped`] reader above it that checks the expansion ratio.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CompressedCount(std::rc::Rc<std::cell::Cell<u64>>);
+
+impl CompressedCount {
+    pub(crate) fn get(&self) -> u64 {
+        self.0.get()
+    }
+
+    fn add(&self, n: usize) {
+        self.0.set(self.0.get().saturating_add(n as u64));
+    }
+
+    /// `reader`, counting what is read through it into this count.
+    pub(crate) fn counting<R: Read>(&self, reader: R) -> CountedInput<R> {
+        CountedInput {
+            inner: reader,
+            count: self.clone(),
+        }
+    }
+}
+
+/// A reader that adds what it yields to a [`CompressedCount`].
+pub(crate) struct CountedInput<R> {
+    inner: R,
+    count: CompressedCount,
+}
+
+impl<R: Read> Read for CountedInput<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count.add(n);
+        Ok(n)
+    }
+}
+
+/// A decompressed reader that refuses to yield more than `limit` bytes, or more than
+/// `ratio` times the compressed bytes read so far (past an allowance), so a decompression bomb
+/// stops early. It never buffers: bytes pass through to the pickle machine as they come.
 pub(crate) struct Capped<R> {
     inner: R,
     remaining: u64,
     limit: u64,
+    yielded: u64,
+    /// The compressed input, its ratio bound and the allowance; `None` checks the limit only.
+    ratio: Option<(CompressedCount, u64, u64)>,
 }
 
 impl<R> Capped<R> {
@@ -107,6 +186,20 @@ impl<R> Capped<R> {
             inner,
             remaining: limit,
             limit,
+            yielded: 0,
+            ratio: None,
+        }
+    }
+
+    /// A reader bounded by `limits`: the absolute limit and the ratio to `compressed`.
+    pub(crate) fn with_ratio(inner: R, limits: &Limits, compressed: CompressedCount) -> Self {
+        Self {
+            ratio: Some((
+                compressed,
+                limits.max_expansion_ratio,
+                limits.expansion_allowance,
+            )),
+            ..Self::new(inner, limits.max_decompressed_bytes)
         }
     }
 }
@@ -123,6 +216,26 @@ impl std::fmt::Display for DecompressedTooLarge {
 
 impl std::error::Error for DecompressedTooLarge {}
 
+/// The io error payload that marks "decompression expanded past the ratio".
+#[derive(Debug)]
+pub(crate) struct ExpansionTooHigh {
+    ratio: u64,
+    compressed: u64,
+    decompressed: u64,
+}
+
+impl std::fmt::Display for ExpansionTooHigh {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} compressed bytes expanded to {} (over {}:1)",
+            self.compressed, self.decompressed, self.ratio
+        )
+    }
+}
+
+impl std::error::Error for ExpansionTooHigh {}
+
 impl<R: Read> Read for Capped<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if self.remaining == 0 {
@@ -138,6 +251,18 @@ impl<R: Read> Read for Capped<R> {
             .min(usize::try_from(self.remaining).unwrap_or(usize::MAX));
         let n = self.inner.read(&mut buf[..want])?;
         self.remaining -= n as u64;
+        self.yielded += n as u64;
+        if let Some((compressed, ratio, allowance)) = &self.ratio {
+            let compressed = compressed.get();
+            let allowed = compressed.saturating_mul(*ratio).saturating_add(*allowance);
+            if self.yielded > allowed {
+                return Err(io::Error::other(ExpansionTooHigh {
+                    ratio: *ratio,
+                    compressed,
+                    decompressed: self.yielded,
+                }));
+            }
+        }
         Ok(n)
     }
 }
@@ -149,6 +274,16 @@ pub(crate) fn io_error(error: io::Error) -> PickleError {
         .and_then(|inner| inner.downcast_ref::<DecompressedTooLarge>())
     {
         return PickleError::DecompressedTooLarge { limit: too_large.0 };
+    }
+    if let Some(expansion) = error
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<ExpansionTooHigh>())
+    {
+        return PickleError::ExpansionTooHigh {
+            ratio: expansion.ratio,
+            compressed: expansion.compressed,
+            decompressed: expansion.decompressed,
+        };
     }
     match error.kind() {
         io::ErrorKind::InvalidData | io::ErrorKind::InvalidInput => {

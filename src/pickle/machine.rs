@@ -249,8 +249,22 @@ impl<S: Supply> Machine<'_, S> {
         Ok(())
     }
 
+    /// Reads a length-prefixed payload of `len` bytes, refusing a length no snapshot needs
+    /// before reading or allocating anything for it.
+    fn payload(&mut self, len: u64, what: &'static str) -> Result<Vec<u8>, PickleError> {
+        if len > self.limits.max_string_bytes {
+            return Err(PickleError::StringTooLong {
+                offset: self.input.offset(),
+                what,
+                declared: len,
+                limit: self.limits.max_string_bytes,
+            });
+        }
+        self.input.take_vec(len, what)
+    }
+
     fn long_string(&mut self, len: u64, what: &'static str) -> Result<(), PickleError> {
-        let bytes = self.input.take_vec(len, what)?;
+        let bytes = self.payload(len, what)?;
         let value = self.string(&bytes);
         self.stack.push(value);
         Ok(())
@@ -416,7 +430,7 @@ impl<S: Supply> Machine<'_, S> {
                 }
                 0x8b => {
                     let n = self.input.u32_le("LONG4")?;
-                    let bytes = self.input.take_vec(u64::from(n), "LONG4")?;
+                    let bytes = self.payload(u64::from(n), "LONG4")?;
                     let v = self.heap.push_long(&bytes);
                     self.stack.push(v);
                 }
@@ -491,7 +505,7 @@ impl<S: Supply> Machine<'_, S> {
                     let n = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
                     let n = u64::try_from(n)
                         .map_err(|_| self.error("BINSTRING with a negative length"))?;
-                    let bytes = self.input.take_vec(n, "BINSTRING")?;
+                    let bytes = self.payload(n, "BINSTRING")?;
                     let text: String = bytes.iter().map(|&b| char::from(b)).collect();
                     let v = self.heap.intern_str(&text);
                     self.stack.push(v);
@@ -504,7 +518,7 @@ impl<S: Supply> Machine<'_, S> {
                 }
                 b'B' => {
                     let n = self.input.u32_le("BINBYTES")?;
-                    let bytes = self.input.take_vec(u64::from(n), "BINBYTES")?;
+                    let bytes = self.payload(u64::from(n), "BINBYTES")?;
                     let v = self.heap.push_bytes(bytes);
                     self.stack.push(v);
                 }
@@ -515,7 +529,7 @@ impl<S: Supply> Machine<'_, S> {
                         "BYTEARRAY8"
                     };
                     let n = self.input.u64_le(what)?;
-                    let bytes = self.input.take_vec(n, what)?;
+                    let bytes = self.payload(n, what)?;
                     let v = self.heap.push_bytes(bytes);
                     self.stack.push(v);
                 }
@@ -730,11 +744,31 @@ mod tests {
 
     #[test]
     fn a_length_beyond_the_file_is_truncation() {
-        // BINUNICODE8 declaring 2^40 bytes, followed by 3.
+        // BINUNICODE8 declaring 1 MiB (a length a snapshot may hold), followed by 3 bytes.
         let mut bytes = vec![0x80, 4, 0x8d];
-        bytes.extend_from_slice(&(1u64 << 40).to_le_bytes());
+        bytes.extend_from_slice(&(1u64 << 20).to_le_bytes());
         bytes.extend_from_slice(b"abc");
         let error = run(&bytes).unwrap_err();
         assert!(matches!(error, PickleError::Truncated { .. }), "{error}");
+    }
+
+    #[test]
+    fn a_length_no_snapshot_needs_is_refused_before_reading() {
+        // BINBYTES8 declaring one byte over the limit: refused at the length, at byte 11.
+        let mut bytes = vec![0x80, 4, 0x8e];
+        bytes.extend_from_slice(&(crate::pickle::MAX_STRING_BYTES + 1).to_le_bytes());
+        bytes.extend_from_slice(b"abc");
+        let error = run(&bytes).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                PickleError::StringTooLong {
+                    offset: 11,
+                    what: "BINBYTES8",
+                    ..
+                }
+            ),
+            "{error}"
+        );
     }
 }

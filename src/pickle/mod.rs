@@ -6,8 +6,10 @@
 //!
 //! Untrusted input is bounded throughout ([`Limits`]): lengths are checked against the bytes that
 //! actually arrive (a declared 4 GB string in a 1 KB file fails at the end of the file, having read
-//! 1 KB), memo indices beyond the dense range go to a sparse map, nesting depth is capped, and
-//! decompressed input is capped so a gzip bomb stops at the limit.
+//! 1 KB), memo indices beyond the dense range go to a sparse map, nesting depth is capped, a
+//! single string or bytes object may not declare more than [`MAX_STRING_BYTES`], and decompressed
+//! input is capped both absolutely and by its ratio to the compressed bytes, so a gzip or zstd
+//! bomb stops after a few MB.
 //!
 //! Memo identity is kept: a value fetched from the memo is the same heap object, so a frame dict
 //! referenced 100k times is decoded once. A [`Compactor`] may replace records as they are appended
@@ -18,8 +20,8 @@ mod input;
 mod machine;
 mod value;
 
-pub use input::{CHUNK_HEADROOM, Chunks, Encoding, Limits, detect_encoding};
-pub(crate) use input::{Capped, io_error};
+pub use input::{CHUNK_HEADROOM, Chunks, Encoding, Limits, MAX_STRING_BYTES, detect_encoding};
+pub(crate) use input::{Capped, CompressedCount, io_error};
 pub use machine::{Compactor, Decoded, decode, decode_chunks};
 pub use value::{Heap, Kind, Memo, Value};
 
@@ -49,6 +51,23 @@ pub enum PickleError {
         "decompressed data exceeds the limit of {limit} bytes; refusing it (a compression bomb, or raise the limit)"
     )]
     DecompressedTooLarge { limit: u64 },
+    #[error(
+        "decompressed data grows more than {ratio} times its compressed size ({compressed} compressed bytes gave {decompressed}); real snapshots compress less than 50:1, so this is refused as a compression bomb"
+    )]
+    ExpansionTooHigh {
+        ratio: u64,
+        compressed: u64,
+        decompressed: u64,
+    },
+    #[error(
+        "byte {offset}: {what} declares {declared} bytes, more than the {limit} bytes any single string in a memory snapshot needs; refusing it before reading"
+    )]
+    StringTooLong {
+        offset: u64,
+        what: &'static str,
+        declared: u64,
+        limit: u64,
+    },
     #[error("{0}")]
     NotASnapshot(String),
     #[error("reading failed: {0}")]

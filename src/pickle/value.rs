@@ -304,6 +304,32 @@ impl Heap {
         }
     }
 
+    /// The bytes of text and bytes values, each stored once however often the file refers to
+    /// it.
+    pub fn text_bytes(&self) -> u64 {
+        let strings: usize = self.strings.iter().map(|s| s.len()).sum();
+        let bytes: usize = self.bytes.iter().map(|b| b.len()).sum();
+        (strings + bytes) as u64
+    }
+
+    /// About how many bytes the decoded values occupy: their text, bytes, numbers and container
+    /// items, each stored once however often the file refers to it.
+    pub fn footprint(&self) -> u64 {
+        let value = std::mem::size_of::<Value>();
+        let strings: usize = self.strings.iter().map(|s| s.len()).sum();
+        let bytes: usize = self.bytes.iter().map(|b| b.len()).sum();
+        let big_ints: usize = self.big_ints.iter().map(|b| b.len()).sum();
+        let tuples: usize = self.tuples.iter().map(|t| t.len()).sum();
+        let lists: usize = self.lists.items.iter().map(Vec::len).sum();
+        let pairs: usize = self.dicts.items.iter().map(Vec::len).sum();
+        let total = strings
+            + bytes
+            + big_ints
+            + 8 * self.floats.len()
+            + value * (tuples + lists + 2 * pairs);
+        total as u64
+    }
+
     // ---- reading ----
 
     pub fn str(&self, value: Value) -> Option<&str> {

@@ -7,7 +7,7 @@
 
 pub use super::compact::TraceCompactor;
 use super::compact::{Record, flat_pairs, record_of};
-use super::{Annotation, Block, BlockState, Segment, Snapshot, StackTable, Trace};
+use super::{Annotation, Block, BlockState, Segment, Snapshot, StackId, StackTable, Trace};
 use crate::pickle::{Heap, Kind, Memo, Value};
 use std::collections::BTreeMap;
 
@@ -24,6 +24,7 @@ pub fn build(
 ) -> Result<Snapshot, ShapeError> {
     let mut memo = Memo::default();
     let mut snapshot = Snapshot::default();
+    let mut budget = ConversionBudget::for_heap(&heap);
     let (segments, traces) = match root.kind() {
         Kind::Dict => {
             let mut segments = None;
@@ -34,20 +35,30 @@ pub fn build(
                 match name {
                     "segments" => segments = Some(value),
                     "device_traces" => traces = Some(value),
-                    "allocator_settings" => snapshot.allocator_settings = to_json(&heap, value, 0),
-                    "external_annotations" => {
-                        snapshot.external_annotations = annotations(&heap, value);
+                    "allocator_settings" => {
+                        snapshot.allocator_settings =
+                            to_json(&heap, value, &mut budget, "allocator_settings")?;
                     }
-                    other => snapshot.unknown_keys.push(other.to_owned()),
+                    "external_annotations" => {
+                        snapshot.external_annotations = annotations(&heap, value, &mut budget)?;
+                    }
+                    other => snapshot
+                        .unknown_keys
+                        .push(budget.copy(other, "the top-level keys")?),
                 }
             }
             if segments.is_none() && traces.is_none() {
-                let keys: Vec<&str> = heap
+                // A key may be a 64 MiB string: the message names the first characters only.
+                let keys: Vec<String> = heap
                     .pairs(root)
                     .unwrap_or(&[])
                     .iter()
                     .filter_map(|(k, _)| heap.str(*k))
                     .take(8)
+                    .map(|key| match key.char_indices().nth(40) {
+                        Some((cut, _)) => format!("{}…", &key[..cut]),
+                        None => key.to_owned(),
+                    })
                     .collect();
                 return Err(ShapeError(format!(
                     "the top-level dict has neither 'segments' nor 'device_traces' (keys: {})",
@@ -56,8 +67,12 @@ pub fn build(
             }
             (segments, traces)
         }
-        // torch 1.13 wrote the bare list of segments.
+        // torch 1.13 wrote the bare list of segments (`torch.cuda.memory_snapshot()`), which is
+        // `[]` when nothing was allocated: an empty list stays a valid, empty legacy snapshot.
+        // Anything else in the list must be a segment, as a top-level dict must have its keys:
+        // `[1, 2, 3]` or a list nested a million deep is not "a snapshot with 0 segments".
         Kind::List => {
+            check_legacy_segment_list(&heap, root)?;
             snapshot.source.legacy_segment_list = true;
             (Some(root), None)
         }
@@ -67,8 +82,14 @@ pub fn build(
             )));
         }
     };
+    let mut parts = Parts {
+        memo: &mut memo,
+        compactor: &mut compactor,
+        budget: &mut budget,
+        stacks: rustc_hash::FxHashMap::default(),
+    };
     for value in segments.and_then(|v| heap.items(v)).unwrap_or(&[]).to_vec() {
-        if let Some(segment) = segment(&mut heap, &mut memo, &mut compactor, value, &mut snapshot) {
+        if let Some(segment) = segment(&mut heap, &mut parts, value, &mut snapshot)? {
             snapshot.segments.push(segment);
         }
     }
@@ -116,6 +137,9 @@ pub fn build(
         }
         device_rows.push(rows);
     }
+    if let Some(error) = compactor.take_failure() {
+        return Err(error);
+    }
     // The decoded values are no longer needed; free them before splitting columns.
     drop(heap);
     let (events, pass) = compactor.finish();
@@ -134,14 +158,55 @@ pub fn build(
     Ok(snapshot)
 }
 
+/// The top-level list of a torch 1.13 file, if it is one: empty, or segment dicts only.
+fn check_legacy_segment_list(heap: &Heap, list: Value) -> Result<(), ShapeError> {
+    let items = heap.items(list).unwrap_or(&[]);
+    for (index, &item) in items.iter().enumerate() {
+        let is_segment = heap.pairs(item).is_some()
+            && ["address", "total_size", "blocks"]
+                .iter()
+                .all(|key| heap.get(item, key).is_some());
+        if !is_segment {
+            return Err(ShapeError(format!(
+                "the top level is a list (torch 1.13's list of segments), but item {index} is a {:?}, not a segment dict with 'address', 'total_size' and 'blocks'",
+                item.kind()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// What building segments and blocks shares: the memo and compactor (for stacks), the
+/// conversion budget, and the stack of each frames list already resolved.
+struct Parts<'a, 'scope> {
+    memo: &'a mut Memo,
+    compactor: &'a mut TraceCompactor<'scope>,
+    budget: &'a mut ConversionBudget,
+    /// Decoding is over, so a list's identity no longer changes meaning: a frames list that
+    /// a million blocks share is resolved once, not once per block.
+    stacks: rustc_hash::FxHashMap<Value, StackId>,
+}
+
+impl Parts<'_, '_> {
+    fn stack(&mut self, heap: &mut Heap, frames: Value) -> StackId {
+        if let Some(&stack) = self.stacks.get(&frames) {
+            return stack;
+        }
+        let stack = self.compactor.stack(heap, self.memo, frames);
+        self.stacks.insert(frames, stack);
+        stack
+    }
+}
+
 fn segment(
     heap: &mut Heap,
-    memo: &mut Memo,
-    compactor: &mut TraceCompactor<'_>,
+    parts: &mut Parts<'_, '_>,
     dict: Value,
     snapshot: &mut Snapshot,
-) -> Option<Segment> {
-    heap.pairs(dict)?;
+) -> Result<Option<Segment>, ShapeError> {
+    if heap.pairs(dict).is_none() {
+        return Ok(None);
+    }
     let get_u64 = |heap: &Heap, key| heap.get(dict, key).and_then(|v| heap.u64(v)).unwrap_or(0);
     let mut segment = Segment {
         device: heap
@@ -154,11 +219,12 @@ fn segment(
         active_size: get_u64(heap, "active_size"),
         requested_size: get_u64(heap, "requested_size"),
         stream: get_u64(heap, "stream"),
-        segment_type: heap
-            .get(dict, "segment_type")
-            .and_then(|v| heap.str(v))
-            .unwrap_or("large")
-            .to_owned(),
+        segment_type: parts.budget.copy(
+            heap.get(dict, "segment_type")
+                .and_then(|v| heap.str(v))
+                .unwrap_or("large"),
+            "segment_type",
+        )?,
         pool_id: heap
             .get(dict, "segment_pool_id")
             .and_then(|v| heap.items(v))
@@ -174,7 +240,7 @@ fn segment(
         blocks: Vec::new(),
     };
     if let Some(frames) = heap.get(dict, "frames") {
-        segment.stack = compactor.stack(heap, memo, frames);
+        segment.stack = parts.stack(heap, frames);
     }
     let blocks = heap
         .get(dict, "blocks")
@@ -184,32 +250,36 @@ fn segment(
     // Blocks of old files carry no address: they are contiguous from the segment's start.
     let mut next_address = segment.address;
     for block_dict in blocks {
-        let Some(block) = block(heap, memo, compactor, block_dict, next_address, snapshot) else {
+        let Some(block) = block(heap, parts, block_dict, next_address, snapshot)? else {
             continue;
         };
         next_address = block.address.saturating_add(block.size);
         segment.blocks.push(block);
     }
-    Some(segment)
+    Ok(Some(segment))
 }
 
 fn block(
     heap: &mut Heap,
-    memo: &mut Memo,
-    compactor: &mut TraceCompactor<'_>,
+    parts: &mut Parts<'_, '_>,
     dict: Value,
     default_address: u64,
     snapshot: &mut Snapshot,
-) -> Option<Block> {
-    heap.pairs(dict)?;
+) -> Result<Option<Block>, ShapeError> {
+    if heap.pairs(dict).is_none() {
+        return Ok(None);
+    }
     let size = heap
         .get(dict, "size")
         .and_then(|v| heap.u64(v))
         .unwrap_or(0);
-    let state = heap
-        .get(dict, "state")
-        .and_then(|v| heap.str(v))
-        .map_or(BlockState::Inactive, BlockState::parse);
+    let state = match heap.get(dict, "state").and_then(|v| heap.str(v)) {
+        None => BlockState::Inactive,
+        Some(name) => match BlockState::parse_known(name) {
+            Some(state) => state,
+            None => BlockState::Unknown(parts.budget.copy(name, "a block's state")?),
+        },
+    };
     let address = heap
         .get(dict, "address")
         .and_then(|v| heap.u64(v))
@@ -245,22 +315,28 @@ fn block(
             ),
         },
     };
-    let stack = frames.map_or(StackTable::EMPTY, |f| compactor.stack(heap, memo, f));
-    Some(Block {
+    let stack = frames.map_or(StackTable::EMPTY, |f| parts.stack(heap, f));
+    Ok(Some(Block {
         address,
         size,
         requested_size,
         state,
         stack,
-    })
+    }))
 }
 
-fn annotations(heap: &Heap, list: Value) -> Vec<Annotation> {
+fn annotations(
+    heap: &Heap,
+    list: Value,
+    budget: &mut ConversionBudget,
+) -> Result<Vec<Annotation>, ShapeError> {
+    const WHAT: &str = "external_annotations";
     let mut out = Vec::new();
     for &item in heap.items(list).unwrap_or(&[]) {
         let Some(pairs) = heap.pairs(item) else {
             continue;
         };
+        budget.spend(std::mem::size_of::<Annotation>(), WHAT)?;
         let mut annotation = Annotation {
             device: 0,
             time_us: 0,
@@ -273,63 +349,172 @@ fn annotations(heap: &Heap, list: Value) -> Vec<Annotation> {
                 "time_us" => annotation.time_us = heap.i64(value).unwrap_or(0),
                 _ => {
                     let text = match heap.str(value) {
-                        Some(text) => text.to_owned(),
-                        None => to_json(heap, value, 0).to_string(),
+                        Some(text) => budget.copy(text, WHAT)?,
+                        None => {
+                            let text = to_json(heap, value, budget, WHAT)?.to_string();
+                            budget.spend(text.len(), WHAT)?;
+                            text
+                        }
                     };
-                    annotation.fields.insert(key.to_owned(), text);
+                    annotation.fields.insert(budget.copy(key, WHAT)?, text);
                 }
             }
         }
         out.push(annotation);
     }
-    out
+    Ok(out)
 }
 
-/// Deepest nesting converted to JSON; settings are two levels deep in practice.
+/// Deepest nesting converted to JSON; settings are two levels deep in practice. Deeper values
+/// (and reference cycles, which the memo can make) end in `"…"`.
 const MAX_JSON_DEPTH: usize = 32;
 
-/// A decoded value as JSON (for settings and metadata). Dict keys that are not strings are
-/// written in their JSON form; big integers beyond 64 bits become strings.
-pub fn to_json(heap: &Heap, value: Value, depth: usize) -> serde_json::Value {
+/// What turning file values into owned text and JSON may still cost, in bytes of output.
+///
+/// The pickle memo lets a file refer to one value many times: a list holding itself twice, 32
+/// levels deep, is 300 bytes of pickle and 2^32 values of JSON, and a 64 MiB string referenced
+/// by every annotation is 64 MiB per reference. The heap keeps such sharing (each value is
+/// decoded once); every conversion that copies values out of it spends from a budget bounded by
+/// what was decoded, so a shared-structure bomb is refused after a bounded amount of work.
+#[derive(Debug)]
+pub struct ConversionBudget {
+    remaining: u64,
+}
+
+/// Output every file may convert, however small: settings and annotations of a real file are
+/// kilobytes (a long trace's annotations a few MB, which the share below covers).
+pub(super) const CONVERSION_FLOOR: u64 = 8 << 20;
+
+/// Output allowed per byte of decoded values other than text: annotations copy each interned
+/// name once per annotation (a 16-byte dict entry becomes two short strings, about 100 bytes as
+/// counted below); much more than that is sharing.
+const CONVERSION_PER_DECODED_BYTE: u64 = 16;
+
+/// What each converted value costs beyond its text: a `serde_json::Value` is 32 bytes, a
+/// `String` 24 plus its allocation; so the budget is close to the memory the output takes.
+const COST_PER_VALUE: u64 = 32;
+
+impl ConversionBudget {
+    /// A budget of `bytes` of output.
+    pub fn new(bytes: u64) -> Self {
+        Self { remaining: bytes }
+    }
+
+    /// The budget for converting values of `heap`: the floor, its text once, and a multiple of
+    /// its other values (a reference to a text is one of those, so a text shared a million
+    /// times costs its length once per reference, which this multiple does not cover).
+    pub fn for_heap(heap: &Heap) -> Self {
+        let text = heap.text_bytes();
+        let values = heap.footprint().saturating_sub(text);
+        Self::new(
+            CONVERSION_FLOOR
+                .saturating_add(text)
+                .saturating_add(values.saturating_mul(CONVERSION_PER_DECODED_BYTE)),
+        )
+    }
+
+    /// Spends `bytes` (plus the per-value cost) converting `what`, or says why not.
+    pub fn spend(&mut self, bytes: usize, what: &str) -> Result<(), ShapeError> {
+        let cost = (bytes as u64).saturating_add(COST_PER_VALUE);
+        match self.remaining.checked_sub(cost) {
+            Some(left) => {
+                self.remaining = left;
+                Ok(())
+            }
+            None => Err(ShapeError(format!(
+                "{what} expands to more data than the whole file holds (a value shared through the pickle memo many times, or a reference cycle); refusing it"
+            ))),
+        }
+    }
+
+    /// An owned copy of `text`, paid for.
+    pub fn copy(&mut self, text: &str, what: &str) -> Result<String, ShapeError> {
+        self.spend(text.len(), what)?;
+        Ok(text.to_owned())
+    }
+}
+
+/// A decoded value as JSON (for settings and metadata), paid for from `budget`; `what` names
+/// the value in the error. Dict keys that are not strings are written in their JSON form; big
+/// integers beyond 64 bits become strings.
+pub fn to_json(
+    heap: &Heap,
+    value: Value,
+    budget: &mut ConversionBudget,
+    what: &str,
+) -> Result<serde_json::Value, ShapeError> {
+    to_json_at(heap, value, 0, budget, what)
+}
+
+fn to_json_at(
+    heap: &Heap,
+    value: Value,
+    depth: usize,
+    budget: &mut ConversionBudget,
+    what: &str,
+) -> Result<serde_json::Value, ShapeError> {
     use serde_json::Value as J;
     if depth > MAX_JSON_DEPTH {
-        return J::String("…".into());
+        budget.spend(3, what)?;
+        return Ok(J::String("…".into()));
     }
-    match value.kind() {
-        Kind::None | Kind::Record => J::Null,
-        Kind::Bool => J::Bool(heap.bool(value).unwrap_or(false)),
-        Kind::Int | Kind::BigInt => match (heap.i64(value), heap.u64(value)) {
-            (Some(v), _) => J::from(v),
-            (None, Some(v)) => J::from(v),
-            (None, None) => J::String("<integer beyond 64 bits>".into()),
-        },
-        Kind::Float => heap
-            .f64(value)
-            .and_then(serde_json::Number::from_f64)
-            .map_or(J::Null, J::Number),
-        Kind::Str => J::String(heap.str(value).unwrap_or("").to_owned()),
-        Kind::Bytes => J::String(String::from_utf8_lossy(heap.bytes(value).unwrap_or(&[])).into()),
-        Kind::List | Kind::Tuple => J::Array(
-            heap.items(value)
-                .unwrap_or(&[])
-                .iter()
-                .map(|&v| to_json(heap, v, depth + 1))
-                .collect(),
-        ),
-        Kind::Dict => J::Object(
-            heap.pairs(value)
-                .unwrap_or(&[])
-                .iter()
-                .map(|&(k, v)| {
-                    let key = match heap.str(k) {
-                        Some(text) => text.to_owned(),
-                        None => to_json(heap, k, depth + 1).to_string(),
-                    };
-                    (key, to_json(heap, v, depth + 1))
-                })
-                .collect(),
-        ),
-    }
+    Ok(match value.kind() {
+        Kind::None | Kind::Record => {
+            budget.spend(0, what)?;
+            J::Null
+        }
+        Kind::Bool => {
+            budget.spend(0, what)?;
+            J::Bool(heap.bool(value).unwrap_or(false))
+        }
+        Kind::Int | Kind::BigInt => {
+            budget.spend(0, what)?;
+            match (heap.i64(value), heap.u64(value)) {
+                (Some(v), _) => J::from(v),
+                (None, Some(v)) => J::from(v),
+                (None, None) => J::String("<integer beyond 64 bits>".into()),
+            }
+        }
+        Kind::Float => {
+            budget.spend(0, what)?;
+            heap.f64(value)
+                .and_then(serde_json::Number::from_f64)
+                .map_or(J::Null, J::Number)
+        }
+        Kind::Str => J::String(budget.copy(heap.str(value).unwrap_or(""), what)?),
+        Kind::Bytes => {
+            let bytes = heap.bytes(value).unwrap_or(&[]);
+            budget.spend(bytes.len(), what)?;
+            J::String(String::from_utf8_lossy(bytes).into())
+        }
+        Kind::List | Kind::Tuple => {
+            budget.spend(0, what)?;
+            let items = heap.items(value).unwrap_or(&[]);
+            let mut array = Vec::new();
+            for &item in items {
+                array.push(to_json_at(heap, item, depth + 1, budget, what)?);
+            }
+            J::Array(array)
+        }
+        Kind::Dict => {
+            budget.spend(0, what)?;
+            let mut object = serde_json::Map::new();
+            for &(k, v) in heap.pairs(value).unwrap_or(&[]) {
+                let key = match heap.str(k) {
+                    Some(text) => budget.copy(text, what)?,
+                    None => {
+                        let key = to_json_at(heap, k, depth + 1, budget, what)?.to_string();
+                        // The text form is about as long again as the JSON it came from.
+                        budget.spend(key.len(), what)?;
+                        key
+                    }
+                };
+                let v = to_json_at(heap, v, depth + 1, budget, what)?;
+                object.insert(key, v);
+            }
+            J::Object(object)
+        }
+    })
 }
 
 /// The rows of one device's trace, in decode order.

@@ -6,7 +6,7 @@
 //! the replay's first pass over them) are filled on a second thread while decoding goes on.
 
 use super::ActionCode;
-use super::build::to_json;
+use super::build::{CONVERSION_FLOOR, ConversionBudget, ShapeError, to_json};
 use super::{Frame, FrameId, FrameTable, StackId, StackTable, Trace};
 use crate::analysis::replay::EventPass;
 use crate::pickle::{Compactor, Heap, Kind, Memo, Value};
@@ -253,6 +253,15 @@ pub struct TraceCompactor<'scope> {
     /// device's trace list is read back as `start..start + len` without storing its millions
     /// of handles.
     event_runs: rustc_hash::FxHashMap<Value, std::ops::Range<usize>>,
+    /// [`Trace::strings`] ids by text: a trace may hold millions of distinct texts, and a scan
+    /// of those so far per new one was quadratic (a 17 MB file took 5 minutes).
+    text_ids: rustc_hash::FxHashMap<Box<str>, u32>,
+    /// What converting values that are not strings into text may still cost.
+    conversion: ConversionBudget,
+    /// The first conversion refused (the compactor cannot fail an entry; [`build`] reports it).
+    ///
+    /// [`build`]: super::build::build
+    failure: Option<ShapeError>,
 }
 
 /// The last few frames lists (as their items) and their stacks. Fresh lists of a long trace
@@ -325,6 +334,9 @@ impl Default for TraceCompactor<'_> {
             layout: Layout::default(),
             recent_stacks: RecentStacks::default(),
             event_runs: rustc_hash::FxHashMap::default(),
+            text_ids: rustc_hash::FxHashMap::default(),
+            conversion: ConversionBudget::new(CONVERSION_FLOOR),
+            failure: None,
         }
     }
 }
@@ -348,6 +360,30 @@ fn cached<T: Copy + PartialEq>(
     let value = compute();
     cache[id] = value;
     value
+}
+
+/// The [`Trace::strings`] id of `text` in `events`, adding it if new (0 for no text), found
+/// through `index`, which holds every text added this way.
+fn text_id(
+    events: &mut Trace,
+    index: &mut rustc_hash::FxHashMap<Box<str>, u32>,
+    text: &str,
+) -> u32 {
+    if text.is_empty() {
+        return 0;
+    }
+    if events.strings.is_empty() {
+        // Id 0 is "no text", as `Trace::string_id` keeps it.
+        events.strings.push(String::new());
+        index.clear();
+    }
+    if let Some(&id) = index.get(text) {
+        return id;
+    }
+    let id = events.strings.len() as u32;
+    events.strings.push(text.to_owned());
+    index.insert(text.into(), id);
+    id
 }
 
 /// An integer the way `Heap::u64` reads it, with the inline case (nearly all) first.
@@ -591,12 +627,13 @@ impl<'scope> TraceCompactor<'scope> {
             },
         );
         let code = ActionCode(code as u8);
+        let texts = &mut self.text_ids;
         let context = match context {
             Some(v) if v.is(Kind::Str) => {
                 cached(&mut self.context_ids, UNRESOLVED, v.index(), || {
                     heap.str(v)
                         .filter(|text| *text != "N/A")
-                        .map_or(0, |text| events.string_id(text))
+                        .map_or(0, |text| text_id(events, texts, text))
                 })
             }
             _ => 0,
@@ -605,12 +642,36 @@ impl<'scope> TraceCompactor<'scope> {
             None => 0,
             Some(v) if v.is(Kind::Str) => {
                 cached(&mut self.metadata_ids, UNRESOLVED, v.index(), || {
-                    heap.str(v).map_or(0, |text| events.string_id(text))
+                    heap.str(v).map_or(0, |text| text_id(events, texts, text))
                 })
             }
             Some(v) => {
-                let json = to_json(heap, v, 0).to_string();
-                events.string_id(&json)
+                // torch writes a string; anything else is kept as its JSON text, paid for from
+                // a budget (a shared value could otherwise expand without bound, once per entry).
+                match to_json(
+                    heap,
+                    v,
+                    &mut self.conversion,
+                    "a trace entry's user_metadata",
+                ) {
+                    Ok(json) => {
+                        let json = json.to_string();
+                        match self
+                            .conversion
+                            .spend(json.len(), "a trace entry's user_metadata")
+                        {
+                            Ok(()) => text_id(events, texts, &json),
+                            Err(error) => {
+                                self.failure.get_or_insert(error);
+                                0
+                            }
+                        }
+                    }
+                    Err(error) => {
+                        self.failure.get_or_insert(error);
+                        0
+                    }
+                }
             }
         };
         let stack = match frames {
@@ -652,6 +713,11 @@ pub(super) fn flat_pairs(heap: &Heap, dict: Value) -> Vec<Value> {
 impl TraceCompactor<'_> {
     /// The rows of a list whose items this compactor took (see [`Compactor::append`]), if it
     /// took any.
+    /// The first conversion the compactor had to refuse, if any.
+    pub(super) fn take_failure(&mut self) -> Option<ShapeError> {
+        self.failure.take()
+    }
+
     pub(super) fn event_run(&self, list: Value) -> Option<std::ops::Range<usize>> {
         self.event_runs.get(&list).cloned()
     }

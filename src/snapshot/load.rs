@@ -196,24 +196,26 @@ impl Read for ReadAhead {
 
 /// Loads a snapshot from any byte stream (a file, an upload, a decompressor).
 pub fn load_reader(reader: impl Read, options: LoadOptions<'_>) -> Result<Snapshot, LoadError> {
-    let counted = Counting::new(reader, options.progress);
+    // Compressed bytes are counted as they are read, so decompression can be bounded by its
+    // ratio to them (a bomb is refused after a few MB, not at the absolute limit).
+    let compressed = pickle::CompressedCount::default();
+    let counted = compressed.counting(Counting::new(reader, options.progress));
     let (head, counted) = sniff(counted).map_err(PickleError::Io)?;
     let outer = BufReader::with_capacity(1 << 16, counted);
+    let limits = &options.limits;
     match pickle::detect_encoding(&head)? {
         Encoding::Pickle => decode_pickle(outer, options, Compression::None),
         Encoding::Json => decode_json(outer, Compression::None),
         Encoding::Gzip => {
-            let inner = pickle::Capped::new(
+            let inner = pickle::Capped::with_ratio(
                 flate2::read::MultiGzDecoder::new(outer),
-                options.limits.max_decompressed_bytes,
+                limits,
+                compressed,
             );
             decode_inner(inner, options, Compression::Gzip)
         }
         Encoding::Zstd => {
-            let inner = pickle::Capped::new(
-                ZstdFrames::new(outer),
-                options.limits.max_decompressed_bytes,
-            );
+            let inner = pickle::Capped::with_ratio(ZstdFrames::new(outer), limits, compressed);
             decode_inner(inner, options, Compression::Zstd)
         }
     }

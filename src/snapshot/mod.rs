@@ -113,12 +113,17 @@ pub enum BlockState {
 
 impl BlockState {
     pub fn parse(name: &str) -> Self {
+        Self::parse_known(name).unwrap_or_else(|| Self::Unknown(name.to_owned()))
+    }
+
+    /// The state `name` names, if it is one torch writes (no copy of an unknown name).
+    pub fn parse_known(name: &str) -> Option<Self> {
         match name {
-            "active_allocated" => Self::ActiveAllocated,
+            "active_allocated" => Some(Self::ActiveAllocated),
             // torch's docstring says `active_awaiting_free`; its code writes `active_pending_free`.
-            "active_pending_free" | "active_awaiting_free" => Self::ActivePendingFree,
-            "inactive" => Self::Inactive,
-            other => Self::Unknown(other.to_owned()),
+            "active_pending_free" | "active_awaiting_free" => Some(Self::ActivePendingFree),
+            "inactive" => Some(Self::Inactive),
+            _ => None,
         }
     }
 

@@ -1,0 +1,739 @@
+//! A seeded mutation fuzzer over the corpus, run on demand (it is `#[ignore]`d so the ordinary
+//! `cargo test` stays quick; `.ci/run` runs it for a minute):
+//!
+//! ```sh
+//! cargo test --release --test fuzz -- --ignored --nocapture
+//! SNAPVIEW_FUZZ_SECS=600 SNAPVIEW_FUZZ_SEED=7 cargo test --release --test fuzz -- --ignored --nocapture
+//! ```
+//!
+//! Inputs are the real snapshots in `tests/fixtures` (pickles, the hostile files, the JSON form,
+//! gzip and zstd), mutated by byte-level and pickle-aware edits: bit flips, random bytes,
+//! splices from other files, inserted opcodes, length fields set to edge values, memo references
+//! pointed elsewhere, truncation, duplicated and deleted regions. Compressed inputs are mutated
+//! either in their compressed bytes or inside (then compressed again). Each input goes through
+//! what the server and CLI do with a file: load, analysis, summary (and its JSON), notes, the
+//! views (timeline, flame graphs, segment map, an events page, OOM reports), and torch's text
+//! reports (`stats`, both folded-stack kinds, `compare`).
+//!
+//! Findings: a panic (caught, recorded, the run goes on), an input that runs longer than
+//! `SNAPVIEW_FUZZ_INPUT_SECS` (default 5 s; a watchdog thread notices), and one whose live heap
+//! grows past `SNAPVIEW_FUZZ_MEMORY_MB` (default 1024; the counting allocator below blocks the
+//! allocation and the watchdog reports). Each finding is written to `target/fuzz-findings/` to
+//! become a regression test; a hang or blow-up stops the run at once (the work cannot be
+//! interrupted in-process), a panic fails the test at the end. The generator is seeded, so input
+//! number N is the same in every run with the same seed and corpus.
+
+mod common;
+
+use snapview::analysis::events::{EventFilter, page};
+use snapview::analysis::flame::{FlameMode, flame};
+use snapview::analysis::memory_map::memory_map;
+use snapview::analysis::oom::oom_reports;
+use snapview::analysis::timeline::{Axis, Window, timeline};
+use snapview::analysis::{Analysis, Summary, notes};
+use snapview::snapshot::{LoadOptions, load_reader};
+use snapview::torch_text::{self, FoldedKind};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::io::Write;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+// ---------------------------------------------------------------------------------------------
+// Memory: a global allocator that counts live bytes, and refuses (by blocking the allocating
+// thread until the watchdog ends the process) any allocation that would take the live heap past
+// the budget. Returning null instead would abort before the input could be saved.
+
+struct Budgeted;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+/// Live bytes allowed; `usize::MAX` until the fuzzer sets it.
+static LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
+/// Set by an allocation that would have passed the limit; the watchdog reports and exits.
+static OVER_BUDGET: AtomicBool = AtomicBool::new(false);
+static OVER_BUDGET_REQUEST: AtomicUsize = AtomicUsize::new(0);
+
+fn admit(size: usize) -> bool {
+    let live = LIVE.fetch_add(size, Ordering::Relaxed) + size;
+    if live > LIMIT.load(Ordering::Relaxed) {
+        LIVE.fetch_sub(size, Ordering::Relaxed);
+        OVER_BUDGET_REQUEST.store(size, Ordering::Relaxed);
+        OVER_BUDGET.store(true, Ordering::SeqCst);
+        // The watchdog exits the process; this thread waits for it without allocating.
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+    PEAK.fetch_max(live, Ordering::Relaxed);
+    true
+}
+
+unsafe impl GlobalAlloc for Budgeted {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        admit(layout.size());
+        let p = unsafe { System.alloc(layout) };
+        if p.is_null() {
+            LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        admit(layout.size());
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if p.is_null() {
+            LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) };
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if new_size > layout.size() {
+            admit(new_size - layout.size());
+        } else {
+            LIVE.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
+        }
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if p.is_null() && new_size > layout.size() {
+            LIVE.fetch_sub(new_size - layout.size(), Ordering::Relaxed);
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Budgeted = Budgeted;
+
+// ---------------------------------------------------------------------------------------------
+// Settings and the generator.
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// xorshift64*: small, fast and reproducible.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        if n == 0 {
+            return 0;
+        }
+        (self.next() % n as u64) as usize
+    }
+
+    fn chance(&mut self, one_in: usize) -> bool {
+        self.below(one_in) == 0
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The corpus.
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Form {
+    Pickle,
+    Json,
+    Gzip,
+    Zstd,
+}
+
+struct Seed {
+    name: String,
+    /// The uncompressed bytes (a pickle or JSON text).
+    plain: Vec<u8>,
+    form: Form,
+    /// The file as loaded: `plain`, or it compressed.
+    encoded: Vec<u8>,
+}
+
+impl Seed {
+    fn new(name: String, plain: Vec<u8>, form: Form) -> Self {
+        let encoded = match form {
+            Form::Gzip => gzip(&plain),
+            Form::Zstd => zstd(&plain),
+            Form::Pickle | Form::Json => plain.clone(),
+        };
+        Self {
+            name,
+            plain,
+            form,
+            encoded,
+        }
+    }
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    encoder.write_all(bytes).expect("gzip in memory");
+    encoder.finish().expect("gzip in memory")
+}
+
+fn zstd(bytes: &[u8]) -> Vec<u8> {
+    ruzstd::encoding::compress_to_vec(bytes, ruzstd::encoding::CompressionLevel::Fastest)
+}
+
+fn decompress_zstd(bytes: &[u8]) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    ruzstd::decoding::StreamingDecoder::new(bytes)
+        .ok()?
+        .read_to_end(&mut out)
+        .ok()?;
+    Some(out)
+}
+
+fn corpus() -> Vec<Seed> {
+    let fixtures = common::fixtures();
+    let mut paths: Vec<PathBuf> = Vec::new();
+    for dir in [fixtures.clone(), fixtures.join("hostile")] {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            paths.push(entry.path());
+        }
+    }
+    paths.sort();
+    let mut seeds = Vec::new();
+    for path in paths {
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_owned();
+        let Ok(bytes) = std::fs::read(&path) else {
+            continue;
+        };
+        if name.ends_with(".pickle") {
+            // Every pickle is also fuzzed compressed (the small ones: a compressed 700 KB file
+            // costs more to re-encode than to load).
+            if bytes.len() < 128 << 10 {
+                for form in [Form::Gzip, Form::Zstd] {
+                    seeds.push(Seed::new(format!("{name} ({form:?})"), bytes.clone(), form));
+                }
+            }
+            seeds.push(Seed::new(name, bytes, Form::Pickle));
+        } else if name.ends_with(".json") && !name.contains("facts") {
+            seeds.push(Seed::new(name, bytes, Form::Json));
+        } else if name.ends_with(".zst") {
+            // The reference encoder's file as it is; inner mutations are compressed again. The
+            // hostile 2 GB bomb is fuzzed only in its compressed bytes.
+            let plain = decompress_zstd(&bytes).filter(|p| p.len() < 64 << 20);
+            seeds.push(Seed {
+                name,
+                plain: plain.unwrap_or_else(|| bytes.clone()),
+                form: Form::Zstd,
+                encoded: bytes,
+            });
+        }
+    }
+    seeds
+}
+
+// ---------------------------------------------------------------------------------------------
+// Mutations.
+
+/// Opcodes with their argument sizes, to insert whole (data opcodes, code opcodes, containers).
+const OPCODES: &[(u8, usize)] = &[
+    (b'(', 0),
+    (b']', 0),
+    (b'}', 0),
+    (b')', 0),
+    (b'a', 0),
+    (b'e', 0),
+    (b's', 0),
+    (b'u', 0),
+    (b'l', 0),
+    (b'd', 0),
+    (b't', 0),
+    (0x85, 0),
+    (0x86, 0),
+    (0x87, 0),
+    (b'0', 0),
+    (b'1', 0),
+    (b'2', 0),
+    (b'N', 0),
+    (0x88, 0),
+    (0x89, 0),
+    (0x94, 0),
+    (0x8f, 0),
+    (0x90, 0),
+    (0x91, 0),
+    (b'.', 0),
+    (b'K', 1),
+    (b'M', 2),
+    (b'J', 4),
+    (b'G', 8),
+    (b'q', 1),
+    (b'h', 1),
+    (b'r', 4),
+    (b'j', 4),
+    (0x8a, 1),
+    (0x8c, 1),
+    (b'C', 1),
+    (b'X', 4),
+    (b'B', 4),
+    (0x8d, 8),
+    (0x8e, 8),
+    (0x95, 8),
+    (b'c', 0),
+    (b'R', 0),
+    (0x93, 0),
+    (b'b', 0),
+];
+
+/// Opcodes followed by a length field, and the field's width.
+const LENGTH_OPCODES: &[(u8, usize)] = &[
+    (0x8c, 1),
+    (b'C', 1),
+    (0x8a, 1),
+    (b'U', 1),
+    (b'X', 4),
+    (b'B', 4),
+    (b'T', 4),
+    (0x8b, 4),
+    (0x8d, 8),
+    (0x8e, 8),
+    (0x96, 8),
+    (0x95, 8),
+];
+
+const EDGE_LENGTHS: &[u64] = &[
+    0,
+    1,
+    7,
+    8,
+    0x7f,
+    0x80,
+    0xff,
+    0x100,
+    0xffff,
+    0x7fff_ffff,
+    0xffff_ffff,
+    1 << 26,
+    (1 << 26) + 1,
+    1 << 40,
+    i64::MAX as u64,
+    u64::MAX,
+];
+
+/// A position in `bytes` holding one of `opcodes` (by a random scan), if any.
+fn find_opcode(rng: &mut Rng, bytes: &[u8], opcodes: &[u8]) -> Option<usize> {
+    if bytes.is_empty() {
+        return None;
+    }
+    let start = rng.below(bytes.len());
+    (0..bytes.len().min(1 << 16))
+        .map(|i| (start + i) % bytes.len())
+        .find(|&i| opcodes.contains(&bytes[i]))
+}
+
+fn region(rng: &mut Rng, len: usize) -> (usize, usize) {
+    let start = rng.below(len.max(1));
+    let max = (len - start.min(len)).min(if rng.chance(4) { 1 << 16 } else { 64 });
+    (start, start + rng.below(max + 1))
+}
+
+/// Integer values that break arithmetic: sizes and addresses near the top of `u64`, signs.
+const EDGE_INTS: &[u64] = &[
+    0,
+    1,
+    511,
+    512,
+    (1 << 31) - 1,
+    1 << 31,
+    (1 << 53) + 1,
+    (1 << 59) - 1,
+    1 << 59,
+    1 << 62,
+    1 << 63,
+    u64::MAX - 511,
+    u64::MAX,
+];
+
+/// Writes `field` over `bytes` from `at`, as far as `bytes` reaches.
+fn overwrite(bytes: &mut [u8], at: usize, field: &[u8]) {
+    for (byte, &value) in bytes.iter_mut().skip(at).zip(field) {
+        *byte = value;
+    }
+}
+
+fn mutate(rng: &mut Rng, bytes: &mut Vec<u8>, donors: &[Seed]) -> &'static str {
+    let len = bytes.len();
+    match rng.below(13) {
+        // An integer argument set to an edge value: the file still decodes, and the hostile
+        // number reaches the analysis (a block of 2^63 bytes once aborted `stats`).
+        11 | 12 => {
+            let Some(at) = find_opcode(rng, bytes, b"KMJ\x8a") else {
+                return "integer (none)";
+            };
+            let value = EDGE_INTS[rng.below(EDGE_INTS.len())];
+            let value = if rng.chance(4) {
+                value.wrapping_neg()
+            } else {
+                value
+            };
+            let (start, width) = match bytes[at] {
+                b'K' => (at + 1, 1),
+                b'M' => (at + 1, 2),
+                b'J' => (at + 1, 4),
+                _ => (at + 2, usize::from(bytes.get(at + 1).copied().unwrap_or(0))),
+            };
+            overwrite(bytes, start, &value.to_le_bytes()[..width.min(8)]);
+            "integer"
+        }
+        0 | 1 if len > 0 => {
+            for _ in 0..1 + rng.below(4) {
+                let at = rng.below(len);
+                bytes[at] ^= 1 << rng.below(8);
+            }
+            "bit flips"
+        }
+        2 if len > 0 => {
+            for _ in 0..1 + rng.below(4) {
+                let at = rng.below(len);
+                bytes[at] = rng.next() as u8;
+            }
+            "random bytes"
+        }
+        3 => {
+            let donor = &donors[rng.below(donors.len())].plain;
+            let (from, to) = region(rng, donor.len());
+            let at = rng.below(len + 1);
+            let piece = donor[from..to].to_vec();
+            if rng.chance(2) {
+                let end = (at + piece.len()).min(len);
+                bytes.splice(at..end, piece);
+            } else {
+                bytes.splice(at..at, piece);
+            }
+            "splice"
+        }
+        4 => {
+            let (opcode, args) = OPCODES[rng.below(OPCODES.len())];
+            let mut insert = vec![opcode];
+            for _ in 0..args {
+                insert.push(if rng.chance(2) { 0 } else { rng.next() as u8 });
+            }
+            let at = rng.below(len + 1);
+            bytes.splice(at..at, insert);
+            "opcode inserted"
+        }
+        5 => {
+            let opcodes: Vec<u8> = LENGTH_OPCODES.iter().map(|&(op, _)| op).collect();
+            let Some(at) = find_opcode(rng, bytes, &opcodes) else {
+                return "length field (none)";
+            };
+            let width = LENGTH_OPCODES
+                .iter()
+                .find(|&&(op, _)| op == bytes[at])
+                .map_or(1, |&(_, w)| w);
+            let value = match rng.below(3) {
+                0 => EDGE_LENGTHS[rng.below(EDGE_LENGTHS.len())],
+                _ => rng.next() >> rng.below(64),
+            };
+            overwrite(bytes, at + 1, &value.to_le_bytes()[..width]);
+            "length field"
+        }
+        6 => {
+            let Some(at) = find_opcode(rng, bytes, b"hjgqrp\x94") else {
+                return "memo ref (none)";
+            };
+            match bytes[at] {
+                b'h' | b'q' => {
+                    if let Some(index) = bytes.get_mut(at + 1) {
+                        *index = match rng.below(3) {
+                            0 => index.wrapping_add(1),
+                            1 => index.wrapping_sub(1),
+                            _ => rng.next() as u8,
+                        };
+                    }
+                }
+                b'j' | b'r' => {
+                    let index = rng.next() as u32 >> rng.below(32);
+                    for (i, b) in index.to_le_bytes().into_iter().enumerate() {
+                        if let Some(byte) = bytes.get_mut(at + 1 + i) {
+                            *byte = b;
+                        }
+                    }
+                }
+                _ => {
+                    // MEMOIZE or a text memo op: turn it into a reference to an earlier value.
+                    bytes[at] = b'h';
+                    bytes.insert(at + 1, rng.next() as u8);
+                }
+            }
+            "memo ref"
+        }
+        7 => {
+            bytes.truncate(rng.below(len + 1));
+            "truncation"
+        }
+        8 | 9 => {
+            let (from, to) = region(rng, len);
+            let piece = bytes[from..to].to_vec();
+            let copies = if rng.chance(8) { 1 + rng.below(64) } else { 1 };
+            let at = rng.below(len + 1);
+            for _ in 0..copies {
+                bytes.splice(at..at, piece.iter().copied());
+            }
+            "duplication"
+        }
+        _ => {
+            let (from, to) = region(rng, len);
+            bytes.drain(from..to);
+            "deletion"
+        }
+    }
+}
+
+/// A mutated input from `seed`, and the mutations applied.
+fn mutant(rng: &mut Rng, seed: &Seed, donors: &[Seed]) -> (Vec<u8>, Vec<&'static str>) {
+    let mut applied = Vec::new();
+    let rounds = 1 + rng.below(4);
+    let compressed = matches!(seed.form, Form::Gzip | Form::Zstd);
+    // Half the compressed inputs are mutated inside, then compressed again.
+    if compressed && rng.chance(2) {
+        let mut plain = seed.plain.clone();
+        for _ in 0..rounds {
+            applied.push(mutate(rng, &mut plain, donors));
+        }
+        let bytes = match seed.form {
+            Form::Gzip => gzip(&plain),
+            _ => zstd(&plain),
+        };
+        applied.push("then compressed");
+        return (bytes, applied);
+    }
+    let mut bytes = seed.encoded.clone();
+    for _ in 0..rounds {
+        applied.push(mutate(rng, &mut bytes, donors));
+    }
+    (bytes, applied)
+}
+
+// ---------------------------------------------------------------------------------------------
+// One execution: everything the server and the CLI do with a file.
+
+fn exercise(bytes: &[u8]) -> Result<(), String> {
+    let snapshot = load_reader(bytes, LoadOptions::default()).map_err(|e| e.to_string())?;
+    let analysis = Analysis::new(&snapshot);
+    let summary = Summary::new(&snapshot, &analysis);
+    let json = serde_json::to_string(&summary).map_err(|e| format!("summary JSON: {e}"))?;
+    std::hint::black_box(json);
+    std::hint::black_box(notes(&snapshot, &analysis));
+    for device in &analysis.devices {
+        let trace = snapshot.trace(device.device);
+        let last = trace.len().saturating_sub(1);
+        for axis in [Axis::Event, Axis::Time] {
+            let window = Window {
+                start: 0,
+                end: last,
+                width: 800,
+                height: 400,
+                axis,
+            }
+            .clamped(trace.len());
+            std::hint::black_box(timeline(device, trace, window));
+        }
+        let middle = (!trace.is_empty()).then_some(last / 2);
+        std::hint::black_box(flame(&snapshot, device, middle, FlameMode::Allocated, None));
+        let map = memory_map(&snapshot, device, middle);
+        std::hint::black_box(flame(
+            &snapshot,
+            device,
+            middle,
+            FlameMode::Reserved,
+            Some(&map),
+        ));
+        std::hint::black_box(memory_map(&snapshot, device, None));
+        std::hint::black_box(page(
+            &snapshot,
+            trace,
+            &device.replay,
+            &EventFilter::default(),
+            last / 3,
+            50,
+            None,
+        ));
+        std::hint::black_box(oom_reports(&snapshot, device));
+    }
+    // stats may refuse sizes beyond any memory; that is an answer too.
+    std::hint::black_box(torch_text::stats(&snapshot).ok());
+    std::hint::black_box(torch_text::folded(&snapshot, FoldedKind::Segments).ok());
+    std::hint::black_box(torch_text::folded(&snapshot, FoldedKind::Memory).ok());
+    std::hint::black_box(torch_text::compare(&snapshot, &snapshot));
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The watchdog and findings.
+
+fn findings_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/fuzz-findings")
+}
+
+/// Writes a finding's input and returns where.
+fn save_finding(kind: &str, index: u64, bytes: &[u8]) -> PathBuf {
+    let dir = findings_dir();
+    let _ = std::fs::create_dir_all(&dir);
+    let path = dir.join(format!("{kind}-{index}.bin"));
+    let _ = std::fs::write(&path, bytes);
+    path
+}
+
+/// What the watchdog knows about the input being run.
+struct Current {
+    index: u64,
+    started: Instant,
+    bytes: Vec<u8>,
+    what: String,
+}
+
+fn start_watchdog(current: Arc<Mutex<Option<Current>>>, timeout: Duration) {
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(Duration::from_millis(10));
+            let over_budget = OVER_BUDGET.load(Ordering::SeqCst);
+            let guard = current.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(input) = guard.as_ref() else {
+                continue;
+            };
+            let hung = input.started.elapsed() > timeout;
+            if !(over_budget || hung) {
+                continue;
+            }
+            // Let this thread allocate the report whatever the budget says.
+            LIMIT.store(usize::MAX, Ordering::SeqCst);
+            let kind = if over_budget { "memory" } else { "hang" };
+            let path = save_finding(kind, input.index, &input.bytes);
+            eprintln!(
+                "\nFUZZ FINDING ({kind}): input {} ({}, {} bytes) {}; saved to {}",
+                input.index,
+                input.what,
+                input.bytes.len(),
+                if over_budget {
+                    format!(
+                        "went past the memory budget (live {} MB, asking {} MB more)",
+                        LIVE.load(Ordering::Relaxed) >> 20,
+                        OVER_BUDGET_REQUEST.load(Ordering::Relaxed) >> 20
+                    )
+                } else {
+                    format!("ran longer than {timeout:?}")
+                },
+                path.display()
+            );
+            // The work cannot be stopped in-process: end the run, failing it.
+            std::process::exit(101);
+        }
+    });
+}
+
+#[test]
+#[ignore = "a time-bounded fuzzing run: cargo test --release --test fuzz -- --ignored"]
+fn fuzz_the_reader_analysis_and_reports() {
+    let seconds = env_u64("SNAPVIEW_FUZZ_SECS", 60);
+    let seed = env_u64("SNAPVIEW_FUZZ_SEED", 1);
+    let per_input = Duration::from_secs(env_u64("SNAPVIEW_FUZZ_INPUT_SECS", 5));
+    let budget_bytes = (env_u64("SNAPVIEW_FUZZ_MEMORY_MB", 1024) as usize) << 20;
+    let seeds = corpus();
+    assert!(seeds.len() >= 20, "the corpus is in tests/fixtures");
+    eprintln!(
+        "fuzzing {} seeds for {seconds} s (seed {seed}, {per_input:?} and {} MB per input)",
+        seeds.len(),
+        budget_bytes >> 20
+    );
+
+    // Each corpus file, unmutated, must go through everything (or be refused, for the hostile
+    // ones) within the same bounds.
+    let current: Arc<Mutex<Option<Current>>> = Arc::new(Mutex::new(None));
+    start_watchdog(current.clone(), per_input);
+    // Panics are findings, reported below; the default hook's message is kept for the log.
+    let mut rng = Rng::new(seed);
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let (mut executions, mut loaded, mut refused) = (0u64, 0u64, 0u64);
+    let mut panics: Vec<String> = Vec::new();
+    let mut slowest = (Duration::ZERO, String::new());
+    let mut peak_max = 0usize;
+    let mut index = 0u64;
+    while Instant::now() < deadline {
+        // The first pass runs every seed unmutated.
+        let (bytes, what) = match seeds.get(index as usize) {
+            Some(seed) => (seed.encoded.clone(), format!("{} unmutated", seed.name)),
+            None => {
+                let seed = &seeds[rng.below(seeds.len())];
+                let (bytes, applied) = mutant(&mut rng, seed, &seeds);
+                (bytes, format!("{}: {}", seed.name, applied.join(", ")))
+            }
+        };
+        let baseline = LIVE.load(Ordering::Relaxed);
+        PEAK.store(baseline, Ordering::Relaxed);
+        *current.lock().unwrap_or_else(|e| e.into_inner()) = Some(Current {
+            index,
+            started: Instant::now(),
+            bytes: bytes.clone(),
+            what: what.clone(),
+        });
+        LIMIT.store(baseline.saturating_add(budget_bytes), Ordering::SeqCst);
+        let started = Instant::now();
+        let outcome = catch_unwind(AssertUnwindSafe(|| exercise(&bytes)));
+        let elapsed = started.elapsed();
+        LIMIT.store(usize::MAX, Ordering::SeqCst);
+        *current.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        peak_max = peak_max.max(PEAK.load(Ordering::Relaxed).saturating_sub(baseline));
+        executions += 1;
+        match outcome {
+            Ok(Ok(())) => loaded += 1,
+            Ok(Err(message)) => {
+                refused += 1;
+                assert!(
+                    !message.trim().is_empty(),
+                    "input {index} ({what}): an empty error message"
+                );
+            }
+            Err(_) => {
+                let path = save_finding("panic", index, &bytes);
+                eprintln!(
+                    "FUZZ FINDING (panic): input {index} ({what}); saved to {}",
+                    path.display()
+                );
+                panics.push(format!("input {index} ({what}): {}", path.display()));
+            }
+        }
+        if elapsed > slowest.0 {
+            slowest = (elapsed, what);
+        }
+        index += 1;
+    }
+    eprintln!(
+        "fuzz: {executions} executions ({loaded} loaded and analysed, {refused} refused with a message), {} findings; slowest input {:?} ({}), largest peak {} MB",
+        panics.len(),
+        slowest.0,
+        slowest.1,
+        peak_max >> 20
+    );
+    assert!(panics.is_empty(), "panics:\n{}", panics.join("\n"));
+}
