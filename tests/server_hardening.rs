@@ -572,3 +572,99 @@ fn connections_are_bounded_and_idle_ones_closed() {
     let (status, _) = server.call("GET", "/api/snapshots", None);
     assert_eq!(status, 200);
 }
+
+/// The server's peak resident memory so far (VmHWM), in bytes.
+fn peak_rss(server: &Served) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.child.id()))
+        .expect("the server's /proc status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .expect("VmHWM")
+        * 1024
+}
+
+#[test]
+fn hostile_files_are_refused_in_milliseconds_and_the_server_stays_small() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let server = Served::start(&data, &["--max-upload", "64MiB"]);
+    let (status, kept) = server.call("POST", "/api/snapshots?name=kept", Some(&fixture("oom")));
+    assert_eq!(status, 201, "{kept}");
+    // Before the fix, each of these grew the server's memory without limit (the shared-value
+    // bombs) or to 2.1 GB (the zstd stream of one 2 GB bytes object).
+    for name in [
+        "hostile/laughs_settings.pickle",
+        "hostile/cycle_settings.pickle",
+        "hostile/bomb_bytes_2g.pickle.zst",
+    ] {
+        let bytes = std::fs::read(common::fixtures().join(name)).expect("hostile fixture");
+        let started = Instant::now();
+        let (status, body) = server.call("POST", "/api/snapshots", Some(&bytes));
+        assert_eq!(status, 400, "{name}: {body}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{name} took {:?}",
+            started.elapsed()
+        );
+        let json: serde_json::Value = serde_json::from_str(&body).expect("json");
+        assert_eq!(json["error"]["code"], "not_a_snapshot", "{name}: {body}");
+    }
+    // A block of 2^63 bytes is a valid file: it is stored, and every view of it answers.
+    let bytes = std::fs::read(common::fixtures().join("hostile/stats_abort_size_2_63.pickle"))
+        .expect("hostile fixture");
+    let (status, body) = server.call("POST", "/api/snapshots", Some(&bytes));
+    assert_eq!(status, 201, "{body}");
+    let id = serde_json::from_str::<serde_json::Value>(&body).expect("json")["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    for view in ["", "/segments", "/flame", "/timeline?width=800", "/events"] {
+        let (status, body) = server.call("GET", &format!("/api/snapshots/{id}{view}"), None);
+        assert!(status == 200 || status == 400, "{view}: {status} {body}");
+    }
+    let (status, _) = server.call("GET", &format!("/s/{id}"), None);
+    assert_eq!(status, 200);
+    let peak = peak_rss(&server);
+    assert!(peak < 200 << 20, "the server peaked at {} MB", peak >> 20);
+    // Nothing stored before was harmed.
+    assert_eq!(server.stored().len(), 2);
+}
+
+#[test]
+fn a_compressed_upload_expands_no_further_than_the_upload_limit() {
+    use flate2::write::GzEncoder;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    // gpt2_adamw is 659 KiB; gzipped it is well under the limit, but unpacked it is over.
+    let server = Served::start(&data, &["--max-upload", "256KiB"]);
+    let plain = fixture("gpt2_adamw");
+    let mut encoder = GzEncoder::new(Vec::new(), flate2::Compression::best());
+    encoder.write_all(&plain).expect("gzip");
+    let packed = encoder.finish().expect("gzip");
+    assert!(packed.len() < 256 << 10, "{} bytes packed", packed.len());
+    let (status, body) = server.call("POST", "/api/snapshots", Some(&packed));
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("decompress") || body.contains("expand"),
+        "{body}"
+    );
+    assert!(server.stored().is_empty());
+    // The same file within the limit unpacked is fine.
+    let small = fixture("mlp_small");
+    let mut encoder = GzEncoder::new(Vec::new(), flate2::Compression::best());
+    encoder.write_all(&small).expect("gzip");
+    let (status, body) = server.call(
+        "POST",
+        "/api/snapshots",
+        Some(&encoder.finish().expect("gzip")),
+    );
+    assert_eq!(status, 201, "{body}");
+}

@@ -106,12 +106,22 @@ impl std::io::Read for ChannelReader {
 
 type ParseResult = Result<Loaded, crate::snapshot::LoadError>;
 
+/// How an upload is read: a compressed upload may expand to no more than an uncompressed one
+/// may be (`--max-upload`), besides the reader's ratio and string bounds.
+fn upload_load_options(max_upload_bytes: u64) -> crate::snapshot::LoadOptions<'static> {
+    crate::snapshot::LoadOptions {
+        limits: crate::pickle::Limits::for_input_limit(max_upload_bytes),
+        ..Default::default()
+    }
+}
+
 /// Starts parsing what arrives on `chunks`, on a thread of its own: the parser blocks whenever
 /// the client is slow, and on tokio's blocking pool enough such uploads would leave no thread
 /// for the file writes and store calls every request needs (the server stopped answering at
 /// ~513 slow uploads). Upload slots bound how many of these threads exist.
 fn spawn_parser(
     chunks: tokio::sync::mpsc::Receiver<Bytes>,
+    limit: u64,
 ) -> Result<tokio::sync::oneshot::Receiver<ParseResult>, ApiError> {
     let (answer, result) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
@@ -121,7 +131,8 @@ fn spawn_parser(
                 chunks,
                 current: Bytes::new(),
             };
-            let parsed = crate::snapshot::load_reader(reader, Default::default()).map(Loaded::new);
+            let parsed =
+                crate::snapshot::load_reader(reader, upload_load_options(limit)).map(Loaded::new);
             // The upload may have been dropped meanwhile; then nobody wants the answer.
             let _ = answer.send(parsed);
         })
@@ -197,7 +208,7 @@ where
         .map_err(|e| ApiError::writing("cannot create a temporary file", e))?;
     let (chunks, mut parser) = if parse {
         let (chunks, receiver) = tokio::sync::mpsc::channel::<Bytes>(PARSE_QUEUE);
-        (Some(chunks), Some(spawn_parser(receiver)?))
+        (Some(chunks), Some(spawn_parser(receiver, limit)?))
     } else {
         (None, None)
     };
@@ -399,8 +410,9 @@ async fn ingest(
         Some(loaded) => loaded,
         None => {
             let path = received.file.path.clone();
+            let limit = state.config.max_upload_bytes;
             tokio::task::spawn_blocking(move || {
-                crate::snapshot::load_path(&path, Default::default()).map(Loaded::new)
+                crate::snapshot::load_path(&path, upload_load_options(limit)).map(Loaded::new)
             })
             .await
             .map_err(|e| ApiError::Internal(format!("the parser failed: {e}")))?
