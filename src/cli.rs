@@ -54,7 +54,8 @@ enum Command {
     },
     /// Start the web server: drag snapshots into the page, share their links.
     Serve {
-        /// Address to listen on; 0.0.0.0:7878 shares it with your network.
+        /// Address to listen on; 0.0.0.0:7878 shares it with your network, port 0 takes a free
+        /// port (the "serving at" line on stdout names it).
         #[arg(long, env = "SNAPVIEW_ADDR", default_value = "127.0.0.1:7878")]
         addr: String,
         /// Where snapshots and their index are kept [default: $XDG_DATA_HOME/snapview or
@@ -289,14 +290,7 @@ impl Config {
                 };
                 let public_url = public_url
                     .map(|u| u.trim_end_matches('/').to_owned())
-                    .unwrap_or_else(|| {
-                        let host = if addr.ip().is_unspecified() {
-                            "localhost".to_owned()
-                        } else {
-                            addr.ip().to_string()
-                        };
-                        format!("http://{host}:{}", addr.port())
-                    });
+                    .unwrap_or_else(|| default_public_url(addr));
                 Config::Serve {
                     config: Box::new(ServeConfig {
                         addr,
@@ -803,12 +797,23 @@ fn serve(config: ServeConfig, files: Vec<PathBuf>) -> Result<(), String> {
         .init();
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     let served = runtime.block_on(async move {
-        let data_dir = config.data_dir.clone();
-        let state = AppState::open(config.clone())
-            .map_err(|e| format!("cannot open the data folder {}: {e}", data_dir.display()))?;
+        let mut config = config;
         let listener = tokio::net::TcpListener::bind(config.addr)
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", config.addr))?;
+        // Port 0 asks the system for a free port: links name the one it gave, and the line
+        // printed below tells a script (or a test) where to connect, with no race for the port.
+        if let Ok(bound) = listener.local_addr()
+            && config.addr.port() == 0
+        {
+            if config.public_url == default_public_url(config.addr) {
+                config.public_url = default_public_url(bound);
+            }
+            config.addr = bound;
+        }
+        let data_dir = config.data_dir.clone();
+        let state = AppState::open(config.clone())
+            .map_err(|e| format!("cannot open the data folder {}: {e}", data_dir.display()))?;
         for file in &files {
             match crate::server::upload::import_path(&state, file).await {
                 Ok(view) => println!("{}  {}", view.url, file.display()),
@@ -826,6 +831,16 @@ fn serve(config: ServeConfig, files: Vec<PathBuf>) -> Result<(), String> {
     // what is still running (a store write at most) gets a moment, not forever.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     served
+}
+
+/// `http://HOST:PORT` for a server bound to `addr`, when `--public-url` does not say otherwise.
+fn default_public_url(addr: SocketAddr) -> String {
+    let host = if addr.ip().is_unspecified() {
+        "localhost".to_owned()
+    } else {
+        addr.ip().to_string()
+    };
+    format!("http://{host}:{}", addr.port())
 }
 
 /// Says at start who may do what, and warns when a shared server lets anyone delete.
