@@ -187,6 +187,22 @@ fn interrupted(error: &impl BodyError, limit: u64) -> ApiError {
 /// Chunks in flight between the network and the parser (a few MB at most).
 const PARSE_QUEUE: usize = 64;
 
+/// Bytes of an upload's start that tell a wrong file type (a PDF, a zip, text) for certain.
+const SNIFF_BYTES: usize = 16;
+
+/// Refuses an upload whose first bytes are no snapshot's, at once and in the handler itself, so
+/// a large wrong file is refused from its start however fast its bytes arrive (the parser
+/// thread would say the same, but only once it has been scheduled). A start that only looks
+/// cut short is left to the parser.
+fn refuse_wrong_file_type(head: &[u8]) -> Result<(), ApiError> {
+    match crate::pickle::detect_encoding(head) {
+        Err(error @ crate::pickle::PickleError::NotASnapshot(_)) => {
+            Err(ApiError::NotASnapshot(error.to_string()))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Writes a byte stream to a temp file, hashing it and parsing it as it arrives (so a large
 /// upload is analysed by the time its last byte lands, and a file that is not a snapshot is
 /// refused after its first bytes), refusing it past `limit` bytes or when no bytes arrive for
@@ -215,6 +231,7 @@ where
     let mut parsed = None;
     let mut hasher = Sha256::new();
     let mut size = 0u64;
+    let mut head = Vec::with_capacity(SNIFF_BYTES);
     // On every early return below, `chunks` is dropped (the parser sees the end of its input
     // and stops) and so is `file` (the partial upload is removed).
     while let Some(chunk) = tokio::time::timeout(stall_timeout, stream.next())
@@ -224,6 +241,13 @@ where
         let chunk = chunk.map_err(|e| interrupted(&e, limit))?;
         if chunk.is_empty() {
             continue;
+        }
+        if head.len() < SNIFF_BYTES {
+            let wanted = (SNIFF_BYTES - head.len()).min(chunk.len());
+            head.extend_from_slice(&chunk[..wanted]);
+            if head.len() == SNIFF_BYTES {
+                refuse_wrong_file_type(&head)?;
+            }
         }
         size += chunk.len() as u64;
         if size > limit {
