@@ -9,8 +9,9 @@
 //! (`npm ci`). When they are missing the test fails, saying so: a skipped browser test would hide
 //! broken pages.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+mod common;
+
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
@@ -22,7 +23,7 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// A child process killed when dropped, so a failing assertion never leaves a server behind.
+/// A child process killed when dropped, so a failing assertion never leaves a process behind.
 struct Killed(Child);
 
 impl Drop for Killed {
@@ -43,30 +44,6 @@ fn collect(stream: Option<impl Read + Send + 'static>) -> JoinHandle<String> {
         }
         text
     })
-}
-
-/// A port nothing listens on right now (the OS picks it; the listener is closed at once).
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("local address").port()
-}
-
-/// Whether `GET /` answers 200.
-fn answers(port: u16) -> bool {
-    let Ok(mut stream) =
-        TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(500))
-    else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let request = format!("GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
-    if stream.write_all(request.as_bytes()).is_err() {
-        return false;
-    }
-    let mut head = [0u8; 12];
-    // 303: a server with a read token sends `/` to its login form.
-    stream.read_exact(&mut head).is_ok()
-        && (head.starts_with(b"HTTP/1.1 200") || head.starts_with(b"HTTP/1.1 303"))
 }
 
 fn requirements() -> Result<(), String> {
@@ -166,18 +143,7 @@ fn run_script_with(
     if let Err(missing) = requirements() {
         panic!("the browser test cannot run:\n{missing}");
     }
-    let data = tempfile::tempdir().expect("temp data folder");
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
-    let mut server = Command::new(env!("CARGO_BIN_EXE_snapview"));
-    server
-        .args([
-            "serve",
-            "--addr",
-            &format!("127.0.0.1:{port}"),
-            "--data-dir",
-        ])
-        .arg(data.path())
+    let mut server = common::served::Served::builder()
         .env("RUST_LOG", "snapview=warn")
         // The developer's own settings must not change what the pages show.
         .env_remove("SNAPVIEW_PUBLIC_URL")
@@ -188,22 +154,8 @@ fn run_script_with(
         .env_remove("SNAPVIEW_TOKENS_FILE")
         .env_remove("SNAPVIEW_ALLOWED_HOSTS")
         .envs(server_env.iter().copied())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut server = Killed(server.spawn().expect("start snapview serve"));
-    let server_log = collect(server.0.stderr.take());
-
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !answers(port) {
-        if let Ok(Some(status)) = server.0.try_wait() {
-            panic!("snapview serve exited early with {status}");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "snapview serve did not answer on {base} within 20 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        .start();
+    let base = server.url("");
 
     let script = root().join(script);
     let node = Command::new("node")
@@ -232,13 +184,13 @@ fn run_script_with(
         );
         std::thread::sleep(Duration::from_millis(50));
     };
-    let server_died = server.0.try_wait().ok().flatten();
+    let server_died = server.child.try_wait().ok().flatten();
+    let server_log = server.log_text();
     drop(server);
     let (out, err) = (
         out.join().unwrap_or_default(),
         err.join().unwrap_or_default(),
     );
-    let server_log = server_log.join().unwrap_or_default();
     // Shown with --nocapture, and always when the test fails.
     println!("{out}");
     assert!(

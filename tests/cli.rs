@@ -168,6 +168,8 @@ fn https_servers_are_spoken_to_and_untrusted_certificates_refused() {
         .with_no_client_auth()
         .with_single_cert(vec![certified.cert.der().clone()], key)
         .expect("server config");
+    // A TLS stand-in, not `snapview serve`: it keeps its listener, so no other test can take
+    // the port between the bind and the commands below.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("addr").port();
     let server = std::thread::spawn(move || {

@@ -8,9 +8,8 @@ use axum::http::{HeaderMap, Request, StatusCode, header};
 use http_body_util::BodyExt;
 use snapview::server::access::{AccessConfig, Actor, NamedToken};
 use snapview::server::{AppState, ServeConfig, router};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
 use tower::ServiceExt;
 
 const WRITE_TOKEN: &str = "write-token-0123456789abcdef";
@@ -640,51 +639,25 @@ async fn the_actor_names_the_token_or_the_proxy_user() {
 // ---------------------------------------------------------------------------------------------
 // The real binary over TCP.
 
+/// The shared server starter on a fresh data folder, with this file's calls.
 struct Served {
-    child: Child,
+    server: common::served::Served,
     port: u16,
-    _dir: tempfile::TempDir,
 }
 
 impl Served {
     fn start(args: &[&str], env: &[(&str, &str)]) -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_snapview"));
-        command
-            .args([
-                "serve",
-                "--addr",
-                &format!("127.0.0.1:{port}"),
-                "--data-dir",
-            ])
-            .arg(dir.path())
+        let server = common::served::Served::builder()
             .args(args)
             .env_remove("SNAPVIEW_TOKEN")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        for (name, value) in env {
-            command.env(name, value);
-        }
-        let child = command.spawn().expect("start the server");
-        let served = Self {
-            child,
-            port,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "the server did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        served
+            .envs(env.iter().copied())
+            .start();
+        let port = server.port;
+        Self { server, port }
     }
 
     fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        self.server.url("")
     }
 
     /// Sends raw HTTP/1.1 and returns the status line's code.
@@ -699,13 +672,6 @@ impl Served {
             .nth(1)
             .and_then(|code| code.parse().ok())
             .unwrap_or_else(|| panic!("no status in {answer:?}"))
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -852,51 +818,27 @@ fn serve_refuses_weak_or_malformed_access_settings() {
 #[cfg(unix)]
 #[test]
 fn a_tokens_file_others_can_read_is_warned_about_and_still_works() {
-    use std::io::Read;
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().expect("tempdir");
     let tokens = dir.path().join("tokens");
     std::fs::write(&tokens, format!("# uploaders\nalice:{ALICE_TOKEN}\n")).expect("write");
     std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o644)).expect("chmod");
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_snapview"))
-        .args([
-            "serve",
-            "--addr",
-            &format!("127.0.0.1:{port}"),
-            "--data-dir",
-        ])
-        .arg(dir.path().join("data"))
+    let mut served = common::served::Served::builder()
+        .data_dir(&dir.path().join("data"))
         .arg("--tokens-file")
         .arg(&tokens)
         .env("RUST_LOG", "snapview=info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "the server did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        .start();
     let file = common::path_of("mempool");
-    let url = format!("http://127.0.0.1:{port}");
+    let url = served.url("");
     let output = snapview(
         &["upload", file.to_str().expect("utf-8"), "--server", &url],
         Some(ALICE_TOKEN),
     );
-    let _ = child.kill();
-    let _ = child.wait();
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .expect("stderr")
-        .read_to_string(&mut stderr)
-        .expect("read");
+    // Stopped first, so the log holds everything the server wrote.
+    let _ = served.child.kill();
+    let _ = served.child.wait();
+    let stderr = served.log_text();
     assert!(
         output.status.success(),
         "{}",

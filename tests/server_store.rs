@@ -4,56 +4,28 @@
 
 mod common;
 
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-/// A running `snapview serve` on a free loopback port, killed (as a crash would) on drop.
+/// The shared server starter (killed, as a crash would be, on drop), with this file's calls.
 struct Served {
-    child: Child,
+    server: common::served::Served,
     url: String,
-    log: PathBuf,
 }
 
 impl Served {
     fn start(data_dir: &Path, extra: &[&str]) -> Self {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        let log = data_dir
-            .parent()
-            .expect("the data dir has a parent")
-            .join(format!("serve-{port}.log"));
-        let child = Command::new(env!("CARGO_BIN_EXE_snapview"))
-            .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
-            .arg("--data-dir")
-            .arg(data_dir)
+        let server = common::served::Served::builder()
+            .data_dir(data_dir)
             .args(extra)
             .env("RUST_LOG", "snapview=info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log file"))
-            .spawn()
-            .expect("start the server");
-        let mut served = Self {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
-            log,
-        };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(status)) = served.child.try_wait() {
-                panic!("the server exited with {status}: {}", served.log_text());
-            }
-            assert!(Instant::now() < deadline, "the server did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        served
+            .start();
+        let url = server.url("");
+        Self { server, url }
     }
 
     fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.server.log_text()
     }
 
     fn call(&self, method: &str, path: &str, body: Option<&[u8]>) -> (u16, String) {
@@ -137,13 +109,6 @@ impl Served {
             .iter()
             .map(|e| e["action"].as_str().expect("action").to_owned())
             .collect()
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

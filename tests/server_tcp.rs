@@ -3,43 +3,30 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// A running `snapview serve` on a free loopback port, killed on drop.
+/// The shared server starter, with this file's one call.
 struct Served {
-    child: Child,
+    /// Held for its drop, which stops the server.
+    _server: common::served::Served,
     url: String,
 }
 
 impl Served {
     fn start(data_dir: &Path) -> Self {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        let child = Command::new(env!("CARGO_BIN_EXE_snapview"))
-            .args([
-                "serve",
-                "--addr",
-                &format!("127.0.0.1:{port}"),
-                "--data-dir",
-            ])
-            .arg(data_dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the server");
-        let url = format!("http://127.0.0.1:{port}");
-        let served = Self { child, url };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "the server did not start");
-            std::thread::sleep(Duration::from_millis(50));
+        // The log is not read here, and a file next to a temporary data folder would outlive it.
+        let server = common::served::Served::builder()
+            .data_dir(data_dir)
+            .log(Path::new("/dev/null"))
+            .start();
+        let url = server.url("");
+        Self {
+            _server: server,
+            url,
         }
-        served
     }
 
     fn get(&self, path: &str) -> (u16, String) {
@@ -51,13 +38,6 @@ impl Served {
             .expect("GET");
         let status = response.status().as_u16();
         (status, response.body_mut().read_to_string().expect("body"))
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -234,4 +214,27 @@ fn diff_works_on_server_ids() {
         .output()
         .expect("diff");
     assert_eq!(same.status.code(), Some(0));
+}
+
+/// The shared starter reports a server that exits before serving with its log, at once, rather
+/// than waiting out its limit or talking to whatever else listens.
+#[test]
+fn a_server_that_cannot_start_fails_the_test_with_its_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let started = Instant::now();
+    let failure = std::panic::catch_unwind(|| {
+        common::served::Served::start(&dir.path().join("data"), &["--max-upload", "lots"])
+    })
+    .err()
+    .expect("the start fails");
+    let message = failure
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(message.contains("exited before serving"), "{message}");
+    assert!(
+        message.contains("lots"),
+        "the server's own error: {message}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10), "{message}");
 }
