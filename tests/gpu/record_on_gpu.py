@@ -1,6 +1,10 @@
 """snapview.record() for real on a CUDA machine (run by hand on a GPU box; CI has no GPU).
 
-    PYTHONPATH=python SNAPVIEW_BINARY=target/release/snapview python3 tests/gpu/record_on_gpu.py OUT_DIR
+    pip install target/wheels/snapview-*.whl    # into the environment that has torch
+    python3 tests/gpu/record_on_gpu.py OUT_DIR
+
+(or, from a checkout without installing: PYTHONPATH=python SNAPVIEW_BINARY=target/release/snapview).
+It passed on an H200 with torch 2.11.0+cu130, the wheel pip-installed into torch's environment.
 
 It starts a local `snapview serve` (the one snapview.show uses), then:
 1. a small training loop under `record(upload=server)`: the snapshot uploads and its page and
