@@ -61,7 +61,8 @@ def _user_scripts_dir() -> Optional[str]:
 def run_binary(
     args: Sequence[str], env: Optional[dict] = None, timeout: Optional[float] = None
 ) -> str:
-    """Runs `snapview ARGS`, returns its standard output; SnapviewError with its message on failure."""
+    """Runs `snapview ARGS` and returns its standard output; on failure, SnapviewError with the
+    binary's message."""
     command = [binary_path(), *args]
     try:
         done = subprocess.run(

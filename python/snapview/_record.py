@@ -131,9 +131,7 @@ class record(contextlib.ContextDecorator):
         self.path = _with_rank(self.requested_path or f"snapshot-{stamp}.pickle", self._rank)
         self.url = None
         self.oom_paths, self.oom_urls = [], []
-        torch.cuda.memory._record_memory_history(
-            max_entries=self.max_entries, stacks=self.stacks
-        )
+        torch.cuda.memory._record_memory_history(max_entries=self.max_entries, stacks=self.stacks)
         if self.on_oom:
             _attach_observer(torch)
             _active.append(self)
@@ -174,16 +172,23 @@ class record(contextlib.ContextDecorator):
 
         server = self.upload_to if isinstance(self.upload_to, str) else None
         try:
-            url = upload(path, server=server, name=name, group=self._upload_group(), token=self.token)
+            url = upload(
+                path, server=server, name=name, group=self._upload_group(), token=self.token
+            )
         except SnapviewError as error:
             # The snapshot is safe on disk; a failed upload must not hide the training's own
             # outcome behind an exception from the exit of a `with`.
-            print(f"snapview: the snapshot is at {path}, but its upload failed: {error}", file=sys.stderr)
+            print(
+                f"snapview: the snapshot is at {path}, but its upload failed: {error}",
+                file=sys.stderr,
+            )
             return None
         print(f"snapview: memory snapshot: {url}", flush=True)
         return url
 
-    def _dump_at_oom(self, device: int, alloc: int, device_allocated: int, device_free: int) -> None:
+    def _dump_at_oom(
+        self, device: int, alloc: int, device_allocated: int, device_free: int
+    ) -> None:
         try:
             base = self.path or "snapshot.pickle"
             stem, dot, ext = base.partition(".pickle") if ".pickle" in base else (base, "", "")

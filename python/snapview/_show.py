@@ -62,14 +62,24 @@ def _start_server(timeout: float = 60.0) -> LocalServer:
         port = _free_port()
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
-                [binary, "serve", "--addr", f"127.0.0.1:{port}", "--data-dir", os.path.join(data_dir, "store")],
+                [
+                    binary,
+                    "serve",
+                    "--addr",
+                    f"127.0.0.1:{port}",
+                    "--data-dir",
+                    os.path.join(data_dir, "store"),
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=log,
             )
         lines: "queue.Queue[Optional[bytes]]" = queue.Queue()
 
-        def pump(stream: Any = process.stdout) -> None:
+        # Bound as defaults: a retry's loop makes a new queue, which this thread must not feed.
+        def pump(
+            stream: Any = process.stdout, lines: "queue.Queue[Optional[bytes]]" = lines
+        ) -> None:
             # Drains stdout for the server's whole life so it can never block on a full pipe.
             for line in iter(stream.readline, b""):
                 lines.put(line)
@@ -83,7 +93,9 @@ def _start_server(timeout: float = 60.0) -> LocalServer:
                     break
                 text = line.decode("utf-8", "replace").strip()
                 if text.startswith(_SERVING):
-                    return LocalServer(process, text[len(_SERVING) :].rstrip("/"), data_dir, log_path)
+                    return LocalServer(
+                        process, text[len(_SERVING) :].rstrip("/"), data_dir, log_path
+                    )
         except queue.Empty:
             pass
         process.kill()

@@ -60,17 +60,21 @@ def main() -> None:
     # The snapshots are written in a scratch folder beside OUT; only the OOM one is copied there.
     work = os.path.join(os.path.dirname(os.path.abspath(out)), "record-work")
     os.makedirs(work, exist_ok=True)
-    results.update({
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "device": torch.cuda.get_device_name(0),
-        "observer_doc": (torch._C._cuda_attach_out_of_memory_observer.__doc__ or "").strip(),
-    })
+    results.update(
+        {
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "device": torch.cuda.get_device_name(0),
+            "observer_doc": (torch._C._cuda_attach_out_of_memory_observer.__doc__ or "").strip(),
+        }
+    )
     server = local_server().url
     results["server"] = server
 
     # 1. A training loop under record(upload=...).
-    with snapview.record(os.path.join(work, "train.pickle"), upload=server, name="gpu train") as rec:
+    with snapview.record(
+        os.path.join(work, "train.pickle"), upload=server, name="gpu train"
+    ) as rec:
         results["train_loss"] = train_steps()
     assert rec.url, "the training snapshot was not uploaded"
     snapshot_id = rec.url.rstrip("/").rsplit("/", 1)[-1]
@@ -117,7 +121,8 @@ def main() -> None:
     oom_summary = snapview.summary(oom_rec.oom_paths[0])
     results["oom_events"] = [d["oom_events"] for d in oom_summary["devices"]]
     assert any(
-        (len(events) if isinstance(events, list) else events) > 0 for events in results["oom_events"]
+        (len(events) if isinstance(events, list) else events) > 0
+        for events in results["oom_events"]
     ), results
     assert oom_rec.oom_urls, "the OOM snapshot was not uploaded"
     with urllib.request.urlopen(f"{server}/api/snapshots", timeout=30) as response:

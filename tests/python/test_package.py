@@ -16,7 +16,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 import snapview
 from conftest import FIXTURES, REPO, WRITE_TOKEN, free_port, python_snippet
 
@@ -52,7 +51,11 @@ def test_the_binary_is_installed_beside_this_python_and_on_path() -> None:
 
 
 def test_the_installed_package_is_under_test_not_the_checkout() -> None:
-    assert Path(snapview.__file__).resolve().is_relative_to(Path(sysconfig.get_path("purelib")).resolve())
+    assert (
+        Path(snapview.__file__)
+        .resolve()
+        .is_relative_to(Path(sysconfig.get_path("purelib")).resolve())
+    )
 
 
 def test_python_dash_m_runs_the_same_binary() -> None:
@@ -115,7 +118,9 @@ def test_upload_takes_server_and_token_from_the_environment(
 
 
 def test_upload_without_the_token_says_to_set_it(token_server) -> None:
-    with pytest.raises(snapview.SnapviewError, match="the server needs a token: set SNAPVIEW_TOKEN"):
+    with pytest.raises(
+        snapview.SnapviewError, match="the server needs a token: set SNAPVIEW_TOKEN"
+    ):
         snapview.upload(SMALL, server=token_server.url)
     with pytest.raises(snapview.SnapviewError, match="refused the token"):
         snapview.upload(SMALL, server=token_server.url, token="wrong-token-0123456789abcdef")
@@ -225,8 +230,9 @@ def test_show_returns_an_iframe_in_a_notebook(monkeypatch: pytest.MonkeyPatch) -
 
 def test_the_local_server_stops_when_the_interpreter_exits() -> None:
     done = python_snippet(
-        "import snapview, snapview._show as s; snapview.show(r'%s'); print(s.local_server().process.pid)"
-        % SMALL
+        "import snapview, snapview._show as s\n"
+        f"snapview.show(r'{SMALL}')\n"
+        "print(s.local_server().process.pid)"
     )
     assert done.returncode == 0, done.stderr
     pid = int(done.stdout.strip())
