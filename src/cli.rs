@@ -1097,7 +1097,7 @@ fn http_get_json(url: &str, token: Option<&str>) -> Result<serde_json::Value, St
 
 /// `snapview upload`: streams the file to the server and returns the line to print.
 fn upload(file: &Path, url: &str, token: Option<&str>) -> Result<String, String> {
-    let mut reader =
+    let reader =
         std::fs::File::open(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
     let mut request = http_agent()
         .post(url)
@@ -1109,7 +1109,9 @@ fn upload(file: &Path, url: &str, token: Option<&str>) -> Result<String, String>
         request = request.header("Authorization", authorization);
     }
     let response = request
-        .send(ureq::SendBody::from_reader(&mut reader))
+        // A file body is sent with its Content-Length, so a server refuses one over its limit
+        // (413) before the body, instead of cutting the upload off mid-stream.
+        .send(&reader)
         .map_err(unreachable)?;
     let json = json_answer(response, 16 << 20, bearer(token).is_some())?;
     Ok(format!("{}\n", json["url"].as_str().unwrap_or_default()))
