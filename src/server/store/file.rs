@@ -1,239 +1,9 @@
-//! What is stored: snapshot files as content-addressed blobs, their metadata in SQLite, a trash
-//! for deleted ones, and an audit log of every write.
-//!
-//! The invariants, and the order of operations that keeps them through races and crashes:
-//!
-//! - **A listed snapshot is readable.** A blob is streamed to `tmp/`, parsed, fsync'd and only
-//!   then renamed into `blobs/` under its hash; the row that lists it is written after the
-//!   rename. A crash between the two leaves a blob without a row (an orphan), which the start-up
-//!   sweep removes and which never blocks an upload (the next upload of those bytes renames over
-//!   it). A row whose blob went missing anyway (a disk fault, a hand-removed file) is not listed,
-//!   answers 410 with what to do, and is repaired by uploading the same bytes again.
-//! - **One writer at a time.** Every write holds the connection's lock from its first read to its
-//!   commit, the blob rename included, so identical uploads racing each other all get the same
-//!   row (`INSERT … ON CONFLICT` makes that true even for another process on the same folder),
-//!   and an upload racing a delete of the same bytes ends either live or in the trash, never as a
-//!   row without its file.
-//! - **Nothing is lost to a mistaken click.** DELETE only sets `deleted_at_ms`: the row and the
-//!   blob stay, a restore clears it. The trash is emptied by age; a purge removes the blob inside
-//!   the transaction that removes the row, and rolls the row back when the blob cannot be
-//!   removed, so a read-only or failing disk leaves the snapshot in the trash to retry later.
-//! - **Every write is in the audit log**, in the same transaction as the write itself.
+//! [`FileStore`]: blobs in a folder, metadata and the audit log in SQLite, and the writes that
+//! keep the invariants the module above states. Start-up repairs are in `start_up.rs`.
 
+use super::*;
 use rusqlite::{Connection, OptionalExtension, params};
-use serde::Serialize;
-use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-
-/// A snapshot id: the first 16 hex digits of the SHA-256 of the file's bytes.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(transparent)]
-pub struct SnapshotId(String);
-
-impl SnapshotId {
-    pub const LEN: usize = 16;
-
-    /// Validates an id from a URL: exactly 16 lowercase hex digits, so it is safe to join to a
-    /// path.
-    pub fn parse(text: &str) -> Option<Self> {
-        (text.len() == Self::LEN && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
-            .then(|| Self(text.to_owned()))
-    }
-
-    /// The id of a file with this SHA-256 digest.
-    pub fn from_digest(digest: &[u8]) -> Self {
-        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-        Self(hex[..Self::LEN].to_owned())
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Display for SnapshotId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// One stored snapshot's metadata.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Record {
-    pub id: SnapshotId,
-    pub name: String,
-    pub filename: String,
-    pub size_bytes: u64,
-    /// Unix milliseconds.
-    pub uploaded_at_ms: i64,
-    /// A group label (ranks of one job, before/after a change); empty when none.
-    pub group: String,
-    /// The summary row shown in lists (devices, peaks, OOMs, note codes), as JSON.
-    pub summary: serde_json::Value,
-}
-
-/// What the upload path hands to the store.
-#[derive(Debug, Clone)]
-pub struct NewSnapshot {
-    pub id: SnapshotId,
-    pub name: String,
-    pub filename: String,
-    pub size_bytes: u64,
-    pub group: String,
-    pub summary: serde_json::Value,
-}
-
-/// Where a snapshot id stands.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Lookup {
-    /// Listed, and its file is there.
-    Live(Record),
-    /// Deleted at `deleted_at_ms`: in the trash until purged; restorable.
-    Trashed { record: Record, deleted_at_ms: i64 },
-    /// Its row is live but its file is gone (a disk fault, a file removed by hand): not listed;
-    /// uploading the same bytes again repairs it.
-    FileMissing(Record),
-    /// Never stored, or purged.
-    Absent,
-}
-
-impl Lookup {
-    /// The record when the snapshot is live and readable.
-    pub fn live(self) -> Option<Record> {
-        match self {
-            Lookup::Live(record) => Some(record),
-            _ => None,
-        }
-    }
-}
-
-/// A row left out of the list, and why (it is logged, not fatal to the list).
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Unlisted {
-    pub id: SnapshotId,
-    pub reason: String,
-}
-
-/// The live snapshots, newest first, and the rows that could not be listed.
-#[derive(Debug, Clone, Default)]
-pub struct Listing {
-    pub records: Vec<Record>,
-    pub unlisted: Vec<Unlisted>,
-}
-
-/// What emptying the trash did.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Purge {
-    pub purged: Vec<SnapshotId>,
-    /// Snapshots left in the trash because their file could not be removed, with the error.
-    pub failed: Vec<(SnapshotId, String)>,
-}
-
-/// One write, as the audit log keeps it.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct AuditEntry {
-    /// Increases with every entry: the order writes happened in.
-    pub seq: i64,
-    /// Unix milliseconds.
-    pub at_ms: i64,
-    /// Who made the request, when the server knows (an access token's name, say).
-    pub actor: Option<String>,
-    /// `upload`, `repair`, `rename`, `group`, `delete`, `restore`, `purge` or `reindex`.
-    pub action: String,
-    pub snapshot_id: Option<String>,
-    /// What changed, as JSON (names before and after, the file name and size of an upload…).
-    pub detail: serde_json::Value,
-}
-
-/// What start-up did to bring the folder and its index back in line.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct StartUpReport {
-    /// Blobs indexed again from their bytes (`--reindex`, or an empty index over stored blobs).
-    pub reindexed: usize,
-    /// Blobs that failed to parse while reindexing: kept, not indexed.
-    pub unreadable_blobs: Vec<(PathBuf, String)>,
-    /// Blobs without a row removed by the sweep.
-    pub orphans_removed: usize,
-    /// Rows whose stored summary was unreadable, summarised again from their blob.
-    pub summaries_repaired: usize,
-    pub purge: Purge,
-}
-
-/// Parses a blob and returns its summary row; the store calls it to rebuild an index without
-/// knowing how snapshots are read.
-pub type Summarize<'a> = &'a dyn Fn(&Path) -> Result<serde_json::Value, String>;
-
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("database error: {0}")]
-    Database(#[from] rusqlite::Error),
-    #[error("storage error: {0}")]
-    Io(#[from] std::io::Error),
-    #[error("stored summary is unreadable: {0}")]
-    Json(#[from] serde_json::Error),
-}
-
-/// Storage of snapshots, behind a trait so another backend (object storage, Postgres) can
-/// follow. `actor` is who asked for a write, recorded in the audit log.
-pub trait Store: Send + Sync {
-    /// Moves a parsed temporary file into place and records it. Storing bytes already stored
-    /// and readable returns the existing record unchanged (`false`); bytes whose file went
-    /// missing put the file back (`false`); bytes in the trash become live again with this
-    /// upload's name and group (`true`, as for new bytes).
-    fn put(
-        &self,
-        snapshot: NewSnapshot,
-        temp_file: &Path,
-        actor: Option<&str>,
-    ) -> Result<(Record, bool), StoreError>;
-    /// Where `id` stands: live, trashed, live without its file, or absent.
-    fn lookup(&self, id: &SnapshotId) -> Result<Lookup, StoreError>;
-    /// A live snapshot whose file is there.
-    fn get(&self, id: &SnapshotId) -> Result<Option<Record>, StoreError> {
-        Ok(self.lookup(id)?.live())
-    }
-    /// The live, readable snapshots, newest first, and the rows left out.
-    fn listing(&self) -> Result<Listing, StoreError>;
-    /// Every live, readable snapshot, newest first.
-    fn list(&self) -> Result<Vec<Record>, StoreError> {
-        Ok(self.listing()?.records)
-    }
-    /// Whether any stored snapshot has exactly this many bytes (a cheap hint that an upload may
-    /// be a duplicate, checked by hash once it has arrived).
-    fn has_size(&self, size_bytes: u64) -> Result<bool, StoreError>;
-    /// Moves a live snapshot to the trash; returns where it stood before (only `Live` and
-    /// `FileMissing` are moved).
-    fn delete(&self, id: &SnapshotId, actor: Option<&str>) -> Result<Lookup, StoreError>;
-    /// Brings a trashed snapshot back; returns where it stands now (`FileMissing` when its file
-    /// is gone, so it cannot be).
-    fn restore(&self, id: &SnapshotId, actor: Option<&str>) -> Result<Lookup, StoreError>;
-    /// `None` when the snapshot is not live.
-    fn rename(
-        &self,
-        id: &SnapshotId,
-        name: &str,
-        actor: Option<&str>,
-    ) -> Result<Option<Record>, StoreError>;
-    fn set_group(
-        &self,
-        id: &SnapshotId,
-        group: &str,
-        actor: Option<&str>,
-    ) -> Result<Option<Record>, StoreError>;
-    /// Removes for good every snapshot trashed at or before `cutoff_ms` (Unix ms).
-    fn purge_trashed_before(
-        &self,
-        cutoff_ms: i64,
-        actor: Option<&str>,
-    ) -> Result<Purge, StoreError>;
-    /// The newest `limit` audit entries, newest first.
-    fn audit_log(&self, limit: usize) -> Result<Vec<AuditEntry>, StoreError>;
-    /// Where the bytes of a stored snapshot are.
-    fn blob_path(&self, id: &SnapshotId) -> PathBuf;
-    /// A folder for uploads in progress, on the same filesystem as the blobs (so the final
-    /// rename is atomic).
-    fn temp_dir(&self) -> PathBuf;
-}
 
 /// Blobs in a folder, metadata in SQLite: `DIR/blobs/ab/abcdef….snapshot`, `DIR/snapview.db`.
 pub struct FileStore {
@@ -293,7 +63,7 @@ impl FileStore {
         })
     }
 
-    fn db(&self) -> std::sync::MutexGuard<'_, Connection> {
+    pub(super) fn db(&self) -> std::sync::MutexGuard<'_, Connection> {
         // A panic while holding the lock cannot leave SQLite inconsistent (it has its own
         // transactions), so a poisoned lock is still usable.
         self.db
@@ -301,12 +71,12 @@ impl FileStore {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    const COLUMNS: &'static str =
+    pub(super) const COLUMNS: &'static str =
         "id, name, filename, size_bytes, uploaded_at_ms, grp, summary, deleted_at_ms";
 
     /// A row as stored: its summary still text, so one unreadable summary is this row's
     /// problem, not the whole list's.
-    fn row(row: &rusqlite::Row<'_>) -> rusqlite::Result<StoredRow> {
+    pub(super) fn row(row: &rusqlite::Row<'_>) -> rusqlite::Result<StoredRow> {
         let id: String = row.get(0)?;
         Ok(StoredRow {
             record: Record {
@@ -323,7 +93,10 @@ impl FileStore {
         })
     }
 
-    fn read_row(db: &Connection, id: &SnapshotId) -> Result<Option<StoredRow>, StoreError> {
+    pub(super) fn read_row(
+        db: &Connection,
+        id: &SnapshotId,
+    ) -> Result<Option<StoredRow>, StoreError> {
         Ok(db
             .query_row(
                 &format!("SELECT {} FROM snapshots WHERE id = ?1", Self::COLUMNS),
@@ -356,7 +129,7 @@ impl FileStore {
     }
 
     /// Every blob file in `blobs/`, with its id when its name is one.
-    fn blob_files(&self) -> std::io::Result<Vec<(Option<SnapshotId>, PathBuf)>> {
+    pub(super) fn blob_files(&self) -> std::io::Result<Vec<(Option<SnapshotId>, PathBuf)>> {
         let mut found = Vec::new();
         for folder in std::fs::read_dir(self.dir.join("blobs"))? {
             let folder = folder?.path();
@@ -376,200 +149,12 @@ impl FileStore {
         found.sort();
         Ok(found)
     }
-
-    /// Brings the folder and its index back in line after whatever happened while the server
-    /// was down: rebuilds the index from the blobs when asked (`--reindex`) or when it is empty
-    /// but blobs are there; otherwise removes orphan blobs (a crash between a blob's rename and
-    /// its row); summarises again rows whose summary is unreadable; empties the trash of what
-    /// was deleted more than `trash_ms` ago.
-    pub fn start_up(
-        &self,
-        reindex: bool,
-        trash_ms: i64,
-        summarize: Summarize<'_>,
-    ) -> Result<StartUpReport, StoreError> {
-        let mut report = StartUpReport::default();
-        let rows: i64 = self
-            .db()
-            .query_row("SELECT COUNT(*) FROM snapshots", [], |row| row.get(0))?;
-        let blobs = self.blob_files()?;
-        if reindex || (rows == 0 && !blobs.is_empty()) {
-            if !reindex {
-                tracing::warn!(
-                    blobs = blobs.len(),
-                    "the index is empty but blobs are stored: rebuilding it from them"
-                );
-            }
-            self.reindex(&blobs, summarize, &mut report)?;
-        } else {
-            report.orphans_removed = self.sweep_orphans(&blobs)?;
-            report.summaries_repaired = self.repair_summaries(summarize)?;
-        }
-        report.purge = self.purge_trashed_before(now_ms() - trash_ms, None)?;
-        Ok(report)
-    }
-
-    /// Indexes every blob again from its bytes. A row that exists keeps its name and group and
-    /// gets a fresh summary; a blob without one gets its name and group from its last upload in
-    /// the audit log, else its id. A blob that does not parse is reported and kept.
-    fn reindex(
-        &self,
-        blobs: &[(Option<SnapshotId>, PathBuf)],
-        summarize: Summarize<'_>,
-        report: &mut StartUpReport,
-    ) -> Result<(), StoreError> {
-        let total = blobs.len();
-        tracing::info!(blobs = total, "reindexing the stored snapshots");
-        for (done, (id, path)) in blobs.iter().enumerate() {
-            let Some(id) = id else {
-                report
-                    .unreadable_blobs
-                    .push((path.clone(), "not named by a snapshot id".into()));
-                continue;
-            };
-            let summary = match summarize(path) {
-                Ok(summary) => summary,
-                Err(error) => {
-                    tracing::warn!(%id, %error, "a stored blob does not parse: kept, not indexed");
-                    report.unreadable_blobs.push((path.clone(), error));
-                    continue;
-                }
-            };
-            let metadata = std::fs::metadata(path)?;
-            let modified_ms = metadata
-                .modified()
-                .ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map(|d| d.as_millis() as i64)
-                .unwrap_or_else(now_ms);
-            let mut db = self.db();
-            let tx = db.transaction()?;
-            let known = Self::read_row(&tx, id)?;
-            let (name, filename, group) = match &known {
-                Some(row) => (
-                    row.record.name.clone(),
-                    row.record.filename.clone(),
-                    row.record.group.clone(),
-                ),
-                None => Self::last_upload_names(&tx, id)?,
-            };
-            tx.execute(
-                &format!(
-                    "INSERT INTO snapshots ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL)
-                     ON CONFLICT (id) DO UPDATE SET summary = excluded.summary,
-                         size_bytes = excluded.size_bytes",
-                    Self::COLUMNS
-                ),
-                params![
-                    id.as_str(),
-                    name,
-                    filename,
-                    metadata.len() as i64,
-                    modified_ms,
-                    group,
-                    serde_json::to_string(&summary)?,
-                ],
-            )?;
-            audit(
-                &tx,
-                None,
-                "reindex",
-                Some(id),
-                &serde_json::json!({"name": name, "new_row": known.is_none()}),
-            )?;
-            tx.commit()?;
-            report.reindexed += 1;
-            tracing::info!(%id, name, "reindexed {}/{total}", done + 1);
-        }
-        Ok(())
-    }
-
-    /// The name, file name and group an id's last upload had, from the audit log; the id
-    /// itself when the log has none.
-    fn last_upload_names(
-        db: &Connection,
-        id: &SnapshotId,
-    ) -> Result<(String, String, String), StoreError> {
-        let detail: Option<String> = db
-            .query_row(
-                "SELECT detail FROM audit WHERE snapshot_id = ?1 AND action = 'upload'
-                 ORDER BY seq DESC LIMIT 1",
-                params![id.as_str()],
-                |row| row.get(0),
-            )
-            .optional()?;
-        let detail: serde_json::Value = detail
-            .and_then(|d| serde_json::from_str(&d).ok())
-            .unwrap_or_default();
-        let text = |key: &str| detail[key].as_str().map(str::to_owned);
-        Ok((
-            text("name").unwrap_or_else(|| id.to_string()),
-            text("filename").unwrap_or_else(|| format!("{id}.pickle")),
-            text("group").unwrap_or_default(),
-        ))
-    }
-
-    /// Removes blobs that no row (live or trashed) points at.
-    fn sweep_orphans(&self, blobs: &[(Option<SnapshotId>, PathBuf)]) -> Result<usize, StoreError> {
-        let db = self.db();
-        let mut removed = 0;
-        for (id, path) in blobs {
-            let Some(id) = id else { continue };
-            if Self::read_row(&db, id)?.is_none() {
-                match std::fs::remove_file(path) {
-                    Ok(()) => {
-                        tracing::info!(%id, "removed an orphan blob (an upload a crash interrupted)");
-                        removed += 1;
-                    }
-                    Err(error) => tracing::warn!(%id, %error, "cannot remove an orphan blob"),
-                }
-            }
-        }
-        Ok(removed)
-    }
-
-    /// Summarises again every row whose stored summary does not parse, from its blob.
-    fn repair_summaries(&self, summarize: Summarize<'_>) -> Result<usize, StoreError> {
-        let broken: Vec<SnapshotId> = {
-            let db = self.db();
-            let mut statement = db.prepare("SELECT id, summary FROM snapshots")?;
-            let rows = statement.query_map([], |row| {
-                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
-            })?;
-            let mut broken = Vec::new();
-            for row in rows {
-                let (id, summary) = row?;
-                if serde_json::from_str::<serde_json::Value>(&summary).is_err() {
-                    broken.push(SnapshotId(id));
-                }
-            }
-            broken
-        };
-        let mut repaired = 0;
-        for id in broken {
-            let path = self.blob_path(&id);
-            match summarize(&path) {
-                Ok(summary) => {
-                    self.db().execute(
-                        "UPDATE snapshots SET summary = ?2 WHERE id = ?1",
-                        params![id.as_str(), serde_json::to_string(&summary)?],
-                    )?;
-                    tracing::info!(%id, "summarised again a row whose summary was unreadable");
-                    repaired += 1;
-                }
-                Err(error) => {
-                    tracing::warn!(%id, %error, "a row's summary is unreadable and so is its blob")
-                }
-            }
-        }
-        Ok(repaired)
-    }
 }
 
 /// A row before its summary is parsed.
-struct StoredRow {
-    record: Record,
-    summary: String,
+pub(super) struct StoredRow {
+    pub(super) record: Record,
+    pub(super) summary: String,
     deleted_at_ms: Option<i64>,
 }
 
@@ -589,7 +174,7 @@ impl StoredRow {
 }
 
 /// Appends an entry to the audit log, inside the caller's transaction.
-fn audit(
+pub(super) fn audit(
     db: &Connection,
     actor: Option<&str>,
     action: &str,
@@ -609,7 +194,7 @@ fn audit(
     Ok(())
 }
 
-fn now_ms() -> i64 {
+pub(super) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
