@@ -360,7 +360,7 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     assertEqual(response.status(), 410, "a deleted snapshot's page");
     assertEqual((await page.locator("h1").textContent()).trim(), "Snapshot deleted", "heading");
     assert((await page.locator(".error-page").textContent()).includes("restore"), "the page says it can be restored");
-    await page.goBack();
+    await shot(page, "snapshot-deleted");
     const restored = await api(`/api/snapshots/${state.noHistory}/restore`, { method: "POST" });
     assertEqual(restored.status, 200, "restore through the API");
     await page.goto(`${BASE}/`);
