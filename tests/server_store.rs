@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::served::blobs_and_temps;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -131,22 +132,6 @@ fn blob_path(data_dir: &Path, id: &str) -> PathBuf {
         .join("blobs")
         .join(&id[..2])
         .join(format!("{id}.snapshot"))
-}
-
-/// Every file under `blobs/` and `tmp/`.
-fn stored_files(data_dir: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut stack = vec![data_dir.join("blobs"), data_dir.join("tmp")];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            if entry.path().is_dir() {
-                stack.push(entry.path());
-            } else {
-                found.push(entry.path());
-            }
-        }
-    }
-    found
 }
 
 #[test]
@@ -627,9 +612,9 @@ fn a_full_disk_refuses_an_upload_cleanly_and_blocks_nothing_after() {
         "the error says why: {json}"
     );
     assert!(
-        stored_files(&dir).is_empty(),
+        blobs_and_temps(&dir).is_empty(),
         "nothing left behind: {:?}",
-        stored_files(&dir)
+        blobs_and_temps(&dir)
     );
     assert!(server.listed_ids().is_empty());
     let (status, json) = server.upload(&unique_snapshot("small"), "?name=small");
@@ -662,7 +647,7 @@ fn a_full_disk_refuses_an_upload_cleanly_and_blocks_nothing_after() {
     // The index's write fails after the blob's rename ("database or disk is full").
     assert_eq!(status, 507, "{json}");
     assert_eq!(json["error"]["code"], "disk_full", "{json}");
-    let blobs: Vec<PathBuf> = stored_files(&dir)
+    let blobs: Vec<PathBuf> = blobs_and_temps(&dir)
         .into_iter()
         .filter(|p| !p.ends_with(blob_path(&dir, id).strip_prefix(&dir).expect("inside")))
         .collect();

@@ -2,6 +2,7 @@
 
 mod common;
 
+use common::served::blobs_and_temps;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -39,23 +40,6 @@ impl Served {
         let status = response.status().as_u16();
         (status, response.body_mut().read_to_string().expect("body"))
     }
-}
-
-fn blobs_and_temps(data_dir: &Path) -> Vec<String> {
-    let mut found = Vec::new();
-    for folder in ["blobs", "tmp"] {
-        let mut stack = vec![data_dir.join(folder)];
-        while let Some(dir) = stack.pop() {
-            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-                if entry.path().is_dir() {
-                    stack.push(entry.path());
-                } else {
-                    found.push(entry.path().to_string_lossy().into_owned());
-                }
-            }
-        }
-    }
-    found
 }
 
 #[test]
