@@ -5,9 +5,10 @@ mod common;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode, header};
+use common::server::TestServer;
 use http_body_util::BodyExt;
+use snapview::server::ServeConfig;
 use snapview::server::access::{AccessConfig, Actor, NamedToken};
-use snapview::server::{AppState, ServeConfig, router};
 use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
 use tower::ServiceExt;
@@ -21,29 +22,15 @@ fn fixture() -> Vec<u8> {
 }
 
 /// A router over a temporary data folder with the given access settings.
-struct Server {
-    state: AppState,
-    _dir: tempfile::TempDir,
-}
+struct Server(TestServer);
 
 impl Server {
     fn new(addr: SocketAddr, public_url: &str, access: AccessConfig) -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let config = ServeConfig {
-            addr,
-            data_dir: dir.path().to_owned(),
-            max_upload_bytes: 1 << 30,
-            cache_budget_bytes: 1 << 30,
-            public_url: public_url.into(),
-            trash_days: 7,
-            reindex: false,
-            limits: Default::default(),
-            access,
-        };
-        Self {
-            state: AppState::open(config).expect("open"),
-            _dir: dir,
-        }
+        Self(TestServer::with_config(|config| {
+            config.addr = addr;
+            config.public_url = public_url.into();
+            config.access = access;
+        }))
     }
 
     /// Bound to loopback, as `snapview serve` is by default.
@@ -56,23 +43,12 @@ impl Server {
     }
 
     async fn send(&self, request: Request<Body>) -> (StatusCode, HeaderMap, String) {
-        let response = router(self.state.clone())
-            .oneshot(request)
-            .await
-            .expect("response");
-        let status = response.status();
-        let headers = response.headers().clone();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .expect("body")
-            .to_bytes();
+        let (status, body, headers) = self.0.send(request).await;
         (status, headers, String::from_utf8_lossy(&body).into_owned())
     }
 
     fn stored(&self) -> usize {
-        self.state.store.list().expect("list").len()
+        self.0.state.store.list().expect("list").len()
     }
 }
 
@@ -540,14 +516,9 @@ async fn actor_of(access: &AccessConfig, headers: &[(&str, &str)]) -> (StatusCod
     let dir = tempfile::tempdir().expect("tempdir");
     let config = ServeConfig {
         addr: SocketAddr::from(([127, 0, 0, 1], 7878)),
-        data_dir: dir.path().to_owned(),
-        max_upload_bytes: 1,
-        cache_budget_bytes: 1,
         public_url: "http://127.0.0.1:7878".into(),
-        trash_days: 7,
-        reindex: false,
-        limits: Default::default(),
         access: access.clone(),
+        ..common::server::config_in(dir.path())
     };
     let app = axum::Router::new()
         .route(

@@ -6,7 +6,24 @@ use axum::http::{HeaderMap, Request, StatusCode, header};
 use http_body_util::BodyExt;
 use snapview::server::{AppState, ServeConfig, router};
 use std::net::SocketAddr;
+use std::path::Path;
 use tower::ServiceExt;
+
+/// The configuration tests start from: loopback, the defaults of `snapview serve`, data in
+/// `data_dir`, links to `http://snapview.test`.
+pub fn config_in(data_dir: &Path) -> ServeConfig {
+    ServeConfig {
+        addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        data_dir: data_dir.to_owned(),
+        max_upload_bytes: 1 << 32,
+        cache_budget_bytes: 1 << 32,
+        public_url: "http://snapview.test".into(),
+        trash_days: 7,
+        reindex: false,
+        limits: Default::default(),
+        access: Default::default(),
+    }
+}
 
 pub struct TestServer {
     pub state: AppState,
@@ -19,18 +36,14 @@ impl TestServer {
     }
 
     pub fn with_limit(max_upload_bytes: u64) -> Self {
+        Self::with_config(|config| config.max_upload_bytes = max_upload_bytes)
+    }
+
+    /// A server whose configuration is [`config_in`]'s, changed by `edit`.
+    pub fn with_config(edit: impl FnOnce(&mut ServeConfig)) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let config = ServeConfig {
-            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-            data_dir: dir.path().to_owned(),
-            max_upload_bytes,
-            cache_budget_bytes: 1 << 32,
-            public_url: "http://snapview.test".into(),
-            trash_days: 7,
-            reindex: false,
-            limits: Default::default(),
-            access: Default::default(),
-        };
+        let mut config = config_in(dir.path());
+        edit(&mut config);
         Self {
             state: AppState::open(config).expect("open"),
             _dir: dir,
