@@ -8,6 +8,7 @@
 
 mod common;
 
+use common::rng::Rng;
 use snapview::pickle::{self, CHUNK_HEADROOM, Chunks, Limits, MAX_STRING_BYTES};
 use snapview::snapshot::{Compression, LoadError, LoadOptions, Snapshot, load_path, load_reader};
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -141,26 +142,6 @@ fn read_fixture(name: &str) -> Vec<u8> {
 
 fn hostile(name: &str) -> PathBuf {
     common::fixtures().join("hostile").join(name)
-}
-
-/// xorshift64*: a tiny deterministic generator, so failures reproduce.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn byte(&mut self) -> u8 {
-        self.next() as u8
-    }
 }
 
 fn gzip(bytes: &[u8]) -> Vec<u8> {
