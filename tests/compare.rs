@@ -64,12 +64,22 @@ async fn no_grad_vs_grad_shows_the_activations_kept_alive() {
     assert_eq!(early["after"]["at"], 100);
     assert!(early["after"]["live_bytes_at"].as_u64() < device["after"]["live_bytes_at"].as_u64());
 
-    // The segment-level part is torch's `compare`, line for line (the oracle compared grad
-    // against no_grad).
+    // The segment-level part is torch's `compare`: its text, line for line, is a download (the
+    // oracle compared grad against no_grad) ...
     let reverse = state.get(&format!("/api/compare/{grad}/{nograd}")).await;
-    let ours: Vec<&str> = reverse["torch_compare"]
-        .as_str()
-        .expect("text")
+    let (status, text, headers) = state
+        .send_get(&format!("/api/compare/{grad}/{nograd}/torch.txt"))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers["content-type"], "text/plain; charset=utf-8");
+    let disposition = headers["content-disposition"].to_str().expect("ascii");
+    assert!(
+        disposition.starts_with("attachment; filename=\"compare-")
+            && disposition.ends_with(".txt\""),
+        "{disposition}"
+    );
+    let text = String::from_utf8(text).expect("utf-8");
+    let ours: Vec<&str> = text
         .lines()
         .filter(|l| !l.starts_with("only_before = ") && !l.starts_with("only_after = "))
         .collect();
@@ -79,6 +89,58 @@ async fn no_grad_vs_grad_shows_the_activations_kept_alive() {
     ours_sorted.sort();
     theirs.sort();
     assert_eq!(ours_sorted, theirs);
+
+    // ... and the JSON the page draws is the same structure: torch's two printed lists, in its
+    // order, with each segment's size, stream, blocks and live bytes from its folded lines.
+    let segments = &reverse["segments"];
+    for side in ["only_before", "only_after"] {
+        let listed = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{side} = [")))
+            .and_then(|l| l.strip_suffix(']'))
+            .expect("the printed list");
+        let addresses: Vec<String> = segments[side]
+            .as_array()
+            .expect("a list")
+            .iter()
+            .map(|s| s["address"].to_string())
+            .collect();
+        assert_eq!(addresses.join(", "), listed, "{side}");
+        for segment in segments[side].as_array().expect("a list") {
+            let prefix = format!(
+                "{side};stream_{};seg_{};",
+                segment["stream"], segment["address"]
+            );
+            let lines: Vec<&str> = ours
+                .iter()
+                .copied()
+                .filter(|l| l.starts_with(&prefix))
+                .collect();
+            let bytes = |line: &&str| -> i64 {
+                line.rsplit(' ')
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .expect("bytes")
+            };
+            let sum = |active: bool| -> i64 {
+                lines
+                    .iter()
+                    .filter(|l| !active || l[prefix.len()..].starts_with("active"))
+                    .map(bytes)
+                    .sum()
+            };
+            assert_eq!(segment["total_size"].as_i64(), Some(sum(false)), "{prefix}");
+            assert_eq!(segment["live_bytes"].as_i64(), Some(sum(true)), "{prefix}");
+            let blocks = lines.iter().filter(|l| !l.contains(";<gaps> ")).count();
+            assert_eq!(segment["blocks"].as_u64(), Some(blocks as u64), "{prefix}");
+        }
+    }
+    assert!(!segments["only_before"].as_array().expect("list").is_empty());
+    assert_eq!(segments["folded_lines"].as_u64(), Some(ours.len() as u64));
+    assert!(
+        reverse.get("torch_compare").is_none(),
+        "the text is a download, not part of the JSON"
+    );
 }
 
 #[tokio::test]

@@ -4,7 +4,7 @@
 mod common;
 
 use snapview::snapshot::{LoadOptions, Snapshot, load_path};
-use snapview::torch_text::{FoldedKind, compare, folded, stats};
+use snapview::torch_text::{FoldedKind, compare, folded, segment_compare, stats};
 
 /// Panics with the first differing line of two texts, so a failure reads without a diff tool.
 fn assert_same_text(name: &str, actual: &str, expected: &str) {
@@ -140,6 +140,39 @@ fn compare_matches_torch() {
     // What Python printed for torch's two `print` calls on these files, in its set order.
     assert_eq!(header[0], ONLY_BEFORE);
     assert_eq!(header[1], ONLY_AFTER);
+}
+
+/// The structure the compare page draws lists the segments torch printed, in its set order, and
+/// counts the folded lines torch returned.
+#[test]
+fn segment_compare_is_torchs_compare_as_data() {
+    let (grad, nograd) = (common::load("infer_grad"), common::load("infer_nograd"));
+    let segments = segment_compare(&grad, &nograd);
+    let printed = |side: &str, only: &[snapview::torch_text::OnlySegment]| {
+        let addresses: Vec<String> = only.iter().map(|s| s.address.to_string()).collect();
+        format!("{side} = [{}]", addresses.join(", "))
+    };
+    assert_eq!(printed("only_before", &segments.only_before), ONLY_BEFORE);
+    assert_eq!(printed("only_after", &segments.only_after), ONLY_AFTER);
+    let oracle = oracle("infer_grad_vs_nograd.compare.txt");
+    assert_eq!(segments.folded_lines, oracle.lines().count() as u64);
+    // Every listed segment is one of the snapshot's, with its size and stream.
+    for only in &segments.only_before {
+        let segment = grad
+            .segments
+            .iter()
+            .find(|s| s.address == only.address)
+            .expect("a segment of the before snapshot");
+        assert_eq!(
+            (only.total_size, only.stream),
+            (segment.total_size, segment.stream)
+        );
+        assert!(only.live_bytes <= only.total_size);
+    }
+    // The same snapshot on both sides: nothing in only one.
+    let same = segment_compare(&grad, &grad);
+    assert!(same.only_before.is_empty() && same.only_after.is_empty());
+    assert_eq!(same.folded_lines, 0);
 }
 
 /// `print(f'only_before = {[a for a,_ in (before_segs - after_segs)]}')` from torch's

@@ -5,8 +5,11 @@ use super::api::{SnapshotView, loaded, parse_id, record};
 use super::error::ApiError;
 use crate::analysis::diff::{DiffOptions, SnapshotDiff, diff};
 use crate::analysis::oom::{OomReport, oom_reports};
+use crate::torch_text::{SegmentCompare, segment_compare};
 use axum::Json;
 use axum::extract::{Path, Query, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Deserialize, Default)]
@@ -23,8 +26,9 @@ pub struct CompareAnswer {
     pub before: SnapshotView,
     pub after: SnapshotView,
     pub diff: SnapshotDiff,
-    /// torch's `_memory_viz.py compare` of the two snapshots' segments.
-    pub torch_compare: String,
+    /// The segments in only one snapshot (torch's `_memory_viz.py compare`, as data; its text
+    /// is `GET /api/compare/{a}/{b}/torch.txt`).
+    pub segments: SegmentCompare,
 }
 
 fn flag(value: &Option<String>) -> bool {
@@ -46,16 +50,13 @@ pub async fn compare(
         at_before: moment(query.at_a),
         at_after: moment(query.at_b),
     };
-    let (diff, torch_compare) = tokio::task::spawn_blocking(move || {
+    let (diff, segments) = tokio::task::spawn_blocking(move || {
         let d = diff(
             (&before.snapshot, &before.analysis, &before.summary),
             (&after.snapshot, &after.analysis, &after.summary),
             options,
         );
-        (
-            d,
-            crate::torch_text::compare(&before.snapshot, &after.snapshot),
-        )
+        (d, segment_compare(&before.snapshot, &after.snapshot))
     })
     .await
     .map_err(|e| ApiError::Internal(e.to_string()))?;
@@ -63,8 +64,53 @@ pub async fn compare(
         before: SnapshotView::new(&record_a, &state.config.public_url),
         after: SnapshotView::new(&record_b, &state.config.public_url),
         diff,
-        torch_compare,
+        segments,
     }))
+}
+
+/// `GET /api/compare/{a}/{b}/torch.txt`: torch's `_memory_viz.py compare` text, byte for byte
+/// (the two lists it prints, then the folded stacks it returns), as a download.
+pub async fn torch_compare_text(
+    State(state): State<AppState>,
+    Path((a, b)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let (a, b) = (parse_id(&a)?, parse_id(&b)?);
+    let (record_a, record_b) = (record(&state, &a).await?, record(&state, &b).await?);
+    let (before, after) = (loaded(&state, &a).await?, loaded(&state, &b).await?);
+    let text = tokio::task::spawn_blocking(move || {
+        crate::torch_text::compare(&before.snapshot, &after.snapshot)
+    })
+    .await
+    .map_err(|e| ApiError::Internal(e.to_string()))?;
+    // The file is named for both snapshots; anything but a safe character becomes `_`, so the
+    // header cannot be broken by a name.
+    let safe = |name: &str| -> String {
+        name.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    };
+    let filename = format!(
+        "compare-{}-{}.txt",
+        safe(&record_a.name),
+        safe(&record_b.name)
+    );
+    Ok((
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8".to_owned()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{filename}\""),
+            ),
+        ],
+        text,
+    )
+        .into_response())
 }
 
 /// `GET /api/snapshots/{id}/oom`: one report per `oom` event, per device.

@@ -192,6 +192,10 @@ pub fn router(state: AppState) -> Router {
         .route("/api/snapshots/{id}/events", get(views::events_view))
         .route("/api/snapshots/{id}/oom", get(compare::oom))
         .route("/api/compare/{a}/{b}", get(compare::compare))
+        .route(
+            "/api/compare/{a}/{b}/torch.txt",
+            get(compare::torch_compare_text),
+        )
         .route("/api/groups/{name}", get(compare::group))
         .route("/api/audit", get(api::audit));
     Router::new()
