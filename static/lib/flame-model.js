@@ -1,5 +1,8 @@
 // The flame graph's model (pure): icicle layout in bytes, subtrees, search, exports.
-// Nodes come from `GET …/flame` in depth-first order (children follow their parent).
+// Nodes come from `GET …/flame` in depth-first order (children follow their parent), each with
+// its width in `bytes`. The compare page's differential graph uses the same layout through the
+// two-weight mode below: nodes carry `before_bytes` and `after_bytes`, `twoWeight` gives them a
+// width, and `change` says how much they grew or shrank (the colour).
 
 /** x0 (bytes from the left) of each node, children lists, subtree ends, deepest depth. */
 export function layout(nodes) {
@@ -143,4 +146,34 @@ export function svg(nodes, lay, { focus = 0, width = 1200, row = 18, title = "",
   }
   parts.push("</svg>");
   return parts.join("\n");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Two weights (before and after): the differential flame graph.
+
+/**
+ * Nodes with `before_bytes` and `after_bytes` (depth-first, as above), given the `bytes` every
+ * function here lays out by: the larger side, so a frame that vanished or appeared still shows.
+ * Children's larger sides can add up to more than their parent's (one grew, its sibling shrank),
+ * so a parent is widened to hold them: a child never overflows its parent in the layout.
+ */
+export function twoWeight(nodes) {
+  const out = nodes.map((node) => ({ ...node, bytes: Math.max(node.before_bytes, node.after_bytes) }));
+  const childrenWidth = new Float64Array(out.length);
+  // Children follow their parent, so walking backwards sees every child before its parent.
+  for (let i = out.length - 1; i >= 0; i -= 1) {
+    out[i].bytes = Math.max(out[i].bytes, childrenWidth[i]);
+    const p = out[i].parent;
+    if (p >= 0) childrenWidth[p] += out[i].bytes;
+  }
+  return out;
+}
+
+/**
+ * How much a two-weight node changed, in [-1, 1]: the change relative to its larger side
+ * (1: it appeared, -1: it vanished, 0: unchanged).
+ */
+export function change(node) {
+  const larger = Math.max(node.before_bytes, node.after_bytes);
+  return larger === 0 ? 0 : (node.after_bytes - node.before_bytes) / larger;
 }
