@@ -66,10 +66,29 @@ export function theme() {
     free: v("--viz-free"),
     rounding: v("--viz-rounding"),
     match: v("--viz-match"),
+    // The compare page's sides and changes (compare.css; empty on other pages).
+    before: v("--cmp-before"),
+    after: v("--cmp-after"),
+    grow: v("--cmp-grow"),
+    shrink: v("--cmp-shrink"),
+    same: v("--cmp-same"),
     font: `11px ${v("--sans") || "sans-serif"}`,
     fontBold: `600 11px ${v("--sans") || "sans-serif"}`,
     mono: `11px ${v("--mono") || "monospace"}`,
   };
+}
+
+/** `text` cut with an ellipsis to fit `width` CSS px in `ctx`'s font ("" when nothing fits). */
+export function fitText(ctx, text, width) {
+  if (ctx.measureText(text).width <= width) return text;
+  let lo = 0;
+  let hi = text.length;
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >> 1;
+    if (ctx.measureText(`${text.slice(0, mid)}…`).width <= width) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo > 0 ? `${text.slice(0, lo)}…` : "";
 }
 
 /** Calls `fn` when the colour scheme changes. */
