@@ -141,6 +141,13 @@ async fn no_grad_vs_grad_shows_the_activations_kept_alive() {
         reverse.get("torch_compare").is_none(),
         "the text is a download, not part of the JSON"
     );
+    // An unknown snapshot is a 404 with a message, as for the JSON.
+    let (status, body, _) = state
+        .send_get(&format!("/api/compare/{grad}/0123456789abcdef/torch.txt"))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let error = common::server::json(&body);
+    assert!(error["error"]["message"].is_string(), "{error}");
 }
 
 #[tokio::test]

@@ -51,8 +51,8 @@ async fn compare_page_renders_for_two_snapshots() {
     // Swapping is a plain link, so it works before the script runs.
     assert!(html.contains(&format!(r#"href="/compare/{b}/{a}""#)));
     assert!(
-        html.contains("/static/compare."),
-        "the page links its script and stylesheet"
+        html.contains("/static/compare.") && html.contains("/static/compare/main."),
+        "the page links its stylesheet and its script (static/compare/main.js)"
     );
     assert!(
         !html.contains("style="),

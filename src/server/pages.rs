@@ -385,7 +385,7 @@ impl CompareAssets {
     fn new() -> Self {
         Self {
             css: assets::url("compare.css"),
-            compare_js: assets::url("compare.js"),
+            compare_js: assets::url("compare/main.js"),
             group_js: assets::url("group.js"),
         }
     }

@@ -11,7 +11,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { BASE, FIXTURES, api, assert, assertEqual, clean, newContext, run, shot, step, until } from "./harness.mjs";
-import { bytes as formatBytes } from "../../static/lib/format.js";
+import { bytes as formatBytes } from "../../static/lib/units.js";
 
 const TOTAL_TIMEOUT_MS = 100_000;
 
@@ -115,7 +115,7 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     const widest = growing.reduce((a, b) => (b.w > a.w ? b : a));
     const box = await page.locator("canvas.flame-canvas").first().boundingBox();
     await page.mouse.move(box.x + widest.x + widest.w / 2, box.y + widest.y + widest.h / 2);
-    const tooltip = page.locator(".cmp-tooltip");
+    const tooltip = page.locator(".tip");
     await tooltip.waitFor({ state: "visible" });
     const text = await tooltip.textContent();
     assert(/modeling_gpt2\.py|forward/.test(text), `the tooltip does not name the frame: ${text}`);
@@ -159,7 +159,10 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
   });
 
   await step("torch's compare lists the segments only before and only after", async () => {
-    const text = state.compare.body.torch_compare;
+    // torch's own text, which the page's lists (drawn from the JSON) must agree with.
+    const torchText = await api(`/api/compare/${state.nograd}/${state.grad}/torch.txt`);
+    assertEqual(torchText.status, 200, "GET torch.txt status");
+    const text = torchText.text;
     const count = (key) => {
       const m = new RegExp(`^${key} = \\[(.*)\\]$`, "m").exec(text);
       return m[1].trim() ? m[1].split(",").length : 0;
@@ -171,9 +174,16 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
       assert((await section.locator(`[data-only=${key}]`).textContent()).includes(key), `no ${key} label`);
     }
     assert((await section.locator(".seg-list li").count()) === count("only_before") + count("only_after"), "the segment lists are not complete");
+    for (const key of ["only_before", "only_after"]) {
+      const first = new RegExp(`^${key} = \\[(\\d+)`, "m").exec(text);
+      if (!first) continue;
+      const shown = (await section.locator(`[data-only=${key}] .seg-list li code`).first().textContent()).trim();
+      assertEqual(shown, `0x${BigInt(first[1]).toString(16)}`, `the first segment ${key}, in torch's order`);
+    }
     await section.locator("details.folded summary").click();
     await until(async () => (await page.locator("#torch-text").textContent()).includes("only_before;"), "the folded lines");
-    assert((await page.locator("#torch-download").getAttribute("href")).startsWith("blob:"), "no download link");
+    assertEqual(await page.locator("#torch-download").getAttribute("href"), `/api/compare/${state.nograd}/${state.grad}/torch.txt`, "the download link");
+    assertEqual(await page.locator("#torch-text").textContent(), text, "the folded lines shown");
     await clean(page);
   });
 
@@ -204,8 +214,8 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     await compareReady(page);
     await page.locator("canvas.flame-canvas").first().focus();
     await page.keyboard.press("ArrowDown");
-    await page.locator(".cmp-tooltip").waitFor({ state: "visible" });
-    assert((await page.locator(".cmp-tooltip").textContent()).includes("before"), "no tooltip for the focused frame");
+    await page.locator(".tip").waitFor({ state: "visible" });
+    assert((await page.locator(".tip").textContent()).includes("before"), "no tooltip for the focused frame");
     await page.keyboard.press("Enter");
     await page.locator(".cmp-breadcrumb").first().waitFor({ state: "visible" });
     await page.keyboard.press("Escape");

@@ -1,0 +1,49 @@
+// Words for a change from a before side to an after side (pure): signed bytes and percents, the
+// trend as a class name, a compared moment, and the parts of a frame as the diff writes it.
+
+import { bytes, count } from "../lib/units.js";
+
+/** "+1.50 GiB", "−512 MiB", "±0 B". */
+export function signedBytes(n) {
+  if (n === 0) return "±0 B";
+  return `${n > 0 ? "+" : "−"}${bytes(Math.abs(n))}`;
+}
+
+/** "+245%", "−3.1%", "new" (from 0), "±0%". */
+export function signedPercent(before, after) {
+  if (before === after) return "±0%";
+  if (before === 0) return "new";
+  const p = ((after - before) * 100) / before;
+  const abs = Math.abs(p);
+  const text = abs >= 100 ? abs.toFixed(0) : abs >= 10 ? abs.toFixed(1) : abs.toFixed(abs >= 0.1 ? 1 : 2);
+  return `${p > 0 ? "+" : "−"}${text}%`;
+}
+
+/** A percent the server computed, as `signedPercent` writes it. */
+export function signedPercentFrom(p) {
+  if (Math.abs(p) < 0.005) return "±0%";
+  const abs = Math.abs(p);
+  return `${p > 0 ? "+" : "−"}${abs >= 100 ? abs.toFixed(0) : abs.toFixed(1)}%`;
+}
+
+/** "+12", "−3", "±0". */
+export function signedCount(n) {
+  return `${n > 0 ? "+" : n < 0 ? "−" : "±"}${count(Math.abs(n))}`;
+}
+
+/** The class name of a change: `grow`, `shrink` or `same`. */
+export function trend(delta) {
+  return delta > 0 ? "grow" : delta < 0 ? "shrink" : "same";
+}
+
+/** The moment one side is compared at (`at`: an event index, null before the first event). */
+export function momentText(totals) {
+  return totals.at === null || totals.at === undefined ? "before the first event" : `event ${count(totals.at)}`;
+}
+
+/** The diff's frames are `file:line function` (or `file function`); `file` may be long. */
+export function splitFrame(frame) {
+  const m = /^(\S+?)(?::(\d+))? (.+)$/.exec(frame);
+  if (!m) return { file: "", line: "", name: frame };
+  return { file: m[1], line: m[2] ?? "", name: m[3] };
+}
