@@ -5,7 +5,7 @@
 import { frameColor } from "../lib/color.js";
 import { ancestors, findKey, folded, frameLabel, keyOf, layout, search, selfBytes, svg } from "../lib/flame-model.js";
 import { bytes, count, percent } from "../lib/units.js";
-import { download, fitCanvas, frameScheduler, getJSON, h, hideTip, onThemeChange, showTip, theme, tipRow } from "./common.js";
+import { download, fitCanvas, fitText, frameScheduler, getJSON, h, hideTip, onThemeChange, showTip, theme, tipRow } from "./common.js";
 
 const ROW = 20;
 
@@ -219,7 +219,7 @@ export class FlameView {
         ctx.globalAlpha = hits && hits.count && !hits.hit[r.i] ? 0.5 : 1;
         ctx.fillStyle = t.dark ? "#f1f3f7" : "#1b2130";
         const label = r.i === 0 ? `all · ${bytes(node.bytes)}` : node.file ? `${node.name}  ${node.file}:${node.line}` : node.name;
-        ctx.fillText(fit(ctx, label, r.w - 8), r.x + 4, r.y + ROW / 2 + 0.5);
+        ctx.fillText(fitText(ctx, label, r.w - 8), r.x + 4, r.y + ROW / 2 + 0.5);
       }
     }
     ctx.globalAlpha = 1;
@@ -295,15 +295,3 @@ export class FlameView {
   }
 }
 
-/** `text` cut to fit `width` px with an ellipsis. */
-function fit(ctx, text, width) {
-  if (ctx.measureText(text).width <= width) return text;
-  let lo = 0;
-  let hi = text.length;
-  while (lo < hi) {
-    const mid = (lo + hi + 1) >> 1;
-    if (ctx.measureText(`${text.slice(0, mid)}…`).width <= width) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo > 0 ? `${text.slice(0, lo)}…` : "";
-}
