@@ -868,6 +868,64 @@ mod tests {
     use super::py_set::{self, PySet};
     use super::*;
 
+    /// A hostile file can hold two segments with one address and size: Python's set (and so
+    /// the list torch prints) has the key once, while torch writes the blocks of both.
+    #[test]
+    fn segment_compare_lists_a_repeated_segment_once_and_counts_all_its_lines() {
+        let block = |size, requested_size, state| Block {
+            address: 0,
+            size,
+            requested_size,
+            state,
+            stack: 0,
+        };
+        let segment = |address, blocks| Segment {
+            address,
+            total_size: 100,
+            stream: 7,
+            blocks,
+            ..Segment::default()
+        };
+        let before = Snapshot {
+            segments: vec![
+                segment(
+                    1,
+                    vec![
+                        block(60, 50, BlockState::ActiveAllocated),
+                        block(40, 40, BlockState::Inactive),
+                    ],
+                ),
+                segment(1, vec![block(100, 100, BlockState::ActivePendingFree)]),
+                segment(2, vec![block(100, 100, BlockState::ActiveAllocated)]),
+            ],
+            ..Snapshot::default()
+        };
+        let after = Snapshot {
+            segments: vec![segment(2, Vec::new())],
+            ..Snapshot::default()
+        };
+        let only = segment_compare(&before, &after);
+        assert_eq!(
+            only.only_before,
+            vec![OnlySegment {
+                address: 1,
+                total_size: 100,
+                stream: 7,
+                blocks: 2,
+                live_bytes: 60,
+            }]
+        );
+        assert!(only.only_after.is_empty());
+        // Three blocks and the first one's `<gaps>` line, as torch's text has them.
+        assert_eq!(only.folded_lines, 4);
+        let text = compare(&before, &after);
+        assert!(
+            text.starts_with("only_before = [1]\nonly_after = []\n"),
+            "{text}"
+        );
+        assert_eq!(text.lines().count() - 2, 4, "{text}");
+    }
+
     /// Cases and expected strings from Python's own `_format_size`.
     #[test]
     fn format_size_matches_python() {

@@ -560,6 +560,10 @@ fn exercise(bytes: &[u8]) -> Result<(), String> {
     std::hint::black_box(torch_text::folded(&snapshot, FoldedKind::Segments).ok());
     std::hint::black_box(torch_text::folded(&snapshot, FoldedKind::Memory).ok());
     std::hint::black_box(torch_text::compare(&snapshot, &snapshot));
+    std::hint::black_box(torch_text::segment_compare(
+        &snapshot,
+        &snapview::snapshot::Snapshot::default(),
+    ));
     Ok(())
 }
 

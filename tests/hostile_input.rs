@@ -1820,6 +1820,15 @@ fn folded_stacks_of_shared_stacks_are_refused_before_they_are_written() {
             "{case}: {text}"
         );
         assert!(peak < MB, "{case}: compare peak {peak} bytes");
+        // The structure the compare page draws has all of it, whatever the text's size.
+        let started = Instant::now();
+        let (only, peak) =
+            peak_during(|| snapview::torch_text::segment_compare(&snapshot, &Snapshot::default()));
+        assert_prompt(started, Duration::from_secs(1), case);
+        assert_eq!(only.only_before.len(), 1, "{case}");
+        assert_eq!(only.only_before[0].blocks, 1000, "{case}");
+        assert!(only.folded_lines >= 1000, "{case}");
+        assert!(peak < MB, "{case}: segment_compare peak {peak} bytes");
     }
     // Through the CLI: one line, exit 2.
     let dir = tempfile::tempdir().expect("a temporary directory");
