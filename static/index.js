@@ -1,8 +1,9 @@
 // The snapshot list: drag-and-drop upload with progress, and the filter box.
 
-import { bytes } from "./lib/format.js";
-import { isShortcut, keyboardHelp, showTimes, toast } from "./lib/page.js";
-import { NEEDS_TOKEN, askToken, savedToken, withToken, writeFetch } from "./lib/auth.js";
+import { bytes } from "./lib/units.js";
+import { isShortcut, keyboardHelp, showTimes, toast } from "./views/page.js";
+import { NEEDS_TOKEN, savedToken, withToken } from "./lib/auth.js";
+import { askToken, writeFetch } from "./views/auth.js";
 
 const dropzone = document.getElementById("dropzone");
 const input = document.getElementById("file-input");

@@ -1,7 +1,7 @@
 // The snapshot page: rename in place, copy the link, stack bars.
 
-import { copyLink, isShortcut, keyboardHelp, showTimes, toast } from "./lib/page.js";
-import { writeFetch } from "./lib/auth.js";
+import { copyLink, isShortcut, keyboardHelp, showTimes, toast } from "./views/page.js";
+import { writeFetch } from "./views/auth.js";
 import { VIEW_KEYS, startViews, viewSearch } from "./views/app.js";
 import { showOomPanels } from "./views/oom.js";
 

@@ -7,7 +7,7 @@ import { TimelineView } from "./timeline.js";
 import { FlameView } from "./flame.js";
 import { SegmentsView } from "./segments.js";
 import { EventsView } from "./events.js";
-import { isShortcut, isTyping } from "../lib/page.js";
+import { isShortcut, isTyping } from "./page.js";
 
 /** Keys the views add to the page's `?` dialog. */
 export const VIEW_KEYS = [
