@@ -3,7 +3,7 @@
 import { TABS, parse, serialize } from "../lib/state.js";
 import { count } from "../lib/units.js";
 import { getJSON, hideTip } from "./common.js";
-import { TimelineView } from "./timeline.js";
+import { TimelineView } from "./timeline/index.js";
 import { FlameView } from "./flame.js";
 import { SegmentsView } from "./segments.js";
 import { EventsView } from "./events.js";
@@ -204,5 +204,7 @@ export async function startViews() {
       }
     }
   });
-  window.__snapview = { store, ctx, views };
+  // The one test hook (tests/browser/harness.mjs documents it): the browser tests read what the
+  // views drew (their `layout`, the timeline's `model`) and set the moment through it.
+  window.snapviewTest = { store, ctx, views };
 }

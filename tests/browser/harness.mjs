@@ -1,6 +1,13 @@
 // Shared pieces of the browser scripts (server_pages, views, compare, oom, perf_huge): a runner
 // and steps, the API, a Chromium whose pages report console errors and CSP violations, pixel
 // counting and screenshots.
+//
+// The test hook: a page hands the browser tests its internals through ONE global,
+// `window.snapviewTest`, and nothing else. The snapshot page (static/views/app.js) sets it to
+// `{ store, ctx, views }`: the URL state store (`store.get()`, `store.set(patch)`), the page
+// context (`ctx.setMoment(n)`) and the views by tab (`views.timeline.layout` and `.model`,
+// `views.flame.rects` and `.data`, `views.segments.pieces`), so a script asserts on what was
+// drawn where instead of reading pixels. A page that needs another hook adds its fields there.
 
 import { chromium } from "playwright-core";
 import { mkdirSync, readFileSync, statSync } from "node:fs";

@@ -72,7 +72,7 @@ try {
     const page = state.page;
     await page.waitForTimeout(500);
     await page.evaluate(() => (window.__longtasks = []));
-    const l = await page.evaluate(() => window.__snapview.views.timeline.layout);
+    const l = await page.evaluate(() => window.snapviewTest.views.timeline.layout);
     const box = await page.locator("#timeline-canvas").boundingBox();
     const x = box.x + l.plot.x + l.plot.w * 0.45;
     const y = box.y + l.plot.y + l.plot.h * 0.5;
@@ -100,7 +100,7 @@ try {
     figures.longest_task_ms = Math.round(longest);
     console.log(`      ${tasks.length} long tasks (> 50 ms), longest ${Math.round(longest)} ms, ${requests} timeline requests in ${figures.zoom_pan_ms} ms`);
     assert(longest <= TASK_BUDGET_MS, `a main-thread task took ${Math.round(longest)} ms`);
-    const s = await page.evaluate(() => window.__snapview.store.get());
+    const s = await page.evaluate(() => window.snapviewTest.store.get());
     assert(s.start !== null && s.end - s.start < 3_000_000, `the window did not change: ${s.start}–${s.end}`);
     await page.waitForTimeout(300);
     await shot(page, "views-timeline-huge-zoomed");

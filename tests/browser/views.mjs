@@ -13,8 +13,8 @@ import { BASE, FIXTURES, api, assert, assertEqual, clean, drawn, newContext, pro
 const TOTAL_TIMEOUT_MS = 100_000;
 
 const state = {};
-const layout = (page, view = "timeline") => page.evaluate((view) => window.__snapview?.views?.[view]?.layout ?? null, view);
-const store = (page) => page.evaluate(() => window.__snapview?.store.get() ?? null);
+const layout = (page, view = "timeline") => page.evaluate((view) => window.snapviewTest?.views?.[view]?.layout ?? null, view);
+const store = (page) => page.evaluate(() => window.snapviewTest?.store.get() ?? null);
 
 /** Screen position of a point of the timeline canvas (CSS px inside the canvas). */
 async function canvasPoint(page, selector, x, y) {
@@ -118,13 +118,13 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
 
   await step("the flame graph hovers, zooms, searches and downloads", async () => {
     // Back to the peak for a richer graph.
-    await page.evaluate((peak) => window.__snapview.ctx.setMoment(peak), state.peak);
+    await page.evaluate((peak) => window.snapviewTest.ctx.setMoment(peak), state.peak);
     await until(async () => (await page.locator("#flame-total").textContent()).includes("(the peak)"), "the peak's graph");
     await page.waitForTimeout(100);
-    const rects = await page.evaluate(() => window.__snapview.views.flame.rects.map((r) => ({ i: r.i, x: r.x, y: r.y, w: r.w })));
+    const rects = await page.evaluate(() => window.snapviewTest.views.flame.rects.map((r) => ({ i: r.i, x: r.x, y: r.y, w: r.w })));
     const deep = rects.filter((r) => r.w > 40 && r.y >= 40).sort((a, b) => b.w - a.w)[0];
     assert(deep, "no wide frame below the root");
-    const name = await page.evaluate((i) => window.__snapview.views.flame.data.nodes[i].name, deep.i);
+    const name = await page.evaluate((i) => window.snapviewTest.views.flame.data.nodes[i].name, deep.i);
     const point = await canvasPoint(page, "#flame-canvas", deep.x + deep.w / 2, deep.y + 10);
     await page.mouse.move(point.x, point.y);
     await until(async () => (await page.locator(".tip").textContent()).includes(name) && /of live/.test(await page.locator(".tip").textContent()), "the frame's tooltip");
@@ -154,7 +154,7 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     const lines = readFileSync(await folded.path(), "utf8").trim().split("\n");
     assert(lines.length > 5 && lines.every((l) => /^.+ \d+$/.test(l)), `folded stacks look wrong: ${lines.slice(0, 3).join(" | ")}`);
     const sum = lines.reduce((s, l) => s + Number(l.split(" ").pop()), 0);
-    const total = await page.evaluate(() => window.__snapview.views.flame.data.total);
+    const total = await page.evaluate(() => window.snapviewTest.views.flame.data.total);
     assertEqual(sum, total, "folded stacks sum to the total");
     const [image] = await Promise.all([page.waitForEvent("download"), page.locator("#flame-svg").click()]);
     const svg = readFileSync(await image.path(), "utf8");
@@ -180,19 +180,19 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     await until(async () => (await store(page)).at === at0, "a step back");
     await shot(page, "views-segments-gpt2");
     // Hover a block.
-    const pieces = await page.evaluate(() => window.__snapview.views.segments.pieces.filter((p) => p.block.allocation !== null && p.w > 8).map((p) => ({ x: p.x, y: p.y, w: p.w })));
+    const pieces = await page.evaluate(() => window.snapviewTest.views.segments.pieces.filter((p) => p.block.allocation !== null && p.w > 8).map((p) => ({ x: p.x, y: p.y, w: p.w })));
     assert(pieces.length > 0, "no allocated block drawn");
     const point = await canvasPoint(page, "#segments-canvas", pieces[0].x + pieces[0].w / 2, pieces[0].y + 5);
     await page.mouse.move(point.x, point.y);
     await until(async () => /allocated/.test(await page.locator(".tip").textContent()), "a block's tooltip");
     // The last event shows the snapshot's own map.
-    await page.evaluate((n) => window.__snapview.ctx.setMoment(n - 1), state.events);
+    await page.evaluate((n) => window.snapviewTest.ctx.setMoment(n - 1), state.events);
     await until(async () => /exact/.test(await page.locator("#segments-source").textContent()), "'exact' at the last event");
     await clean(page);
   });
 
   await step("the event list scrolls through every event, filters, and sets the moment", async () => {
-    await page.evaluate((peak) => window.__snapview.ctx.setMoment(peak), state.peak);
+    await page.evaluate((peak) => window.snapviewTest.ctx.setMoment(peak), state.peak);
     await page.keyboard.press("4");
     await until(async () => (await page.locator(".event-row.selected").count()) === 1, "the moment's row selected");
     assertEqual(Number((await page.locator(".event-row.selected").getAttribute("data-index"))), state.peak, "the selected row");
@@ -264,7 +264,7 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     await page.waitForTimeout(400);
     await shot(page, "views-timeline-gpt2-zoomed");
     // The URL holds the view; a new page opens exactly it.
-    await page.evaluate((id) => window.__snapview.store.set({ alloc: id }), state.band.band.id);
+    await page.evaluate((id) => window.snapviewTest.store.set({ alloc: id }), state.band.band.id);
     const expected = await store(page);
     await until(async () => new URL(page.url()).searchParams.get("start") === String(expected.start), "the URL to hold the window");
     await page.locator("#copy-link").click();
@@ -335,7 +335,7 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     // Ring buffer wrapped: the incomplete region is marked on the timeline.
     await page.goto(`${BASE}/s/${state.ring}?tab=timeline`);
     await until(async () => (await layout(page))?.bands?.length > 0, "ring_wrap's timeline");
-    const data = await page.evaluate(() => window.__snapview.views.timeline.model.data.complete_from);
+    const data = await page.evaluate(() => window.snapviewTest.views.timeline.model.data.complete_from);
     assert(data > 0, `ring_wrap has no complete_from: ${data}`);
     assert(await page.locator(".sw-incomplete").count(), "no legend entry for the incomplete history");
     await shot(page, "views-timeline-ring-wrap", { fullPage: false });
@@ -344,7 +344,7 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     await until(async () => (await layout(page))?.bands?.length > 0, "multi-device timeline");
     assertEqual(await page.locator("#device-select option").count(), 2, "devices in the picker");
     await page.locator("#device-select").selectOption("1");
-    await until(async () => (await page.evaluate(() => window.__snapview.views.timeline.model?.data.device)) === 1, "the timeline of device 1");
+    await until(async () => (await page.evaluate(() => window.snapviewTest.views.timeline.model?.data.device)) === 1, "the timeline of device 1");
     await until(async () => new URL(page.url()).searchParams.get("device") === "1", "the device in the URL");
     await clean(page);
   });
