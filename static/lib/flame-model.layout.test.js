@@ -96,7 +96,14 @@ test("frame labels and folded stacks (semicolons in names cannot split a line)",
   const lay = layout(n);
   assert.equal(
     folded(n, lay),
-    ["train (train.py:10) 10", "train (train.py:10);forward (model.py:5) 20", "train (train.py:10);forward (model.py:5);linear (linear.py:134) 30", "train (train.py:10);backward (autograd.py:7) 20", "free 20", ""].join("\n"),
+    [
+      "train (train.py:10) 10",
+      "train (train.py:10);forward (model.py:5) 20",
+      "train (train.py:10);forward (model.py:5);linear (linear.py:134) 30",
+      "train (train.py:10);backward (autograd.py:7) 20",
+      "free 20",
+      "",
+    ].join("\n"),
   );
   assert.equal(folded(n, lay, 2), ["forward (model.py:5) 20", "forward (model.py:5);linear (linear.py:134) 30", ""].join("\n"), "a subtree keeps its own root");
   const semi = [

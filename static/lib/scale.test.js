@@ -85,7 +85,10 @@ test("event ticks are labelled with as many digits as the step needs", () => {
     eventTicks(1_431_200, 1_431_300, 4).map((t) => t.label),
     ["1.4312M", "1.431225M", "1.43125M", "1.431275M", "1.4313M"],
   );
-  assert.ok(eventTicks(0, 3, 10).every((t) => Number.isInteger(t.value)), "never a fractional event");
+  assert.ok(
+    eventTicks(0, 3, 10).every((t) => Number.isInteger(t.value)),
+    "never a fractional event",
+  );
 });
 
 test("time ticks count from the origin", () => {

@@ -2,7 +2,7 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { TABS, defaults, parse, serialize } from "./state.js";
+import { defaults, parse, serialize, TABS } from "./state.js";
 
 test("the defaults serialize to an empty query and parse back", () => {
   assert.equal(serialize(defaults()), "");

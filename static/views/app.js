@@ -1,13 +1,13 @@
 // The snapshot page's views: one state (in the URL), tabs, the shared selected moment, keys.
 
-import { TABS, parse, serialize } from "../lib/state.js";
+import { parse, serialize, TABS } from "../lib/state.js";
 import { count } from "../lib/units.js";
 import { getJSON, hideTip } from "./common.js";
-import { TimelineView } from "./timeline/index.js";
-import { FlameView } from "./flame.js";
-import { SegmentsView } from "./segments.js";
 import { EventsView } from "./events.js";
+import { FlameView } from "./flame.js";
 import { isShortcut, isTyping } from "./page.js";
+import { SegmentsView } from "./segments.js";
+import { TimelineView } from "./timeline/index.js";
 
 /** Keys the views add to the page's `?` dialog. */
 export const VIEW_KEYS = [

@@ -73,4 +73,3 @@ export async function writeFetch(url, init = {}, container = null) {
     if (!token) return response;
   }
 }
-

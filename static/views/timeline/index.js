@@ -13,7 +13,7 @@ import { prepare, unitOfEvent, zoomWindow } from "../../lib/timeline-model.js";
 import { count } from "../../lib/units.js";
 import { frameScheduler, getJSON, h, onThemeChange } from "../common.js";
 import { bindChart } from "./interaction.js";
-import { MINIMAP_HEIGHT, bindMinimap, paintMinimap } from "./minimap.js";
+import { bindMinimap, MINIMAP_HEIGHT, paintMinimap } from "./minimap.js";
 import { HEIGHT, MARGIN, paintTimeline } from "./paint.js";
 import { renderLegend, renderSide } from "./side.js";
 

@@ -114,7 +114,13 @@ function hoverAt(view, x, y, clientX, clientY) {
   view.draw();
   const annotation = (view.layout?.annotations ?? []).find((a) => Math.abs(a.x - x) < 5 && y < m.plot.y + 10);
   if (annotation) {
-    showTip(clientX, clientY, h("div", { className: "tip-title" }, `${annotation.name ?? "annotation"}`), tipRow("stage", annotation.stage ?? ""), tipRow("event", count(annotation.event)));
+    showTip(
+      clientX,
+      clientY,
+      h("div", { className: "tip-title" }, `${annotation.name ?? "annotation"}`),
+      tipRow("stage", annotation.stage ?? ""),
+      tipRow("event", count(annotation.event)),
+    );
     return;
   }
   if (band) {
@@ -132,7 +138,10 @@ function hoverAt(view, x, y, clientX, clientY) {
     clientX,
     clientY,
     h("div", { className: "tip-title" }, e1 > e0 ? `events ${count(e0)}–${count(e1)}` : `event ${count(e0)}`),
-    tipRow("allocated", data.allocated_min[c] !== data.allocated_max[c] ? `${bytes(data.allocated_min[c])} – ${bytes(data.allocated_max[c])}` : bytes(data.allocated_max[c])),
+    tipRow(
+      "allocated",
+      data.allocated_min[c] !== data.allocated_max[c] ? `${bytes(data.allocated_min[c])} – ${bytes(data.allocated_max[c])}` : bytes(data.allocated_max[c]),
+    ),
     tipRow("reserved", bytes(data.reserved[c])),
     tipRow("in bands", bytes(data.big_top[c])),
     h("div", { className: "tip-note" }, `Allocations under ${bytes(data.threshold)} are drawn together (grey). Zoom in to see each.`),
@@ -155,7 +164,13 @@ function bandTip(view, band, clientX, clientY) {
       info ? tipRow("address", hex(info.addr)) : null,
       info
         ? frames.length
-          ? h("ol", { className: "tip-frames" }, frames.map((f) => h("li", {}, h("span", { className: "frame-name" }, frameParts(f).name), " ", h("span", { className: "frame-where" }, frameParts(f).where))))
+          ? h(
+              "ol",
+              { className: "tip-frames" },
+              frames.map((f) =>
+                h("li", {}, h("span", { className: "frame-name" }, frameParts(f).name), " ", h("span", { className: "frame-where" }, frameParts(f).where)),
+              ),
+            )
           : h("div", { className: "tip-note" }, "No Python frames recorded for this allocation.")
         : h("div", { className: "tip-note" }, "Loading its stack…"),
       h("div", { className: "tip-note" }, "Click to pin its full stack."),

@@ -62,7 +62,15 @@ export function paintTimeline(view) {
     [s.alloc, t.accent, 2.5],
   ]);
   ctx.fillStyle = t.reserved;
-  stepLine(ctx, model.n, (c) => m.px(c), (c) => m.py(data.reserved[c]), 1.5, plot.x, plot.x + plot.w);
+  stepLine(
+    ctx,
+    model.n,
+    (c) => m.px(c),
+    (c) => m.py(data.reserved[c]),
+    1.5,
+    plot.x,
+    plot.x + plot.w,
+  );
   paintOutsideTrace(scene);
   ctx.restore();
 
