@@ -5,7 +5,7 @@
 import { frameColor } from "../lib/color.js";
 import { ancestors, findKey, folded, frameLabel, keyOf, layout, search, selfBytes, svg } from "../lib/flame-model.js";
 import { bytes, count, percent } from "../lib/units.js";
-import { download, fitCanvas, frameScheduler, getJSON, h, hideTip, onThemeChange, showTip, theme, tipRow } from "./common.js";
+import { download, fitCanvas, frameScheduler, h, hideTip, newestOnly, onThemeChange, paintPlaceholder, showTip, theme, tipRow } from "./common.js";
 
 const ROW = 20;
 
@@ -20,6 +20,7 @@ export class FlameView {
     this.input = panel.querySelector("#flame-search");
     this.matchText = panel.querySelector("#flame-matches");
     this.error = panel.querySelector("#flame-error");
+    this.fetchFlame = newestOnly({ staleMark: this.total, errorBox: this.error, what: "The flame graph" });
     this.data = null;
     this.key = "";
     this.focus = 0;
@@ -102,29 +103,16 @@ export class FlameView {
   async load() {
     const key = this.params();
     if (key === this.key) return;
-    this.abort?.abort();
-    const controller = new AbortController();
-    this.abort = controller;
-    this.total.classList.add("stale");
-    try {
-      const data = await getJSON(`/api/snapshots/${this.ctx.id}/flame?${key}`, controller.signal);
+    await this.fetchFlame(`/api/snapshots/${this.ctx.id}/flame?${key}`, (data) => {
       this.key = key;
       this.data = data;
       this.lay = layout(data.nodes);
-      const found = findKey(data.nodes, this.focusKey);
-      this.focus = Math.max(0, found);
-      this.error.hidden = true;
+      this.focus = Math.max(0, findKey(data.nodes, this.focusKey));
       this.searchNow();
       this.renderTotal();
       this.renderCrumbs();
       this.paint();
-    } catch (error) {
-      if (error.name === "AbortError") return;
-      this.error.textContent = `The flame graph could not load. ${error.message}`;
-      this.error.hidden = false;
-    } finally {
-      if (this.abort === controller) this.total.classList.remove("stale");
-    }
+    });
   }
 
   searchNow() {
@@ -137,8 +125,9 @@ export class FlameView {
       this.matchText.textContent = `${count(this.hits.count)} frame${this.hits.count === 1 ? "" : "s"} match: ${bytes(this.hits.bytes)} (${percent(this.hits.bytes, this.data.total)} of ${this.modeWord()})`;
   }
 
+  /** "reserved" or "live": the mode asked for (the flame answer does not repeat it). */
   modeWord() {
-    return this.data?.mode === "reserved" || this.ctx.store.get().mode === "reserved" ? "reserved" : "live";
+    return this.ctx.store.get().mode === "reserved" ? "reserved" : "live";
   }
 
   renderTotal() {
@@ -186,12 +175,7 @@ export class FlameView {
     const width = Math.max(320, this.chart.clientWidth);
     const t = theme();
     if (!this.data) {
-      const ctx = fitCanvas(this.canvas, width, 80);
-      ctx.fillStyle = t.bg;
-      ctx.fillRect(0, 0, width, 80);
-      ctx.fillStyle = t.muted;
-      ctx.font = t.font;
-      ctx.fillText("Loading the flame graph…", 8, 24);
+      paintPlaceholder(this.canvas, width, 80, "Loading the flame graph…");
       return;
     }
     const nodes = this.data.nodes;

@@ -3,7 +3,21 @@
 // allocation and stack. The map follows the moment (← → step it).
 
 import { bytes, count, hex, percent } from "../lib/units.js";
-import { allocation, fitCanvas, frameParts, frameScheduler, getJSON, h, hideTip, onThemeChange, showTip, theme, tipRow, visibleFrames } from "./common.js";
+import {
+  allocation,
+  fitCanvas,
+  frameParts,
+  frameScheduler,
+  h,
+  hideTip,
+  newestOnly,
+  onThemeChange,
+  paintPlaceholder,
+  showTip,
+  theme,
+  tipRow,
+  visibleFrames,
+} from "./common.js";
 
 const ROW = 22;
 const ROW_GAP = 8;
@@ -20,6 +34,7 @@ export class SegmentsView {
     this.totals = panel.querySelector("#segments-totals");
     this.table = panel.querySelector("#segments-table");
     this.error = panel.querySelector("#segments-error");
+    this.fetchSegments = newestOnly({ staleMark: this.source, errorBox: this.error, what: "The segment map" });
     this.legend = panel.querySelector("#segments-legend");
     this.data = null;
     this.key = "";
@@ -69,26 +84,14 @@ export class SegmentsView {
     if (at !== null) params.set("at", at);
     const key = params.toString();
     if (key === this.key) return;
-    this.abort?.abort();
-    const controller = new AbortController();
-    this.abort = controller;
-    this.source.classList.add("stale");
-    try {
-      const data = await getJSON(`/api/snapshots/${this.ctx.id}/segments?${key}`, controller.signal);
+    await this.fetchSegments(`/api/snapshots/${this.ctx.id}/segments?${key}`, (data) => {
       this.key = key;
       this.data = data;
-      this.error.hidden = true;
       this.renderSource();
       this.renderTotals();
       this.renderTable();
       this.paint();
-    } catch (error) {
-      if (error.name === "AbortError") return;
-      this.error.textContent = `The segment map could not load. ${error.message}`;
-      this.error.hidden = false;
-    } finally {
-      if (this.abort === controller) this.source.classList.remove("stale");
-    }
+    });
   }
 
   renderSource() {
@@ -189,12 +192,7 @@ export class SegmentsView {
     const width = Math.max(320, this.chart.clientWidth);
     const t = theme();
     if (!this.data) {
-      const ctx = fitCanvas(this.canvas, width, 60);
-      ctx.fillStyle = t.bg;
-      ctx.fillRect(0, 0, width, 60);
-      ctx.fillStyle = t.muted;
-      ctx.font = t.font;
-      ctx.fillText("Loading the segment map…", 8, 24);
+      paintPlaceholder(this.canvas, width, 60, "Loading the segment map…");
       return;
     }
     const segments = this.data.segments;
