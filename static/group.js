@@ -1,6 +1,6 @@
 // The group page (`/g/{name}`): one row per member; select two to compare them.
 
-import { copyLink, isShortcut, keyboardHelp, showTimes } from "./lib/page.js";
+import { copyLink, isShortcut, keyboardHelp, showTimes } from "./views/page.js";
 
 const table = document.getElementById("group-table");
 const rows = [...table.tBodies[0].rows];

@@ -1,8 +1,9 @@
 // The snapshot list: drag-and-drop upload with progress, and the filter box.
 
-import { bytes } from "./lib/format.js";
-import { isShortcut, keyboardHelp, showTimes, toast } from "./lib/page.js";
-import { NEEDS_TOKEN, askToken, savedToken, withToken, writeFetch } from "./lib/auth.js";
+import { NEEDS_TOKEN, savedToken, withToken } from "./lib/auth.js";
+import { bytes } from "./lib/units.js";
+import { askToken, writeFetch } from "./views/auth.js";
+import { isShortcut, keyboardHelp, showTimes, toast } from "./views/page.js";
 
 const dropzone = document.getElementById("dropzone");
 const input = document.getElementById("file-input");
@@ -237,7 +238,13 @@ if (search) {
   keys.push(["/", "Filter the list"], ["Enter", "Open the first match (in the filter)"], ["Esc", "Clear the filter"]);
 }
 if (search) {
-  keys.push(["x", "Select the focused row"], ["c", "Compare the two selected"], ["g", "Group the selected…"], ["d", "Delete the selected"], ["z", "Undo the last delete"]);
+  keys.push(
+    ["x", "Select the focused row"],
+    ["c", "Compare the two selected"],
+    ["g", "Group the selected…"],
+    ["d", "Delete the selected"],
+    ["z", "Undo the last delete"],
+  );
 }
 keys.push(["u", "Upload: choose a file"], ["Esc", "Cancel an upload"], ["?", "Show these keys"]);
 keyboardHelp(keys);

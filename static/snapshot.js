@@ -1,9 +1,9 @@
 // The snapshot page: rename in place, copy the link, stack bars.
 
-import { copyLink, isShortcut, keyboardHelp, showTimes, toast } from "./lib/page.js";
-import { writeFetch } from "./lib/auth.js";
-import { VIEW_KEYS, startViews, viewSearch } from "./views/app.js";
+import { startViews, VIEW_KEYS, viewSearch } from "./views/app.js";
+import { writeFetch } from "./views/auth.js";
 import { showOomPanels } from "./views/oom.js";
+import { copyLink, isShortcut, keyboardHelp, showTimes, toast } from "./views/page.js";
 
 const root = document.querySelector(".snapshot");
 const id = root.dataset.id;

@@ -6,18 +6,25 @@
 //! is `tests/browser/perf_huge.mjs`, run by hand (see its header).
 //!
 //! Needs `/usr/bin/chromium` (`apt-get install chromium`), `node` and `node_modules/playwright-core`
-//! (`npm ci`). When they are missing the test fails, saying so: a skipped browser test would hide
-//! broken pages.
+//! (`npm ci`). When they are missing each test prints "skipping browser tests: ..." and passes, so
+//! `cargo test` stays quick on a machine without a browser; with `SNAPVIEW_REQUIRE_BROWSER=1`
+//! (set by `.ci/run`) a missing browser fails the test instead, so CI never skips them silently.
 
 mod common;
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-const CHROMIUM: &str = "/usr/bin/chromium";
+/// Debian's chromium, unless `CHROMIUM_PATH` names another (the scripts read the same variable).
+fn chromium() -> PathBuf {
+    std::env::var_os("CHROMIUM_PATH")
+        .map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from)
+}
+/// Set (to anything but "0") where a missing browser must fail the tests rather than skip them.
+const REQUIRE_BROWSER: &str = "SNAPVIEW_REQUIRE_BROWSER";
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -48,9 +55,11 @@ fn collect(stream: Option<impl Read + Send + 'static>) -> JoinHandle<String> {
 
 fn requirements() -> Result<(), String> {
     let mut missing = Vec::new();
-    if !Path::new(CHROMIUM).exists() {
+    let chromium = chromium();
+    if !chromium.exists() {
         missing.push(format!(
-            "{CHROMIUM} is missing: install Debian's chromium with `sudo apt-get install chromium`"
+            "{} is missing: install Debian's chromium with `sudo apt-get install chromium`",
+            chromium.display()
         ));
     }
     let node = Command::new("node")
@@ -92,8 +101,6 @@ fn views_work_in_a_real_browser() {
     run_script("tests/browser/views.mjs", Duration::from_secs(150));
 }
 
-/// Starts `snapview serve` on a free port with an empty data folder and runs the node `script`
-/// against it, failing with everything both printed when the script fails.
 /// The compare page, its picker, the group page and the list's selection:
 /// `tests/browser/compare.mjs`.
 #[test]
@@ -129,6 +136,8 @@ fn tokens_and_cross_site_writes_work_in_a_real_browser() {
     );
 }
 
+/// Starts `snapview serve` on a free port with an empty data folder and runs the node `script`
+/// against it, failing with everything both printed when the script fails.
 fn run_script(script: &str, limit: Duration) {
     run_script_with(script, limit, &[], &[]);
 }
@@ -141,7 +150,13 @@ fn run_script_with(
     script_env: &[(&str, &str)],
 ) {
     if let Err(missing) = requirements() {
-        panic!("the browser test cannot run:\n{missing}");
+        if std::env::var_os(REQUIRE_BROWSER).is_some_and(|value| value != "0") {
+            panic!("the browser test cannot run ({REQUIRE_BROWSER} is set):\n{missing}");
+        }
+        eprintln!(
+            "skipping browser tests: {missing}\n(set {REQUIRE_BROWSER}=1 to make this an error)"
+        );
+        return;
     }
     let mut server = common::served::Served::builder()
         .env("RUST_LOG", "snapview=warn")
@@ -163,7 +178,7 @@ fn run_script_with(
         .current_dir(root())
         .envs(script_env.iter().copied())
         .env("SNAPVIEW_URL", &base)
-        .env("CHROMIUM_PATH", CHROMIUM)
+        .env("CHROMIUM_PATH", chromium())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

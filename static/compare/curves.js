@@ -88,7 +88,7 @@ export class Curves {
       const x = (i) => xOf(values.length === 1 ? 0.5 : i / (values.length - 1));
       ctx.beginPath();
       ctx.moveTo(x(0), yOf(0));
-      values.forEach((v, i) => ctx.lineTo(x(i), yOf(v)));
+      for (const [i, v] of values.entries()) ctx.lineTo(x(i), yOf(v));
       ctx.lineTo(x(values.length - 1), yOf(0));
       ctx.closePath();
       ctx.globalAlpha = 0.12;
@@ -96,7 +96,10 @@ export class Curves {
       ctx.fill();
       ctx.globalAlpha = 1;
       ctx.beginPath();
-      values.forEach((v, i) => (i === 0 ? ctx.moveTo(x(i), yOf(v)) : ctx.lineTo(x(i), yOf(v))));
+      for (const [i, v] of values.entries()) {
+        if (i === 0) ctx.moveTo(x(i), yOf(v));
+        else ctx.lineTo(x(i), yOf(v));
+      }
       ctx.strokeStyle = colors[side];
       ctx.lineWidth = 1.75;
       ctx.lineJoin = "round";
@@ -150,12 +153,25 @@ export class Curves {
         ctx.strokeStyle = colors[side];
         ctx.lineWidth = 2;
         ctx.stroke();
-        readout.push(h("span", { className: `readout-side side-${side === 0 ? "before" : "after"}` }, h("span", { className: "side-dot" }), `${this.names[side]} ${bytes(values[i])}`));
+        readout.push(
+          h(
+            "span",
+            { className: `readout-side side-${side === 0 ? "before" : "after"}` },
+            h("span", { className: "side-dot" }),
+            `${this.names[side]} ${bytes(values[i])}`,
+          ),
+        );
       });
       const pick = this.pickAt(this.hoverX, this.hoverY);
       if (pick) readout.push(h("span", { className: "muted" }, `click: compare ${this.names[pick.side]} at event ${count(pick.event)}`));
     } else {
-      readout.push(h("span", { className: "muted" }, "Hover the chart to read both curves at the same point; click a curve to compare at that point of its run (the triangles mark the compared moments)."));
+      readout.push(
+        h(
+          "span",
+          { className: "muted" },
+          "Hover the chart to read both curves at the same point; click a curve to compare at that point of its run (the triangles mark the compared moments).",
+        ),
+      );
     }
     this.readout.replaceChildren(...readout);
   }

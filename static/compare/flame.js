@@ -55,7 +55,10 @@ export class DiffFlame {
     this.hover = -1;
     this.rects = [];
     this.canvas = h("canvas", { className: "cmp-canvas flame-canvas", tabIndex: 0, role: "img" });
-    this.canvas.setAttribute("aria-label", "Differential flame graph of live memory at each snapshot's peak. Arrow keys move between frames, Enter zooms, Escape zooms out.");
+    this.canvas.setAttribute(
+      "aria-label",
+      "Differential flame graph of live memory at each snapshot's peak. Arrow keys move between frames, Enter zooms, Escape zooms out.",
+    );
     this.crumbs = h("nav", { className: "breadcrumb cmp-breadcrumb", "aria-label": "Zoomed frames" });
     box.append(this.crumbs, h("div", { className: "cmp-chart" }, this.canvas));
     this.canvas.addEventListener("mousemove", (e) => this.onMove(e));
@@ -170,7 +173,11 @@ export class DiffFlame {
       ...sidesRows(node.before_bytes, node.after_bytes),
       i === 0
         ? null
-        : h("div", { className: "tip-note" }, `of all: ${bytes(node.before_bytes)}${share(node.before_bytes, root.before_bytes)} → ${bytes(node.after_bytes)}${share(node.after_bytes, root.after_bytes)}`),
+        : h(
+            "div",
+            { className: "tip-note" },
+            `of all: ${bytes(node.before_bytes)}${share(node.before_bytes, root.before_bytes)} → ${bytes(node.after_bytes)}${share(node.after_bytes, root.after_bytes)}`,
+          ),
       h("div", { className: "tip-note" }, this.lay.children[i].length ? "Click to zoom in" : "A leaf: memory allocated right here"),
     ];
   }

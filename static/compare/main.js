@@ -7,9 +7,9 @@
 // delta and both memory curves; plus the segments in only one snapshot (torch's
 // `_memory_viz.py compare`, as data).
 
-import { copyLink, isShortcut, keyboardHelp, showTimes } from "../lib/page.js";
 import { bytes } from "../lib/units.js";
 import { getJSON, h, onThemeChange } from "../views/common.js";
+import { copyLink, isShortcut, keyboardHelp, showTimes } from "../views/page.js";
 import { momentText, signedBytes } from "./change.js";
 import { Curves, momentForm } from "./curves.js";
 import { DiffFlame } from "./flame.js";
@@ -47,7 +47,13 @@ function deviceSection(device, answer, multiple, moments) {
           },
           moments.chosen ? "What is live at the chosen moments, and what changed" : "What is live at the peak, and what changed",
         ),
-        h("div", { className: "flame-legend small", "aria-label": "Colour legend" }, h("span", {}, "shrank"), h("span", { className: "legend-ramp", "aria-hidden": "true" }), h("span", {}, "grew")),
+        h(
+          "div",
+          { className: "flame-legend small", "aria-label": "Colour legend" },
+          h("span", {}, "shrank"),
+          h("span", { className: "legend-ramp", "aria-hidden": "true" }),
+          h("span", {}, "grew"),
+        ),
       ],
       h(
         "p",
@@ -55,7 +61,11 @@ function deviceSection(device, answer, multiple, moments) {
         `${names[0]} at ${momentText(device.before)} holds ${bytes(root.before_bytes)}; ${names[1]} at ${momentText(device.after)} holds ${bytes(root.after_bytes)} (${signedBytes(root.after_bytes - root.before_bytes)}).`,
       ),
       flameBox,
-      h("p", { className: "hint muted small" }, "Width: the larger side. Hover a frame for both sides; click to zoom in, the breadcrumb or Esc to zoom out. With the graph focused, arrow keys move between frames."),
+      h(
+        "p",
+        { className: "hint muted small" },
+        "Width: the larger side. Hover a frame for both sides; click to zoom in, the breadcrumb or Esc to zoom out. With the graph focused, arrow keys move between frames.",
+      ),
     ),
   );
 
@@ -64,7 +74,14 @@ function deviceSection(device, answer, multiple, moments) {
   article.append(
     card(
       [
-        h("h3", { title: "Bytes allocated over each trace, resampled to the same width: x is the share of each one's own trace, so runs of different lengths line up start to end" }, "Memory over time"),
+        h(
+          "h3",
+          {
+            title:
+              "Bytes allocated over each trace, resampled to the same width: x is the share of each one's own trace, so runs of different lengths line up start to end",
+          },
+          "Memory over time",
+        ),
         h(
           "ul",
           { className: "curve-legend small", "aria-label": "Legend" },
@@ -82,8 +99,16 @@ function deviceSection(device, answer, multiple, moments) {
   article.append(
     card(
       [
-        h("h3", { title: "Live bytes at the compared moments by the stack that allocated them; the largest growth first, then the largest shrink" }, "Stacks by change"),
-        h("span", { className: "muted small" }, `${grew} grew · ${device.stacks.length - grew} shrank${answer.diff.ignore_lines ? " · line numbers ignored" : ""}`),
+        h(
+          "h3",
+          { title: "Live bytes at the compared moments by the stack that allocated them; the largest growth first, then the largest shrink" },
+          "Stacks by change",
+        ),
+        h(
+          "span",
+          { className: "muted small" },
+          `${grew} grew · ${device.stacks.length - grew} shrank${answer.diff.ignore_lines ? " · line numbers ignored" : ""}`,
+        ),
       ],
       device.stacks.length === 0 ? h("p", { className: "muted" }, "No stack holds a different number of bytes.") : stacksList(device.stacks),
     ),
@@ -215,10 +240,12 @@ const pickerRoot = document.getElementById("picker");
 if (compareRoot) comparePage(compareRoot);
 else if (pickerRoot) pickerPage(pickerRoot);
 // Redraw canvases when the colour scheme changes.
-onThemeChange(() => [...flames, ...charts].forEach((chart) => chart.draw()));
+onThemeChange(() => {
+  for (const chart of [...flames, ...charts]) chart.draw();
+});
 
 /** The test hook: what the charts drew, in CSS px from each canvas's corner. */
-window.snapviewCompare = {
+window.snapviewTest = {
   curvePoint: (side, f, i = 0) => charts[i]?.pointAt(side, f) ?? null,
   flameRects: (i = 0) => flames[i]?.drawn() ?? [],
 };

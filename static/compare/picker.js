@@ -1,6 +1,6 @@
 // The picker (`/compare/{a}`): choose the snapshot to compare `a` with, and which side `a` is.
 
-import { isShortcut, keyboardHelp } from "../lib/page.js";
+import { isShortcut, keyboardHelp } from "../views/page.js";
 
 export function pickerPage(root) {
   const me = root.dataset.before;
@@ -37,7 +37,10 @@ export function pickerPage(root) {
       filter();
       search.blur();
     } else if (event.key === "Enter") {
-      rows.find((r) => !r.hidden)?.querySelector("a.name")?.click();
+      rows
+        .find((r) => !r.hidden)
+        ?.querySelector("a.name")
+        ?.click();
     }
   });
   document.addEventListener("keydown", (event) => {

@@ -19,7 +19,9 @@ export function segmentsSection(segments, ids, names) {
     const rows = only.map((s) =>
       h(
         "li",
-        { title: `Segment at ${hex(s.address)} (${s.address}), stream ${s.stream}: ${bytes(s.total_size)} in ${count(s.blocks)} block${s.blocks === 1 ? "" : "s"}, ${bytes(s.live_bytes)} in live blocks` },
+        {
+          title: `Segment at ${hex(s.address)} (${s.address}), stream ${s.stream}: ${bytes(s.total_size)} in ${count(s.blocks)} block${s.blocks === 1 ? "" : "s"}, ${bytes(s.live_bytes)} in live blocks`,
+        },
         h("code", {}, hex(s.address)),
         h("span", { className: "seg-size" }, bytes(s.total_size)),
         h("span", { className: "seg-live muted" }, `${bytes(s.live_bytes)} live`),
@@ -37,7 +39,9 @@ export function segmentsSection(segments, ids, names) {
           ` ${only.length === 1 ? "segment" : "segments"}`,
           only.length ? ` · ${bytes(total)}, ${bytes(live)} in live blocks` : "",
         ),
-        only.length ? h("ol", { className: "seg-list" }, rows) : h("p", { className: "muted small" }, "None: every segment of this snapshot is in the other one too."),
+        only.length
+          ? h("ol", { className: "seg-list" }, rows)
+          : h("p", { className: "muted small" }, "None: every segment of this snapshot is in the other one too."),
       ),
     );
   }

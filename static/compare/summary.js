@@ -5,8 +5,18 @@ import { h } from "../views/common.js";
 import { signedBytes, signedCount, signedPercent, signedPercentFrom, splitFrame, trend } from "./change.js";
 
 const TOTALS = [
-  ["Peak allocated", "peak_allocated_bytes", "The most memory tensors held at once: requested bytes of live allocations, replayed through the trace as PyTorch's viewer does.", bytes],
-  ["Peak reserved", "peak_reserved_bytes", "The most memory the caching allocator held from CUDA at once (segments, including cached free blocks): roughly what nvidia-smi shows, without the CUDA context.", bytes],
+  [
+    "Peak allocated",
+    "peak_allocated_bytes",
+    "The most memory tensors held at once: requested bytes of live allocations, replayed through the trace as PyTorch's viewer does.",
+    bytes,
+  ],
+  [
+    "Peak reserved",
+    "peak_reserved_bytes",
+    "The most memory the caching allocator held from CUDA at once (segments, including cached free blocks): roughly what nvidia-smi shows, without the CUDA context.",
+    bytes,
+  ],
   ["Allocated at snapshot", "allocated_bytes_at_snapshot", "Requested bytes of live tensors when the snapshot was taken.", bytes],
   ["Reserved at snapshot", "reserved_bytes_at_snapshot", "Bytes held in segments when the snapshot was taken.", bytes],
   ["Allocations", "allocations", "Allocations made during the recorded trace.", count],
@@ -43,7 +53,12 @@ export function totalsCards(device, names, growth) {
           h("span", { className: "v v-after", dataset: { side: "after" } }, format(after)),
         ),
         h("span", { className: "bars", "aria-hidden": "true" }, h("span", { className: "track" }, barBefore), h("span", { className: "track" }, barAfter)),
-        h("span", { className: `delta ${trend(delta)}` }, h("span", { className: "delta-bytes" }, deltaText), h("span", { className: "delta-percent", dataset: { percent: key } }, percent)),
+        h(
+          "span",
+          { className: `delta ${trend(delta)}` },
+          h("span", { className: "delta-bytes" }, deltaText),
+          h("span", { className: "delta-percent", dataset: { percent: key } }, percent),
+        ),
       ),
     );
   }
@@ -89,7 +104,9 @@ export function stacksList(stacks) {
           {},
           h(
             "summary",
-            { title: `${signedBytes(stack.delta_bytes)}: ${bytes(stack.before_bytes)} before, ${bytes(stack.after_bytes)} after, ${allocations}. Click for the whole stack.` },
+            {
+              title: `${signedBytes(stack.delta_bytes)}: ${bytes(stack.before_bytes)} before, ${bytes(stack.after_bytes)} after, ${allocations}. Click for the whole stack.`,
+            },
             h("span", { className: `cs-delta ${trend(stack.delta_bytes)}` }, signedBytes(stack.delta_bytes)),
             h("span", { className: "cs-sides" }, `${bytes(stack.before_bytes)} → ${bytes(stack.after_bytes)}`),
             h("span", { className: "cs-meter", "aria-hidden": "true" }, bar),

@@ -15,7 +15,7 @@ export function hash(value) {
 
 /** An allocation band's colour: hues spread by the golden angle, soft saturation. */
 export function bandColor(id, dark) {
-  const hue = (hash(id) % 360 + id * 137.508) % 360;
+  const hue = ((hash(id) % 360) + id * 137.508) % 360;
   const s = 45 + (hash(id + 7) % 20);
   const l = dark ? 52 + (hash(id + 3) % 10) : 62 + (hash(id + 3) % 12);
   return `hsl(${hue.toFixed(0)} ${s}% ${l}%)`;

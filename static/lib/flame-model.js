@@ -103,7 +103,7 @@ export function folded(nodes, lay, root = 0) {
     const names = path.slice(nodes[root].parent < 0 ? 1 : 0);
     if (own > 0 && names.length) lines.push(`${names.join(";")} ${own}`);
   }
-  return lines.join("\n") + "\n";
+  return `${lines.join("\n")}\n`;
 }
 
 function escapeXml(text) {
@@ -133,7 +133,7 @@ export function svg(nodes, lay, { focus = 0, width = 1200, row = 18, title = "",
     const text = fits >= 3 ? (label.length > fits ? `${label.slice(0, fits - 1)}…` : label) : "";
     parts.push(
       `<g><title>${escapeXml(describe ? describe(i) : label)}</title>` +
-        `<rect x="${x.toFixed(2)}" y="${y}" width="${Math.max(0.5, w - 0.5).toFixed(2)}" height="${row - 1}" rx="2" fill="${color(nodes[i])}"${hit && hit[i] ? ' stroke="#d6336c" stroke-width="2"' : ""}/>` +
+        `<rect x="${x.toFixed(2)}" y="${y}" width="${Math.max(0.5, w - 0.5).toFixed(2)}" height="${row - 1}" rx="2" fill="${color(nodes[i])}"${hit?.[i] ? ' stroke="#d6336c" stroke-width="2"' : ""}/>` +
         (text ? `<text x="${(x + 4).toFixed(2)}" y="${y + row - 5}" fill="#1b2130">${escapeXml(text)}</text>` : "") +
         `</g>`,
     );

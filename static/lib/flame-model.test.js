@@ -64,10 +64,7 @@ test("two weights: a parent widens to hold its children, so none overflows", () 
 
 test("two weights: the change is relative to the larger side", () => {
   const nodes = twoWeight(diff);
-  assert.deepEqual(
-    nodes.map(change),
-    [(90 - 80) / 90, 0.8, -0.8, -1, 1],
-  );
+  assert.deepEqual(nodes.map(change), [(90 - 80) / 90, 0.8, -0.8, -1, 1]);
   assert.equal(change({ before_bytes: 0, after_bytes: 0 }), 0);
   assert.equal(change({ before_bytes: 7, after_bytes: 7 }), 0);
 });

@@ -48,7 +48,9 @@ export function eventTicks(start, end, count) {
   const step = Math.max(1, niceStep(end - start, count));
   const top = Math.max(Math.abs(start), Math.abs(end));
   const [unit, suffix] = top >= 1e6 ? [1e6, "M"] : top >= 1e4 ? [1e3, "k"] : [1, ""];
-  const decimals = step >= unit ? 0 : Math.min(6, Math.ceil(Math.log10(unit / step) - 1e-9));
+  // As many decimals as the step has in this unit: a step of 0.25M needs two ("0.25M", not "0.3M").
+  let decimals = 0;
+  while (decimals < 6 && Math.abs(Number((step / unit).toFixed(decimals)) - step / unit) > 1e-9) decimals += 1;
   const out = [];
   for (let v = Math.ceil(start / step) * step; v <= end + 1e-9; v += step) {
     const value = Math.round(v);

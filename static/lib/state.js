@@ -8,7 +8,21 @@ const TEXT_KEYS = ["q", "frame", "action", "zoom"];
 
 /** Default state: the overview, no moment chosen (the peak), the whole trace. */
 export function defaults() {
-  return { tab: "overview", device: null, start: null, end: null, axis: "event", at: null, alloc: null, q: "", mode: "allocated", action: "", min: null, frame: "", zoom: "" };
+  return {
+    tab: "overview",
+    device: null,
+    start: null,
+    end: null,
+    axis: "event",
+    at: null,
+    alloc: null,
+    q: "",
+    mode: "allocated",
+    action: "",
+    min: null,
+    frame: "",
+    zoom: "",
+  };
 }
 
 /** State from a query string; unknown or malformed values fall back to the defaults. */

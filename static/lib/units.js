@@ -1,4 +1,4 @@
-// Pure number formatting for the views (no DOM): bytes, counts, times, addresses.
+// Pure number formatting for every page (no DOM): bytes, counts, times, addresses.
 
 const UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
 
@@ -75,4 +75,18 @@ export function parseBytes(text) {
   if (!Number.isFinite(value)) return null;
   const power = " kmgtp".indexOf(m[2].toLowerCase() || " ");
   return Math.round(value * 1024 ** Math.max(0, power));
+}
+
+/** "3 minutes ago", "yesterday", or a date, for an upload time in Unix milliseconds. */
+export function relativeTime(ms, now = Date.now()) {
+  const seconds = Math.round((now - ms) / 1000);
+  if (seconds < 45) return "just now";
+  const minutes = Math.round(seconds / 60);
+  if (minutes < 60) return `${minutes} minute${minutes === 1 ? "" : "s"} ago`;
+  const hours = Math.round(minutes / 60);
+  if (hours < 24) return `${hours} hour${hours === 1 ? "" : "s"} ago`;
+  const days = Math.round(hours / 24);
+  if (days === 1) return "yesterday";
+  if (days < 7) return `${days} days ago`;
+  return new Date(ms).toISOString().slice(0, 10);
 }

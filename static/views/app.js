@@ -1,13 +1,13 @@
 // The snapshot page's views: one state (in the URL), tabs, the shared selected moment, keys.
 
-import { TABS, parse, serialize } from "../lib/state.js";
+import { parse, serialize, TABS } from "../lib/state.js";
 import { count } from "../lib/units.js";
 import { getJSON, hideTip } from "./common.js";
-import { TimelineView } from "./timeline.js";
-import { FlameView } from "./flame.js";
-import { SegmentsView } from "./segments.js";
 import { EventsView } from "./events.js";
-import { isShortcut, isTyping } from "../lib/page.js";
+import { FlameView } from "./flame.js";
+import { isShortcut, isTyping } from "./page.js";
+import { SegmentsView } from "./segments.js";
+import { TimelineView } from "./timeline/index.js";
 
 /** Keys the views add to the page's `?` dialog. */
 export const VIEW_KEYS = [
@@ -204,5 +204,7 @@ export async function startViews() {
       }
     }
   });
-  window.__snapview = { store, ctx, views };
+  // The one test hook (tests/browser/harness.mjs documents it): the browser tests read what the
+  // views drew (their `layout`, the timeline's `model`) and set the moment through it.
+  window.snapviewTest = { store, ctx, views };
 }

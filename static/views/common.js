@@ -126,6 +126,17 @@ export function tipRow(label, value) {
   return h("div", { className: "tip-row" }, h("span", { className: "tip-label" }, label), h("span", { className: "tip-value" }, value));
 }
 
+/** Fills a canvas with the background and `text` (what a view shows before its first answer). */
+export function paintPlaceholder(canvas, width, height, text) {
+  const t = theme();
+  const ctx = fitCanvas(canvas, width, height);
+  ctx.fillStyle = t.bg;
+  ctx.fillRect(0, 0, width, height);
+  ctx.fillStyle = t.muted;
+  ctx.font = t.font;
+  ctx.fillText(text, 8, 24);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Fetching.
 
@@ -144,6 +155,32 @@ export async function getJSON(url, signal) {
     throw new Error(`The server answered: ${message}`);
   }
   return response.json();
+}
+
+/**
+ * A loader for a view whose newest request is the only one that counts: a new request aborts
+ * the one in flight, `staleMark` is marked stale until the newest settles, its answer goes to
+ * `show`, and a failure fills `errorBox` with "`what` could not load. <why>".
+ */
+export function newestOnly({ staleMark, errorBox, what }) {
+  let inFlight = null;
+  return async (url, show) => {
+    inFlight?.abort();
+    const controller = new AbortController();
+    inFlight = controller;
+    staleMark.classList.add("stale");
+    try {
+      const data = await getJSON(url, controller.signal);
+      errorBox.hidden = true;
+      show(data);
+    } catch (error) {
+      if (error.name === "AbortError") return;
+      errorBox.textContent = `${what} could not load. ${error.message}`;
+      errorBox.hidden = false;
+    } finally {
+      if (inFlight === controller) staleMark.classList.remove("stale");
+    }
+  };
 }
 
 /** Allocation details by id, fetched once per (snapshot, device, id). */

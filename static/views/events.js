@@ -63,7 +63,7 @@ export class EventsView {
     this.scroller.addEventListener("keydown", (event) => this.onKey(event));
     this.rowsBox.addEventListener("click", (event) => {
       const row = event.target.closest("[data-position]");
-      if (!row || !row.dataset.index) return;
+      if (!row?.dataset.index) return;
       this.selected = Number(row.dataset.position);
       this.ctx.setMoment(Number(row.dataset.index));
       this.scroller.focus({ preventScroll: true });
@@ -79,7 +79,7 @@ export class EventsView {
     this.load();
   }
 
-  update(state, changed) {
+  update(_state, changed) {
     if (!this.visible()) return;
     if (changed.has("device") || changed.has("action") || changed.has("min") || changed.has("frame")) this.load();
     else if (changed.has("at")) this.locate(false);
@@ -218,7 +218,11 @@ export class EventsView {
     }
     if (m.n === 0) rows.push(h("div", { className: "event-empty" }, "No event matches these filters."));
     this.rowsBox.replaceChildren(...rows);
-    for (const p of missing) this.page(p).then(() => this.render(), () => {});
+    for (const p of missing)
+      this.page(p).then(
+        () => this.render(),
+        () => {},
+      );
     this.layout = { first, from, to, matching: m.n, scaled: m.n * ROW > MAX_SPACER };
   }
 

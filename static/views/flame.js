@@ -5,7 +5,7 @@
 import { frameColor } from "../lib/color.js";
 import { ancestors, findKey, folded, frameLabel, keyOf, layout, search, selfBytes, svg } from "../lib/flame-model.js";
 import { bytes, count, percent } from "../lib/units.js";
-import { download, fitCanvas, fitText, frameScheduler, getJSON, h, hideTip, onThemeChange, showTip, theme, tipRow } from "./common.js";
+import { download, fitCanvas, fitText, frameScheduler, h, hideTip, newestOnly, onThemeChange, paintPlaceholder, showTip, theme, tipRow } from "./common.js";
 
 const ROW = 20;
 
@@ -20,6 +20,7 @@ export class FlameView {
     this.input = panel.querySelector("#flame-search");
     this.matchText = panel.querySelector("#flame-matches");
     this.error = panel.querySelector("#flame-error");
+    this.fetchFlame = newestOnly({ staleMark: this.total, errorBox: this.error, what: "The flame graph" });
     this.data = null;
     this.key = "";
     this.focus = 0;
@@ -102,29 +103,16 @@ export class FlameView {
   async load() {
     const key = this.params();
     if (key === this.key) return;
-    this.abort?.abort();
-    const controller = new AbortController();
-    this.abort = controller;
-    this.total.classList.add("stale");
-    try {
-      const data = await getJSON(`/api/snapshots/${this.ctx.id}/flame?${key}`, controller.signal);
+    await this.fetchFlame(`/api/snapshots/${this.ctx.id}/flame?${key}`, (data) => {
       this.key = key;
       this.data = data;
       this.lay = layout(data.nodes);
-      const found = findKey(data.nodes, this.focusKey);
-      this.focus = found >= 0 ? found : 0;
-      this.error.hidden = true;
+      this.focus = Math.max(0, findKey(data.nodes, this.focusKey));
       this.searchNow();
       this.renderTotal();
       this.renderCrumbs();
       this.paint();
-    } catch (error) {
-      if (error.name === "AbortError") return;
-      this.error.textContent = `The flame graph could not load. ${error.message}`;
-      this.error.hidden = false;
-    } finally {
-      if (this.abort === controller) this.total.classList.remove("stale");
-    }
+    });
   }
 
   searchNow() {
@@ -133,21 +121,28 @@ export class FlameView {
     this.hits = q ? search(this.data.nodes, q) : null;
     if (!q) this.matchText.textContent = "";
     else if (!this.hits.count) this.matchText.textContent = `No frame matches “${q}”`;
-    else this.matchText.textContent = `${count(this.hits.count)} frame${this.hits.count === 1 ? "" : "s"} match: ${bytes(this.hits.bytes)} (${percent(this.hits.bytes, this.data.total)} of ${this.modeWord()})`;
+    else
+      this.matchText.textContent = `${count(this.hits.count)} frame${this.hits.count === 1 ? "" : "s"} match: ${bytes(this.hits.bytes)} (${percent(this.hits.bytes, this.data.total)} of ${this.modeWord()})`;
   }
 
+  /** "reserved" or "live": the mode asked for (the flame answer does not repeat it). */
   modeWord() {
-    return this.data?.mode === "reserved" || this.ctx.store.get().mode === "reserved" ? "reserved" : "live";
+    return this.ctx.store.get().mode === "reserved" ? "reserved" : "live";
   }
 
   renderTotal() {
     const d = this.data;
     const info = this.ctx.deviceInfo();
     const reserved = this.ctx.store.get().mode === "reserved";
-    const when = d.at === null || d.at === undefined ? "when the snapshot was taken" : `right after event ${count(d.at)}${d.at === info?.peak_event_index ? " (the peak)" : ""}`;
+    const when =
+      d.at === null || d.at === undefined
+        ? "when the snapshot was taken"
+        : `right after event ${count(d.at)}${d.at === info?.peak_event_index ? " (the peak)" : ""}`;
     this.total.replaceChildren(
       h("strong", { id: "flame-total-bytes" }, bytes(d.total)),
-      reserved ? ` reserved ${when}: ${count(d.allocations)} live allocations plus free, pending-free and rounding bytes per segment.` : ` live ${when} in ${count(d.allocations)} allocation${d.allocations === 1 ? "" : "s"}.`,
+      reserved
+        ? ` reserved ${when}: ${count(d.allocations)} live allocations plus free, pending-free and rounding bytes per segment.`
+        : ` live ${when} in ${count(d.allocations)} allocation${d.allocations === 1 ? "" : "s"}.`,
     );
   }
 
@@ -157,7 +152,11 @@ export class FlameView {
     this.crumbs.replaceChildren(
       ...chain.flatMap((i, k) => [
         k ? h("span", { className: "crumb-sep", "aria-hidden": "true" }, "›") : null,
-        h("button", { type: "button", className: `crumb${i === this.focus ? " current" : ""}`, title: frameLabel(nodes[i]), onclick: () => this.zoom(i) }, i === 0 ? "all" : nodes[i].name),
+        h(
+          "button",
+          { type: "button", className: `crumb${i === this.focus ? " current" : ""}`, title: frameLabel(nodes[i]), onclick: () => this.zoom(i) },
+          i === 0 ? "all" : nodes[i].name,
+        ),
       ]),
     );
     this.crumbs.hidden = chain.length < 2;
@@ -176,12 +175,7 @@ export class FlameView {
     const width = Math.max(320, this.chart.clientWidth);
     const t = theme();
     if (!this.data) {
-      const ctx = fitCanvas(this.canvas, width, 80);
-      ctx.fillStyle = t.bg;
-      ctx.fillRect(0, 0, width, 80);
-      ctx.fillStyle = t.muted;
-      ctx.font = t.font;
-      ctx.fillText("Loading the flame graph…", 8, 24);
+      paintPlaceholder(this.canvas, width, 80, "Loading the flame graph…");
       return;
     }
     const nodes = this.data.nodes;
@@ -206,8 +200,8 @@ export class FlameView {
     ctx.textBaseline = "middle";
     for (const r of rects) {
       const node = nodes[r.i];
-      ctx.globalAlpha = hits && hits.count && !hits.hit[r.i] ? 0.35 : r.ancestor ? 0.75 : 1;
-      ctx.fillStyle = hits && hits.hit[r.i] ? t.match : r.i === 0 ? t.lineStrong : frameColor(node.name, node.file, t.dark);
+      ctx.globalAlpha = hits?.count && !hits.hit[r.i] ? 0.35 : r.ancestor ? 0.75 : 1;
+      ctx.fillStyle = hits?.hit[r.i] ? t.match : r.i === 0 ? t.lineStrong : frameColor(node.name, node.file, t.dark);
       ctx.fillRect(r.x + 0.5, r.y + 0.5, Math.max(0.5, r.w - 1), ROW - 1);
       if (r.i === this.hover) {
         ctx.globalAlpha = 1;
@@ -216,7 +210,7 @@ export class FlameView {
         ctx.strokeRect(r.x + 1, r.y + 1, Math.max(1, r.w - 2), ROW - 2);
       }
       if (r.w > 28) {
-        ctx.globalAlpha = hits && hits.count && !hits.hit[r.i] ? 0.5 : 1;
+        ctx.globalAlpha = hits?.count && !hits.hit[r.i] ? 0.5 : 1;
         ctx.fillStyle = t.dark ? "#f1f3f7" : "#1b2130";
         const label = r.i === 0 ? `all · ${bytes(node.bytes)}` : node.file ? `${node.name}  ${node.file}:${node.line}` : node.name;
         ctx.fillText(fitText(ctx, label, r.w - 8), r.x + 4, r.y + ROW / 2 + 0.5);
@@ -289,9 +283,9 @@ export class FlameView {
       title: this.total.textContent,
       color: (node) => frameColor(node.name, node.file, false),
       hit: this.hits?.hit,
-      describe: (i) => `${frameLabel(nodes[i])}: ${bytes(nodes[i].bytes)} (${percent(nodes[i].bytes, this.data.total)}), ${count(nodes[i].allocations)} allocations`,
+      describe: (i) =>
+        `${frameLabel(nodes[i])}: ${bytes(nodes[i].bytes)} (${percent(nodes[i].bytes, this.data.total)}), ${count(nodes[i].allocations)} allocations`,
     });
     download(`${this.baseName()}.svg`, text, "image/svg+xml");
   }
 }
-

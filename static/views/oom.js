@@ -4,13 +4,7 @@
 import { bytes, count } from "../lib/units.js";
 import { h } from "./common.js";
 
-const SETTINGS_SHOWN = [
-  "PYTORCH_CUDA_ALLOC_CONF",
-  "expandable_segments",
-  "max_split_size",
-  "garbage_collection_threshold",
-  "roundup_power2_divisions",
-];
+const SETTINGS_SHOWN = ["PYTORCH_CUDA_ALLOC_CONF", "expandable_segments", "max_split_size", "garbage_collection_threshold", "roundup_power2_divisions"];
 
 function number(label, value, title) {
   return h("div", { className: "oom-number", title }, h("span", { className: "label" }, label), h("span", { className: "value" }, value));
@@ -25,14 +19,22 @@ function settingText(value) {
   return String(value);
 }
 
-function panel(report, id) {
+function panel(report) {
   const verdict = report.verdict === "fragmentation" ? "Fragmentation" : "Exhaustion";
   const at = `?tab=timeline&at=${report.event_index}${report.device ? `&device=${report.device}` : ""}`;
   const segmentsAt = `?tab=segments&at=${report.event_index}${report.device ? `&device=${report.device}` : ""}`;
   const pools = h(
     "table",
     { className: "oom-pools" },
-    h("thead", {}, h("tr", {}, ["Stream", "Pool", "Free (cached)", "Largest free block", "Segments"].map((t) => h("th", {}, t)))),
+    h(
+      "thead",
+      {},
+      h(
+        "tr",
+        {},
+        ["Stream", "Pool", "Free (cached)", "Largest free block", "Segments"].map((t) => h("th", {}, t)),
+      ),
+    ),
     h(
       "tbody",
       {},
@@ -67,7 +69,11 @@ function panel(report, id) {
       "div",
       { className: "oom-numbers" },
       number("Requested", bytes(report.requested_bytes), "What the failing allocation asked for"),
-      number("Free on the device", report.device_free_bytes === null ? "unknown" : bytes(report.device_free_bytes), "What CUDA reported free when the allocator gave up"),
+      number(
+        "Free on the device",
+        report.device_free_bytes === null ? "unknown" : bytes(report.device_free_bytes),
+        "What CUDA reported free when the allocator gave up",
+      ),
       number("Reserved", bytes(report.reserved_bytes), "Segments the caching allocator held"),
       number("Allocated", bytes(report.allocated_bytes), "Requested bytes of live tensors"),
       number("Free in segments", bytes(report.free_in_segments_bytes), "Cached free blocks, reusable by requests that fit"),
@@ -76,15 +82,23 @@ function panel(report, id) {
     h("h3", {}, "Free space by stream and pool"),
     pools,
     report.hints.length ? h("h3", {}, "What to try") : null,
-    report.hints.length ? h("ul", { className: "oom-hints" }, report.hints.map((hint) => h("li", {}, hint))) : null,
+    report.hints.length
+      ? h(
+          "ul",
+          { className: "oom-hints" },
+          report.hints.map((hint) => h("li", {}, hint)),
+        )
+      : null,
     report.top_stacks.length ? h("h3", {}, "Holding the most memory at that moment") : null,
     report.top_stacks.length
       ? h(
           "ol",
           { className: "oom-stacks" },
-          report.top_stacks.slice(0, 5).map((stack) =>
-            h("li", { title: stack.frames.join("\n") }, h("span", { className: "num" }, bytes(stack.bytes)), " ", h("code", {}, shortFrame(stack.frames[0]))),
-          ),
+          report.top_stacks
+            .slice(0, 5)
+            .map((stack) =>
+              h("li", { title: stack.frames.join("\n") }, h("span", { className: "num" }, bytes(stack.bytes)), " ", h("code", {}, shortFrame(stack.frames[0]))),
+            ),
         )
       : null,
     settings.length ? h("details", { className: "oom-settings" }, h("summary", {}, "Allocator settings in effect"), h("ul", {}, settings)) : null,
@@ -115,7 +129,11 @@ export async function showOomPanels(id) {
     if (!response.ok) throw new Error(`the server answered ${response.status}`);
     const reports = await response.json();
     if (reports.length === 0) return;
-    const section = h("section", { className: "oom-explainer", "aria-label": "Out-of-memory explainer" }, reports.map((r) => panel(r, id)));
+    const section = h(
+      "section",
+      { className: "oom-explainer", "aria-label": "Out-of-memory explainer" },
+      reports.map((r) => panel(r)),
+    );
     overview.prepend(section);
     for (const banner of banners) banner.remove();
   } catch (error) {

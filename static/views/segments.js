@@ -3,7 +3,21 @@
 // allocation and stack. The map follows the moment (← → step it).
 
 import { bytes, count, hex, percent } from "../lib/units.js";
-import { allocation, fitCanvas, frameParts, frameScheduler, getJSON, h, hideTip, onThemeChange, showTip, theme, tipRow, visibleFrames } from "./common.js";
+import {
+  allocation,
+  fitCanvas,
+  frameParts,
+  frameScheduler,
+  h,
+  hideTip,
+  newestOnly,
+  onThemeChange,
+  paintPlaceholder,
+  showTip,
+  theme,
+  tipRow,
+  visibleFrames,
+} from "./common.js";
 
 const ROW = 22;
 const ROW_GAP = 8;
@@ -20,6 +34,7 @@ export class SegmentsView {
     this.totals = panel.querySelector("#segments-totals");
     this.table = panel.querySelector("#segments-table");
     this.error = panel.querySelector("#segments-error");
+    this.fetchSegments = newestOnly({ staleMark: this.source, errorBox: this.error, what: "The segment map" });
     this.legend = panel.querySelector("#segments-legend");
     this.data = null;
     this.key = "";
@@ -57,7 +72,7 @@ export class SegmentsView {
     this.draw();
   }
 
-  update(state, changed) {
+  update(_state, changed) {
     if (this.visible() && (changed.has("at") || changed.has("device"))) this.load();
     else if (this.visible() && changed.has("alloc")) this.draw();
   }
@@ -69,26 +84,14 @@ export class SegmentsView {
     if (at !== null) params.set("at", at);
     const key = params.toString();
     if (key === this.key) return;
-    this.abort?.abort();
-    const controller = new AbortController();
-    this.abort = controller;
-    this.source.classList.add("stale");
-    try {
-      const data = await getJSON(`/api/snapshots/${this.ctx.id}/segments?${key}`, controller.signal);
+    await this.fetchSegments(`/api/snapshots/${this.ctx.id}/segments?${key}`, (data) => {
       this.key = key;
       this.data = data;
-      this.error.hidden = true;
       this.renderSource();
       this.renderTotals();
       this.renderTable();
       this.paint();
-    } catch (error) {
-      if (error.name === "AbortError") return;
-      this.error.textContent = `The segment map could not load. ${error.message}`;
-      this.error.hidden = false;
-    } finally {
-      if (this.abort === controller) this.source.classList.remove("stale");
-    }
+    });
   }
 
   renderSource() {
@@ -96,7 +99,10 @@ export class SegmentsView {
     const last = this.ctx.events() - 1;
     const when = d.at === null || d.at === undefined ? "when the snapshot was taken" : `right after event ${count(d.at)}`;
     if (d.exact) {
-      this.source.replaceChildren(h("span", { className: "badge badge-exact", title: "Block sizes, states and rounding as the snapshot recorded them" }, "exact"), ` The snapshot's own segments, ${when}.`);
+      this.source.replaceChildren(
+        h("span", { className: "badge badge-exact", title: "Block sizes, states and rounding as the snapshot recorded them" }, "exact"),
+        ` The snapshot's own segments, ${when}.`,
+      );
     } else {
       this.source.replaceChildren(
         h("span", { className: "badge badge-rebuilt", title: "Rebuilt by undoing events from the snapshot backwards" }, "rebuilt"),
@@ -108,18 +114,45 @@ export class SegmentsView {
 
   renderTotals() {
     const t = this.data.totals;
-    const stat = (label, value, detail, title) => h("div", { className: "stat", title }, h("span", { className: "label" }, label), h("span", { className: "value" }, value), h("span", { className: "detail" }, detail));
+    const stat = (label, value, detail, title) =>
+      h(
+        "div",
+        { className: "stat", title },
+        h("span", { className: "label" }, label),
+        h("span", { className: "value" }, value),
+        h("span", { className: "detail" }, detail),
+      );
     this.totals.replaceChildren(
       stat("Reserved", bytes(t.reserved), `in ${count(t.segments)} segments`, "Bytes of all segments: what the allocator holds from CUDA"),
       stat("Allocated", bytes(t.allocated), `${percent(t.allocated, t.reserved)} of reserved`, "Requested bytes of live blocks"),
-      stat("Free", bytes(t.external_free), `largest block ${bytes(t.largest_free_block)}`, "Cached free blocks: reusable without asking CUDA again. The largest is the biggest request they can serve."),
-      stat("Fragmentation", `${(100 * t.fragmentation).toFixed(0)}%`, `rounding ${bytes(t.internal_free)}${t.pending_free ? ` · pending ${bytes(t.pending_free)}` : ""}`, "The share of free bytes outside the largest free block. Rounding: bytes inside live blocks beyond the request."),
+      stat(
+        "Free",
+        bytes(t.external_free),
+        `largest block ${bytes(t.largest_free_block)}`,
+        "Cached free blocks: reusable without asking CUDA again. The largest is the biggest request they can serve.",
+      ),
+      stat(
+        "Fragmentation",
+        `${(100 * t.fragmentation).toFixed(0)}%`,
+        `rounding ${bytes(t.internal_free)}${t.pending_free ? ` · pending ${bytes(t.pending_free)}` : ""}`,
+        "The share of free bytes outside the largest free block. Rounding: bytes inside live blocks beyond the request.",
+      ),
     );
   }
 
   renderTable() {
     const segments = this.data.segments;
-    const head = h("thead", {}, h("tr", {}, ["Segment", "Size", "Stream", "Pool", "Allocated", "Free", "Largest free", "Fragmentation", "Blocks"].map((c, i) => h("th", { className: i ? "num" : "" }, c))));
+    const head = h(
+      "thead",
+      {},
+      h(
+        "tr",
+        {},
+        ["Segment", "Size", "Stream", "Pool", "Allocated", "Free", "Largest free", "Fragmentation", "Blocks"].map((c, i) =>
+          h("th", { className: i ? "num" : "" }, c),
+        ),
+      ),
+    );
     const body = h("tbody");
     for (const [i, s] of segments.entries()) {
       const st = s.stats;
@@ -147,7 +180,11 @@ export class SegmentsView {
       );
       body.append(row);
     }
-    this.table.replaceChildren(h("caption", { className: "muted small" }, `${count(segments.length)} segments, by address. Hover a row to find it in the map.`), head, body);
+    this.table.replaceChildren(
+      h("caption", { className: "muted small" }, `${count(segments.length)} segments, by address. Hover a row to find it in the map.`),
+      head,
+      body,
+    );
   }
 
   paint() {
@@ -155,12 +192,7 @@ export class SegmentsView {
     const width = Math.max(320, this.chart.clientWidth);
     const t = theme();
     if (!this.data) {
-      const ctx = fitCanvas(this.canvas, width, 60);
-      ctx.fillStyle = t.bg;
-      ctx.fillRect(0, 0, width, 60);
-      ctx.fillStyle = t.muted;
-      ctx.font = t.font;
-      ctx.fillText("Loading the segment map…", 8, 24);
+      paintPlaceholder(this.canvas, width, 60, "Loading the segment map…");
       return;
     }
     const segments = this.data.segments;
@@ -218,7 +250,8 @@ export class SegmentsView {
         for (const piece of place(p.at + offset, length)) ctx.fillRect(piece.x, y(piece.row), Math.max(1, piece.w - (piece.w > 4 ? 1 : 0)), ROW);
         if (block.size * scale - used >= 0.5) {
           ctx.fillStyle = t.rounding;
-          for (const piece of place(p.at + offset + used, block.size * scale - used)) ctx.fillRect(piece.x, y(piece.row) + ROW * 0.45, Math.max(1, piece.w), ROW * 0.55);
+          for (const piece of place(p.at + offset + used, block.size * scale - used))
+            ctx.fillRect(piece.x, y(piece.row) + ROW * 0.45, Math.max(1, piece.w), ROW * 0.55);
         }
         if (alloc !== null && block.allocation === alloc) {
           ctx.strokeStyle = t.accent;
@@ -261,13 +294,26 @@ export class SegmentsView {
       showTip(
         event.clientX,
         event.clientY,
-        h("div", { className: "tip-title" }, `${STATE_NAMES[block.state] ?? block.state} · ${bytes(block.size)}`, info ? h("span", { className: "tip-id" }, ` ${info.block_id}`) : null),
+        h(
+          "div",
+          { className: "tip-title" },
+          `${STATE_NAMES[block.state] ?? block.state} · ${bytes(block.size)}`,
+          info ? h("span", { className: "tip-id" }, ` ${info.block_id}`) : null,
+        ),
         block.state !== "inactive" ? tipRow("requested", bytes(block.requested)) : null,
         rounding ? tipRow("rounding", bytes(rounding)) : null,
         tipRow("address", hex(block.address)),
         tipRow("segment", `${hex(s.address)} · ${bytes(s.size)} · stream ${s.stream}`),
         tipRow("segment free", `${bytes(s.stats.external_free)} (largest ${bytes(s.stats.largest_free_block)})`),
-        info ? h("ol", { className: "tip-frames" }, visibleFrames(info.frames).slice(0, 6).map((f) => h("li", {}, h("span", { className: "frame-name" }, f.name), " ", h("span", { className: "frame-where" }, frameParts(f).where)))) : null,
+        info
+          ? h(
+              "ol",
+              { className: "tip-frames" },
+              visibleFrames(info.frames)
+                .slice(0, 6)
+                .map((f) => h("li", {}, h("span", { className: "frame-name" }, f.name), " ", h("span", { className: "frame-where" }, frameParts(f).where))),
+            )
+          : null,
         info && !visibleFrames(info.frames).length ? h("div", { className: "tip-note" }, "No Python frames recorded.") : null,
         block.allocation !== null && block.allocation !== undefined ? h("div", { className: "tip-note" }, "Click to pin this allocation.") : null,
       );

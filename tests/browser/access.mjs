@@ -7,7 +7,7 @@
 
 import { createServer } from "node:http";
 import { join } from "node:path";
-import { BASE, FIXTURES, api, assert, assertEqual, clean, newContext, run, shot, step, until } from "./harness.mjs";
+import { api, assert, assertEqual, BASE, clean, FIXTURES, newContext, run, shot, step, until } from "./harness.mjs";
 
 const WRITE = process.env.SNAPVIEW_TEST_WRITE_TOKEN ?? "";
 const READ = process.env.SNAPVIEW_TEST_READ_TOKEN ?? "";
@@ -92,13 +92,23 @@ await run(60_000, async (browser) => {
       if (response.url().startsWith(`${BASE}/api/snapshots`)) statuses.push(response.status());
     });
     const before = (await api("/api/snapshots", asReader)).body.snapshots.length;
-    await foreign.evaluate(async ({ base, token }) => {
-      await fetch(`${base}/api/snapshots?name=evil`, { method: "POST", mode: "no-cors", body: "x", headers: { "Content-Type": "text/plain" } }).catch(() => {});
-      // Even a page that somehow had the token is refused for its origin.
-      await fetch(`${base}/api/snapshots?name=evil`, { method: "POST", mode: "no-cors", body: "x", headers: { Authorization: `Bearer ${token}` } }).catch(() => {});
-    }, { base: BASE, token: WRITE });
+    await foreign.evaluate(
+      async ({ base, token }) => {
+        await fetch(`${base}/api/snapshots?name=evil`, { method: "POST", mode: "no-cors", body: "x", headers: { "Content-Type": "text/plain" } }).catch(
+          () => {},
+        );
+        // Even a page that somehow had the token is refused for its origin.
+        await fetch(`${base}/api/snapshots?name=evil`, { method: "POST", mode: "no-cors", body: "x", headers: { Authorization: `Bearer ${token}` } }).catch(
+          () => {},
+        );
+      },
+      { base: BASE, token: WRITE },
+    );
     await until(() => statuses.length >= 1, "the server's answer");
-    assert(statuses.every((s) => s === 403), `refused with 403: ${statuses}`);
+    assert(
+      statuses.every((s) => s === 403),
+      `refused with 403: ${statuses}`,
+    );
     assertEqual((await api("/api/snapshots", asReader)).body.snapshots.length, before, "nothing stored");
     await foreign.close();
     site.close();

@@ -10,8 +10,8 @@
 
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { BASE, FIXTURES, api, assert, assertEqual, clean, newContext, run, shot, step, until } from "./harness.mjs";
 import { bytes as formatBytes } from "../../static/lib/units.js";
+import { api, assert, assertEqual, BASE, clean, FIXTURES, newContext, run, shot, step, until } from "./harness.mjs";
 
 const TOTAL_TIMEOUT_MS = 100_000;
 
@@ -22,7 +22,11 @@ async function upload(file, name, group) {
   assert(status === 201 || status === 200, `upload of ${file} answered ${status}: ${text}`);
   // Already stored (a re-run against the same server): make the name and group what we need.
   if (status === 200) {
-    await api(`/api/snapshots/${body.id}`, { method: "PATCH", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ name, group: group ?? "" }) });
+    await api(`/api/snapshots/${body.id}`, {
+      method: "PATCH",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ name, group: group ?? "" }),
+    });
   }
   return body.id;
 }
@@ -34,27 +38,30 @@ function expectedErrors(text, url) {
 
 /** Pixels of a canvas: how many are drawn (not transparent), and how many are clearly red. */
 async function canvasPixels(page, selector) {
-  return page.locator(selector).first().evaluate((canvas) => {
-    const ctx = canvas.getContext("2d");
-    const { data } = ctx.getImageData(0, 0, canvas.width, canvas.height);
-    let drawn = 0;
-    let red = 0;
-    let blue = 0;
-    for (let i = 0; i < data.length; i += 4) {
-      if (data[i + 3] === 0) continue;
-      drawn += 1;
-      const [r, g, b] = [data[i], data[i + 1], data[i + 2]];
-      if (r > 150 && r > g + 60 && r > b + 60) red += 1;
-      if (b > 150 && b > r + 60) blue += 1;
-    }
-    return { drawn, red, blue, total: data.length / 4, width: canvas.width, cssWidth: canvas.getBoundingClientRect().width };
-  });
+  return page
+    .locator(selector)
+    .first()
+    .evaluate((canvas) => {
+      const ctx = canvas.getContext("2d");
+      const { data } = ctx.getImageData(0, 0, canvas.width, canvas.height);
+      let drawn = 0;
+      let red = 0;
+      let blue = 0;
+      for (let i = 0; i < data.length; i += 4) {
+        if (data[i + 3] === 0) continue;
+        drawn += 1;
+        const [r, g, b] = [data[i], data[i + 1], data[i + 2]];
+        if (r > 150 && r > g + 60 && r > b + 60) red += 1;
+        if (b > 150 && b > r + 60) blue += 1;
+      }
+      return { drawn, red, blue, total: data.length / 4, width: canvas.width, cssWidth: canvas.getBoundingClientRect().width };
+    });
 }
 
 /** Waits for the compare page's data to arrive and its canvases to be drawn. */
 async function compareReady(page) {
   await page.locator("#compare[data-ready=true]").waitFor({ timeout: 20_000 });
-  await until(() => page.evaluate(() => (window.snapviewCompare?.flameRects().length ?? 0) > 0), "the flame graph's layout");
+  await until(() => page.evaluate(() => (window.snapviewTest?.flameRects().length ?? 0) > 0), "the flame graph's layout");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -109,7 +116,7 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     const pixels = await canvasPixels(page, "canvas.flame-canvas");
     assert(pixels.drawn > pixels.total * 0.2, `the flame graph is mostly blank: ${JSON.stringify(pixels)}`);
     assert(pixels.red > 500, `no red in the flame graph: ${JSON.stringify(pixels)}`);
-    const rects = await page.evaluate(() => window.snapviewCompare.flameRects());
+    const rects = await page.evaluate(() => window.snapviewTest.flameRects());
     const growing = rects.filter((r) => r.after > r.before && /modeling_gpt2\.py|forward/.test(r.name) && !r.ancestor);
     assert(growing.length > 0, "no growing modeling_gpt2.py frame is drawn");
     const widest = growing.reduce((a, b) => (b.w > a.w ? b : a));
@@ -119,14 +126,17 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     await tooltip.waitFor({ state: "visible" });
     const text = await tooltip.textContent();
     assert(/modeling_gpt2\.py|forward/.test(text), `the tooltip does not name the frame: ${text}`);
-    assert(text.includes(formatBytes(widest.before).replace(/^0 B$/, "0 B")) && text.includes(formatBytes(widest.after)), `the tooltip does not give both sides (${formatBytes(widest.before)}, ${formatBytes(widest.after)}): ${text}`);
+    assert(
+      text.includes(formatBytes(widest.before).replace(/^0 B$/, "0 B")) && text.includes(formatBytes(widest.after)),
+      `the tooltip does not give both sides (${formatBytes(widest.before)}, ${formatBytes(widest.after)}): ${text}`,
+    );
     assert(/change\s*\+/.test(text), `the tooltip shows no growth: ${text}`);
     await shot(page, "compare-flame-hover", { fullPage: false, clip: { x: 0, y: Math.max(0, box.y - 120), width: 1280, height: 700 } });
     // Click zooms in; the breadcrumb goes back.
     await page.mouse.click(box.x + widest.x + widest.w / 2, box.y + widest.y + widest.h / 2);
     const crumbs = page.locator(".cmp-breadcrumb").first();
     await crumbs.waitFor({ state: "visible" });
-    const zoomed = await page.evaluate(() => window.snapviewCompare.flameRects().filter((r) => !r.ancestor)[0]);
+    const zoomed = await page.evaluate(() => window.snapviewTest.flameRects().filter((r) => !r.ancestor)[0]);
     assertEqual(zoomed.name, widest.name, "the zoomed frame");
     await crumbs.locator("button.crumb").first().click();
     await crumbs.waitFor({ state: "hidden" });
@@ -230,7 +240,7 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     const canvas = page.locator("canvas.curves-canvas").first();
     await canvas.scrollIntoViewIfNeeded();
     const box = await canvas.boundingBox();
-    const point = await page.evaluate(() => window.snapviewCompare.curvePoint(1, 0.25));
+    const point = await page.evaluate(() => window.snapviewTest.curvePoint(1, 0.25));
     assert(point, "no point on the after curve");
     await page.mouse.move(box.x + point.x, box.y + point.y);
     const hint = await page.locator(".curve-readout").first().textContent();
@@ -257,7 +267,13 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     // The keyboard: m focuses the before side's field; Enter compares there.
     await page.locator(".eyebrow").click();
     await page.keyboard.press("m");
-    assert(await page.locator(".moment-input").first().evaluate((input) => input === document.activeElement), "m does not focus the moment field");
+    assert(
+      await page
+        .locator(".moment-input")
+        .first()
+        .evaluate((input) => input === document.activeElement),
+      "m does not focus the moment field",
+    );
     await page.keyboard.press("Control+A");
     await page.keyboard.type("100");
     await Promise.all([page.waitForURL(new RegExp(`at_a=100&at_b=${atB}$`)), page.keyboard.press("Enter")]);

@@ -1,11 +1,18 @@
 // Shared pieces of the browser scripts (server_pages, views, compare, oom, perf_huge): a runner
 // and steps, the API, a Chromium whose pages report console errors and CSP violations, pixel
 // counting and screenshots.
+//
+// The test hook: a page hands the browser tests its internals through ONE global,
+// `window.snapviewTest`, and nothing else. The snapshot page (static/views/app.js) sets it to
+// `{ store, ctx, views }`; the compare page (static/compare/main.js) to `{ flameRects, curvePoint }`. The snapshot page's: the URL state store (`store.get()`, `store.set(patch)`), the page
+// context (`ctx.setMoment(n)`) and the views by tab (`views.timeline.layout` and `.model`,
+// `views.flame.rects` and `.data`, `views.segments.pieces`), so a script asserts on what was
+// drawn where instead of reading pixels. A page that needs another hook adds its fields there.
 
-import { chromium } from "playwright-core";
 import { mkdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { chromium } from "playwright-core";
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 export const ROOT = resolve(HERE, "../..");
@@ -13,7 +20,16 @@ export const FIXTURES = join(ROOT, "tests/fixtures");
 export const SHOTS = process.env.SNAPVIEW_SCREENSHOTS ?? join(ROOT, "target/screenshots");
 export const BASE = (process.env.SNAPVIEW_URL ?? "").replace(/\/+$/, "");
 export const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
-export const ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-quic"];
+export const ARGS = [
+  "--headless",
+  "--no-sandbox",
+  "--disable-gpu",
+  "--no-first-run",
+  "--disable-background-networking",
+  "--disable-component-update",
+  "--disable-sync",
+  "--disable-quic",
+];
 
 if (!BASE) {
   console.error("Set SNAPVIEW_URL to a running snapview server, e.g. http://127.0.0.1:7979");
@@ -33,7 +49,11 @@ export async function step(name, fn, timeoutMs = 30_000) {
     console.log(`ok    ${name}  (${Date.now() - t0} ms)`);
   } catch (error) {
     failed += 1;
-    console.log(`FAIL  ${name}  (${Date.now() - t0} ms)\n      ${String(error?.stack ?? error).split("\n").join("\n      ")}`);
+    console.log(
+      `FAIL  ${name}  (${Date.now() - t0} ms)\n      ${String(error?.stack ?? error)
+        .split("\n")
+        .join("\n      ")}`,
+    );
   } finally {
     clearTimeout(timer);
   }

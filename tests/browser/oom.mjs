@@ -4,8 +4,8 @@
 //   SNAPVIEW_URL=http://127.0.0.1:7979 node tests/browser/oom.mjs
 
 import { join } from "node:path";
-import { BASE, FIXTURES, api, assert, assertEqual, clean, newContext, run, shot, step, until, upload } from "./harness.mjs";
-import { bytes } from "../../static/lib/format.js";
+import { bytes } from "../../static/lib/units.js";
+import { api, assert, assertEqual, BASE, clean, FIXTURES, newContext, run, shot, step, until, upload } from "./harness.mjs";
 
 await run(50_000, async (browser) => {
   const context = await newContext(browser);

@@ -10,9 +10,9 @@
 
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { BASE, FIXTURES, api, assert, assertEqual, clean, newContext, run, shot, step, until } from "./harness.mjs";
 // The page's own formatter; the first step checks it against src/format.rs's cases.
-import { bytes as formatBytes } from "../../static/lib/format.js";
+import { bytes as formatBytes } from "../../static/lib/units.js";
+import { api, assert, assertEqual, BASE, clean, FIXTURES, newContext, run, shot, step, until } from "./harness.mjs";
 
 const TOTAL_TIMEOUT_MS = 55_000;
 
@@ -28,7 +28,8 @@ async function uploadViaApi(file, name) {
 /** The console errors this script causes on purpose: refused uploads, and the 404 page's status. */
 function expectedErrors(text, url) {
   return (
-    (/Failed to load resource: the server responded with a status of (400|404)/.test(text) && (url.includes("/api/snapshots") || url.includes("/s/0123456789abcdef"))) ||
+    (/Failed to load resource: the server responded with a status of (400|404)/.test(text) &&
+      (url.includes("/api/snapshots") || url.includes("/s/0123456789abcdef"))) ||
     // A deleted snapshot's page answers 410 Gone.
     (/Failed to load resource: the server responded with a status of 410/.test(text) && url.includes("/s/"))
   );
@@ -114,7 +115,10 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     const error = page.locator(".drop-error");
     await error.waitFor({ state: "visible" });
     const text = await error.textContent();
-    assert(text.includes(expected.body.error.message), `.drop-error says ${JSON.stringify(text)}, not the server's ${JSON.stringify(expected.body.error.message)}`);
+    assert(
+      text.includes(expected.body.error.message),
+      `.drop-error says ${JSON.stringify(text)}, not the server's ${JSON.stringify(expected.body.error.message)}`,
+    );
     assert(text.includes("notes.txt"), ".drop-error does not name the file");
     assertEqual(new URL(page.url()).pathname, "/", "path after a failed upload");
     assert(await page.locator(".drop-idle").isVisible(), "the drop zone is not ready for another file");
@@ -163,11 +167,14 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     const navigated = page.waitForURL(/\/s\/[0-9a-f]{16}$/, { timeout: 25_000 });
     await dropFile(page, file, bytes);
     const midway = await until(
-      () => page.evaluate(() => {
-        const text = document.querySelector("[data-upload-status]")?.textContent ?? "";
-        const width = parseFloat(document.querySelector(".progress-bar")?.style.width ?? "0");
-        return /^Uploading .+ of .+ · \d+%$/.test(text) && width > 0 && width < 100;
-      }).catch(() => false),
+      () =>
+        page
+          .evaluate(() => {
+            const text = document.querySelector("[data-upload-status]")?.textContent ?? "";
+            const width = parseFloat(document.querySelector(".progress-bar")?.style.width ?? "0");
+            return /^Uploading .+ of .+ · \d+%$/.test(text) && width > 0 && width < 100;
+          })
+          .catch(() => false),
       "a progress update part way through",
       15_000,
     ).catch(() => false);
@@ -182,8 +189,14 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     assert(uploading.length > 0, `no 'Uploading X of ${size} · N%' text among ${JSON.stringify(progress.texts)}`);
     const widths = [...new Set(progress.widths)];
     assert(widths.length >= 2, `the bar width never changed: ${JSON.stringify(progress.widths)}`);
-    assert(widths.some((w) => parseFloat(w) > 0), `the bar never grew: ${JSON.stringify(widths)}`);
-    assert(progress.texts.some((t) => t.startsWith("Reading")), `never said it was reading the file: ${JSON.stringify(progress.texts)}`);
+    assert(
+      widths.some((w) => parseFloat(w) > 0),
+      `the bar never grew: ${JSON.stringify(widths)}`,
+    );
+    assert(
+      progress.texts.some((t) => t.startsWith("Reading")),
+      `never said it was reading the file: ${JSON.stringify(progress.texts)}`,
+    );
     assert(midway, "no progress update was seen part way through a 2 s upload");
 
     state.gpt2 = new URL(page.url()).pathname.split("/").pop();
@@ -409,7 +422,12 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     const phone = await newContext(browser, { viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, isMobile: true, hasTouch: true }, expectedErrors);
     const phonePage = await phone.newPage();
     const wide = [];
-    for (const [path, name] of [["/", "mobile-index"], [`/s/${state.gpt2}`, "mobile-snapshot-gpt2"], [`/s/${state.multi}`, "mobile-snapshot-multi-device"], ["/s/0123456789abcdef", "mobile-error-404"]]) {
+    for (const [path, name] of [
+      ["/", "mobile-index"],
+      [`/s/${state.gpt2}`, "mobile-snapshot-gpt2"],
+      [`/s/${state.multi}`, "mobile-snapshot-multi-device"],
+      ["/s/0123456789abcdef", "mobile-error-404"],
+    ]) {
       await phonePage.goto(`${BASE}${path}`);
       await shot(phonePage, name);
       const width = await phonePage.evaluate(() => document.documentElement.scrollWidth);

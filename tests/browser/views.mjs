@@ -6,15 +6,15 @@
 // (`cargo test --release --test browser` starts a server on a fresh data folder and runs this.)
 // Uploads its fixtures through the API. Screenshots: target/screenshots/views-*.png.
 
-import { join } from "node:path";
 import { readFileSync } from "node:fs";
-import { BASE, FIXTURES, api, assert, assertEqual, clean, drawn, newContext, problems, run, shot, step, until, upload } from "./harness.mjs";
+import { join } from "node:path";
+import { api, assert, assertEqual, BASE, clean, drawn, FIXTURES, newContext, problems, run, shot, step, until, upload } from "./harness.mjs";
 
 const TOTAL_TIMEOUT_MS = 100_000;
 
 const state = {};
-const layout = (page, view = "timeline") => page.evaluate((view) => window.__snapview?.views?.[view]?.layout ?? null, view);
-const store = (page) => page.evaluate(() => window.__snapview?.store.get() ?? null);
+const layout = (page, view = "timeline") => page.evaluate((view) => window.snapviewTest?.views?.[view]?.layout ?? null, view);
+const store = (page) => page.evaluate(() => window.snapviewTest?.store.get() ?? null);
 
 /** Screen position of a point of the timeline canvas (CSS px inside the canvas). */
 async function canvasPoint(page, selector, x, y) {
@@ -73,7 +73,10 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     const point = await canvasPoint(page, "#timeline-canvas", target.band.x + target.band.w / 2, target.band.y + target.band.h / 2);
     await page.mouse.move(point.x, point.y);
     const tip = page.locator(".tip");
-    await until(async () => (await tip.isVisible()) && (await tip.textContent()).includes(target.frame.name) && (await tip.textContent()).includes(target.info.block_id), `a tooltip naming ${target.frame.name} and ${target.info.block_id}`);
+    await until(
+      async () => (await tip.isVisible()) && (await tip.textContent()).includes(target.frame.name) && (await tip.textContent()).includes(target.info.block_id),
+      `a tooltip naming ${target.frame.name} and ${target.info.block_id}`,
+    );
     const text = await tip.textContent();
     assert(text.includes(target.frame.filename.split("/").pop()), `the tooltip lacks the frame's file: ${text}`);
     state.band = target;
@@ -118,16 +121,19 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
 
   await step("the flame graph hovers, zooms, searches and downloads", async () => {
     // Back to the peak for a richer graph.
-    await page.evaluate((peak) => window.__snapview.ctx.setMoment(peak), state.peak);
+    await page.evaluate((peak) => window.snapviewTest.ctx.setMoment(peak), state.peak);
     await until(async () => (await page.locator("#flame-total").textContent()).includes("(the peak)"), "the peak's graph");
     await page.waitForTimeout(100);
-    const rects = await page.evaluate(() => window.__snapview.views.flame.rects.map((r) => ({ i: r.i, x: r.x, y: r.y, w: r.w })));
+    const rects = await page.evaluate(() => window.snapviewTest.views.flame.rects.map((r) => ({ i: r.i, x: r.x, y: r.y, w: r.w })));
     const deep = rects.filter((r) => r.w > 40 && r.y >= 40).sort((a, b) => b.w - a.w)[0];
     assert(deep, "no wide frame below the root");
-    const name = await page.evaluate((i) => window.__snapview.views.flame.data.nodes[i].name, deep.i);
+    const name = await page.evaluate((i) => window.snapviewTest.views.flame.data.nodes[i].name, deep.i);
     const point = await canvasPoint(page, "#flame-canvas", deep.x + deep.w / 2, deep.y + 10);
     await page.mouse.move(point.x, point.y);
-    await until(async () => (await page.locator(".tip").textContent()).includes(name) && /of live/.test(await page.locator(".tip").textContent()), "the frame's tooltip");
+    await until(
+      async () => (await page.locator(".tip").textContent()).includes(name) && /of live/.test(await page.locator(".tip").textContent()),
+      "the frame's tooltip",
+    );
     await shot(page, "views-flame-gpt2-hover", { fullPage: false });
     await page.mouse.click(point.x, point.y);
     await until(async () => (await layout(page, "flame")).focus === deep.i, "zoom into the frame");
@@ -151,10 +157,12 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     await shot(page, "views-flame-gpt2");
     // Downloads.
     const [folded] = await Promise.all([page.waitForEvent("download"), page.locator("#flame-folded").click()]);
-    const lines = readFileSync(await folded.path(), "utf8").trim().split("\n");
+    const lines = readFileSync(await folded.path(), "utf8")
+      .trim()
+      .split("\n");
     assert(lines.length > 5 && lines.every((l) => /^.+ \d+$/.test(l)), `folded stacks look wrong: ${lines.slice(0, 3).join(" | ")}`);
     const sum = lines.reduce((s, l) => s + Number(l.split(" ").pop()), 0);
-    const total = await page.evaluate(() => window.__snapview.views.flame.data.total);
+    const total = await page.evaluate(() => window.snapviewTest.views.flame.data.total);
     assertEqual(sum, total, "folded stacks sum to the total");
     const [image] = await Promise.all([page.waitForEvent("download"), page.locator("#flame-svg").click()]);
     const svg = readFileSync(await image.path(), "utf8");
@@ -175,27 +183,32 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     await until(async () => /rebuilt/i.test(await page.locator("#segments-source").textContent()), "'rebuilt' at the peak");
     const at0 = (await store(page)).at ?? state.peak;
     await page.keyboard.press("ArrowRight");
-    await until(async () => (await page.locator("#segments-source").textContent()).includes(`event ${(at0 + 1).toLocaleString("en-US")}`), "the map to follow the moment");
+    await until(
+      async () => (await page.locator("#segments-source").textContent()).includes(`event ${(at0 + 1).toLocaleString("en-US")}`),
+      "the map to follow the moment",
+    );
     await page.keyboard.press("ArrowLeft");
     await until(async () => (await store(page)).at === at0, "a step back");
     await shot(page, "views-segments-gpt2");
     // Hover a block.
-    const pieces = await page.evaluate(() => window.__snapview.views.segments.pieces.filter((p) => p.block.allocation !== null && p.w > 8).map((p) => ({ x: p.x, y: p.y, w: p.w })));
+    const pieces = await page.evaluate(() =>
+      window.snapviewTest.views.segments.pieces.filter((p) => p.block.allocation !== null && p.w > 8).map((p) => ({ x: p.x, y: p.y, w: p.w })),
+    );
     assert(pieces.length > 0, "no allocated block drawn");
     const point = await canvasPoint(page, "#segments-canvas", pieces[0].x + pieces[0].w / 2, pieces[0].y + 5);
     await page.mouse.move(point.x, point.y);
     await until(async () => /allocated/.test(await page.locator(".tip").textContent()), "a block's tooltip");
     // The last event shows the snapshot's own map.
-    await page.evaluate((n) => window.__snapview.ctx.setMoment(n - 1), state.events);
+    await page.evaluate((n) => window.snapviewTest.ctx.setMoment(n - 1), state.events);
     await until(async () => /exact/.test(await page.locator("#segments-source").textContent()), "'exact' at the last event");
     await clean(page);
   });
 
   await step("the event list scrolls through every event, filters, and sets the moment", async () => {
-    await page.evaluate((peak) => window.__snapview.ctx.setMoment(peak), state.peak);
+    await page.evaluate((peak) => window.snapviewTest.ctx.setMoment(peak), state.peak);
     await page.keyboard.press("4");
     await until(async () => (await page.locator(".event-row.selected").count()) === 1, "the moment's row selected");
-    assertEqual(Number((await page.locator(".event-row.selected").getAttribute("data-index"))), state.peak, "the selected row");
+    assertEqual(Number(await page.locator(".event-row.selected").getAttribute("data-index")), state.peak, "the selected row");
     await shot(page, "views-events-gpt2");
     // The end of the trace is reachable by scrolling.
     await page.locator("#event-scroller").evaluate((el) => (el.scrollTop = el.scrollHeight));
@@ -214,7 +227,10 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
       const list = await page.locator(".event-row .c-action").allTextContents();
       return list.length > 5 ? list : null;
     }, "the filtered rows");
-    assert(actions.every((a) => a === "alloc"), `rows other than allocs: ${actions.slice(0, 5)}`);
+    assert(
+      actions.every((a) => a === "alloc"),
+      `rows other than allocs: ${actions.slice(0, 5)}`,
+    );
     await page.locator("#events-min").fill("100MiB");
     await until(async () => (await store(page)).min === 100 * 1024 * 1024, "min size in the state");
     const sizes = await page.evaluate(() => [...document.querySelectorAll(".event-row")].map((r) => r.dataset.index).filter(Boolean).length);
@@ -243,7 +259,14 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
       await page.mouse.wheel(0, -240);
       await page.waitForTimeout(30);
     }
-    const request = await until(() => timelineRequests.slice(before).reverse().find((u) => u.searchParams.has("start") && u.searchParams.has("end")), "a timeline request with start and end");
+    const request = await until(
+      () =>
+        timelineRequests
+          .slice(before)
+          .reverse()
+          .find((u) => u.searchParams.has("start") && u.searchParams.has("end")),
+      "a timeline request with start and end",
+    );
     await page.waitForTimeout(400);
     const last = timelineRequests[timelineRequests.length - 1];
     const [start, end] = [Number(last.searchParams.get("start")), Number(last.searchParams.get("end"))];
@@ -264,12 +287,15 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     await page.waitForTimeout(400);
     await shot(page, "views-timeline-gpt2-zoomed");
     // The URL holds the view; a new page opens exactly it.
-    await page.evaluate((id) => window.__snapview.store.set({ alloc: id }), state.band.band.id);
+    await page.evaluate((id) => window.snapviewTest.store.set({ alloc: id }), state.band.band.id);
     const expected = await store(page);
     await until(async () => new URL(page.url()).searchParams.get("start") === String(expected.start), "the URL to hold the window");
     await page.locator("#copy-link").click();
     const copied = await page.evaluate(() => navigator.clipboard.readText());
-    assert(copied.includes(`start=${expected.start}`) && copied.includes("tab=timeline") && copied.includes(`alloc=${expected.alloc}`), `the copied link lacks the view: ${copied}`);
+    assert(
+      copied.includes(`start=${expected.start}`) && copied.includes("tab=timeline") && copied.includes(`alloc=${expected.alloc}`),
+      `the copied link lacks the view: ${copied}`,
+    );
     const other = await context.newPage();
     const requests = [];
     other.on("request", (r) => r.url().includes("/timeline?") && requests.push(new URL(r.url())));
@@ -278,7 +304,10 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     assertEqual(await other.locator("#tab-timeline").getAttribute("aria-selected"), "true", "restored tab");
     const restored = await store(other);
     for (const key of ["tab", "start", "end", "at", "alloc", "axis"]) assertEqual(restored[key], expected[key], `restored ${key}`);
-    assert(requests.some((u) => u.searchParams.get("start") === String(expected.start) && u.searchParams.get("end") === String(expected.end)), "the restored page did not request the window");
+    assert(
+      requests.some((u) => u.searchParams.get("start") === String(expected.start) && u.searchParams.get("end") === String(expected.end)),
+      "the restored page did not request the window",
+    );
     assertEqual((await layout(other)).moment?.at ?? expected.at, expected.at, "restored moment cursor");
     await until(async () => (await other.locator("#alloc-panel").textContent()).includes("b"), "the restored pinned allocation");
     await other.close();
@@ -305,7 +334,8 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     const dialog = page.locator("dialog.keys");
     await dialog.waitFor({ state: "visible" });
     const text = await dialog.textContent();
-    for (const word of ["Timeline", "Flame graph", "Segments", "Events", "Step the selected moment", "Zoom"]) assert(text.includes(word), `the help lacks ${word}`);
+    for (const word of ["Timeline", "Flame graph", "Segments", "Events", "Step the selected moment", "Zoom"])
+      assert(text.includes(word), `the help lacks ${word}`);
     await page.keyboard.press("Escape");
   });
 
@@ -326,7 +356,10 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
   await step("degraded snapshots explain themselves", async () => {
     // No history: the timeline says why, the segment map still draws.
     await page.goto(`${BASE}/s/${state.noHistory}?tab=timeline`);
-    await until(async () => (await page.locator("#timeline-empty").isVisible()) && /record_memory_history/.test(await page.locator("#timeline-empty").textContent()), "the no-history explanation");
+    await until(
+      async () => (await page.locator("#timeline-empty").isVisible()) && /record_memory_history/.test(await page.locator("#timeline-empty").textContent()),
+      "the no-history explanation",
+    );
     await shot(page, "views-timeline-no-history", { fullPage: false });
     await page.keyboard.press("3");
     await drawn(page, "#segments-canvas", 0.05);
@@ -335,7 +368,7 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     // Ring buffer wrapped: the incomplete region is marked on the timeline.
     await page.goto(`${BASE}/s/${state.ring}?tab=timeline`);
     await until(async () => (await layout(page))?.bands?.length > 0, "ring_wrap's timeline");
-    const data = await page.evaluate(() => window.__snapview.views.timeline.model.data.complete_from);
+    const data = await page.evaluate(() => window.snapviewTest.views.timeline.model.data.complete_from);
     assert(data > 0, `ring_wrap has no complete_from: ${data}`);
     assert(await page.locator(".sw-incomplete").count(), "no legend entry for the incomplete history");
     await shot(page, "views-timeline-ring-wrap", { fullPage: false });
@@ -344,15 +377,20 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     await until(async () => (await layout(page))?.bands?.length > 0, "multi-device timeline");
     assertEqual(await page.locator("#device-select option").count(), 2, "devices in the picker");
     await page.locator("#device-select").selectOption("1");
-    await until(async () => (await page.evaluate(() => window.__snapview.views.timeline.model?.data.device)) === 1, "the timeline of device 1");
+    await until(async () => (await page.evaluate(() => window.snapviewTest.views.timeline.model?.data.device)) === 1, "the timeline of device 1");
     await until(async () => new URL(page.url()).searchParams.get("device") === "1", "the device in the URL");
     await clean(page);
   });
 
   await step("errors are shown in the view", async () => {
-    await page.route("**/flame?**", (route) => route.fulfill({ status: 500, contentType: "application/json", body: JSON.stringify({ error: { code: "internal", message: "the disk is on fire" } }) }));
+    await page.route("**/flame?**", (route) =>
+      route.fulfill({ status: 500, contentType: "application/json", body: JSON.stringify({ error: { code: "internal", message: "the disk is on fire" } }) }),
+    );
     await page.goto(`${BASE}/s/${state.gpt2}?tab=flame`);
-    await until(async () => (await page.locator("#flame-error").isVisible()) && /disk is on fire/.test(await page.locator("#flame-error").textContent()), "the flame error");
+    await until(
+      async () => (await page.locator("#flame-error").isVisible()) && /disk is on fire/.test(await page.locator("#flame-error").textContent()),
+      "the flame error",
+    );
     await page.unroute("**/flame?**");
     // The deliberate 500 is logged by the browser as a failed resource.
     problems.splice(0);

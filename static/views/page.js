@@ -1,6 +1,6 @@
-// Behaviour every page shares: relative times, the toast, the keyboard-shortcut dialog.
+// Behaviour every page shares (DOM): relative times, the toast, the keyboard-shortcut dialog.
 
-import { relativeTime } from "./format.js";
+import { relativeTime } from "../lib/units.js";
 
 /** Fills every `<time data-ms>` with "3 minutes ago" (the exact time on hover), and keeps it fresh. */
 export function showTimes(root = document) {

@@ -1,0 +1,185 @@
+// The timeline's pointer and toolbar: wheel zooms (sideways scrolls pan), drag pans, a click
+// pins the band under it and moves the moment there, hover explains what is under the pointer.
+
+import { clamp } from "../../lib/scale.js";
+import { bandAt, eventOfUnit, panWindow, zoomWindow } from "../../lib/timeline-model.js";
+import { bytes, count, duration, hex } from "../../lib/units.js";
+import { allocation, frameParts, h, hideTip, showTip, tipRow, visibleFrames } from "../common.js";
+
+/** Listens on the chart's canvas and on the toolbar's axis and zoom buttons. */
+export function bindChart(view) {
+  const canvas = view.canvas;
+  canvas.addEventListener("wheel", (event) => onWheel(view, event), { passive: false });
+  canvas.addEventListener("pointerdown", (event) => onDown(view, event));
+  canvas.addEventListener("pointermove", (event) => onMove(view, event));
+  canvas.addEventListener("pointerup", (event) => onUp(view, event));
+  canvas.addEventListener("pointercancel", () => (view.drag = null));
+  canvas.addEventListener("pointerleave", () => {
+    if (view.drag) return;
+    view.hover = null;
+    hideTip();
+    view.draw();
+  });
+  canvas.addEventListener("dblclick", () => view.reset());
+  for (const b of view.panel.querySelectorAll("[data-axis]")) {
+    b.addEventListener("click", () => view.ctx.store.set({ axis: b.dataset.axis }));
+  }
+  for (const b of view.panel.querySelectorAll("[data-zoom]")) {
+    b.addEventListener("click", () => {
+      if (b.dataset.zoom === "reset") view.reset();
+      else view.zoomBy(b.dataset.zoom === "in" ? 0.5 : 2);
+    });
+  }
+}
+
+/** The pointer in the canvas's CSS px. */
+function local(view, event) {
+  const box = view.canvas.getBoundingClientRect();
+  return { x: event.clientX - box.left, y: event.clientY - box.top };
+}
+
+function onWheel(view, event) {
+  if (!view.model) return;
+  event.preventDefault();
+  const m = view.mapping();
+  const { x } = local(view, event);
+  const scale = event.deltaMode === 1 ? 30 : event.deltaMode === 2 ? 300 : 1;
+  if (Math.abs(event.deltaX) > Math.abs(event.deltaY) && !event.ctrlKey) {
+    const du = ((event.deltaX * scale) / m.plot.w) * (m.u1 - m.u0);
+    view.setWindow(panWindow(view.model, m.u0, m.u1, du));
+    return;
+  }
+  const factor = Math.exp(event.deltaY * scale * (event.ctrlKey ? 0.01 : 0.0015));
+  const u = m.unit(clamp(x, m.plot.x, m.plot.x + m.plot.w));
+  view.setWindow(zoomWindow(view.model, m.u0, m.u1, u, clamp(factor, 0.2, 5)));
+}
+
+function onDown(view, event) {
+  if (!view.model || event.button !== 0) return;
+  const m = view.mapping();
+  view.canvas.setPointerCapture(event.pointerId);
+  view.drag = { x: local(view, event).x, u0: m.u0, u1: m.u1, moved: false };
+}
+
+function onMove(view, event) {
+  if (!view.model) return;
+  const { x, y } = local(view, event);
+  if (view.drag) {
+    const dx = x - view.drag.x;
+    if (Math.abs(dx) > 3) view.drag.moved = true;
+    if (view.drag.moved) {
+      view.canvas.classList.add("panning");
+      hideTip();
+      const m = view.mapping();
+      const du = (-dx / m.plot.w) * (view.drag.u1 - view.drag.u0);
+      view.setWindow(panWindow(view.model, view.drag.u0, view.drag.u1, du));
+      return;
+    }
+  }
+  hoverAt(view, x, y, event.clientX, event.clientY);
+}
+
+/** A click (a press without a drag): pins the band under it and moves the moment there. */
+function onUp(view, event) {
+  const drag = view.drag;
+  view.drag = null;
+  view.canvas.classList.remove("panning");
+  if (!drag || drag.moved || !view.model) return;
+  const { x, y } = local(view, event);
+  const m = view.mapping();
+  if (x < m.plot.x || x > m.plot.x + m.plot.w) return;
+  const u = m.unit(x);
+  const clickedEvent = Math.round(eventOfUnit(view.model, u)) - 1;
+  const band = y >= m.plot.y && y <= m.plot.y + m.plot.h ? bandAt(view.model, u, m.bytesAt(y)) : null;
+  const patch = {};
+  if (band) patch.alloc = band.id;
+  view.ctx.store.set(patch);
+  view.ctx.setMoment(clamp(clickedEvent, -1, view.model.events - 1));
+}
+
+/** The crosshair and the tooltip for what is at (x, y): an annotation, a band, or the column. */
+function hoverAt(view, x, y, clientX, clientY) {
+  const m = view.mapping();
+  const model = view.model;
+  if (x < m.plot.x || x > m.plot.x + m.plot.w || y < m.plot.y - 8 || y > m.plot.y + m.plot.h) {
+    view.hover = null;
+    hideTip();
+    view.draw();
+    return;
+  }
+  const u = m.unit(x);
+  const c = Math.floor(u);
+  const band = bandAt(model, u, m.bytesAt(y));
+  view.hover = { x, y, band };
+  view.draw();
+  const annotation = (view.layout?.annotations ?? []).find((a) => Math.abs(a.x - x) < 5 && y < m.plot.y + 10);
+  if (annotation) {
+    showTip(
+      clientX,
+      clientY,
+      h("div", { className: "tip-title" }, `${annotation.name ?? "annotation"}`),
+      tipRow("stage", annotation.stage ?? ""),
+      tipRow("event", count(annotation.event)),
+    );
+    return;
+  }
+  if (band) {
+    bandTip(view, band, clientX, clientY);
+    return;
+  }
+  if (c < 0 || c >= model.n) {
+    hideTip();
+    return;
+  }
+  const data = model.data;
+  const e0 = model.cs[c];
+  const e1 = model.cs[c + 1] - 1;
+  showTip(
+    clientX,
+    clientY,
+    h("div", { className: "tip-title" }, e1 > e0 ? `events ${count(e0)}–${count(e1)}` : `event ${count(e0)}`),
+    tipRow(
+      "allocated",
+      data.allocated_min[c] !== data.allocated_max[c] ? `${bytes(data.allocated_min[c])} – ${bytes(data.allocated_max[c])}` : bytes(data.allocated_max[c]),
+    ),
+    tipRow("reserved", bytes(data.reserved[c])),
+    tipRow("in bands", bytes(data.big_top[c])),
+    h("div", { className: "tip-note" }, `Allocations under ${bytes(data.threshold)} are drawn together (grey). Zoom in to see each.`),
+  );
+}
+
+/** A band's tooltip: what the answer knows at once, then its stack once that has loaded. */
+function bandTip(view, band, clientX, clientY) {
+  const device = view.device() ?? view.model.data.device;
+  const lifetime = `${band.start === null ? "before the trace" : `event ${count(band.start)}`} → ${band.end === null ? "still alive" : `event ${count(band.end)}`}`;
+  const render = (info) => {
+    const frames = info ? visibleFrames(info.frames).slice(0, 6) : [];
+    showTip(
+      clientX,
+      clientY,
+      h("div", { className: "tip-title" }, `${bytes(band.size)}`, h("span", { className: "tip-id" }, info ? ` ${info.block_id}` : ` allocation ${band.id}`)),
+      tipRow("lifetime", lifetime),
+      info && info.start_time_us !== null && info.end_time_us !== null ? tipRow("duration", duration(info.end_time_us - info.start_time_us)) : null,
+      info ? tipRow("stream", String(info.stream)) : null,
+      info ? tipRow("address", hex(info.addr)) : null,
+      info
+        ? frames.length
+          ? h(
+              "ol",
+              { className: "tip-frames" },
+              frames.map((f) =>
+                h("li", {}, h("span", { className: "frame-name" }, frameParts(f).name), " ", h("span", { className: "frame-where" }, frameParts(f).where)),
+              ),
+            )
+          : h("div", { className: "tip-note" }, "No Python frames recorded for this allocation.")
+        : h("div", { className: "tip-note" }, "Loading its stack…"),
+      h("div", { className: "tip-note" }, "Click to pin its full stack."),
+    );
+  };
+  render(null);
+  allocation(view.ctx.id, device, band.id)
+    .then((info) => {
+      if (view.hover?.band?.id === band.id) render(info);
+    })
+    .catch(() => {});
+}

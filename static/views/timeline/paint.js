@@ -1,0 +1,394 @@
+// The timeline's painter: one pass over the canvas in named steps, back to front. Each step
+// reads a `scene` (the 2D context, the theme, the mapping from column units and bytes to CSS px,
+// the answer being drawn) and leaves the context's font and styles as the next step expects,
+// so the order of the steps in paintTimeline is part of the drawing.
+
+import { bandColor } from "../../lib/color.js";
+import { byteTicks, clamp, eventTicks, timeTicks } from "../../lib/scale.js";
+import { bandRuns, eventOfUnit, unitOfEvent } from "../../lib/timeline-model.js";
+import { bytes, count } from "../../lib/units.js";
+import { fitCanvas, theme } from "../common.js";
+
+/** The chart's height in CSS px and the margins around the plot (the axes' labels live there). */
+export const HEIGHT = 400;
+export const MARGIN = { left: 66, right: 16, top: 34, bottom: 30 };
+
+/**
+ * Paints the view's answer through its current window and records what was drawn where in
+ * `view.layout` (bands, markers, the moment), which hover and the tests read.
+ */
+export function paintTimeline(view) {
+  if (!view.visible()) return;
+  const plot = view.plot();
+  const ctx = fitCanvas(view.canvas, plot.width, HEIGHT);
+  const t = theme();
+  ctx.fillStyle = t.bg;
+  ctx.fillRect(0, 0, plot.width, HEIGHT);
+  if (!view.model) {
+    ctx.fillStyle = t.muted;
+    ctx.font = t.font;
+    ctx.fillText("Loading the timeline…", plot.x + 8, plot.y + 20);
+    return;
+  }
+  const m = view.mapping();
+  const model = view.model;
+  const data = model.data;
+  const s = view.state();
+  const scene = { ctx, t, m, plot, model, data };
+  const layout = {
+    plot,
+    u0: m.u0,
+    u1: m.u1,
+    yTop: m.yTop,
+    window: view.window(),
+    request: { start: data.start, end: data.end },
+    bands: [],
+    moment: null,
+    peak: null,
+  };
+
+  paintGrid(scene);
+
+  // Everything inside the plot is clipped to it.
+  ctx.save();
+  ctx.beginPath();
+  ctx.rect(plot.x, plot.y - 2, plot.w, plot.h + 2);
+  ctx.clip();
+  paintIncompleteHistory(scene);
+  paintSmallAllocations(scene);
+  layout.bands = paintBands(scene);
+  outlineBands(scene, [
+    [view.hover?.band?.id, t.text, 1.5],
+    [s.alloc, t.accent, 2.5],
+  ]);
+  ctx.fillStyle = t.reserved;
+  stepLine(
+    ctx,
+    model.n,
+    (c) => m.px(c),
+    (c) => m.py(data.reserved[c]),
+    1.5,
+    plot.x,
+    plot.x + plot.w,
+  );
+  paintOutsideTrace(scene);
+  ctx.restore();
+
+  // Markers along the top; their labels are placed together at the end.
+  const labels = [];
+  markCompleteFrom(scene, labels);
+  markOoms(scene, labels);
+  layout.annotations = markAnnotations(scene);
+  layout.peak = markPeak(scene, labels);
+  markEndOfTrace(scene, labels);
+  layout.moment = markMoment(scene, view.ctx.moment());
+  placeLabels(scene, labels);
+
+  paintXAxis(scene, s.axis === "time" && data.time_us);
+  paintCrosshair(scene, view.hover);
+  view.layout = layout;
+  view.setStatus(view.loading ? "Loading…" : "");
+}
+
+/** Whether CSS px `x` falls on the plot (half a pixel of slack each side). */
+function inside({ plot }, x) {
+  return x >= plot.x - 0.5 && x <= plot.x + plot.w + 0.5;
+}
+
+/** A vertical line the plot's height at `x`, snapped to the pixel grid. */
+function vline({ ctx, plot }, x, color, dash, width = 1) {
+  ctx.save();
+  ctx.strokeStyle = color;
+  ctx.lineWidth = width;
+  ctx.setLineDash(dash);
+  ctx.beginPath();
+  ctx.moveTo(Math.round(x) + 0.5, plot.y);
+  ctx.lineTo(Math.round(x) + 0.5, plot.y + plot.h);
+  ctx.stroke();
+  ctx.restore();
+}
+
+/** Horizontal grid lines and the byte labels of the y axis. */
+function paintGrid({ ctx, t, m, plot, data }) {
+  ctx.font = t.font;
+  ctx.textBaseline = "middle";
+  ctx.textAlign = "right";
+  for (const tick of byteTicks(data.y_max).ticks) {
+    const y = Math.round(m.py(tick.value)) + 0.5;
+    ctx.strokeStyle = t.line;
+    ctx.lineWidth = 1;
+    ctx.beginPath();
+    ctx.moveTo(plot.x, y);
+    ctx.lineTo(plot.x + plot.w, y);
+    ctx.stroke();
+    ctx.fillStyle = t.muted;
+    ctx.fillText(tick.label, plot.x - 8, y);
+  }
+}
+
+/** Shades the part of the trace whose history is incomplete (before `complete_from`). */
+function paintIncompleteHistory({ ctx, t, m, plot, model, data }) {
+  const completeFrom = data.complete_from;
+  if (!completeFrom) return;
+  const x1 = m.px(unitOfEvent(model, completeFrom));
+  if (x1 > plot.x) {
+    ctx.fillStyle = t.incomplete;
+    ctx.fillRect(plot.x, plot.y, Math.min(plot.w, x1 - plot.x), plot.h);
+  }
+}
+
+/**
+ * Small allocations: between the top of the bands and the column's maximum.
+ * (fillRect per column, not one path: a many-rect path is slow to rasterize in software.)
+ */
+function paintSmallAllocations({ ctx, t, m, plot, model, data }) {
+  ctx.fillStyle = t.small;
+  for (let c = 0; c < model.n; c += 1) {
+    const x0 = m.px(c);
+    const x1 = m.px(c + 1);
+    if (x1 < plot.x || x0 > plot.x + plot.w) continue;
+    const top = m.py(data.allocated_max[c]);
+    const low = m.py(Math.max(data.allocated_min[c], data.big_top[c]));
+    const bottom = m.py(data.big_top[c]);
+    if (bottom - low > 0.05) ctx.fillRect(x0, low, Math.max(0.6, x1 - x0), bottom - low);
+    ctx.fillStyle = t.smallRange;
+    if (low - top > 0.05) ctx.fillRect(x0, top, Math.max(0.6, x1 - x0), low - top);
+    ctx.fillStyle = t.small;
+  }
+}
+
+/** Every band's runs; returns each drawn band's largest visible rectangle (for labels and tests). */
+function paintBands({ ctx, t, m, plot, model }) {
+  const drawn = [];
+  for (const band of model.bands) {
+    ctx.fillStyle = bandColor(band.id, t.dark);
+    let best = null;
+    for (const run of bandRuns(band)) {
+      const x0 = m.px(run.c0);
+      const x1 = m.px(run.c1);
+      if (x1 < plot.x || x0 > plot.x + plot.w) continue;
+      const y0 = m.py(run.offset + band.size);
+      const y1 = m.py(run.offset);
+      ctx.fillRect(x0, y0, Math.max(0.6, x1 - x0), Math.max(0.6, y1 - y0));
+      const cx0 = Math.max(x0, plot.x);
+      const cx1 = Math.min(x1, plot.x + plot.w);
+      if (!best || (cx1 - cx0) * (y1 - y0) > best.w * best.h) best = { x: cx0, y: y0, w: cx1 - cx0, h: y1 - y0 };
+    }
+    if (best) drawn.push({ id: band.id, size: band.size, ...best });
+  }
+  return drawn;
+}
+
+/** Outlines the bands named in `outlines` ([id, colour, line width]; the later ones on top). */
+function outlineBands({ ctx, m, model }, outlines) {
+  for (const [id, color, width] of outlines) {
+    const band = id !== null && id !== undefined ? model.bands.find((b) => b.id === id) : null;
+    if (!band) continue;
+    ctx.strokeStyle = color;
+    ctx.lineWidth = width;
+    for (const run of bandRuns(band)) {
+      const x0 = m.px(run.c0);
+      const x1 = m.px(run.c1);
+      ctx.strokeRect(x0, m.py(run.offset + band.size), Math.max(1, x1 - x0), m.py(run.offset) - m.py(run.offset + band.size));
+    }
+  }
+}
+
+/** Sinks the plot before the first event and after the last (seen while a zoomed-out window loads). */
+function paintOutsideTrace({ ctx, t, m, plot, model }) {
+  const xBegin = m.px(unitOfEvent(model, 0));
+  const xEnd = m.px(unitOfEvent(model, model.events));
+  ctx.fillStyle = t.sunken;
+  if (xBegin > plot.x) ctx.fillRect(plot.x, plot.y, xBegin - plot.x, plot.h);
+  if (xEnd < plot.x + plot.w) ctx.fillRect(xEnd, plot.y, plot.x + plot.w - xEnd, plot.h);
+}
+
+/** Where complete history starts: a line and a label, or a note when it starts right of the window. */
+function markCompleteFrom(scene, labels) {
+  const { t, m, plot, model, data } = scene;
+  const completeFrom = data.complete_from;
+  if (!completeFrom) return;
+  const x = m.px(unitOfEvent(model, completeFrom));
+  if (inside(scene, x)) {
+    vline(scene, x, t.warn, [2, 3]);
+    labels.push({ x, text: `complete from event ${count(completeFrom)} ▸`, color: t.warn, align: "left" });
+  } else if (x > plot.x + plot.w) {
+    labels.push({ x: plot.x + 4, text: "history incomplete here (see the note above)", color: t.warn, align: "left" });
+  }
+}
+
+function markOoms(scene, labels) {
+  const { t, m, model, data } = scene;
+  for (const oom of data.markers?.ooms ?? []) {
+    const x = m.px(unitOfEvent(model, oom.event + 0.5));
+    if (!inside(scene, x)) continue;
+    vline(scene, x, t.oom, [], 2);
+    labels.push({ x, text: `OOM ${bytes(oom.requested)}`, color: t.oom, bold: true });
+  }
+}
+
+/** Annotations as triangles on the top edge (ticks when dense); returns where each was drawn. */
+function markAnnotations(scene) {
+  const { ctx, t, m, plot, model, data } = scene;
+  const drawn = [];
+  const annotations = data.markers?.annotations ?? [];
+  // Dense annotations (a step marker per column) become ticks instead of triangles.
+  const dense = annotations.length > plot.w / 12;
+  ctx.fillStyle = t.annotation;
+  for (const a of annotations) {
+    const x = m.px(unitOfEvent(model, a.event));
+    if (!inside(scene, x)) continue;
+    if (dense) {
+      ctx.fillRect(Math.round(x), plot.y, 1, 5);
+    } else {
+      ctx.beginPath();
+      ctx.moveTo(x, plot.y + 7);
+      ctx.lineTo(x - 4, plot.y);
+      ctx.lineTo(x + 4, plot.y);
+      ctx.closePath();
+      ctx.fill();
+    }
+    drawn.push({ x, ...a });
+  }
+  return drawn;
+}
+
+/** The peak: a dashed line and a dot at its height; returns where, or null when off the window. */
+function markPeak(scene, labels) {
+  const { ctx, t, m, model, data } = scene;
+  const peak = data.markers?.peak;
+  if (!peak || peak.event === null || peak.event === undefined) return null;
+  const x = m.px(unitOfEvent(model, peak.event + 1));
+  if (!inside(scene, x)) return null;
+  vline(scene, x, t.peak, [4, 3]);
+  const y = m.py(peak.bytes);
+  ctx.fillStyle = t.peak;
+  ctx.beginPath();
+  ctx.arc(x, y, 3.5, 0, Math.PI * 2);
+  ctx.fill();
+  labels.push({ x, text: `peak ${bytes(peak.bytes)}`, color: t.peak, bold: true });
+  return { x, y, event: peak.event };
+}
+
+function markEndOfTrace(scene, labels) {
+  const { t, m, plot, model } = scene;
+  const xEnd = m.px(unitOfEvent(model, model.events));
+  if (inside(scene, xEnd) && xEnd < plot.x + plot.w - 1) vline(scene, xEnd, t.muted, []);
+  if (inside(scene, xEnd)) {
+    vline(scene, xEnd - 1, t.muted, [1, 2]);
+    labels.push({ x: xEnd, text: "end of trace", color: t.muted, align: "right" });
+  }
+}
+
+/** The selected moment `at`: a line and a tag at the bottom; returns where, or null. */
+function markMoment(scene, at) {
+  const { ctx, t, m, plot, model } = scene;
+  if (at === null || at === undefined) return null;
+  const x = m.px(unitOfEvent(model, at + 1));
+  if (!inside(scene, x)) return null;
+  vline(scene, x, t.accent, [], 2);
+  const text = `event ${count(at)}`;
+  ctx.font = t.fontBold;
+  const w = ctx.measureText(text).width + 10;
+  const bx = clamp(x - w / 2, plot.x, plot.x + plot.w - w);
+  ctx.fillStyle = t.accent;
+  ctx.beginPath();
+  ctx.roundRect(bx, plot.y + plot.h - 18, w, 16, 3);
+  ctx.fill();
+  ctx.fillStyle = t.bg;
+  ctx.textAlign = "left";
+  ctx.fillText(text, bx + 5, plot.y + plot.h - 10);
+  return { x, at };
+}
+
+/** Marker labels above the plot, left to right, a label that would overlap the last moved up a row. */
+function placeLabels({ ctx, t, plot }, labels) {
+  labels.sort((a, b) => a.x - b.x);
+  let lastRight = -Infinity;
+  ctx.textBaseline = "alphabetic";
+  for (const label of labels) {
+    ctx.font = label.bold ? t.fontBold : t.font;
+    const w = ctx.measureText(label.text).width;
+    let x = label.align === "right" ? label.x - w - 3 : label.align === "left" ? label.x + 3 : label.x - w / 2;
+    x = clamp(x, plot.x, plot.x + plot.w - w);
+    const row = x < lastRight + 6 ? 1 : 0;
+    ctx.fillStyle = label.color;
+    ctx.textAlign = "left";
+    ctx.fillText(label.text, x, row ? plot.y - 4 : plot.y - 18);
+    if (!row) lastRight = x + w;
+  }
+}
+
+/** The x axis in events, or in time since the first event when `byTime`; and the axis titles. */
+function paintXAxis(scene, byTime) {
+  const { ctx, t, m, plot, model, data } = scene;
+  ctx.strokeStyle = t.lineStrong;
+  ctx.beginPath();
+  ctx.moveTo(plot.x, plot.y + plot.h + 0.5);
+  ctx.lineTo(plot.x + plot.w, plot.y + plot.h + 0.5);
+  ctx.stroke();
+  ctx.font = t.font;
+  ctx.fillStyle = t.muted;
+  ctx.textBaseline = "top";
+  ctx.textAlign = "center";
+  const tickCount = Math.max(2, Math.floor(plot.w / 110));
+  let xTicks;
+  if (byTime) {
+    const ts = data.time_us;
+    const span = Math.max(1, ts.end - ts.start);
+    const timeOf = (u) => ts.start + (span * u) / Math.max(1, model.n);
+    xTicks = timeTicks(timeOf(m.u0), timeOf(m.u1), ts.first, tickCount).map((tk) => ({ x: m.px(((tk.value - ts.start) / span) * model.n), label: tk.label }));
+  } else {
+    const e0 = Math.max(0, eventOfUnit(model, m.u0));
+    const e1 = Math.min(model.events, eventOfUnit(model, m.u1));
+    xTicks = eventTicks(e0, e1, tickCount).map((tk) => ({ x: m.px(unitOfEvent(model, tk.value)), label: tk.label }));
+  }
+  for (const tk of xTicks) {
+    if (!inside(scene, tk.x)) continue;
+    ctx.beginPath();
+    ctx.moveTo(Math.round(tk.x) + 0.5, plot.y + plot.h);
+    ctx.lineTo(Math.round(tk.x) + 0.5, plot.y + plot.h + 4);
+    ctx.stroke();
+    ctx.fillText(tk.label, clamp(tk.x, plot.x + 12, plot.x + plot.w - 12), plot.y + plot.h + 7);
+  }
+  ctx.textAlign = "right";
+  ctx.fillStyle = t.faint;
+  ctx.fillText(byTime ? "time since the first event →" : "event →", plot.x + plot.w, plot.y + plot.h + 18);
+  ctx.textAlign = "left";
+  ctx.fillText("live bytes", 4, 4);
+}
+
+function paintCrosshair(scene, hover) {
+  const { ctx, t, plot } = scene;
+  if (!hover || !inside(scene, hover.x)) return;
+  ctx.strokeStyle = t.faint;
+  ctx.setLineDash([2, 2]);
+  ctx.beginPath();
+  ctx.moveTo(Math.round(hover.x) + 0.5, plot.y);
+  ctx.lineTo(Math.round(hover.x) + 0.5, plot.y + plot.h);
+  ctx.stroke();
+  ctx.setLineDash([]);
+}
+
+/**
+ * A step line of `n` columns (column c spans x(c)…x(c + 1) at height y(c)) drawn with fillRect
+ * only, merging equal steps: paths with thousands of vertices are slow to stroke in software.
+ */
+export function stepLine(ctx, n, x, y, width, left, right) {
+  const half = width / 2;
+  let c = 0;
+  while (c < n) {
+    const level = y(c);
+    let k = c + 1;
+    while (k < n && Math.abs(y(k) - level) < 0.25) k += 1;
+    const x0 = Math.max(left, x(c));
+    const x1 = Math.min(right, x(k));
+    if (x1 >= x0) ctx.fillRect(x0, level - half, Math.max(width, x1 - x0), width);
+    if (k < n) {
+      const next = y(k);
+      const xk = x(k);
+      if (xk >= left && xk <= right) ctx.fillRect(xk - half, Math.min(level, next) - half, width, Math.abs(next - level) + width);
+    }
+    c = k;
+  }
+}
