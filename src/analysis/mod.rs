@@ -8,7 +8,10 @@
 pub mod diff;
 pub mod events;
 pub mod flame;
+pub mod groups;
+pub mod markers;
 pub mod memory_map;
+pub mod moment;
 mod notes;
 pub mod oom;
 pub mod replay;
