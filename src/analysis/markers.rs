@@ -202,10 +202,7 @@ mod tests {
 
     #[test]
     fn a_trace_that_starts_mid_run_is_complete_after_its_last_orphan_free() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/ring_wrap.pickle");
-        let snapshot = crate::snapshot::load_path(&path, Default::default()).expect("fixture");
-        let analysis = crate::analysis::Analysis::new(&snapshot);
+        let (_, analysis) = crate::analysis::fixtures::analysed("ring_wrap.pickle");
         let device = &analysis.devices[0];
         let orphans: Vec<u32> = device
             .replay

@@ -7,6 +7,8 @@
 
 pub mod diff;
 pub mod events;
+#[cfg(test)]
+pub(crate) mod fixtures;
 pub mod flame;
 pub mod groups;
 pub mod markers;

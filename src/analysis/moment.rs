@@ -101,10 +101,7 @@ mod tests {
 
     #[test]
     fn moments_resolve_against_the_trace() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/mlp_small.pickle");
-        let snapshot = crate::snapshot::load_path(&path, Default::default()).expect("fixture");
-        let analysis = crate::analysis::Analysis::new(&snapshot);
+        let (snapshot, analysis) = crate::analysis::fixtures::analysed("mlp_small.pickle");
         let device = &analysis.devices[0];
         let trace = snapshot.trace(device.device);
         let last = trace.len() - 1;

@@ -4,7 +4,7 @@ use super::AppState;
 use super::access::Actor;
 use super::error::{ApiError, blocking};
 use super::extract::{LoadedSnapshot, StoredSnapshot, default_device, lookup, not_live, parse_id};
-use super::store::Lookup;
+use super::store::{Lookup, SnapshotId, Store, StoreError};
 use super::wire::{AuditLog, SnapshotDetail, SnapshotList, SnapshotView};
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
@@ -132,17 +132,35 @@ pub async fn raw(
         .into_response())
 }
 
+/// A trash operation of the store (delete or restore), by `actor`.
+type TrashOperation = fn(&dyn Store, &SnapshotId, Option<&str>) -> Result<Lookup, StoreError>;
+
+/// Runs `operation` on the snapshot `id` names, on a blocking thread; where it stood (before a
+/// delete, after a restore).
+async fn trash_write(
+    state: &AppState,
+    actor: Option<Extension<Actor>>,
+    id: &str,
+    operation: TrashOperation,
+) -> Result<(SnapshotId, Lookup), ApiError> {
+    let id = parse_id(id)?;
+    let store = state.store.clone();
+    let target = id.clone();
+    let actor = actor_name(actor);
+    let lookup = blocking(move || operation(store.as_ref(), &target, actor.as_deref())).await??;
+    Ok((id, lookup))
+}
+
 /// `DELETE /api/snapshots/{id}`: moves it to the trash (restorable for `--trash-days`).
 pub async fn delete(
     State(state): State<AppState>,
     actor: Option<Extension<Actor>>,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    let id = parse_id(&id)?;
-    let store = state.store.clone();
-    let target = id.clone();
-    let actor = actor_name(actor);
-    let before = blocking(move || store.delete(&target, actor.as_deref())).await??;
+    let (id, before) = trash_write(&state, actor, &id, |store, id, actor| {
+        store.delete(id, actor)
+    })
+    .await?;
     match before {
         Lookup::Live(_) | Lookup::FileMissing(_) => {
             state.cache.remove(&id);
@@ -160,11 +178,10 @@ pub async fn restore(
     actor: Option<Extension<Actor>>,
     Path(id): Path<String>,
 ) -> Result<Json<SnapshotView>, ApiError> {
-    let id = parse_id(&id)?;
-    let store = state.store.clone();
-    let target = id.clone();
-    let actor = actor_name(actor);
-    let now = blocking(move || store.restore(&target, actor.as_deref())).await??;
+    let (id, now) = trash_write(&state, actor, &id, |store, id, actor| {
+        store.restore(id, actor)
+    })
+    .await?;
     match now {
         Lookup::Live(record) => {
             tracing::info!(%id, "snapshot restored from the trash");

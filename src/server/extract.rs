@@ -40,6 +40,29 @@ pub fn not_live(state: &AppState, id: &SnapshotId, lookup: Lookup) -> ApiError {
     }
 }
 
+/// A query parameter that names one of a few `options`, the first being the default when it is
+/// absent: `axis=event|time`, `mode=allocated|reserved`.
+pub fn one_of<T: Copy>(
+    parameter: &str,
+    value: Option<&str>,
+    options: &[(&str, T)],
+) -> Result<T, ApiError> {
+    let Some(value) = value else {
+        return Ok(options[0].1);
+    };
+    options
+        .iter()
+        .find(|(name, _)| *name == value)
+        .map(|&(_, option)| option)
+        .ok_or_else(|| {
+            let names: Vec<&str> = options.iter().map(|(name, _)| *name).collect();
+            ApiError::BadRequest(format!(
+                "{parameter} must be {}, not {value:?}",
+                names.join(" or ")
+            ))
+        })
+}
+
 /// A live, readable snapshot's stored record (not parsed): for answers that need only the
 /// metadata or the file.
 pub struct StoredSnapshot {
@@ -198,5 +221,22 @@ impl FromRequestParts<AppState> for DeviceMoment {
                 .transpose()
                 .map_err(ApiError::BadRequest)?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_of_takes_the_first_option_by_default_and_names_them_all_when_refusing() {
+        let options = [("event", 1), ("time", 2)];
+        assert_eq!(one_of("axis", None, &options).expect("default"), 1);
+        assert_eq!(one_of("axis", Some("time"), &options).expect("named"), 2);
+        let refused = one_of("axis", Some("bytes"), &options).expect_err("unknown");
+        assert_eq!(
+            refused.to_string(),
+            "axis must be event or time, not \"bytes\""
+        );
     }
 }

@@ -3,7 +3,7 @@
 //! the trace. The handlers only read the request and call the analysis.
 
 use super::error::ApiError;
-use super::extract::{DeviceChoice, DeviceMoment, LoadedSnapshot};
+use super::extract::{DeviceChoice, DeviceMoment, LoadedSnapshot, one_of};
 use super::wire::{AllocationView, FlameAnswer, FrameView, TimeSpan, TimelineAnswer};
 use crate::analysis::events::{EventFilter, EventPage, page};
 use crate::analysis::flame::{FlameMode, flame};
@@ -24,28 +24,31 @@ pub struct TimelineQuery {
     axis: Option<String>,
 }
 
+impl TimelineQuery {
+    /// The window asked for, with the defaults: the whole trace, 1600 by 400 pixels, by event.
+    fn window(&self) -> Result<Window, ApiError> {
+        let axis = one_of(
+            "axis",
+            self.axis.as_deref(),
+            &[("event", Axis::Event), ("time", Axis::Time)],
+        )?;
+        Ok(Window {
+            start: self.start.unwrap_or(0),
+            end: self.end.unwrap_or(usize::MAX),
+            width: self.width.unwrap_or(1600),
+            height: self.height.unwrap_or(400),
+            axis,
+        })
+    }
+}
+
 /// `GET /api/snapshots/{id}/timeline`.
 pub async fn timeline_view(
     snapshot: LoadedSnapshot,
     Query(device): Query<DeviceChoice>,
     Query(query): Query<TimelineQuery>,
 ) -> Result<Json<TimelineAnswer>, ApiError> {
-    let axis = match query.axis.as_deref() {
-        None | Some("event") => Axis::Event,
-        Some("time") => Axis::Time,
-        Some(other) => {
-            return Err(ApiError::BadRequest(format!(
-                "axis must be event or time, not {other:?}"
-            )));
-        }
-    };
-    let window = Window {
-        start: query.start.unwrap_or(0),
-        end: query.end.unwrap_or(usize::MAX),
-        width: query.width.unwrap_or(1600),
-        height: query.height.unwrap_or(400),
-        axis,
-    };
+    let window = query.window()?;
     snapshot
         .on_device(device, move |loaded, device| {
             let trace = loaded.snapshot.trace(device.device);
@@ -149,15 +152,14 @@ pub async fn flame_view(
     at: DeviceMoment,
     Query(query): Query<FlameQuery>,
 ) -> Result<Json<FlameAnswer>, ApiError> {
-    let mode = match query.mode.as_deref() {
-        None | Some("allocated") => FlameMode::Allocated,
-        Some("reserved") => FlameMode::Reserved,
-        Some(other) => {
-            return Err(ApiError::BadRequest(format!(
-                "mode must be allocated or reserved, not {other:?}"
-            )));
-        }
-    };
+    let mode = one_of(
+        "mode",
+        query.mode.as_deref(),
+        &[
+            ("allocated", FlameMode::Allocated),
+            ("reserved", FlameMode::Reserved),
+        ],
+    )?;
     let moment = at.moment_or(Moment::Peak);
     snapshot
         .on_device(at.device, move |loaded, device| {

@@ -249,10 +249,7 @@ mod tests {
 
     #[test]
     fn the_summary_row_reads_back_what_was_stored() {
-        let path =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/oom.pickle");
-        let snapshot = crate::snapshot::load_path(&path, Default::default()).expect("fixture");
-        let analysis = crate::analysis::Analysis::new(&snapshot);
+        let (snapshot, analysis) = crate::analysis::fixtures::analysed("oom.pickle");
         let summary = Summary::new(&snapshot, &analysis);
         let row = SummaryRow::new(&summary);
         assert!(row.oom_events > 0, "oom.pickle records an OOM");
