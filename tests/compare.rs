@@ -75,7 +75,8 @@ async fn no_grad_vs_grad_shows_the_activations_kept_alive() {
     let disposition = headers["content-disposition"].to_str().expect("ascii");
     assert!(
         disposition.starts_with("attachment; filename=\"compare-")
-            && disposition.ends_with(".txt\""),
+            && disposition.contains(".txt\"; filename*=UTF-8''compare-")
+            && disposition.ends_with(".txt"),
         "{disposition}"
     );
     let text = String::from_utf8(text).expect("utf-8");

@@ -168,8 +168,61 @@ async fn ids_are_validated_and_unknown_ones_are_404() {
         String::from_utf8_lossy(&body).contains("not found"),
         "a human 404 page"
     );
-    let (status, _, _) = server.send_get("/nowhere").await;
+    // An unknown address is not a missing snapshot: the page says what is missing.
+    let (status, body, _) = server.send_get("/nowhere").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+    let page = String::from_utf8_lossy(&body);
+    assert!(page.contains("Page not found"), "{page}");
+    assert!(page.contains("/nowhere"), "{page}");
+    assert!(!page.contains("no snapshot"), "{page}");
+    // So do the API's 404s: an allocation, a group.
+    for (path, what) in [
+        ("/api/groups/nobody", "group \"nobody\""),
+        (
+            "/api/snapshots/0123456789abcdef/flame",
+            "no snapshot with id 0123456789abcdef",
+        ),
+    ] {
+        let (status, body, _) = server.send_get(path).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+        let message = json(&body)["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(message.contains(what), "{path}: {message}");
+    }
+    // A moment is one of its spellings; anything else is refused, not read as the start.
+    let id = server.upload_fixture("mlp_small", "").await;
+    for (at, status) in [
+        ("-1", 200),
+        ("start", 200),
+        ("peak", 200),
+        ("end", 200),
+        ("3", 200),
+        ("-2", 400),
+        ("soon", 400),
+    ] {
+        let (got, body, _) = server
+            .send_get(&format!("/api/snapshots/{id}/segments?at={at}"))
+            .await;
+        assert_eq!(
+            got.as_u16(),
+            status,
+            "at={at}: {}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+    let (_, body, _) = server
+        .send_get(&format!("/api/snapshots/{id}/allocations/4000000"))
+        .await;
+    let message = json(&body)["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        message.contains("no allocation 4000000 on cuda:0"),
+        "{message}"
+    );
 }
 
 #[tokio::test]

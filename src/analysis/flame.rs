@@ -7,7 +7,8 @@ use crate::snapshot::{FrameId, Snapshot, StackId};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum FlameMode {
     /// Live allocations by stack.
     Allocated,

@@ -7,8 +7,13 @@
 
 pub mod diff;
 pub mod events;
+#[cfg(test)]
+pub(crate) mod fixtures;
 pub mod flame;
+pub mod groups;
+pub mod markers;
 pub mod memory_map;
+pub mod moment;
 mod notes;
 pub mod oom;
 pub mod replay;

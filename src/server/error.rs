@@ -15,7 +15,19 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("no snapshot with id {0}")]
-    NotFound(String),
+    SnapshotNotFound(String),
+    /// An allocation index past the end of the device's replay.
+    #[error("snapshot {snapshot} has no allocation {index} on cuda:{device}")]
+    AllocationNotFound {
+        snapshot: String,
+        index: u32,
+        device: usize,
+    },
+    #[error("no snapshot is in the group {0:?}")]
+    GroupNotFound(String),
+    /// An address no route or page answers.
+    #[error("nothing is at {0}")]
+    PageNotFound(String),
     /// It was here: deleted (in the trash) or its file is lost; the message says what to do.
     #[error("{0}")]
     Gone(String),
@@ -64,13 +76,32 @@ pub struct PublicError {
     pub message: String,
 }
 
+/// The body of every error answer: `{"error": {"code": "...", "message": "..."}}`.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorDetail {
+    /// Stable and machine-readable (`not_found`, `bad_request`, `gone`, ...).
+    pub code: String,
+    /// For a person; for a 5xx only a reference into the server's log.
+    pub message: String,
+}
+
 /// Seconds a refused upload is told to wait before it tries again.
 pub const RETRY_AFTER_SECONDS: u64 = 5;
 
 impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::SnapshotNotFound(_)
+            | ApiError::AllocationNotFound { .. }
+            | ApiError::GroupNotFound(_)
+            | ApiError::PageNotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Gone(_) => StatusCode::GONE,
             ApiError::BadId(_) | ApiError::BadRequest(_) | ApiError::NotASnapshot(_) => {
                 StatusCode::BAD_REQUEST
@@ -88,7 +119,11 @@ impl ApiError {
 
     pub fn code(&self) -> &'static str {
         match self {
-            ApiError::NotFound(_) => "not_found",
+            // One code for every 404: the message says what was not found.
+            ApiError::SnapshotNotFound(_)
+            | ApiError::AllocationNotFound { .. }
+            | ApiError::GroupNotFound(_)
+            | ApiError::PageNotFound(_) => "not_found",
             ApiError::Gone(_) => "gone",
             ApiError::BadId(_) => "bad_id",
             ApiError::BadRequest(_) => "bad_request",
@@ -143,6 +178,23 @@ fn incident_reference() -> String {
     )
 }
 
+/// A blocking task that panicked or was cancelled: a server-side failure, logged when answered.
+impl From<tokio::task::JoinError> for ApiError {
+    fn from(error: tokio::task::JoinError) -> Self {
+        ApiError::Internal(format!("a blocking task failed: {error}"))
+    }
+}
+
+/// Runs `work` on tokio's blocking threads (parsing, analysis, SQLite must never hold an async
+/// worker); a panic in it becomes an internal error instead of tearing the connection down.
+pub async fn blocking<T, F>(work: F) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    Ok(tokio::task::spawn_blocking(work).await?)
+}
+
 impl From<super::store::StoreError> for ApiError {
     fn from(error: super::store::StoreError) -> Self {
         use super::store::StoreError;
@@ -178,9 +230,12 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let public = self.public();
-        let body = serde_json::json!({
-            "error": { "code": public.code, "message": public.message }
-        });
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: public.code.to_owned(),
+                message: public.message,
+            },
+        };
         let mut response = (public.status, Json(body)).into_response();
         if matches!(self, ApiError::Busy(_)) {
             response
@@ -206,6 +261,34 @@ mod tests {
         assert!(!public.message.contains("/srv"), "{}", public.message);
         // Each failure gets its own reference.
         assert_ne!(error.public().message, public.message);
+    }
+
+    #[tokio::test]
+    async fn a_panicking_blocking_task_is_an_internal_error() {
+        let error = blocking(|| -> u32 { panic!("boom") })
+            .await
+            .expect_err("the panic is caught");
+        assert_eq!(error.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(blocking(|| 7).await.expect("ok"), 7);
+    }
+
+    #[test]
+    fn not_found_says_what_was_not_found() {
+        let allocation = ApiError::AllocationNotFound {
+            snapshot: "00000000000000aa".into(),
+            index: 9,
+            device: 1,
+        };
+        assert_eq!(allocation.status(), StatusCode::NOT_FOUND);
+        assert!(
+            allocation.to_string().contains("allocation 9"),
+            "{allocation}"
+        );
+        assert!(!allocation.to_string().contains("no snapshot"));
+        let group = ApiError::GroupNotFound("job7".into()).to_string();
+        assert!(group.contains("group \"job7\""), "{group}");
+        let page = ApiError::PageNotFound("/nowhere".into()).to_string();
+        assert!(!page.contains("snapshot"), "{page}");
     }
 
     #[test]

@@ -12,10 +12,12 @@ pub mod cache;
 pub mod compare;
 pub mod connections;
 pub mod error;
+pub mod extract;
 pub mod pages;
 pub mod store;
 pub mod upload;
 pub mod views;
+pub mod wire;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -123,7 +125,7 @@ fn summarize_blob(path: &std::path::Path) -> Result<serde_json::Value, String> {
         crate::snapshot::load_path(path, Default::default()).map_err(|e| e.to_string())?;
     let analysis = crate::analysis::Analysis::new(&snapshot);
     let summary = crate::analysis::Summary::new(&snapshot, &analysis);
-    Ok(api::summary_row(&summary))
+    Ok(wire::SummaryRow::new(&summary).to_stored())
 }
 
 /// How often the trash is checked for snapshots past `--trash-days` (also done at start).
@@ -138,7 +140,7 @@ async fn empty_trash_periodically(state: AppState) {
         ticks.tick().await;
         let store = state.store.clone();
         let cutoff = now_ms() - state.config.trash_ms();
-        match tokio::task::spawn_blocking(move || store.purge_trashed_before(cutoff, None)).await {
+        match error::blocking(move || store.purge_trashed_before(cutoff, None)).await {
             Ok(Ok(purge)) => {
                 for id in &purge.purged {
                     state.cache.remove(id);

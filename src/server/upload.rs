@@ -12,10 +12,11 @@
 //! parser sees the end of its input).
 
 use super::AppState;
-use super::api::{SnapshotView, clean_group, clean_label, summary_row};
+use super::api::{clean_group, clean_label};
 use super::cache::Loaded;
-use super::error::ApiError;
+use super::error::{ApiError, blocking};
 use super::store::{NewSnapshot, SnapshotId};
+use super::wire::{SnapshotView, SummaryRow};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::multipart::MultipartError;
@@ -422,9 +423,7 @@ async fn ingest(
 
     let store = state.store.clone();
     let lookup = id.clone();
-    let existing = tokio::task::spawn_blocking(move || store.get(&lookup))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))??;
+    let existing = blocking(move || store.get(&lookup)).await??;
     if let Some(record) = existing {
         // The same bytes are stored already: same id, nothing new to keep.
         return Ok((SnapshotView::new(&record, &state.config.public_url), false));
@@ -435,11 +434,10 @@ async fn ingest(
         None => {
             let path = received.file.path.clone();
             let limit = state.config.max_upload_bytes;
-            tokio::task::spawn_blocking(move || {
+            blocking(move || {
                 crate::snapshot::load_path(&path, upload_load_options(limit)).map(Loaded::new)
             })
-            .await
-            .map_err(|e| ApiError::Internal(format!("the parser failed: {e}")))?
+            .await?
             .map_err(refused)?
         }
     };
@@ -451,19 +449,18 @@ async fn ingest(
         filename,
         size_bytes: received.size,
         group: labels.group,
-        summary: summary_row(&loaded.summary),
+        summary: SummaryRow::new(&loaded.summary).to_stored(),
     };
     let temp_path = received.file.keep();
     let store = state.store.clone();
-    let stored = tokio::task::spawn_blocking(move || {
+    let stored = blocking(move || {
         let result = store.put(new, &temp_path, actor.as_deref());
         if result.is_err() {
             let _ = std::fs::remove_file(&temp_path);
         }
         result
     })
-    .await
-    .map_err(|e| ApiError::Internal(format!("storing failed: {e}")))?;
+    .await?;
     let (record, created) = stored?;
     state.cache.insert(&record.id, loaded);
     tracing::info!(id = %record.id, size = record.size_bytes, created, "snapshot uploaded");
@@ -481,10 +478,7 @@ async fn maybe_duplicate(state: &AppState, declared_size: Option<u64>) -> bool {
         return false;
     };
     let store = state.store.clone();
-    matches!(
-        tokio::task::spawn_blocking(move || store.has_size(size)).await,
-        Ok(Ok(true))
-    )
+    matches!(blocking(move || store.has_size(size)).await, Ok(Ok(true)))
 }
 
 async fn receive_multipart(

@@ -66,12 +66,12 @@ export async function startViews() {
     id,
     store,
     summary: null,
-    /** The device shown: the URL's, else the first with a trace. */
+    /** The device shown: the URL's, else the server's default (`default_device`). */
     device() {
       const state = store.get();
       const devices = ctx.summary?.analysis?.devices ?? [];
       if (state.device !== null && devices.some((d) => d.device === state.device)) return state.device;
-      return (devices.find((d) => d.trace_entries > 0) ?? devices[0])?.device ?? 0;
+      return ctx.summary?.default_device ?? 0;
     },
     deviceInfo() {
       return ctx.summary?.analysis?.devices?.find((d) => d.device === ctx.device()) ?? null;
@@ -80,11 +80,12 @@ export async function startViews() {
     events() {
       return ctx.deviceInfo()?.trace_entries ?? 0;
     },
-    /** The selected moment: the URL's `at`, else the peak (null: no history). */
+    /** The selected moment: the URL's `at`, else the peak; -1 is before the first event (the
+     * peak of a trace that never rises above its start), null only when there is no history. */
     moment() {
       const at = store.get().at;
       if (at !== null) return at;
-      return ctx.deviceInfo()?.peak_event_index ?? null;
+      return ctx.deviceInfo()?.peak_event_index ?? (ctx.events() > 0 ? -1 : null);
     },
     setMoment(at) {
       const n = ctx.events();

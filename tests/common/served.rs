@@ -244,6 +244,7 @@ impl Served {
                 .patch(&url)
                 .header("Content-Type", "application/json")
                 .send(body),
+            "DELETE" => agent.delete(&url).call(),
             other => panic!("no {other} here"),
         }
         .expect("answer");

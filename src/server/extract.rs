@@ -1,0 +1,242 @@
+//! What handlers take from a request, parsed and checked once: the live snapshot a path names
+//! (id parsed, record looked up, analysis loaded from the cache), and the device and moment a
+//! view's query asks for, with the server's defaults applied here and nowhere else.
+
+use super::AppState;
+use super::cache::Loaded;
+use super::error::{ApiError, blocking};
+use super::store::{Lookup, Record, SnapshotId};
+use crate::analysis::DeviceAnalysis;
+use crate::analysis::moment::Moment;
+use axum::extract::{FromRequestParts, Query, RawPathParams};
+use axum::http::request::Parts;
+use serde::Deserialize;
+use std::sync::Arc;
+
+pub fn parse_id(text: &str) -> Result<SnapshotId, ApiError> {
+    SnapshotId::parse(text).ok_or_else(|| ApiError::BadId(text.chars().take(64).collect()))
+}
+
+/// Where `id` stands in the store, read on a blocking thread.
+pub async fn lookup(state: &AppState, id: &SnapshotId) -> Result<Lookup, ApiError> {
+    let store = state.store.clone();
+    let target = id.clone();
+    Ok(blocking(move || store.lookup(&target)).await??)
+}
+
+/// The error for a snapshot that is not live: 404 when it was never here (or is purged), 410
+/// with what to do when it is in the trash or its file is lost.
+pub fn not_live(state: &AppState, id: &SnapshotId, lookup: Lookup) -> ApiError {
+    match lookup {
+        Lookup::Trashed { record, .. } => ApiError::Gone(format!(
+            "snapshot {id} ({}) was deleted: it stays in the trash for {} days after its deletion and can be restored until then (Undo on the list, or POST /api/snapshots/{id}/restore)",
+            record.name, state.config.trash_days
+        )),
+        Lookup::FileMissing(record) => ApiError::Gone(format!(
+            "the stored file of snapshot {id} ({}) is missing from the server's disk; upload the same file again to repair it",
+            record.name
+        )),
+        Lookup::Live(_) | Lookup::Absent => ApiError::SnapshotNotFound(id.to_string()),
+    }
+}
+
+/// A query parameter that names one of a few `options`, the first being the default when it is
+/// absent: `axis=event|time`, `mode=allocated|reserved`.
+pub fn one_of<T: Copy>(
+    parameter: &str,
+    value: Option<&str>,
+    options: &[(&str, T)],
+) -> Result<T, ApiError> {
+    let Some(value) = value else {
+        return Ok(options[0].1);
+    };
+    options
+        .iter()
+        .find(|(name, _)| *name == value)
+        .map(|&(_, option)| option)
+        .ok_or_else(|| {
+            let names: Vec<&str> = options.iter().map(|(name, _)| *name).collect();
+            ApiError::BadRequest(format!(
+                "{parameter} must be {}, not {value:?}",
+                names.join(" or ")
+            ))
+        })
+}
+
+/// A live, readable snapshot's stored record (not parsed): for answers that need only the
+/// metadata or the file.
+pub struct StoredSnapshot {
+    pub id: SnapshotId,
+    pub record: Record,
+}
+
+impl StoredSnapshot {
+    /// The snapshot `text` names; 400 for a malformed id, else 404 or 410 when not live.
+    pub async fn find(state: &AppState, text: &str) -> Result<Self, ApiError> {
+        let id = parse_id(text)?;
+        match lookup(state, &id).await? {
+            Lookup::Live(record) => Ok(Self { id, record }),
+            other => Err(not_live(state, &id, other)),
+        }
+    }
+
+    /// Parsed and analysed, from the cache or now.
+    pub async fn load(self, state: &AppState) -> Result<LoadedSnapshot, ApiError> {
+        let id = self.id.clone();
+        let path = state.store.blob_path(&id);
+        let loaded = state
+            .cache
+            .get_or_load(&id, move || {
+                crate::snapshot::load_path(&path, Default::default())
+                    .map(Loaded::new)
+                    .map_err(|e| e.to_string())
+            })
+            .await
+            // The cause (which may name a server path) goes to the log, with the snapshot it
+            // concerns; the client gets a generic 500.
+            .map_err(|e| ApiError::Internal(format!("snapshot {id}: {e}")))?;
+        Ok(LoadedSnapshot {
+            stored: self,
+            loaded,
+        })
+    }
+}
+
+/// A live snapshot, parsed and analysed: its record (looked up once) and the cached analysis.
+pub struct LoadedSnapshot {
+    pub stored: StoredSnapshot,
+    pub loaded: Arc<Loaded>,
+}
+
+impl LoadedSnapshot {
+    pub async fn find(state: &AppState, text: &str) -> Result<Self, ApiError> {
+        StoredSnapshot::find(state, text).await?.load(state).await
+    }
+
+    /// Runs `work` on the device `choice` picks, on a blocking thread (analysis is CPU work).
+    pub async fn on_device<T, F>(&self, choice: DeviceChoice, work: F) -> Result<T, ApiError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Loaded, &DeviceAnalysis) -> Result<T, ApiError> + Send + 'static,
+    {
+        let loaded = self.loaded.clone();
+        blocking(move || work(&loaded, choice.pick(&loaded)?)).await?
+    }
+}
+
+/// The `{id}` of the request's path (every snapshot route names it so).
+async fn path_id(parts: &mut Parts, state: &AppState) -> Result<String, ApiError> {
+    let params = RawPathParams::from_request_parts(parts, state)
+        .await
+        .map_err(|rejection| ApiError::BadRequest(rejection.body_text()))?;
+    params
+        .iter()
+        .find(|(name, _)| *name == "id")
+        .map(|(_, value)| value.to_owned())
+        .ok_or_else(|| ApiError::Internal("a snapshot route without {id}".into()))
+}
+
+impl FromRequestParts<AppState> for StoredSnapshot {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let id = path_id(parts, state).await?;
+        Self::find(state, &id).await
+    }
+}
+
+impl FromRequestParts<AppState> for LoadedSnapshot {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let id = path_id(parts, state).await?;
+        Self::find(state, &id).await
+    }
+}
+
+/// The device a query names (`?device=N`), or the server's default.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+pub struct DeviceChoice {
+    pub device: Option<usize>,
+}
+
+impl DeviceChoice {
+    /// The named device (400 when the snapshot has none such), else [`default_device`].
+    pub fn pick(self, loaded: &Loaded) -> Result<&DeviceAnalysis, ApiError> {
+        let analysis = &loaded.analysis;
+        match self.device {
+            Some(d) => analysis
+                .device(d)
+                .ok_or_else(|| ApiError::BadRequest(format!("this snapshot has no device {d}"))),
+            None => default_device(loaded)
+                .ok_or_else(|| ApiError::BadRequest("this snapshot has no devices".into())),
+        }
+    }
+}
+
+/// The device the views show unless asked for another: the first with a trace, else the first.
+pub fn default_device(loaded: &Loaded) -> Option<&DeviceAnalysis> {
+    let devices = &loaded.analysis.devices;
+    devices
+        .iter()
+        .find(|d| !loaded.snapshot.trace(d.device).is_empty())
+        .or(devices.first())
+}
+
+/// `?device=N&at=M` of a view: the device, and the moment (absent: the view's own default).
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceMoment {
+    pub device: DeviceChoice,
+    pub at: Option<Moment>,
+}
+
+#[derive(Deserialize)]
+struct DeviceMomentQuery {
+    device: Option<usize>,
+    at: Option<String>,
+}
+
+impl DeviceMoment {
+    /// The moment asked for, else `default`.
+    pub fn moment_or(&self, default: Moment) -> Moment {
+        self.at.unwrap_or(default)
+    }
+}
+
+impl FromRequestParts<AppState> for DeviceMoment {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let Query(query) = Query::<DeviceMomentQuery>::from_request_parts(parts, state)
+            .await
+            .map_err(|rejection| ApiError::BadRequest(rejection.body_text()))?;
+        Ok(Self {
+            device: DeviceChoice {
+                device: query.device,
+            },
+            at: query
+                .at
+                .as_deref()
+                .map(str::parse)
+                .transpose()
+                .map_err(ApiError::BadRequest)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_of_takes_the_first_option_by_default_and_names_them_all_when_refusing() {
+        let options = [("event", 1), ("time", 2)];
+        assert_eq!(one_of("axis", None, &options).expect("default"), 1);
+        assert_eq!(one_of("axis", Some("time"), &options).expect("named"), 2);
+        let refused = one_of("axis", Some("bytes"), &options).expect_err("unknown");
+        assert_eq!(
+            refused.to_string(),
+            "axis must be event or time, not \"bytes\""
+        );
+    }
+}

@@ -1,0 +1,271 @@
+//! The JSON the server sends and the pages read: one type per answer, so a field is added,
+//! renamed or removed in one place. `docs/api.md` documents every endpoint with these types, and
+//! `tests/api_contract.rs` checks each answer of a real server against the documented shapes.
+//!
+//! Types that are analysis results in their own right ([`Summary`], [`Flame`], [`MemoryMap`],
+//! [`EventPage`], [`OomReport`], [`SnapshotDiff`], [`Markers`]) live beside the analysis that
+//! makes them; this module composes them into answers.
+
+use super::store::{AuditEntry, Record, Unlisted};
+use crate::analysis::flame::{Flame, FlameMode};
+use crate::analysis::markers::Markers;
+use crate::analysis::timeline::Timeline;
+use crate::analysis::{Origin, Summary};
+use serde::{Deserialize, Serialize};
+
+pub use super::compare::CompareAnswer;
+pub use crate::analysis::events::EventPage;
+pub use crate::analysis::memory_map::MemoryMap;
+pub use crate::analysis::oom::OomReport;
+
+/// A stored snapshot as the API lists it: its record, and the page to share.
+#[derive(Debug, Clone, Serialize)]
+pub struct SnapshotView {
+    #[serde(flatten)]
+    pub record: Record,
+    /// The page to share.
+    pub url: String,
+}
+
+impl SnapshotView {
+    pub fn new(record: &Record, public_url: &str) -> Self {
+        Self {
+            record: record.clone(),
+            url: format!("{public_url}/s/{}", record.id),
+        }
+    }
+
+    /// The summary row stored with the record.
+    pub fn summary(&self) -> SummaryRow {
+        SummaryRow::from_stored(&self.record.summary)
+    }
+}
+
+/// The short summary stored with each snapshot (SQLite keeps it as this type's JSON), so the
+/// list, the picker and the group page need no parsing.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+#[cfg_attr(test, serde(deny_unknown_fields))]
+pub struct SummaryRow {
+    pub devices: Vec<DeviceRow>,
+    /// The largest of the devices' peaks.
+    pub peak_allocated_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    /// Out-of-memory events on all devices.
+    pub oom_events: u64,
+    /// The codes of the snapshot's notes (`trace_incomplete`, `no_history`, ...).
+    pub notes: Vec<String>,
+}
+
+/// One device's line of a [`SummaryRow`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+#[cfg_attr(test, serde(deny_unknown_fields))]
+pub struct DeviceRow {
+    pub device: usize,
+    pub trace_entries: usize,
+    pub peak_allocated_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    pub reserved_bytes_at_snapshot: u64,
+    pub oom_events: u64,
+    /// The innermost frame of the stack holding the most at the peak (`file:line:name`).
+    pub top_stack: Option<String>,
+}
+
+impl SummaryRow {
+    pub fn new(summary: &Summary) -> Self {
+        let devices: Vec<DeviceRow> = summary
+            .devices
+            .iter()
+            .map(|d| DeviceRow {
+                device: d.device,
+                trace_entries: d.trace_entries,
+                peak_allocated_bytes: d.peak_allocated_bytes,
+                peak_reserved_bytes: d.peak_reserved_bytes,
+                reserved_bytes_at_snapshot: d.reserved_bytes_at_snapshot,
+                oom_events: d.oom_events.len() as u64,
+                top_stack: d
+                    .top_stacks_at_peak
+                    .first()
+                    .and_then(|s| s.frames.first())
+                    .cloned(),
+            })
+            .collect();
+        Self {
+            peak_allocated_bytes: devices
+                .iter()
+                .map(|d| d.peak_allocated_bytes)
+                .max()
+                .unwrap_or(0),
+            peak_reserved_bytes: devices
+                .iter()
+                .map(|d| d.peak_reserved_bytes)
+                .max()
+                .unwrap_or(0),
+            oom_events: devices.iter().map(|d| d.oom_events).sum(),
+            notes: summary.notes.iter().map(|n| n.code.to_owned()).collect(),
+            devices,
+        }
+    }
+
+    /// As the store keeps it.
+    pub fn to_stored(&self) -> serde_json::Value {
+        // A struct of numbers, strings and lists always serialises.
+        serde_json::to_value(self).unwrap_or_default()
+    }
+
+    /// A stored row. The store has checked it is JSON; a row of another shape (written by a
+    /// different version) reads as empty rather than failing the whole list, and is logged.
+    pub fn from_stored(stored: &serde_json::Value) -> Self {
+        match Self::deserialize(stored) {
+            Ok(row) => row,
+            Err(error) => {
+                tracing::warn!(%error, "a stored summary row has an unexpected shape");
+                Self::default()
+            }
+        }
+    }
+
+    /// `cuda:0`, `cuda:1`, ...
+    pub fn device_names(&self) -> Vec<String> {
+        self.devices
+            .iter()
+            .map(|d| format!("cuda:{}", d.device))
+            .collect()
+    }
+}
+
+/// `GET /api/snapshots`.
+#[derive(Serialize)]
+pub struct SnapshotList {
+    pub snapshots: Vec<SnapshotView>,
+    /// Rows that could not be listed (an unreadable summary, a lost file) and why; omitted when
+    /// there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unlisted: Vec<Unlisted>,
+}
+
+/// `GET /api/snapshots/{id}`.
+#[derive(Serialize)]
+pub struct SnapshotDetail {
+    #[serde(flatten)]
+    pub view: SnapshotView,
+    /// The full summary: per device peaks, totals, OOM events, top stacks; notes; source.
+    pub analysis: Summary,
+    pub allocator_settings: serde_json::Value,
+    pub external_annotations: usize,
+    /// The device the views show when the page's URL names none (the first with a trace).
+    pub default_device: usize,
+}
+
+/// `GET /api/snapshots/{id}/timeline`.
+#[derive(Serialize)]
+pub struct TimelineAnswer {
+    /// The device shown (the server's default when the query named none).
+    pub device: usize,
+    #[serde(flatten)]
+    pub timeline: Timeline,
+    pub markers: Markers,
+    /// `time_us` of the trace's first event and of the window's first and last events (`null`
+    /// when the trace has no times): the time axis's labels.
+    pub time_us: Option<TimeSpan>,
+    /// The first event from which the history is complete, when the trace starts mid-run
+    /// (frees without a matching alloc); `null` when it is complete.
+    pub complete_from: Option<usize>,
+}
+
+#[derive(Serialize)]
+pub struct TimeSpan {
+    pub first: i64,
+    pub start: i64,
+    pub end: i64,
+}
+
+/// `GET /api/snapshots/{id}/flame`: the flame graph and the mode it was made in.
+#[derive(Serialize)]
+pub struct FlameAnswer {
+    #[serde(flatten)]
+    pub flame: Flame,
+    pub mode: FlameMode,
+}
+
+/// One frame of an allocation's stack.
+#[derive(Serialize)]
+pub struct FrameView {
+    pub name: String,
+    pub filename: String,
+    pub line: u64,
+    /// A frame PyTorch's viewer hides (its own internals).
+    pub hidden: bool,
+}
+
+/// `GET /api/snapshots/{id}/allocations/{n}`.
+#[derive(Serialize)]
+pub struct AllocationView {
+    pub id: u32,
+    pub block_id: String,
+    pub addr: u64,
+    pub size: u64,
+    pub stream: u64,
+    pub start: Option<u32>,
+    pub end: Option<u32>,
+    pub start_time_us: Option<i64>,
+    pub end_time_us: Option<i64>,
+    pub origin: Origin,
+    pub frames: Vec<FrameView>,
+}
+
+/// `GET /api/groups/{name}`.
+#[derive(Serialize)]
+pub struct GroupAnswer {
+    pub group: String,
+    /// Sorted by name.
+    pub members: Vec<GroupMember>,
+    /// Median peak of the members, the yardstick for outliers.
+    pub median_peak_bytes: u64,
+}
+
+#[derive(Serialize)]
+pub struct GroupMember {
+    #[serde(flatten)]
+    pub view: SnapshotView,
+    pub peak_allocated_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    pub oom_events: u64,
+    pub top_stack: Option<String>,
+    /// Peak more than 10% away from the group's median, or an OOM.
+    pub outlier: bool,
+}
+
+/// `GET /api/audit`.
+#[derive(Serialize)]
+pub struct AuditLog {
+    pub entries: Vec<AuditEntry>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_row_reads_back_what_was_stored() {
+        let (snapshot, analysis) = crate::analysis::fixtures::analysed("oom.pickle");
+        let summary = Summary::new(&snapshot, &analysis);
+        let row = SummaryRow::new(&summary);
+        assert!(row.oom_events > 0, "oom.pickle records an OOM");
+        assert!(row.devices[0].top_stack.is_some());
+        // Stored as JSON and read back (strictly, in this test build): the same row.
+        let stored = row.to_stored();
+        assert_eq!(SummaryRow::deserialize(&stored).expect("strict"), row);
+        assert_eq!(SummaryRow::from_stored(&stored), row);
+    }
+
+    #[test]
+    fn a_stored_row_of_another_shape_reads_as_empty_not_as_an_error() {
+        let row = SummaryRow::from_stored(&serde_json::json!({"devices": "not a list"}));
+        assert_eq!(row, SummaryRow::default());
+        // Rows stored before a field existed still read (the field takes its default).
+        let old = SummaryRow::from_stored(&serde_json::json!({"peak_allocated_bytes": 7}));
+        assert_eq!(old.peak_allocated_bytes, 7);
+    }
+}
