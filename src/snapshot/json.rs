@@ -10,7 +10,7 @@ use serde_json::Value as Json;
 pub fn from_json(json: &Json) -> Result<Snapshot, ShapeError> {
     let mut heap = Heap::default();
     let root = into_heap(&mut heap, json);
-    build(root, heap, TraceCompactor::default())
+    build(root, heap, TraceCompactor::<()>::default()).map(|(snapshot, _)| snapshot)
 }
 
 fn into_heap(heap: &mut Heap, json: &Json) -> Value {
