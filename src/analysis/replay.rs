@@ -855,7 +855,14 @@ mod tests {
         for i in 0..events {
             out.extend_from_slice(b"}(");
             text(&mut out, "action");
-            text(&mut out, if i % 2 == 0 { "alloc" } else { "free_completed" });
+            text(
+                &mut out,
+                if i % 2 == 0 {
+                    "alloc"
+                } else {
+                    "free_completed"
+                },
+            );
             text(&mut out, "addr");
             int(&mut out, 0x1000 * (i as i32 / 2 % 64 + 1));
             text(&mut out, "size");
@@ -889,7 +896,10 @@ mod tests {
         assert_eq!(seeded.allocations, fresh.allocations);
         assert_eq!(seeded.event_allocation, fresh.event_allocation);
         assert_eq!(seeded.allocated, fresh.allocated);
-        assert_eq!(seeded.live_after(Some(events / 2)), fresh.live_after(Some(events / 2)));
+        assert_eq!(
+            seeded.live_after(Some(events / 2)),
+            fresh.live_after(Some(events / 2))
+        );
         assert_eq!(seeded.allocated_after(Some(0)), 512);
     }
 
