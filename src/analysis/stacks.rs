@@ -9,8 +9,9 @@ use serde::Serialize;
 pub struct StackBytes {
     pub bytes: u64,
     pub allocations: usize,
-    /// Display frames, innermost first, filtered like PyTorch's viewer
-    /// (`file:line:name`); `<non-python>` when none remain.
+    /// Display frames, innermost first, filtered like PyTorch's viewer, in
+    /// [`FrameLabel`](crate::snapshot::FrameLabel)'s full form (`file:line:name`);
+    /// `<non-python>` when none remain.
     pub frames: Vec<String>,
     #[serde(skip)]
     pub stack: StackId,
@@ -24,7 +25,7 @@ pub fn display_frames(snapshot: &Snapshot, stack: StackId) -> Vec<String> {
         .iter()
         .map(|&id| snapshot.frames.get(id))
         .filter(|frame| !frame.is_hidden())
-        .map(|frame| format!("{}:{}:{}", frame.filename, frame.line, frame.name))
+        .map(|frame| frame.label().to_string())
         .collect();
     if frames.is_empty() {
         vec!["<non-python>".to_owned()]

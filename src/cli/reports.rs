@@ -2,7 +2,7 @@
 
 use crate::analysis::Summary;
 use crate::format::{bytes, count, duration_us};
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Snapshot, short_frame_label};
 use std::path::Path;
 
 /// The human-readable summary.
@@ -100,11 +100,11 @@ pub(super) fn summary_text(file: &Path, snapshot: &Snapshot, summary: &Summary) 
             let _ = writeln!(s, "  top stacks at the peak:");
             for stack in &device.top_stacks_at_peak {
                 let share = stack.bytes as f64 * 100.0 / device.peak_allocated_bytes as f64;
-                let frames: Vec<&str> = stack
+                let frames: Vec<String> = stack
                     .frames
                     .iter()
                     .take(4)
-                    .map(|f| short_frame(f))
+                    .map(|f| short_frame_label(f))
                     .collect();
                 let more = stack.frames.len().saturating_sub(4);
                 let _ = writeln!(
@@ -130,20 +130,6 @@ pub(super) fn summary_text(file: &Path, snapshot: &Snapshot, summary: &Summary) 
         }
     }
     s
-}
-
-/// `path/to/file.py:12:name` as `file.py:12:name`.
-fn short_frame(frame: &str) -> &str {
-    match frame.find(':') {
-        Some(colon) => {
-            let path = &frame[..colon];
-            match path.rfind('/') {
-                Some(slash) => &frame[slash + 1..],
-                None => frame,
-            }
-        }
-        None => frame,
-    }
 }
 
 pub(super) fn diff_text(

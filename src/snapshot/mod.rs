@@ -18,7 +18,8 @@ mod load;
 mod trace;
 
 pub use follow::{Followed, TraceFollower};
-pub use frames::{Frame, FrameId, FrameTable, StackId, StackTable};
+pub(crate) use frames::short_frame_label;
+pub use frames::{Frame, FrameId, FrameLabel, FrameTable, StackId, StackTable};
 pub use load::{
     LoadError, LoadOptions, WithFollowed, load_path, load_path_following, load_reader,
     load_reader_following,
