@@ -92,8 +92,6 @@ fn views_work_in_a_real_browser() {
     run_script("tests/browser/views.mjs", Duration::from_secs(150));
 }
 
-/// Starts `snapview serve` on a free port with an empty data folder and runs the node `script`
-/// against it, failing with everything both printed when the script fails.
 /// The compare page, its picker, the group page and the list's selection:
 /// `tests/browser/compare.mjs`.
 #[test]
@@ -129,6 +127,8 @@ fn tokens_and_cross_site_writes_work_in_a_real_browser() {
     );
 }
 
+/// Starts `snapview serve` on a free port with an empty data folder and runs the node `script`
+/// against it, failing with everything both printed when the script fails.
 fn run_script(script: &str, limit: Duration) {
     run_script_with(script, limit, &[], &[]);
 }

@@ -20,7 +20,7 @@ pub mod timeline;
 pub use notes::{Note, notes};
 pub use replay::{Allocation, AllocationId, Origin, Peak, Replay, ReplaySeed};
 pub use segments::SegmentStats;
-pub use stacks::{StackBytes, TreeNode, display_frames, stack_tree, top_stacks};
+pub use stacks::{StackBytes, display_frames, top_stacks};
 pub use summary::{DeviceSummary, OomEvent, Summary};
 
 use crate::snapshot::{LoadError, LoadOptions, Snapshot};

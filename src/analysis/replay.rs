@@ -521,11 +521,6 @@ impl Replay {
         live.extend_from_slice(&self.ghosts);
         live
     }
-
-    /// The first event at or after `time_us` (for wall-time queries).
-    pub fn event_at_time(trace: &Trace, time_us: i64) -> usize {
-        trace.time_us.partition_point(|&t| t < time_us)
-    }
 }
 
 fn time_of(trace: &Trace, event: usize) -> Option<i64> {

@@ -5,9 +5,9 @@
 //! top level and assembles segments, blocks, per-device traces and settings. Tolerant: missing
 //! keys take defaults, unknown keys and actions are kept or ignored, never fatal.
 
-pub use super::compact::TraceCompactor;
+pub(super) use super::compact::TraceCompactor;
 use super::compact::{Record, flat_pairs, record_of};
-pub use super::convert::ShapeError;
+pub(super) use super::convert::ShapeError;
 use super::convert::{ConversionBudget, to_json};
 use super::follow::{Followed, TraceFollower};
 use super::{Annotation, Block, BlockState, Segment, Snapshot, StackId, StackTable, Trace};
@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 /// Assembles the model from a decoded top-level value and the compactor that ran during
 /// decoding, and hands back what the compactor's follower made of the trace (if it ran and saw
 /// exactly one device's events).
-pub fn build<F: TraceFollower>(
+pub(super) fn build<F: TraceFollower>(
     root: Value,
     mut heap: Heap,
     mut compactor: TraceCompactor<'_, F>,

@@ -224,7 +224,7 @@ fn build_columns<F: TraceFollower>(
 /// batches to a second thread, which writes (and page-faults in) the columns while this one
 /// keeps decoding. The result is the same as [`TraceCompactor::default`], which fills them inline.
 #[derive(Debug)]
-pub struct TraceCompactor<'scope, F = ()> {
+pub(super) struct TraceCompactor<'scope, F = ()> {
     /// The string tables, unknown actions and `device_free` of every trace entry (the numeric
     /// columns are in `columns` until [`TraceCompactor::finish`]).
     events: Trace,
@@ -396,7 +396,7 @@ fn u64_of(heap: &Heap, value: Value) -> Option<u64> {
 impl<'scope, F: TraceFollower> TraceCompactor<'scope, F> {
     /// A compactor whose columns are filled by a thread of `scope` once the trace is long enough
     /// to be worth it (short traces stay on this thread, as with [`TraceCompactor::default`]).
-    pub fn pipelined<'env>(scope: &'scope std::thread::Scope<'scope, 'env>) -> Self {
+    pub(super) fn pipelined<'env>(scope: &'scope std::thread::Scope<'scope, 'env>) -> Self {
         Self {
             spawn: Spawn(Some(Box::new(move |trace, expected_rows| {
                 spawn_worker(scope, trace, expected_rows)
@@ -407,7 +407,7 @@ impl<'scope, F: TraceFollower> TraceCompactor<'scope, F> {
 
     /// Sizes the columns for a pickle of `bytes` bytes (when known): at most one row per
     /// 64 bytes (the fewest a trace entry takes), so they are reserved once, not grown.
-    pub fn expecting_bytes(mut self, bytes: Option<u64>) -> Self {
+    pub(super) fn expecting_bytes(mut self, bytes: Option<u64>) -> Self {
         self.expected_rows = bytes.map_or(0, |bytes| {
             usize::try_from(bytes / BYTES_PER_ROW_AT_LEAST)
                 .unwrap_or(usize::MAX)
@@ -757,12 +757,9 @@ impl<F: TraceFollower> Compactor for TraceCompactor<'_, F> {
     /// Takes event records appended in row order to a list that holds nothing else (a
     /// device's trace).
     fn append(&mut self, heap: &mut Heap, list: Value, items: &[Value]) -> bool {
-        let first = match items.first().copied().and_then(record_of) {
-            Some(Record::Event(row)) => row,
-            _ => {
-                self.restore_event_run(heap, list);
-                return false;
-            }
+        let Some(Record::Event(first)) = items.first().copied().and_then(record_of) else {
+            self.restore_event_run(heap, list);
+            return false;
         };
         let follows = match self.event_runs.get(&list) {
             Some(rows) => rows.end == first,

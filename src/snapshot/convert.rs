@@ -23,7 +23,7 @@ const MAX_JSON_DEPTH: usize = 32;
 /// decoded once); every conversion that copies values out of it spends from a budget bounded by
 /// what was decoded, so a shared-structure bomb is refused after a bounded amount of work.
 #[derive(Debug)]
-pub struct ConversionBudget {
+pub(super) struct ConversionBudget {
     remaining: u64,
 }
 
@@ -42,14 +42,14 @@ const COST_PER_VALUE: u64 = 32;
 
 impl ConversionBudget {
     /// A budget of `bytes` of output.
-    pub fn new(bytes: u64) -> Self {
+    pub(super) fn new(bytes: u64) -> Self {
         Self { remaining: bytes }
     }
 
     /// The budget for converting values of `heap`: the floor, its text once, and a multiple of
     /// its other values (a reference to a text is one of those, so a text shared a million
     /// times costs its length once per reference, which this multiple does not cover).
-    pub fn for_heap(heap: &Heap) -> Self {
+    pub(super) fn for_heap(heap: &Heap) -> Self {
         let text = heap.text_bytes();
         let values = heap.footprint().saturating_sub(text);
         Self::new(
@@ -60,7 +60,7 @@ impl ConversionBudget {
     }
 
     /// Spends `bytes` (plus the per-value cost) converting `what`, or says why not.
-    pub fn spend(&mut self, bytes: usize, what: &str) -> Result<(), ShapeError> {
+    pub(super) fn spend(&mut self, bytes: usize, what: &str) -> Result<(), ShapeError> {
         let cost = (bytes as u64).saturating_add(COST_PER_VALUE);
         match self.remaining.checked_sub(cost) {
             Some(left) => {
@@ -74,7 +74,7 @@ impl ConversionBudget {
     }
 
     /// An owned copy of `text`, paid for.
-    pub fn copy(&mut self, text: &str, what: &str) -> Result<String, ShapeError> {
+    pub(super) fn copy(&mut self, text: &str, what: &str) -> Result<String, ShapeError> {
         self.spend(text.len(), what)?;
         Ok(text.to_owned())
     }
@@ -83,7 +83,7 @@ impl ConversionBudget {
 /// A decoded value as JSON (for settings and metadata), paid for from `budget`; `what` names
 /// the value in the error. Dict keys that are not strings are written in their JSON form; big
 /// integers beyond 64 bits become strings.
-pub fn to_json(
+pub(super) fn to_json(
     heap: &Heap,
     value: Value,
     budget: &mut ConversionBudget,

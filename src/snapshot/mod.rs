@@ -6,17 +6,19 @@
 //! interned ([`FrameTable`], [`StackTable`]) because the same few hundred frames repeat in every
 //! event.
 //!
-//! Building a model from decoded pickle values lives in [`build`]; the JSON form in [`json`].
+//! Building a model from decoded pickle values lives in `build` (with `compact`, which runs while
+//! the pickle is decoded); the JSON form in `json`.
 
-pub mod build;
-pub mod compact;
+mod build;
+mod compact;
 mod convert;
 mod follow;
 mod frames;
-pub mod json;
+mod json;
 mod load;
 mod trace;
 
+pub use convert::ShapeError;
 pub use follow::{Followed, TraceFollower};
 pub(crate) use frames::short_frame_label;
 pub use frames::{Frame, FrameId, FrameLabel, FrameTable, StackId, StackTable};
