@@ -138,8 +138,9 @@ fn python_baseline(path: &Path) -> Option<(f64, u64)> {
 /// One measured load in this process: prints seconds and peak RSS in KiB.
 fn one_run(path: &Path) {
     let started = Instant::now();
-    let snapshot = snapview::snapshot::load_path(path, Default::default()).expect("load");
-    let analysis = snapview::analysis::Analysis::new(&snapshot);
+    // As the CLI and server load: the replay's first pass runs on the loader's column thread.
+    let (snapshot, seed) = snapview::analysis::load_path(path, Default::default()).expect("load");
+    let analysis = snapview::analysis::Analysis::seeded(&snapshot, seed);
     let elapsed = started.elapsed().as_secs_f64();
     assert!(!analysis.devices.is_empty());
     println!("{elapsed} {}", peak_rss_kib());

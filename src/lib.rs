@@ -21,6 +21,10 @@
 //! - [`cli`] is the command line; it only parses arguments and calls the library; [`format`](mod@format)
 //!   writes numbers for people.
 
+// `pub` only for the library's API (what tests, benches and the binary use); the rest is
+// pub(crate), so the compiler sees what is dead.
+#![warn(unreachable_pub)]
+
 pub mod analysis;
 pub mod cli;
 pub mod format;

@@ -635,7 +635,7 @@ impl<'a> FoldedWriter<'a> {
 /// right one, copies the left set and deletes the common keys. Both paths are modelled here.
 mod py_set {
     /// A `(address, total_size)` tuple of Python ints.
-    pub type Key = (u64, u64);
+    pub(super) type Key = (u64, u64);
 
     const MIN_SIZE: usize = 8;
     const LINEAR_PROBES: usize = 9;
@@ -649,7 +649,7 @@ mod py_set {
 
     /// `hash((a, b))` for non-negative ints, as the unsigned bits of `Py_hash_t` (the xxHash-based
     /// `tuplehash` of Python >= 3.8).
-    pub fn hash(key: Key) -> u64 {
+    pub(super) fn hash(key: Key) -> u64 {
         let mut acc = XXPRIME_5;
         for lane in [key.0 % HASH_MODULUS, key.1 % HASH_MODULUS] {
             acc = acc.wrapping_add(lane.wrapping_mul(XXPRIME_2));
@@ -670,7 +670,7 @@ mod py_set {
 
     /// A set of keys laid out as CPython would lay them out.
     #[derive(Debug, Clone)]
-    pub struct PySet {
+    pub(super) struct PySet {
         slots: Vec<Slot>,
         /// Active plus dummy slots.
         fill: usize,
@@ -706,7 +706,7 @@ mod py_set {
 
     impl PySet {
         /// `set()`: an empty table of `PySet_MINSIZE` slots.
-        pub fn new() -> Self {
+        pub(super) fn new() -> Self {
             Self {
                 slots: vec![Slot::Empty; MIN_SIZE],
                 fill: 0,
@@ -715,7 +715,7 @@ mod py_set {
         }
 
         /// `{k for k in keys}`.
-        pub fn from_keys(keys: &[Key]) -> Self {
+        pub(super) fn from_keys(keys: &[Key]) -> Self {
             let mut set = Self::new();
             for &key in keys {
                 set.add(key);
@@ -728,14 +728,14 @@ mod py_set {
         }
 
         /// Keys in iteration order.
-        pub fn keys(&self) -> impl Iterator<Item = Key> + '_ {
+        pub(super) fn keys(&self) -> impl Iterator<Item = Key> + '_ {
             self.slots.iter().filter_map(|slot| match slot {
                 Slot::Active(_, key) => Some(*key),
                 _ => None,
             })
         }
 
-        pub fn len(&self) -> usize {
+        pub(super) fn len(&self) -> usize {
             self.used
         }
 
@@ -750,7 +750,7 @@ mod py_set {
             matches!(self.slots[slot], Slot::Active(..)).then_some(slot)
         }
 
-        pub fn contains(&self, key: Key) -> bool {
+        pub(super) fn contains(&self, key: Key) -> bool {
             self.find(key).is_some()
         }
 
@@ -778,7 +778,7 @@ mod py_set {
         }
 
         /// `set_add_entry`, on a table without dummies (the only kind torch adds to here).
-        pub fn add(&mut self, key: Key) {
+        pub(super) fn add(&mut self, key: Key) {
             let hash = hash(key);
             let mask = self.mask();
             let slots = &self.slots;
@@ -835,7 +835,7 @@ mod py_set {
         }
 
         /// `self - other` (`set_difference`).
-        pub fn difference(&self, other: &Self) -> Self {
+        pub(super) fn difference(&self, other: &Self) -> Self {
             if (self.len() >> 2) > other.len() {
                 // `set_copy_and_difference` + `set_difference_update_internal`. (Its swap of a
                 // much larger `other` for the intersection cannot happen on this path.)

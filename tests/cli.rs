@@ -59,6 +59,12 @@ fn summary_text_names_the_peak_and_the_oom() {
         "{text}"
     );
     assert!(text.contains("top stacks at the peak"), "{text}");
+    // Frames read as on the pages and in diffs (`FrameLabel::short`: basename:line function),
+    // innermost first; the path and the full `file:line:name` form stay in the JSON.
+    assert!(
+        text.contains("activations.py:66 forward ← module.py:1790 _call_impl ← "),
+        "{text}"
+    );
 }
 
 #[test]

@@ -95,9 +95,9 @@ fn stack_key(snapshot: &Snapshot, stack: StackId, ignore_lines: bool) -> Vec<Fra
         .filter(|f| !f.is_hidden())
         .map(|f| {
             if ignore_lines {
-                format!("{} {}", f.basename(), f.name)
+                f.label().short_without_line()
             } else {
-                format!("{}:{} {}", f.basename(), f.line, f.name)
+                f.label().short()
             }
         })
         .collect();

@@ -102,7 +102,7 @@ pub fn row(snapshot: &Snapshot, trace: &Trace, replay: &Replay, index: usize) ->
         .iter()
         .map(|&f| snapshot.frames.get(f))
         .find(|f| !f.is_hidden())
-        .map(|f| format!("{}:{} {}", f.basename(), f.line, f.name));
+        .map(|f| f.label().short());
     let allocation = replay.allocation_at(index);
     EventRow {
         index,

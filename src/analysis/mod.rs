@@ -23,12 +23,33 @@ mod summary;
 pub mod timeline;
 
 pub use notes::{Note, notes};
-pub use replay::{Allocation, AllocationId, Origin, Peak, Replay};
+pub use replay::{Allocation, AllocationId, Origin, Peak, Replay, ReplaySeed};
 pub use segments::SegmentStats;
-pub use stacks::{StackBytes, TreeNode, display_frames, stack_tree, top_stacks};
+pub use stacks::{StackBytes, display_frames, top_stacks};
 pub use summary::{DeviceSummary, OomEvent, Summary};
 
-use crate::snapshot::Snapshot;
+use crate::snapshot::{LoadError, LoadOptions, Snapshot};
+use replay::EventPass;
+
+/// Loads the snapshot at `path` (as [`crate::snapshot::load_path`]) and runs the replay's event
+/// pass over its trace on the loader's column thread, while the rest of the file is decoded;
+/// [`Analysis::seeded`] takes it from there.
+pub fn load_path(
+    path: &std::path::Path,
+    options: LoadOptions<'_>,
+) -> Result<(Snapshot, ReplaySeed), LoadError> {
+    crate::snapshot::load_path_following::<EventPass>(path, options)
+        .map(|(snapshot, followed)| (snapshot, ReplaySeed::new(followed)))
+}
+
+/// [`load_path`] for any byte stream (an upload, a decompressor).
+pub fn load_reader(
+    reader: impl std::io::Read,
+    options: LoadOptions<'_>,
+) -> Result<(Snapshot, ReplaySeed), LoadError> {
+    crate::snapshot::load_reader_following::<EventPass>(reader, options)
+        .map(|(snapshot, followed)| (snapshot, ReplaySeed::new(followed)))
+}
 
 /// Everything computed once per snapshot.
 #[derive(Debug)]
@@ -46,10 +67,10 @@ pub struct DeviceAnalysis {
 }
 
 impl DeviceAnalysis {
-    pub fn new(snapshot: &Snapshot, device: usize) -> Self {
+    fn new(snapshot: &Snapshot, device: usize, pass: Option<EventPass>) -> Self {
         Self {
             device,
-            replay: Replay::new(snapshot, device),
+            replay: Replay::seeded(snapshot, device, pass),
             by_size: std::sync::OnceLock::new(),
         }
     }
@@ -79,11 +100,20 @@ impl DeviceAnalysis {
 }
 
 impl Analysis {
+    /// Replays every device of `snapshot`.
     pub fn new(snapshot: &Snapshot) -> Self {
+        Self::seeded(snapshot, ReplaySeed::default())
+    }
+
+    /// [`Analysis::new`], reusing the event pass the loader ran (see [`load_path`]).
+    pub fn seeded(snapshot: &Snapshot, mut seed: ReplaySeed) -> Self {
         let devices = snapshot
             .devices()
             .into_iter()
-            .map(|device| DeviceAnalysis::new(snapshot, device))
+            .map(|device| {
+                let pass = seed.take(device, snapshot.trace(device).len());
+                DeviceAnalysis::new(snapshot, device, pass)
+            })
             .collect();
         Self { devices }
     }

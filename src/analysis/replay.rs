@@ -15,7 +15,7 @@
 //! Unlike MemoryViz, the x axis here is the raw event index of the trace (every event, not only
 //! allocs and frees), so one "moment" means the same thing in every view; the peak is the same.
 
-use crate::snapshot::{ActionCode, BlockState, Snapshot, StackId, Trace};
+use crate::snapshot::{ActionCode, BlockState, Followed, Snapshot, StackId, Trace, TraceFollower};
 
 /// Why an allocation is in the replay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -187,8 +187,8 @@ pub struct Peak {
 
 /// The event pass of a replay: which allocation each event opens or closes, and the memory
 /// curve and live sets of the allocations the trace opens. It depends only on the trace, so it
-/// can run while the trace is still being read ([`EventPass::advance`] takes the events appended
-/// since its last call); the rest of [`Replay::new`] needs the segments.
+/// can run while the trace is still being read (it is a [`TraceFollower`], which the loader runs
+/// on its column thread); the rest of [`Replay::new`] needs the segments.
 #[derive(Debug, Default)]
 pub(crate) struct EventPass {
     allocations: Vec<Allocation>,
@@ -203,17 +203,16 @@ pub(crate) struct EventPass {
     change: u64,
 }
 
-impl EventPass {
-    /// Events replayed so far.
-    pub(crate) fn len(&self) -> usize {
+impl TraceFollower for EventPass {
+    fn events(&self) -> usize {
         self.event_allocation.len()
     }
 
     /// Replays the events of `trace` not yet seen. Unless `complete`, a trailing `free_requested`
     /// waits for the next event (it may be half of a merged free).
-    pub(crate) fn advance(&mut self, trace: &Trace, complete: bool) {
+    fn advance(&mut self, trace: &Trace, complete: bool) {
         let n = trace.len();
-        let mut i = self.len();
+        let mut i = self.events();
         while i < n {
             let action = trace.action[i];
             let addr = trace.addr[i];
@@ -285,7 +284,9 @@ impl EventPass {
             i += 1;
         }
     }
+}
 
+impl EventPass {
     /// Ends the next event: what it opened or closed, and the memory after it.
     fn record(&mut self, id: AllocationId) {
         self.event_allocation.push(id);
@@ -293,12 +294,42 @@ impl EventPass {
     }
 }
 
+/// The replay's event pass as the loader ran it while reading the trace (see
+/// [`super::load_path`]), handed to [`super::Analysis::seeded`] so it is not run twice. Empty
+/// when the loader did not run it (a short trace, or events of several devices).
+#[derive(Debug, Default)]
+pub struct ReplaySeed(Option<Followed<EventPass>>);
+
+impl ReplaySeed {
+    pub(crate) fn new(followed: Option<Followed<EventPass>>) -> Self {
+        Self(followed)
+    }
+
+    /// The pass, if it is `device`'s and covers exactly its `events` (the trace as loaded).
+    pub(crate) fn take(&mut self, device: usize, events: usize) -> Option<EventPass> {
+        match self.0.take() {
+            Some(followed) if followed.device == device && followed.follower.events() == events => {
+                Some(followed.follower)
+            }
+            other => {
+                self.0 = other;
+                None
+            }
+        }
+    }
+}
+
 impl Replay {
     /// Replays `device`'s trace against the snapshot's segments.
     pub fn new(snapshot: &Snapshot, device: usize) -> Self {
+        Self::seeded(snapshot, device, None)
+    }
+
+    /// [`Replay::new`], starting from `pass` when the loader ran the event pass already (on its
+    /// column thread, while reading).
+    pub(crate) fn seeded(snapshot: &Snapshot, device: usize, pass: Option<EventPass>) -> Self {
         let trace = snapshot.trace(device);
-        // The loader may have run the event pass already, on its second thread while reading.
-        let pass = match snapshot.take_event_pass(device, trace.len()) {
+        let pass = match pass.filter(|pass| pass.events() == trace.len()) {
             Some(pass) => pass,
             None => {
                 let mut pass = EventPass::default();
@@ -489,11 +520,6 @@ impl Replay {
         let mut live = self.freed_without_alloc[freed_later..].to_vec();
         live.extend_from_slice(&self.ghosts);
         live
-    }
-
-    /// The first event at or after `time_us` (for wall-time queries).
-    pub fn event_at_time(trace: &Trace, time_us: i64) -> usize {
-        trace.time_us.partition_point(|&t| t < time_us)
     }
 }
 
@@ -781,7 +807,7 @@ mod tests {
         }
         let mut whole = EventPass::default();
         whole.advance(&trace, true);
-        assert_eq!(whole.len(), events.len());
+        assert_eq!(whole.events(), events.len());
         for split in 0..=events.len() {
             let mut partial = trace.clone();
             partial.action.truncate(split);
@@ -802,6 +828,74 @@ mod tests {
             assert_eq!(pieces.freed_without_alloc, whole.freed_without_alloc);
             assert_eq!(pieces.allocated_change, whole.allocated_change);
         }
+    }
+
+    /// A pickle of `{"segments": [], "device_traces": [[...]]}` with `events` allocs and frees of
+    /// device 0, written opcode by opcode (protocol 2).
+    fn pickle_of_alloc_free_trace(events: usize) -> Vec<u8> {
+        fn text(out: &mut Vec<u8>, text: &str) {
+            out.push(b'X');
+            out.extend_from_slice(&(text.len() as u32).to_le_bytes());
+            out.extend_from_slice(text.as_bytes());
+        }
+        fn int(out: &mut Vec<u8>, value: i32) {
+            out.push(b'J');
+            out.extend_from_slice(&value.to_le_bytes());
+        }
+        let mut out = vec![0x80, 2, b'}', b'('];
+        text(&mut out, "segments");
+        out.push(b']');
+        text(&mut out, "device_traces");
+        out.extend_from_slice(b"](]("); // the list of devices, and device 0's list of events
+        for i in 0..events {
+            out.extend_from_slice(b"}(");
+            text(&mut out, "action");
+            text(
+                &mut out,
+                if i % 2 == 0 {
+                    "alloc"
+                } else {
+                    "free_completed"
+                },
+            );
+            text(&mut out, "addr");
+            int(&mut out, 0x1000 * (i as i32 / 2 % 64 + 1));
+            text(&mut out, "size");
+            int(&mut out, 512);
+            out.push(b'u');
+        }
+        out.extend_from_slice(b"eeu.");
+        out
+    }
+
+    /// Past 65,536 events the loader runs the event pass on its column thread and hands it over
+    /// beside the snapshot (no lock in the model); the replay started from it is the replay
+    /// that runs the pass itself.
+    #[test]
+    fn the_loaders_event_pass_is_handed_to_the_replay() {
+        let events = 70_000;
+        let bytes = pickle_of_alloc_free_trace(events);
+        let (snapshot, mut seed) =
+            crate::analysis::load_reader(&bytes[..], Default::default()).expect("loads");
+        assert_eq!(snapshot.trace(0).len(), events);
+        let followed = seed.0.as_ref().expect("the loader ran the event pass");
+        assert_eq!((followed.device, followed.follower.events()), (0, events));
+        // A pass is only for the trace it saw.
+        assert!(seed.take(1, events).is_none());
+        assert!(seed.take(0, events - 1).is_none());
+        let pass = seed.take(0, events).expect("the pass of device 0");
+        assert!(seed.take(0, events).is_none(), "taken once");
+
+        let seeded = Replay::seeded(&snapshot, 0, Some(pass));
+        let fresh = Replay::new(&snapshot, 0);
+        assert_eq!(seeded.allocations, fresh.allocations);
+        assert_eq!(seeded.event_allocation, fresh.event_allocation);
+        assert_eq!(seeded.allocated, fresh.allocated);
+        assert_eq!(
+            seeded.live_after(Some(events / 2)),
+            fresh.live_after(Some(events / 2))
+        );
+        assert_eq!(seeded.allocated_after(Some(0)), 512);
     }
 
     /// A ring-buffer trace spanning many levels of the lifetime index, whose frees of allocations made

@@ -9,8 +9,9 @@ use serde::Serialize;
 pub struct StackBytes {
     pub bytes: u64,
     pub allocations: usize,
-    /// Display frames, innermost first, filtered like PyTorch's viewer
-    /// (`file:line:name`); `<non-python>` when none remain.
+    /// Display frames, innermost first, filtered like PyTorch's viewer, in
+    /// [`FrameLabel`](crate::snapshot::FrameLabel)'s full form (`file:line:name`);
+    /// `<non-python>` when none remain.
     pub frames: Vec<String>,
     #[serde(skip)]
     pub stack: StackId,
@@ -24,7 +25,7 @@ pub fn display_frames(snapshot: &Snapshot, stack: StackId) -> Vec<String> {
         .iter()
         .map(|&id| snapshot.frames.get(id))
         .filter(|frame| !frame.is_hidden())
-        .map(|frame| format!("{}:{}:{}", frame.filename, frame.line, frame.name))
+        .map(|frame| frame.label().to_string())
         .collect();
     if frames.is_empty() {
         vec!["<non-python>".to_owned()]
@@ -63,68 +64,4 @@ pub fn top_stacks(
             stack,
         })
         .collect()
-}
-
-/// One node of a stack tree: a frame reached through its ancestors, and the bytes below it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct TreeNode {
-    /// `None` for the root (all live memory).
-    pub frame: Option<crate::snapshot::FrameId>,
-    pub parent: u32,
-    pub bytes: u64,
-    pub allocations: u64,
-    pub children: Vec<u32>,
-}
-
-/// The live allocations as a tree of stack prefixes, root first (the outermost frame at depth
-/// 1): each node holds the bytes of every allocation whose filtered stack passes through it.
-/// Node 0 is the root. Costs O(live + distinct stacks × depth).
-pub fn stack_tree(
-    snapshot: &Snapshot,
-    allocations: &[Allocation],
-    live: &[AllocationId],
-) -> Vec<TreeNode> {
-    let mut by_stack: std::collections::BTreeMap<StackId, (u64, u64)> = Default::default();
-    for &id in live {
-        let allocation = &allocations[id as usize];
-        let entry = by_stack.entry(allocation.stack).or_default();
-        entry.0 += allocation.size;
-        entry.1 += 1;
-    }
-    let mut nodes = vec![TreeNode {
-        frame: None,
-        parent: 0,
-        bytes: 0,
-        allocations: 0,
-        children: Vec::new(),
-    }];
-    let mut child_of: rustc_hash::FxHashMap<(u32, crate::snapshot::FrameId), u32> =
-        Default::default();
-    for (stack, (bytes, count)) in by_stack {
-        let mut node = 0u32;
-        nodes[0].bytes += bytes;
-        nodes[0].allocations += count;
-        let frames = snapshot.stacks.get(stack);
-        for &frame_id in frames.iter().rev() {
-            if snapshot.frames.get(frame_id).is_hidden() {
-                continue;
-            }
-            let next = *child_of.entry((node, frame_id)).or_insert_with(|| {
-                let id = nodes.len() as u32;
-                nodes.push(TreeNode {
-                    frame: Some(frame_id),
-                    parent: node,
-                    bytes: 0,
-                    allocations: 0,
-                    children: Vec::new(),
-                });
-                nodes[node as usize].children.push(id);
-                id
-            });
-            node = next;
-            nodes[node as usize].bytes += bytes;
-            nodes[node as usize].allocations += count;
-        }
-    }
-    nodes
 }

@@ -1,7 +1,8 @@
 //! The allocation timeline at a level of detail: only what a window of a given pixel size can
 //! show (see `docs/views-api.md`).
 //!
-//! Bands are allocations at least one pixel tall and one column wide; they stack bottom-up in
+//! Bands are allocations at least two columns wide and 16 square pixels in all (the
+//! `MIN_BAND_*` constants); they stack bottom-up in
 //! allocation order, so a band only moves when a band below it is freed, and its outline is a
 //! handful of points. Everything smaller is summed per column as min/max of the total, so spikes
 //! survive. The payload is bounded by the width, not by the trace.

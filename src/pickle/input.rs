@@ -406,7 +406,7 @@ pub(crate) struct Source<S> {
 }
 
 impl<R: Read> Source<Reading<R>> {
-    pub fn new(reader: R) -> Self {
+    pub(super) fn new(reader: R) -> Self {
         Self {
             supply: Reading { reader, eof: false },
             window: Window {
@@ -421,7 +421,7 @@ impl<R: Read> Source<Reading<R>> {
 
 impl<C: Chunks> Source<Chunked<C>> {
     /// A source that decodes the buffers of `chunks` where they are.
-    pub fn chunked(chunks: C) -> Self {
+    pub(super) fn chunked(chunks: C) -> Self {
         Self {
             supply: Chunked {
                 chunks,
@@ -441,7 +441,7 @@ impl<C: Chunks> Source<Chunked<C>> {
 impl<S: Supply> Source<S> {
     /// Offset of the next unread byte.
     #[inline]
-    pub fn offset(&self) -> u64 {
+    pub(super) fn offset(&self) -> u64 {
         self.window.base.wrapping_add(self.window.pos as u64)
     }
 
@@ -453,7 +453,7 @@ impl<S: Supply> Source<S> {
 
     /// The next `n` bytes (n <= 1 MiB), consumed.
     #[inline]
-    pub fn take(&mut self, n: usize, what: &'static str) -> Result<&[u8], PickleError> {
+    pub(super) fn take(&mut self, n: usize, what: &'static str) -> Result<&[u8], PickleError> {
         if self.window.end - self.window.pos < n && !self.refill(n)? {
             return Err(PickleError::Truncated {
                 offset: self.offset(),
@@ -467,18 +467,18 @@ impl<S: Supply> Source<S> {
     }
 
     /// The `n` bytes just taken (n no more than the last `take`).
-    pub fn last(&self, n: usize) -> &[u8] {
+    pub(super) fn last(&self, n: usize) -> &[u8] {
         &self.window.buf[self.window.pos.saturating_sub(n)..self.window.pos]
     }
 
     #[inline]
-    pub fn u32_le(&mut self, what: &'static str) -> Result<u32, PickleError> {
+    pub(super) fn u32_le(&mut self, what: &'static str) -> Result<u32, PickleError> {
         let b = self.take(4, what)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 
     #[inline]
-    pub fn u64_le(&mut self, what: &'static str) -> Result<u64, PickleError> {
+    pub(super) fn u64_le(&mut self, what: &'static str) -> Result<u64, PickleError> {
         let b = self.take(8, what)?;
         let mut buf = [0u8; 8];
         buf.copy_from_slice(b);
@@ -486,7 +486,7 @@ impl<S: Supply> Source<S> {
     }
 
     #[inline]
-    pub fn byte(&mut self, what: &'static str) -> Result<u8, PickleError> {
+    pub(super) fn byte(&mut self, what: &'static str) -> Result<u8, PickleError> {
         if self.window.pos < self.window.end {
             let b = self.window.buf[self.window.pos];
             self.window.pos += 1;
@@ -497,7 +497,7 @@ impl<S: Supply> Source<S> {
 
     /// The next byte, or `None` at a clean end of input.
     #[inline]
-    pub fn next_opcode(&mut self) -> Result<Option<u8>, PickleError> {
+    pub(super) fn next_opcode(&mut self) -> Result<Option<u8>, PickleError> {
         if self.window.pos < self.window.end || self.refill(1)? {
             let b = self.window.buf[self.window.pos];
             self.window.pos += 1;
@@ -509,7 +509,7 @@ impl<S: Supply> Source<S> {
 
     /// Reads `n` bytes of any size. Memory grows only with bytes that actually arrive, so a
     /// length field larger than the file fails at the end of the file, not at allocation.
-    pub fn take_vec(&mut self, n: u64, what: &'static str) -> Result<Vec<u8>, PickleError> {
+    pub(super) fn take_vec(&mut self, n: u64, what: &'static str) -> Result<Vec<u8>, PickleError> {
         let start_offset = self.offset();
         let mut out = Vec::with_capacity(usize::try_from(n.min(BUFFER as u64)).unwrap_or(0));
         let mut remaining = n;
@@ -531,7 +531,7 @@ impl<S: Supply> Source<S> {
     }
 
     /// Bytes up to and excluding the next newline (text opcodes of protocol 0/1).
-    pub fn take_line(&mut self, what: &'static str) -> Result<Vec<u8>, PickleError> {
+    pub(super) fn take_line(&mut self, what: &'static str) -> Result<Vec<u8>, PickleError> {
         let start_offset = self.offset();
         let mut out = Vec::new();
         loop {

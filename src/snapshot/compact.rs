@@ -3,12 +3,12 @@
 //! [`TraceCompactor`] is the pickle machine's [`Compactor`]: each trace-entry dict becomes a row of
 //! columns and each frame dict an interned [`FrameId`] the moment it is complete, so a
 //! 3-million-event file never holds 3 million dicts. Past 65,536 rows, the columns (and
-//! the replay's first pass over them) are filled on a second thread while decoding goes on.
+//! a [`TraceFollower`] over them) are filled on a second thread while decoding goes on.
 
 use super::ActionCode;
-use super::build::{CONVERSION_FLOOR, ConversionBudget, ShapeError, to_json};
+use super::convert::{CONVERSION_FLOOR, ConversionBudget, ShapeError, to_json};
+use super::follow::TraceFollower;
 use super::{Frame, FrameId, FrameTable, StackId, StackTable, Trace};
-use crate::analysis::replay::EventPass;
 use crate::pickle::{Compactor, Heap, Kind, Memo, Value};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
@@ -102,16 +102,16 @@ const BATCH: usize = 8192;
 /// Where finished rows go: straight into columns, or to a thread that builds them.
 // One per load, so the size of the inline variant does not matter.
 #[allow(clippy::large_enum_variant)]
-enum Columns<'scope> {
+enum Columns<'scope, F> {
     Inline(Trace),
     Worker {
         batches: SyncSender<Vec<Row>>,
         spare: Receiver<Vec<Row>>,
-        worker: ScopedJoinHandle<'scope, (Trace, EventPass)>,
+        worker: ScopedJoinHandle<'scope, (Trace, F)>,
     },
 }
 
-impl std::fmt::Debug for Columns<'_> {
+impl<F> std::fmt::Debug for Columns<'_, F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Inline(trace) => write!(f, "Inline({} rows)", trace.len()),
@@ -146,11 +146,11 @@ const PIPELINE_AFTER: usize = 1 << 16;
 
 /// Starts the column thread with the rows so far; if it cannot be started, the columns stay
 /// inline.
-fn spawn_worker<'scope, 'env>(
+fn spawn_worker<'scope, 'env, F: TraceFollower>(
     scope: &'scope std::thread::Scope<'scope, 'env>,
     trace: Trace,
     expected_rows: usize,
-) -> Columns<'scope> {
+) -> Columns<'scope, F> {
     let (batches, batch_receiver) = sync_channel::<Vec<Row>>(4);
     let (spare_sender, spare) = sync_channel::<Vec<Row>>(8);
     let (start, start_receiver) = sync_channel::<Trace>(1);
@@ -182,29 +182,29 @@ fn spawn_worker<'scope, 'env>(
 
 /// Starts a column thread with the rows so far, expecting about this many in all (see
 /// [`TraceCompactor::pipelined`]).
-type SpawnFn<'scope> = Box<dyn FnOnce(Trace, usize) -> Columns<'scope> + 'scope>;
+type SpawnFn<'scope, F> = Box<dyn FnOnce(Trace, usize) -> Columns<'scope, F> + 'scope>;
 
-struct Spawn<'scope>(Option<SpawnFn<'scope>>);
+struct Spawn<'scope, F>(Option<SpawnFn<'scope, F>>);
 
-impl std::fmt::Debug for Spawn<'_> {
+impl<F> std::fmt::Debug for Spawn<'_, F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(if self.0.is_some() { "Spawn" } else { "None" })
     }
 }
 
 /// The column builder thread: appends each batch it receives, hands the buffer back, and runs
-/// the replay's event pass over the new rows (while they are in cache), assuming all rows are
-/// one device's, as they are in every file torch writes; [`build`] keeps the pass only if so.
-fn build_columns(
+/// the follower over the new rows (while they are in cache), assuming all rows are one
+/// device's, as they are in every file torch writes; the builder keeps its result only if so.
+fn build_columns<F: TraceFollower>(
     mut trace: Trace,
     expected_rows: usize,
     batches: Receiver<Vec<Row>>,
     spare: SyncSender<Vec<Row>>,
-) -> (Trace, EventPass) {
+) -> (Trace, F) {
     // Growing the columns by doubling would move them (mremap) a dozen times each, and every
     // move interrupts the decoding thread's core to flush its TLB.
     trace.reserve_rows(expected_rows);
-    let mut pass = EventPass::default();
+    let mut pass = F::default();
     pass.advance(&trace, false);
     for mut batch in batches {
         append_rows(&mut trace, &batch);
@@ -224,7 +224,7 @@ fn build_columns(
 /// batches to a second thread, which writes (and page-faults in) the columns while this one
 /// keeps decoding. The result is the same as [`TraceCompactor::default`], which fills them inline.
 #[derive(Debug)]
-pub struct TraceCompactor<'scope> {
+pub(super) struct TraceCompactor<'scope, F = ()> {
     /// The string tables, unknown actions and `device_free` of every trace entry (the numeric
     /// columns are in `columns` until [`TraceCompactor::finish`]).
     events: Trace,
@@ -233,8 +233,8 @@ pub struct TraceCompactor<'scope> {
     /// Rows the columns are sized for up front (0: grown as they come).
     expected_rows: usize,
     batch: Vec<Row>,
-    columns: Columns<'scope>,
-    spawn: Spawn<'scope>,
+    columns: Columns<'scope, F>,
+    spawn: Spawn<'scope, F>,
     pub(super) frames: FrameTable,
     pub(super) stacks: StackTable,
     /// `Field` by string id; most keys are the same few memoized strings.
@@ -258,9 +258,7 @@ pub struct TraceCompactor<'scope> {
     text_ids: rustc_hash::FxHashMap<Box<str>, u32>,
     /// What converting values that are not strings into text may still cost.
     conversion: ConversionBudget,
-    /// The first conversion refused (the compactor cannot fail an entry; [`build`] reports it).
-    ///
-    /// [`build`]: super::build::build
+    /// The first conversion refused (the compactor cannot fail an entry; the builder reports it).
     failure: Option<ShapeError>,
 }
 
@@ -314,7 +312,7 @@ const ENTRY_FIELDS: usize = 9;
 const UNRESOLVED: u32 = u32::MAX;
 const UNRESOLVED_ACTION: u16 = u16::MAX;
 
-impl Default for TraceCompactor<'_> {
+impl<F> Default for TraceCompactor<'_, F> {
     fn default() -> Self {
         Self {
             events: Trace::default(),
@@ -395,10 +393,10 @@ fn u64_of(heap: &Heap, value: Value) -> Option<u64> {
     }
 }
 
-impl<'scope> TraceCompactor<'scope> {
+impl<'scope, F: TraceFollower> TraceCompactor<'scope, F> {
     /// A compactor whose columns are filled by a thread of `scope` once the trace is long enough
     /// to be worth it (short traces stay on this thread, as with [`TraceCompactor::default`]).
-    pub fn pipelined<'env>(scope: &'scope std::thread::Scope<'scope, 'env>) -> Self {
+    pub(super) fn pipelined<'env>(scope: &'scope std::thread::Scope<'scope, 'env>) -> Self {
         Self {
             spawn: Spawn(Some(Box::new(move |trace, expected_rows| {
                 spawn_worker(scope, trace, expected_rows)
@@ -409,7 +407,7 @@ impl<'scope> TraceCompactor<'scope> {
 
     /// Sizes the columns for a pickle of `bytes` bytes (when known): at most one row per
     /// 64 bytes (the fewest a trace entry takes), so they are reserved once, not grown.
-    pub fn expecting_bytes(mut self, bytes: Option<u64>) -> Self {
+    pub(super) fn expecting_bytes(mut self, bytes: Option<u64>) -> Self {
         self.expected_rows = bytes.map_or(0, |bytes| {
             usize::try_from(bytes / BYTES_PER_ROW_AT_LEAST)
                 .unwrap_or(usize::MAX)
@@ -445,9 +443,9 @@ impl<'scope> TraceCompactor<'scope> {
         }
     }
 
-    /// All rows decoded so far, as one trace (joins the column thread), and the event pass
-    /// over all of them if the column thread ran it.
-    pub(super) fn finish(&mut self) -> (Trace, Option<EventPass>) {
+    /// All rows decoded so far, as one trace (joins the column thread), and the follower
+    /// after all of them if the column thread ran it.
+    pub(super) fn finish(&mut self) -> (Trace, Option<F>) {
         self.flush();
         let columns = std::mem::replace(&mut self.columns, Columns::Inline(Trace::default()));
         let (mut trace, pass) = match columns {
@@ -710,7 +708,7 @@ pub(super) fn flat_pairs(heap: &Heap, dict: Value) -> Vec<Value> {
         .collect()
 }
 
-impl TraceCompactor<'_> {
+impl<F> TraceCompactor<'_, F> {
     /// The rows of a list whose items this compactor took (see [`Compactor::append`]), if it
     /// took any.
     /// The first conversion the compactor had to refuse, if any.
@@ -733,7 +731,7 @@ impl TraceCompactor<'_> {
     }
 }
 
-impl Compactor for TraceCompactor<'_> {
+impl<F: TraceFollower> Compactor for TraceCompactor<'_, F> {
     fn compact(
         &mut self,
         heap: &mut Heap,
@@ -759,12 +757,9 @@ impl Compactor for TraceCompactor<'_> {
     /// Takes event records appended in row order to a list that holds nothing else (a
     /// device's trace).
     fn append(&mut self, heap: &mut Heap, list: Value, items: &[Value]) -> bool {
-        let first = match items.first().copied().and_then(record_of) {
-            Some(Record::Event(row)) => row,
-            _ => {
-                self.restore_event_run(heap, list);
-                return false;
-            }
+        let Some(Record::Event(first)) = items.first().copied().and_then(record_of) else {
+            self.restore_event_run(heap, list);
+            return false;
         };
         let follows = match self.event_runs.get(&list) {
             Some(rows) => rows.end == first,

@@ -7,10 +7,10 @@ use crate::pickle::{Heap, Value};
 use serde_json::Value as Json;
 
 /// Builds a snapshot from JSON text already parsed.
-pub fn from_json(json: &Json) -> Result<Snapshot, ShapeError> {
+pub(super) fn from_json(json: &Json) -> Result<Snapshot, ShapeError> {
     let mut heap = Heap::default();
     let root = into_heap(&mut heap, json);
-    build(root, heap, TraceCompactor::default())
+    build(root, heap, TraceCompactor::<()>::default()).map(|(snapshot, _)| snapshot)
 }
 
 fn into_heap(heap: &mut Heap, json: &Json) -> Value {

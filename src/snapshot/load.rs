@@ -2,6 +2,7 @@
 //! build the model.
 
 use super::build::{ShapeError, TraceCompactor, build};
+use super::follow::{Followed, TraceFollower};
 use super::{Compression, Snapshot, json};
 use crate::pickle::{
     self, CHUNK_HEADROOM, Chunks, Compactor, Decoded, Encoding, Limits, PickleError,
@@ -33,15 +34,27 @@ pub struct LoadOptions<'a> {
     pub progress: Option<&'a dyn Fn(u64)>,
 }
 
+/// A loaded snapshot, and what a [`TraceFollower`] made of its trace while it was read (`None`
+/// when the trace was too short for the column thread, or not one device's in file order).
+pub type WithFollowed<F> = (Snapshot, Option<Followed<F>>);
+
 /// Loads the snapshot at `path`.
 pub fn load_path(path: &Path, options: LoadOptions<'_>) -> Result<Snapshot, LoadError> {
+    load_path_following::<()>(path, options).map(|(snapshot, _)| snapshot)
+}
+
+/// Loads the snapshot at `path`, running `F` over its trace on the column thread.
+pub fn load_path_following<F: TraceFollower>(
+    path: &Path,
+    options: LoadOptions<'_>,
+) -> Result<WithFollowed<F>, LoadError> {
     let file = std::fs::File::open(path).map_err(|source| LoadError::Open {
         path: path.display().to_string(),
         source,
     })?;
     let size = file.metadata().map_or(0, |metadata| metadata.len());
     if size < READ_AHEAD_FROM {
-        return load_reader(file, options);
+        return load_reader_following(file, options);
     }
     std::thread::scope(|scope| match ReadAhead::start(scope, file) {
         Ok(mut reader) => {
@@ -52,10 +65,10 @@ pub fn load_path(path: &Path, options: LoadOptions<'_>) -> Result<Snapshot, Load
                     let counted = Counting::new(reader, options.progress);
                     decode_pickle_chunks(counted, size, options)
                 }
-                _ => load_reader(reader, options),
+                _ => load_reader_following(reader, options),
             }
         }
-        Err(file) => load_reader(file, options),
+        Err(file) => load_reader_following(file, options),
     })
 }
 
@@ -196,6 +209,14 @@ impl Read for ReadAhead {
 
 /// Loads a snapshot from any byte stream (a file, an upload, a decompressor).
 pub fn load_reader(reader: impl Read, options: LoadOptions<'_>) -> Result<Snapshot, LoadError> {
+    load_reader_following::<()>(reader, options).map(|(snapshot, _)| snapshot)
+}
+
+/// Loads a snapshot from any byte stream, running `F` over its trace on the column thread.
+pub fn load_reader_following<F: TraceFollower>(
+    reader: impl Read,
+    options: LoadOptions<'_>,
+) -> Result<WithFollowed<F>, LoadError> {
     // Compressed bytes are counted as they are read, so decompression can be bounded by its
     // ratio to them (a bomb is refused after a few MB, not at the absolute limit).
     let compressed = pickle::CompressedCount::default();
@@ -221,11 +242,11 @@ pub fn load_reader(reader: impl Read, options: LoadOptions<'_>) -> Result<Snapsh
     }
 }
 
-fn decode_inner(
+fn decode_inner<F: TraceFollower>(
     inner: impl Read,
     options: LoadOptions<'_>,
     compression: Compression,
-) -> Result<Snapshot, LoadError> {
+) -> Result<WithFollowed<F>, LoadError> {
     let (head, inner) = sniff(inner).map_err(pickle::io_error)?;
     let inner = BufReader::with_capacity(1 << 16, inner);
     match pickle::detect_encoding(&head)? {
@@ -250,11 +271,11 @@ fn sniff<R: Read>(mut reader: R) -> std::io::Result<(Vec<u8>, impl Read)> {
 /// Enough for every magic number, and for JSON after some leading whitespace.
 const SNIFF: usize = 256;
 
-fn decode_pickle(
+fn decode_pickle<F: TraceFollower>(
     mut reader: impl Read,
     options: LoadOptions<'_>,
     compression: Compression,
-) -> Result<Snapshot, LoadError> {
+) -> Result<WithFollowed<F>, LoadError> {
     assemble(options, compression, None, |limits, compactor| {
         let decoded = pickle::decode(&mut reader, limits, compactor)?;
         if compression != Compression::None {
@@ -268,11 +289,11 @@ fn decode_pickle(
 }
 
 /// Decodes an uncompressed pickle in the buffers `chunks` hands over.
-fn decode_pickle_chunks(
+fn decode_pickle_chunks<F: TraceFollower>(
     chunks: impl Chunks,
     bytes: u64,
     options: LoadOptions<'_>,
-) -> Result<Snapshot, LoadError> {
+) -> Result<WithFollowed<F>, LoadError> {
     assemble(
         options,
         Compression::None,
@@ -283,24 +304,27 @@ fn decode_pickle_chunks(
 
 /// Runs `decode` with the snapshot compactor and builds the model from what it decoded;
 /// `bytes` is the pickle's size when known.
-fn assemble(
+fn assemble<F: TraceFollower>(
     options: LoadOptions<'_>,
     compression: Compression,
     bytes: Option<u64>,
     decode: impl FnOnce(&Limits, &mut dyn Compactor) -> Result<Decoded, PickleError>,
-) -> Result<Snapshot, LoadError> {
+) -> Result<WithFollowed<F>, LoadError> {
     // Trace columns are filled by a second thread while this one decodes (see TraceCompactor).
     std::thread::scope(|scope| {
-        let mut compactor = TraceCompactor::pipelined(scope).expecting_bytes(bytes);
+        let mut compactor = TraceCompactor::<F>::pipelined(scope).expecting_bytes(bytes);
         let decoded = decode(&options.limits, &mut compactor)?;
-        let mut snapshot = build(decoded.root, decoded.heap, compactor)?;
+        let (mut snapshot, followed) = build(decoded.root, decoded.heap, compactor)?;
         snapshot.source.pickle_protocol = Some(decoded.protocol);
         snapshot.source.compression = compression;
-        Ok(snapshot)
+        Ok((snapshot, followed))
     })
 }
 
-fn decode_json(reader: impl Read, compression: Compression) -> Result<Snapshot, LoadError> {
+fn decode_json<F>(
+    reader: impl Read,
+    compression: Compression,
+) -> Result<WithFollowed<F>, LoadError> {
     let value: serde_json::Value =
         serde_json::from_reader(reader).map_err(|e| match e.io_error_kind() {
             Some(_) => LoadError::Pickle(pickle::io_error(e.into())),
@@ -308,7 +332,8 @@ fn decode_json(reader: impl Read, compression: Compression) -> Result<Snapshot, 
         })?;
     let mut snapshot = json::from_json(&value)?;
     snapshot.source.compression = compression;
-    Ok(snapshot)
+    // The JSON form is small and built inline: no column thread, nothing followed.
+    Ok((snapshot, None))
 }
 
 /// Decompresses every frame of a zstd stream (`pzstd` and `cat a.zst b.zst` write several, with

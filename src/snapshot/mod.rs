@@ -6,20 +6,28 @@
 //! interned ([`FrameTable`], [`StackTable`]) because the same few hundred frames repeat in every
 //! event.
 //!
-//! Building a model from decoded pickle values lives in [`build`]; the JSON form in [`json`].
+//! Building a model from decoded pickle values lives in `build` (with `compact`, which runs while
+//! the pickle is decoded); the JSON form in `json`.
 
-pub mod build;
-pub mod compact;
+mod build;
+mod compact;
+mod convert;
+mod follow;
 mod frames;
-pub mod json;
+mod json;
 mod load;
 mod trace;
 
-pub use frames::{Frame, FrameId, FrameTable, StackId, StackTable};
-pub use load::{LoadError, LoadOptions, load_path, load_reader};
+pub use convert::ShapeError;
+pub use follow::{Followed, TraceFollower};
+pub(crate) use frames::short_frame_label;
+pub use frames::{Frame, FrameId, FrameLabel, FrameTable, StackId, StackTable};
+pub use load::{
+    LoadError, LoadOptions, WithFollowed, load_path, load_path_following, load_reader,
+    load_reader_following,
+};
 pub use trace::{Action, ActionCode, Trace, TraceEntry};
 
-use crate::analysis::replay::EventPass;
 use serde::Serialize;
 
 /// One decoded snapshot.
@@ -36,13 +44,7 @@ pub struct Snapshot {
     pub frames: FrameTable,
     pub stacks: StackTable,
     pub source: SourceInfo,
-    /// The replay's event pass of one device, run by the loader while it read the trace, waiting
-    /// for [`crate::analysis::Replay::new`] to take it (so it is not run twice).
-    pub(crate) event_pass: EventPassSeed,
 }
-
-/// An [`EventPass`] for `(device, trace length)`.
-pub(crate) type EventPassSeed = std::sync::Mutex<Option<(usize, usize, EventPass)>>;
 
 /// Where a snapshot came from: encoding details that explain its shape.
 #[derive(Debug, Default, Clone, Serialize, PartialEq, Eq)]
@@ -164,22 +166,6 @@ impl Snapshot {
         devices.sort_unstable();
         devices.dedup();
         devices
-    }
-
-    /// The event pass the loader ran for `device`, if it covers exactly the `len` events of its
-    /// trace (the trace is as loaded). Taken once: a later replay runs the pass itself.
-    pub(crate) fn take_event_pass(&self, device: usize, len: usize) -> Option<EventPass> {
-        let mut seed = self
-            .event_pass
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match seed.take() {
-            Some((d, n, pass)) if d == device && n == len && pass.len() == len => Some(pass),
-            other => {
-                *seed = other;
-                None
-            }
-        }
     }
 
     /// The trace of `device`, or an empty one.

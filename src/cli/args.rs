@@ -1,0 +1,536 @@
+//! The command line's arguments: clap's structs, and `Config`, the validated form each command
+//! runs from (`--help` texts and the serve flags are the user's interface: change with care).
+
+use super::client::{check_server_url, query_escape};
+use crate::server::access::{AccessConfig, NamedToken};
+use crate::server::{ConnectionLimits, ServeConfig};
+use crate::torch_text::FoldedKind;
+use clap::{Parser, Subcommand, ValueEnum};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "snapview",
+    version,
+    about = "Look inside PyTorch CUDA memory snapshots",
+    long_about = "Look inside PyTorch CUDA memory snapshots (torch.cuda.memory._dump_snapshot).\n\nReads pickle (protocols 2-5), gzip- or zstd-compressed pickle, and the JSON form. Never runs code from a file."
+)]
+pub(super) struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+// `serve` has many more flags than the other commands; clap parses this once, so its size is moot.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Per device: events, peaks, totals at the snapshot, OOM events, the stacks holding the most
+    /// memory at the peak, and data-quality notes.
+    Summary {
+        /// A snapshot file (.pickle, .pickle.gz, .pickle.zst or .json).
+        file: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The same text as torch's `python -m torch.cuda._memory_viz stats FILE`, byte for byte.
+    Stats { file: PathBuf },
+    /// Folded stacks for flamegraph.pl, inferno or speedscope: the same lines as torch's
+    /// `_memory_viz segments` / `memory` output.
+    Export {
+        file: PathBuf,
+        /// `segments`: one line per block, grouped by stream and segment; `memory`: by stream.
+        #[arg(long, value_enum, default_value_t = ExportKind::Memory)]
+        kind: ExportKind,
+        /// Write to this file instead of standard output.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
+    /// Start the web server: drag snapshots into the page, share their links.
+    Serve {
+        /// Address to listen on; 0.0.0.0:7878 shares it with your network, port 0 takes a free
+        /// port (the "serving at" line on stdout names it).
+        #[arg(long, env = "SNAPVIEW_ADDR", default_value = "127.0.0.1:7878")]
+        addr: String,
+        /// Where snapshots and their index are kept [default: $XDG_DATA_HOME/snapview or
+        /// ~/.local/share/snapview].
+        #[arg(long, env = "SNAPVIEW_DATA_DIR")]
+        data_dir: Option<PathBuf>,
+        /// Largest upload accepted, e.g. 8GiB, 500MB, 1000000.
+        #[arg(long, env = "SNAPVIEW_MAX_UPLOAD", default_value = "8GiB")]
+        max_upload: String,
+        /// Memory for parsed snapshots kept ready; the least recently used go first.
+        #[arg(long, env = "SNAPVIEW_CACHE", default_value = "4GiB")]
+        cache: String,
+        /// The URL links should use, if not http://ADDR (behind a proxy, say).
+        #[arg(long, env = "SNAPVIEW_PUBLIC_URL")]
+        public_url: Option<String>,
+        /// Days a deleted snapshot stays in the trash, restorable, before it is removed for
+        /// good (checked at start and hourly; 0 empties the trash at each check).
+        #[arg(long, env = "SNAPVIEW_TRASH_DAYS", default_value_t = 7)]
+        trash_days: u32,
+        /// Rebuild the index from the stored files at start, parsing each again (done on its
+        /// own when the index is empty but files are stored).
+        #[arg(long)]
+        reindex: bool,
+        /// Open connections at most; a connection past it is answered 503 and closed.
+        #[arg(long, env = "SNAPVIEW_MAX_CONNECTIONS", default_value_t = 1024)]
+        max_connections: usize,
+        /// Uploads received at once at most; past it an upload is answered 503 with
+        /// Retry-After (each holds a parser thread and its snapshot in memory).
+        #[arg(long, env = "SNAPVIEW_MAX_UPLOADS", default_value_t = 8)]
+        max_uploads: usize,
+        /// Time a client has to send a request's headers; also how long a kept-alive
+        /// connection may sit idle. E.g. 30s, 500ms, 2m.
+        #[arg(long, env = "SNAPVIEW_HEADER_TIMEOUT", default_value = "30s")]
+        header_timeout: String,
+        /// Longest wait for the next bytes of a request body (408 and nothing kept past it).
+        #[arg(long, env = "SNAPVIEW_BODY_TIMEOUT", default_value = "30s")]
+        body_timeout: String,
+        /// On SIGTERM or Ctrl-C, how long requests in flight may take before the server exits.
+        #[arg(long, env = "SNAPVIEW_SHUTDOWN_GRACE", default_value = "5s")]
+        shutdown_grace: String,
+        /// Writes (upload, rename, delete, restore) need `Authorization: Bearer TOKEN` with this
+        /// token. Prefer the environment variable: command lines are visible to other users.
+        #[arg(long, env = "SNAPVIEW_WRITE_TOKEN", hide_env_values = true)]
+        write_token: Option<String>,
+        /// A file of named write tokens, one `name:token` per line; the name is recorded with
+        /// each write.
+        #[arg(long, env = "SNAPVIEW_TOKENS_FILE")]
+        tokens_file: Option<PathBuf>,
+        /// Every page and API read needs this token (or a write token); pages ask for it once
+        /// and keep a session cookie.
+        #[arg(long, env = "SNAPVIEW_READ_TOKEN", hide_env_values = true)]
+        read_token: Option<String>,
+        /// A header a trusted SSO proxy sets to the signed-in user, e.g. X-Forwarded-User: its
+        /// value is recorded with each write. Only safe when nothing but the proxy can reach
+        /// the port.
+        #[arg(long, env = "SNAPVIEW_USER_HEADER")]
+        user_header: Option<String>,
+        /// Host names the server answers to, comma-separated (e.g. gpu-box,gpu-box.lan), besides
+        /// localhost and the public URL's host. Bound to loopback, other names are always refused
+        /// (DNS rebinding); given, the check applies to any binding.
+        #[arg(long, env = "SNAPVIEW_ALLOWED_HOSTS", value_name = "HOSTS")]
+        allowed_hosts: Option<String>,
+        /// Snapshot files to import at start; their URLs are printed.
+        files: Vec<PathBuf>,
+    },
+    /// Compare two snapshots: per device peaks and totals, and the stacks whose live memory at
+    /// the peak grew or shrank the most. Exit status 1 when a peak grew past --max-peak-growth.
+    Diff {
+        /// The "before" snapshot: a file, or an id with --server.
+        before: String,
+        /// The "after" snapshot.
+        after: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Fail (exit status 1) when any device's peak allocated bytes grew by more than this
+        /// many percent: a memory-regression gate for CI.
+        #[arg(long, value_name = "PCT")]
+        max_peak_growth: Option<f64>,
+        /// Align stacks without line numbers, so edits that shift lines still match.
+        #[arg(long)]
+        ignore_lines: bool,
+        /// Compare snapshots stored on this snapview server, http:// or https:// (BEFORE and
+        /// AFTER are ids).
+        #[arg(long, env = "SNAPVIEW_SERVER")]
+        server: Option<String>,
+        /// How many stacks to list each way.
+        #[arg(long, default_value_t = 10)]
+        top: usize,
+        /// The token a --server that needs one wants (sent as `Authorization: Bearer`).
+        #[arg(long, env = "SNAPVIEW_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+    },
+    /// Upload a snapshot to a snapview server and print its URL.
+    Upload {
+        file: PathBuf,
+        /// The server's URL, http:// or https:// (certificates are checked against the
+        /// system's trust store).
+        #[arg(long, env = "SNAPVIEW_SERVER", default_value = "http://127.0.0.1:7878")]
+        server: String,
+        /// A display name (default: the file name).
+        #[arg(long)]
+        name: Option<String>,
+        /// A group label, e.g. the job whose ranks these are.
+        #[arg(long)]
+        group: Option<String>,
+        /// The server's write token, if it needs one (sent as `Authorization: Bearer`).
+        #[arg(long, env = "SNAPVIEW_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ExportKind {
+    Segments,
+    Memory,
+}
+
+/// What a validated command will do.
+#[derive(Debug)]
+pub(super) enum Config {
+    Summary {
+        file: PathBuf,
+        json: bool,
+    },
+    Stats {
+        file: PathBuf,
+    },
+    Export {
+        file: PathBuf,
+        kind: FoldedKind,
+        output: Option<PathBuf>,
+    },
+    Serve {
+        // Boxed: the serve configuration is many times the size of the other commands'.
+        config: Box<ServeConfig>,
+        files: Vec<PathBuf>,
+    },
+    Upload {
+        file: PathBuf,
+        url: String,
+        token: Option<String>,
+    },
+    Diff {
+        source: DiffSource,
+        json: bool,
+        max_peak_growth: Option<f64>,
+        ignore_lines: bool,
+        top: usize,
+    },
+}
+
+/// Where the two snapshots of a diff come from.
+#[derive(Debug)]
+pub(super) enum DiffSource {
+    Files(PathBuf, PathBuf),
+    /// `GET {server}/api/compare/{before}/{after}`, with the server's token if it needs one.
+    Server {
+        url: String,
+        token: Option<String>,
+    },
+}
+
+impl Config {
+    pub(super) fn from_cli(cli: Cli) -> Result<Self, String> {
+        let check = |file: &Path| -> Result<(), String> {
+            match std::fs::metadata(file) {
+                Ok(meta) if meta.is_file() => Ok(()),
+                Ok(_) => Err(format!("{} is not a file", file.display())),
+                Err(e) => Err(format!("cannot read {}: {e}", file.display())),
+            }
+        };
+        Ok(match cli.command {
+            Command::Summary { file, json } => {
+                check(&file)?;
+                Config::Summary { file, json }
+            }
+            Command::Stats { file } => {
+                check(&file)?;
+                Config::Stats { file }
+            }
+            Command::Export { file, kind, output } => {
+                check(&file)?;
+                let kind = match kind {
+                    ExportKind::Segments => FoldedKind::Segments,
+                    ExportKind::Memory => FoldedKind::Memory,
+                };
+                Config::Export { file, kind, output }
+            }
+            Command::Serve {
+                addr,
+                data_dir,
+                max_upload,
+                cache,
+                public_url,
+                trash_days,
+                reindex,
+                max_connections,
+                max_uploads,
+                header_timeout,
+                body_timeout,
+                shutdown_grace,
+                write_token,
+                tokens_file,
+                read_token,
+                user_header,
+                allowed_hosts,
+                files,
+            } => {
+                if max_connections == 0 || max_uploads == 0 {
+                    return Err("--max-connections and --max-uploads must be at least 1".to_owned());
+                }
+                let limits = ConnectionLimits {
+                    max_connections,
+                    max_uploads,
+                    header_timeout: parse_duration(&header_timeout)
+                        .map_err(|e| format!("--header-timeout: {e}"))?,
+                    body_timeout: parse_duration(&body_timeout)
+                        .map_err(|e| format!("--body-timeout: {e}"))?,
+                    shutdown_grace: parse_duration(&shutdown_grace)
+                        .map_err(|e| format!("--shutdown-grace: {e}"))?,
+                };
+                let addr: SocketAddr = addr.parse().map_err(|_| {
+                    format!("--addr {addr:?} is not an address like 127.0.0.1:7878")
+                })?;
+                for file in &files {
+                    check(file)?;
+                }
+                let data_dir = match data_dir {
+                    Some(dir) => dir,
+                    None => default_data_dir()?,
+                };
+                let public_url = public_url
+                    .map(|u| u.trim_end_matches('/').to_owned())
+                    .unwrap_or_else(|| default_public_url(addr));
+                Config::Serve {
+                    config: Box::new(ServeConfig {
+                        addr,
+                        data_dir,
+                        max_upload_bytes: parse_size(&max_upload)
+                            .map_err(|e| format!("--max-upload: {e}"))?,
+                        cache_budget_bytes: parse_size(&cache)
+                            .map_err(|e| format!("--cache: {e}"))?,
+                        public_url,
+                        trash_days,
+                        reindex,
+                        limits,
+                        access: access_config(
+                            write_token,
+                            tokens_file,
+                            read_token,
+                            user_header,
+                            allowed_hosts,
+                        )?,
+                    }),
+                    files,
+                }
+            }
+            Command::Diff {
+                before,
+                after,
+                json,
+                max_peak_growth,
+                ignore_lines,
+                server,
+                top,
+                token,
+            } => {
+                if let Some(pct) = max_peak_growth
+                    && !(pct.is_finite() && pct >= 0.0)
+                {
+                    return Err(format!(
+                        "--max-peak-growth {pct} must be a percentage of 0 or more"
+                    ));
+                }
+                let source = match server {
+                    Some(server) => {
+                        for id in [&before, &after] {
+                            if crate::server::store::SnapshotId::parse(id).is_none() {
+                                return Err(format!(
+                                    "{id:?} is not a snapshot id (16 hex digits, as in its URL)"
+                                ));
+                            }
+                        }
+                        let url = format!(
+                            "{}/api/compare/{before}/{after}?ignore_lines={ignore_lines}",
+                            server.trim_end_matches('/')
+                        );
+                        check_server_url(&server)?;
+                        DiffSource::Server { url, token }
+                    }
+                    None => {
+                        let (before, after) = (PathBuf::from(before), PathBuf::from(after));
+                        check(&before)?;
+                        check(&after)?;
+                        DiffSource::Files(before, after)
+                    }
+                };
+                Config::Diff {
+                    source,
+                    json,
+                    max_peak_growth,
+                    ignore_lines,
+                    top,
+                }
+            }
+            Command::Upload {
+                file,
+                server,
+                name,
+                group,
+                token,
+            } => {
+                check(&file)?;
+                let filename = file
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                let mut url = format!(
+                    "{}/api/snapshots?filename={}",
+                    server.trim_end_matches('/'),
+                    query_escape(&filename)
+                );
+                if let Some(name) = name {
+                    url.push_str(&format!("&name={}", query_escape(&name)));
+                }
+                if let Some(group) = group {
+                    url.push_str(&format!("&group={}", query_escape(&group)));
+                }
+                check_server_url(&server)?;
+                Config::Upload { file, url, token }
+            }
+        })
+    }
+}
+
+/// The `serve` access flags, checked: tokens long enough, the tokens file readable and
+/// well-formed, the header and host names valid.
+fn access_config(
+    write_token: Option<String>,
+    tokens_file: Option<PathBuf>,
+    read_token: Option<String>,
+    user_header: Option<String>,
+    allowed_hosts: Option<String>,
+) -> Result<AccessConfig, String> {
+    let mut write_tokens = Vec::new();
+    if let Some(token) = write_token.filter(|t| !t.is_empty()) {
+        AccessConfig::check_token("--write-token", &token)?;
+        write_tokens.push(NamedToken { name: None, token });
+    }
+    if let Some(path) = tokens_file {
+        write_tokens.extend(AccessConfig::read_tokens_file(&path)?);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            if std::fs::metadata(&path).is_ok_and(|meta| meta.permissions().mode() & 0o077 != 0) {
+                // Before the log starts, so on stderr directly; a warning, not a refusal, as a
+                // team may share it through a group on purpose.
+                eprintln!(
+                    "snapview: warning: {} is readable by other users (chmod 600 it)",
+                    path.display()
+                );
+            }
+        }
+    }
+    let read_token = match read_token.filter(|t| !t.is_empty()) {
+        Some(token) => {
+            AccessConfig::check_token("--read-token", &token)?;
+            if write_tokens.iter().any(|t| t.token == token) {
+                return Err(
+                    "--read-token is also a write token: whoever may only read could write".into(),
+                );
+            }
+            crate::server::access::check_randomness()?;
+            Some(NamedToken { name: None, token })
+        }
+        None => None,
+    };
+    let user_header = match user_header.filter(|h| !h.is_empty()) {
+        Some(name) => Some(
+            axum::http::HeaderName::try_from(name.as_str())
+                .map_err(|_| format!("--user-header {name:?} is not a header name"))?,
+        ),
+        None => None,
+    };
+    let allowed_hosts = match allowed_hosts {
+        Some(list) => AccessConfig::parse_hosts(&list)?,
+        None => Vec::new(),
+    };
+    Ok(AccessConfig {
+        write_tokens,
+        read_token,
+        user_header,
+        allowed_hosts,
+    })
+}
+
+/// `http://HOST:PORT` for a server bound to `addr`, when `--public-url` does not say otherwise.
+pub(super) fn default_public_url(addr: SocketAddr) -> String {
+    let host = if addr.ip().is_unspecified() {
+        "localhost".to_owned()
+    } else {
+        addr.ip().to_string()
+    };
+    format!("http://{host}:{}", addr.port())
+}
+
+/// `$XDG_DATA_HOME/snapview`, else `~/.local/share/snapview`.
+fn default_data_dir() -> Result<PathBuf, String> {
+    if let Some(dir) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+        return Ok(PathBuf::from(dir).join("snapview"));
+    }
+    match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        Some(home) => Ok(PathBuf::from(home).join(".local/share/snapview")),
+        None => Err("no data folder: set --data-dir (or HOME or XDG_DATA_HOME)".into()),
+    }
+}
+
+/// `8GiB`, `500MB`, `1.5G`, `1000000` → bytes (binary units for the `i` forms and for bare
+/// K/M/G, as people mean them for memory; decimal for kB/MB/GB).
+fn parse_size(text: &str) -> Result<u64, String> {
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size like 8GiB or 500MB"))?;
+    let multiplier: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024.0 * 1024.0,
+        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "t" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        other => return Err(format!("unknown unit {other:?} in {text:?}")),
+    };
+    Ok((value * multiplier) as u64)
+}
+
+/// `30s`, `500ms`, `2m`, `1.5` (seconds) → a duration; zero is refused, since every timeout
+/// here bounds how long a client may hold something.
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    let wrong = || format!("{text:?} is not a duration like 30s, 500ms or 2m");
+    let value: f64 = number.parse().map_err(|_| wrong())?;
+    let seconds = match unit.trim() {
+        "" | "s" => value,
+        "ms" => value / 1000.0,
+        "m" | "min" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => return Err(wrong()),
+    };
+    if !(seconds > 0.0 && seconds <= 86_400.0) {
+        return Err(format!("{text:?} must be more than 0 and at most a day"));
+    }
+    Ok(std::time::Duration::from_secs_f64(seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration(" 2m "), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        for bad in ["", "0", "0s", "-1s", "5 parsecs", "2d", "nan"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! The command line: clap parses, `Config` validates, the library does the work.
+//!
+//! Every command prints one clear error line and exits with status 2 on bad input.
+//!
+//! - [`args`]: clap's structs and the validated `Config`;
+//! - [`reports`]: the text of `summary` and `diff`;
+//! - [`client`]: `upload` and `diff --server` over HTTP;
+//! - [`progress`]: loading with a progress bar.
+
+mod args;
+mod client;
+mod progress;
+mod reports;
+
+use crate::analysis::{Analysis, Summary};
+use crate::server::{AppState, ServeConfig};
+use crate::snapshot::{Snapshot, load_path};
+use crate::torch_text;
+use args::{Cli, Config, DiffSource, default_public_url};
+use clap::Parser;
+use client::{http_get_json, upload};
+use progress::load_with_progress;
+use reports::{diff_text, summary_text};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Runs the command line; returns the process exit status.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    match Config::from_cli(cli).and_then(run) {
+        Ok(Outcome::Done) => 0,
+        Ok(Outcome::Regression) => 1,
+        Err(message) => {
+            eprintln!("snapview: error: {message}");
+            2
+        }
+    }
+}
+
+/// How a command that did its work ended.
+enum Outcome {
+    Done,
+    /// `diff --max-peak-growth` found a peak that grew too much.
+    Regression,
+}
+
+fn run(config: Config) -> Result<Outcome, String> {
+    if let Config::Diff {
+        source,
+        json,
+        max_peak_growth,
+        ignore_lines,
+        top,
+    } = config
+    {
+        return run_diff(source, json, max_peak_growth, ignore_lines, top);
+    }
+    run_other(config).map(|()| Outcome::Done)
+}
+
+fn run_other(config: Config) -> Result<(), String> {
+    let mut out = std::io::stdout().lock();
+    let text = match config {
+        // Handled by `run`.
+        Config::Diff { .. } => String::new(),
+        Config::Serve { config, files } => return serve(*config, files),
+        Config::Upload { file, url, token } => upload(&file, &url, token.as_deref())?,
+        Config::Summary { file, json } => {
+            let (snapshot, seed) = load_with_progress(&file, crate::analysis::load_path)?;
+            let analysis = Analysis::seeded(&snapshot, seed);
+            let summary = Summary::new(&snapshot, &analysis);
+            if json {
+                let mut text = serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?;
+                text.push('\n');
+                text
+            } else {
+                summary_text(&file, &snapshot, &summary)
+            }
+        }
+        Config::Stats { file } => torch_text::stats(&load_with_progress(&file, load_path)?)
+            .map_err(|e| format!("{}: {e}", file.display()))?,
+        Config::Export { file, kind, output } => {
+            let text = torch_text::folded(&load_with_progress(&file, load_path)?, kind)
+                .map_err(|e| format!("{}: {e}", file.display()))?;
+            if let Some(output) = output {
+                return std::fs::write(&output, text)
+                    .map_err(|e| format!("cannot write {}: {e}", output.display()));
+            }
+            text
+        }
+    };
+    match out.write_all(text.as_bytes()) {
+        // A closed pipe (`| head`) is not an error worth a message.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.map_err(|e| e.to_string()),
+    }
+}
+
+/// `snapview serve`: opens the store, imports FILEs, prints the URL, serves until Ctrl-C.
+fn serve(config: ServeConfig, files: Vec<PathBuf>) -> Result<(), String> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "snapview=info,tower_http=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, not in a log file or journald.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    let served = runtime.block_on(async move {
+        let mut config = config;
+        let listener = tokio::net::TcpListener::bind(config.addr)
+            .await
+            .map_err(|e| format!("cannot listen on {}: {e}", config.addr))?;
+        // Port 0 asks the system for a free port: links name the one it gave, and the line
+        // printed below tells a script (or a test) where to connect, with no race for the port.
+        if let Ok(bound) = listener.local_addr()
+            && config.addr.port() == 0
+        {
+            if config.public_url == default_public_url(config.addr) {
+                config.public_url = default_public_url(bound);
+            }
+            config.addr = bound;
+        }
+        let data_dir = config.data_dir.clone();
+        let state = AppState::open(config.clone())
+            .map_err(|e| format!("cannot open the data folder {}: {e}", data_dir.display()))?;
+        for file in &files {
+            match crate::server::upload::import_path(&state, file).await {
+                Ok(view) => println!("{}  {}", view.url, file.display()),
+                Err(e) => return Err(format!("{}: {e}", file.display())),
+            }
+        }
+        tracing::info!(data_dir = %data_dir.display(), "snapshots are kept here");
+        log_access(&config);
+        println!("snapview is serving at {}/", config.public_url);
+        crate::server::serve(state, listener)
+            .await
+            .map_err(|e| format!("the server failed: {e}"))
+    });
+    // Dropping the runtime would wait for every blocking task; the grace period is over, so
+    // what is still running (a store write at most) gets a moment, not forever.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    served
+}
+
+/// Says at start who may do what, and warns when a shared server lets anyone delete.
+fn log_access(config: &ServeConfig) {
+    let access = &config.access;
+    if !access.write_tokens.is_empty() {
+        tracing::info!(
+            tokens = access.write_tokens.len(),
+            "writes need a write token (Authorization: Bearer)"
+        );
+    } else if !config.addr.ip().is_loopback() && access.read_token.is_none() {
+        tracing::warn!(
+            addr = %config.addr,
+            "no --write-token: anyone who can reach this address can upload, rename and delete snapshots"
+        );
+    }
+    if access.read_token.is_some() {
+        tracing::info!("pages and API reads need the read token (or a write token)");
+    }
+}
+
+fn run_diff(
+    source: DiffSource,
+    json: bool,
+    max_peak_growth: Option<f64>,
+    ignore_lines: bool,
+    top: usize,
+) -> Result<Outcome, String> {
+    let (names, diff) = match source {
+        DiffSource::Files(before, after) => {
+            let load = |file: &Path| -> Result<(Snapshot, Analysis, Summary), String> {
+                let (snapshot, seed) = load_with_progress(file, crate::analysis::load_path)?;
+                let analysis = Analysis::seeded(&snapshot, seed);
+                let summary = Summary::new(&snapshot, &analysis);
+                Ok((snapshot, analysis, summary))
+            };
+            let (b, a) = (load(&before)?, load(&after)?);
+            let options = crate::analysis::diff::DiffOptions {
+                ignore_lines,
+                ..Default::default()
+            };
+            (
+                (before.display().to_string(), after.display().to_string()),
+                crate::analysis::diff::diff((&b.0, &b.1, &b.2), (&a.0, &a.1, &a.2), options),
+            )
+        }
+        DiffSource::Server { url, token } => {
+            let json = http_get_json(&url, token.as_deref())?;
+            let diff = serde_json::from_value(json["diff"].clone())
+                .map_err(|e| format!("unexpected answer from the server: {e}"))?;
+            let name = |side: &str| json[side]["name"].as_str().unwrap_or(side).to_owned();
+            ((name("before"), name("after")), diff)
+        }
+    };
+    let regressed: Vec<String> = match max_peak_growth {
+        Some(limit) => diff
+            .devices
+            .iter()
+            .filter(|d| d.peak_growth_percent.is_some_and(|g| g > limit))
+            .map(|d| {
+                format!(
+                    "cuda:{} peak grew {:+.1}%",
+                    d.after_device,
+                    d.peak_growth_percent.unwrap_or(0.0)
+                )
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    let mut text = if json {
+        let mut text = serde_json::to_string_pretty(&diff).map_err(|e| e.to_string())?;
+        text.push('\n');
+        text
+    } else {
+        diff_text(&names.0, &names.1, &diff, top)
+    };
+    if !regressed.is_empty() && !json {
+        text.push_str(&format!(
+            "\nmemory regression: {} (limit {:.1}%)\n",
+            regressed.join(", "),
+            max_peak_growth.unwrap_or(0.0)
+        ));
+    }
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => return Err(e.to_string()),
+        _ => {}
+    }
+    Ok(if regressed.is_empty() {
+        Outcome::Done
+    } else {
+        Outcome::Regression
+    })
+}
