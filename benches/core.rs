@@ -80,7 +80,7 @@ fn main() {
             times.push(seconds);
             peak_rss = peak_rss.max(rss);
         }
-        times.sort_by(|a, b| a.total_cmp(b));
+        times.sort_by(f64::total_cmp);
         let median = times[times.len() / 2];
         let peak_mb = peak_rss / 1024;
         println!(

@@ -86,7 +86,7 @@ fn main() {
 }
 
 fn report(what: &str, times: &mut [f64]) {
-    times.sort_by(|a, b| a.total_cmp(b));
+    times.sort_by(f64::total_cmp);
     println!(
         "  {what:<30} median {:>7.2} ms   max {:>7.2} ms   ({} queries)",
         times[times.len() / 2],

@@ -596,7 +596,9 @@ fn start_watchdog(current: Arc<Mutex<Option<Current>>>, timeout: Duration) {
         loop {
             std::thread::sleep(Duration::from_millis(10));
             let over_budget = OVER_BUDGET.load(Ordering::SeqCst);
-            let guard = current.lock().unwrap_or_else(|e| e.into_inner());
+            let guard = current
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let Some(input) = guard.as_ref() else {
                 continue;
             };
@@ -669,7 +671,9 @@ fn fuzz_the_reader_analysis_and_reports() {
         };
         let baseline = LIVE.load(Ordering::Relaxed);
         PEAK.store(baseline, Ordering::Relaxed);
-        *current.lock().unwrap_or_else(|e| e.into_inner()) = Some(Current {
+        *current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Current {
             index,
             started: Instant::now(),
             bytes: bytes.clone(),
@@ -680,7 +684,9 @@ fn fuzz_the_reader_analysis_and_reports() {
         let outcome = catch_unwind(AssertUnwindSafe(|| exercise(&bytes)));
         let elapsed = started.elapsed();
         LIMIT.store(usize::MAX, Ordering::SeqCst);
-        *current.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
         peak_max = peak_max.max(PEAK.load(Ordering::Relaxed).saturating_sub(baseline));
         executions += 1;
         match outcome {

@@ -1084,7 +1084,7 @@ fn numbers(snapshot: &Snapshot) -> Numbers {
     Numbers {
         segments: snapshot.segments.len(),
         blocks: snapshot.segments.iter().map(|s| s.blocks.len()).sum(),
-        trace_lengths: traces.iter().map(|t| t.len()).collect(),
+        trace_lengths: traces.iter().map(snapview::snapshot::Trace::len).collect(),
         reserved_bytes: snapshot.segments.iter().map(|s| s.total_size).sum(),
         active_bytes: snapshot.segments.iter().map(|s| s.active_size).sum(),
         frames: snapshot.frames.len(),

@@ -96,7 +96,9 @@ fn analysis_bytes_per_allocation(allocations: usize) -> f64 {
 
 #[test]
 fn replay_memory_is_linear_in_never_freed_allocations() {
-    let _one_at_a_time = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    let _one_at_a_time = MEASURING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let small = analysis_bytes_per_allocation(100_000);
     let large = analysis_bytes_per_allocation(300_000);
     // An allocation's lifetime (56 bytes), its two events (alloc and memory after it, 12
@@ -115,9 +117,11 @@ fn replay_memory_is_linear_in_never_freed_allocations() {
 
 #[test]
 fn the_cache_counts_what_a_loaded_leak_holds() {
-    let _one_at_a_time = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    let _one_at_a_time = MEASURING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let before = held();
-    let loaded = Loaded::new(leak_snapshot(200_000));
+    let loaded = Loaded::new((leak_snapshot(200_000), Default::default()));
     let kept = (held() - before) as f64;
     let counted = loaded.approx_bytes() as f64;
     assert!(

@@ -43,7 +43,7 @@ async fn check_file(state: &TestServer, name: &str, bytes: Vec<u8>) {
                 .as_array()
                 .expect("columns")
                 .iter()
-                .filter_map(|v| v.as_u64())
+                .filter_map(serde_json::Value::as_u64)
                 .max()
                 .expect("some column");
             assert_eq!(max, peak, "{name} cuda:{d}: timeline maximum");

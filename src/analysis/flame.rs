@@ -207,7 +207,7 @@ pub fn flame(
                             }
                         }
                         (state, None) => {
-                            tree.add(segment_node, [Label::Text(state.to_owned())], block.size, 0)
+                            tree.add(segment_node, [Label::Text(state.to_owned())], block.size, 0);
                         }
                     }
                 }

@@ -127,10 +127,10 @@ pub fn memory_map(snapshot: &Snapshot, device: &DeviceAnalysis, at: Option<usize
         };
         match trace.action[event] {
             ActionCode::SEGMENT_ALLOC | ActionCode::SEGMENT_MAP => {
-                remove(&mut ranges, addr, addr + size)
+                remove(&mut ranges, addr, addr + size);
             }
             ActionCode::SEGMENT_FREE | ActionCode::SEGMENT_UNMAP => {
-                insert(&mut ranges, addr, range)
+                insert(&mut ranges, addr, range);
             }
             _ => {}
         }

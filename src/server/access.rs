@@ -377,7 +377,7 @@ impl Access {
             .get(header::HOST)
             .and_then(|h| h.to_str().ok())
             .map(str::to_owned)
-            .or_else(|| uri.authority().map(|a| a.to_string()));
+            .or_else(|| uri.authority().map(std::string::ToString::to_string));
         // No Host at all is not a browser (browsers always send it), so not a rebinding attack.
         let Some(host) = host else {
             return Ok(());

@@ -5,7 +5,7 @@
 //! parse (single flight) instead of starting their own.
 
 use super::store::SnapshotId;
-use crate::analysis::{Analysis, Summary};
+use crate::analysis::{Analysis, ReplaySeed, Summary};
 use crate::snapshot::Snapshot;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,8 +21,10 @@ pub struct Loaded {
 }
 
 impl Loaded {
-    pub fn new(snapshot: Snapshot) -> Self {
-        let analysis = Analysis::new(&snapshot);
+    /// Analyses `snapshot`, starting from the replay's first pass that loading made alongside
+    /// the parse (see [`crate::analysis::load_path`]).
+    pub fn new((snapshot, seed): (Snapshot, ReplaySeed)) -> Self {
+        let analysis = Analysis::seeded(&snapshot, seed);
         let summary = Summary::new(&snapshot, &analysis);
         // Built now, on the loading thread, so the first timeline request is as fast as the rest.
         for device in &analysis.devices {
@@ -111,7 +113,9 @@ impl AnalysisCache {
     }
 
     fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<SnapshotId, Arc<Entry>>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn entry(&self, id: &SnapshotId) -> Arc<Entry> {
@@ -191,14 +195,5 @@ impl AnalysisCache {
                 _ => break,
             }
         }
-    }
-
-    /// Ids currently held and ready.
-    pub fn ready_ids(&self) -> Vec<SnapshotId> {
-        self.entries()
-            .iter()
-            .filter(|(_, e)| matches!(e.cell.get(), Some(Ok(_))))
-            .map(|(id, _)| id.clone())
-            .collect()
     }
 }

@@ -98,7 +98,10 @@ pub async fn torch_compare_text(
     Ok((
         [
             (header::CONTENT_TYPE, "text/plain; charset=utf-8".to_owned()),
-            (header::CONTENT_DISPOSITION, super::api::attachment_disposition(&filename)),
+            (
+                header::CONTENT_DISPOSITION,
+                super::api::attachment_disposition(&filename),
+            ),
         ],
         text,
     )

@@ -87,7 +87,7 @@ impl StoredSnapshot {
         let loaded = state
             .cache
             .get_or_load(&id, move || {
-                crate::snapshot::load_path(&path, Default::default())
+                crate::analysis::load_path(&path, Default::default())
                     .map(Loaded::new)
                     .map_err(|e| e.to_string())
             })

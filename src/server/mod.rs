@@ -121,9 +121,9 @@ impl AppState {
 
 /// A stored blob's summary row, parsed and analysed again (to rebuild the index).
 fn summarize_blob(path: &std::path::Path) -> Result<serde_json::Value, String> {
-    let snapshot =
-        crate::snapshot::load_path(path, Default::default()).map_err(|e| e.to_string())?;
-    let analysis = crate::analysis::Analysis::new(&snapshot);
+    let (snapshot, seed) =
+        crate::analysis::load_path(path, Default::default()).map_err(|e| e.to_string())?;
+    let analysis = crate::analysis::Analysis::seeded(&snapshot, seed);
     let summary = crate::analysis::Summary::new(&snapshot, &analysis);
     Ok(wire::SummaryRow::new(&summary).to_stored())
 }

@@ -133,7 +133,7 @@ fn spawn_parser(
                 current: Bytes::new(),
             };
             let parsed =
-                crate::snapshot::load_reader(reader, upload_load_options(limit)).map(Loaded::new);
+                crate::analysis::load_reader(reader, upload_load_options(limit)).map(Loaded::new);
             // The upload may have been dropped meanwhile; then nobody wants the answer.
             let _ = answer.send(parsed);
         })
@@ -258,7 +258,9 @@ where
         out.write_all(&chunk)
             .await
             .map_err(|e| ApiError::writing("cannot write the upload", e))?;
-        let parser_stopped = chunks.as_ref().is_some_and(|c| c.is_closed());
+        let parser_stopped = chunks
+            .as_ref()
+            .is_some_and(tokio::sync::mpsc::Sender::is_closed);
         if let Some(handle) = parser.take_if(|_| parser_stopped) {
             // The parser stopped before the end of the upload: if it failed, the file is not a
             // snapshot and is refused now, without reading the rest; if it succeeded, the rest
@@ -435,7 +437,7 @@ async fn ingest(
             let path = received.file.path.clone();
             let limit = state.config.max_upload_bytes;
             blocking(move || {
-                crate::snapshot::load_path(&path, upload_load_options(limit)).map(Loaded::new)
+                crate::analysis::load_path(&path, upload_load_options(limit)).map(Loaded::new)
             })
             .await?
             .map_err(refused)?

@@ -1,10 +1,11 @@
 //! `/g/{name}`: the members of a group (ranks of one job) side by side.
 
-use super::{Assets, CompareAssets, error_page, render, short_frame};
+use super::{Assets, CompareAssets, error_page, render};
 use crate::analysis::groups::percent_from_median;
 use crate::format::bytes;
 use crate::server::AppState;
 use crate::server::compare::group_members;
+use crate::snapshot::short_frame_label;
 use askama::Template;
 use axum::extract::{Path, State};
 use axum::response::Response;
@@ -74,7 +75,7 @@ pub async fn group(State(state): State<AppState>, Path(name): Path<String>) -> R
                 peak_bytes: m.peak_allocated_bytes,
                 reserved: bytes(m.peak_reserved_bytes),
                 oom: m.oom_events,
-                top_stack: short_frame(&top),
+                top_stack: short_frame_label(&top),
                 top_stack_full: top,
                 outlier: m.outlier,
                 from_median: if distance.abs() < 0.05 {

@@ -66,30 +66,3 @@ pub(crate) fn render(page: impl Template) -> Response {
         }
     }
 }
-
-/// `…/site-packages/torch/nn/modules/linear.py:134:forward` → `linear.py:134 forward`.
-pub(crate) fn short_frame(frame: &str) -> String {
-    let mut parts = frame.rsplitn(3, ':');
-    let (name, line, file) = (parts.next(), parts.next(), parts.next());
-    match (file, line, name) {
-        (Some(file), Some(line), Some(name)) => {
-            let base = file.rsplit('/').next().unwrap_or(file);
-            format!("{base}:{line} {name}")
-        }
-        _ => frame.to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::short_frame;
-
-    #[test]
-    fn frames_shorten_to_file_line_name() {
-        assert_eq!(
-            short_frame("/opt/torch/nn/modules/linear.py:134:forward"),
-            "linear.py:134 forward"
-        );
-        assert_eq!(short_frame("<non-python>"), "<non-python>");
-    }
-}

@@ -1,11 +1,12 @@
 //! `/s/{id}`: one snapshot's summary and its interactive views; this URL is the one to share.
 
-use super::{Assets, error_page, render, short_frame};
+use super::{Assets, error_page, render};
 use crate::analysis::DeviceSummary;
 use crate::format::{bytes, count, duration_us};
 use crate::server::AppState;
 use crate::server::error::ApiError;
 use crate::server::extract::LoadedSnapshot;
+use crate::snapshot::short_frame_label;
 use askama::Template;
 use axum::extract::{Path, State};
 use axum::response::Response;
@@ -126,9 +127,9 @@ impl DeviceView {
                     top: stack
                         .frames
                         .first()
-                        .map(|f| short_frame(f))
+                        .map(|f| short_frame_label(f))
                         .unwrap_or_default(),
-                    frames: stack.frames.iter().map(|f| short_frame(f)).collect(),
+                    frames: stack.frames.iter().map(|f| short_frame_label(f)).collect(),
                 })
                 .collect(),
         }

@@ -68,7 +68,7 @@ impl FileStore {
         // transactions), so a poisoned lock is still usable.
         self.db
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     pub(super) const COLUMNS: &'static str =

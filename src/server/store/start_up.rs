@@ -187,7 +187,7 @@ impl FileStore {
                     repaired += 1;
                 }
                 Err(error) => {
-                    tracing::warn!(%id, %error, "a row's summary is unreadable and so is its blob")
+                    tracing::warn!(%id, %error, "a row's summary is unreadable and so is its blob");
                 }
             }
         }
