@@ -1,0 +1,184 @@
+//! Roles over time and at one moment: bytes per role per pixel column (the `/roles` window) and
+//! the live allocations with their roles (`snapview live`).
+
+use super::DeviceRoles;
+use crate::analysis::DeviceAnalysis;
+use crate::analysis::stacks::display_frames;
+use crate::snapshot::{Snapshot, Trace};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// Bytes per role after the last event of each column of a window.
+#[derive(Debug, Serialize, PartialEq)]
+pub struct RoleWindow {
+    pub start: usize,
+    pub end: usize,
+    /// First event of each column, and one past the last column's end.
+    pub column_start: Vec<usize>,
+    /// Role names, in the order of `bytes`.
+    pub roles: Vec<String>,
+    /// `bytes[r][c]`: bytes of role `roles[r]` live after column `c`'s last event.
+    pub bytes: Vec<Vec<u64>>,
+}
+
+/// Bytes per role per column over events `start..=end` split into `width` equal columns.
+/// Costs the live set at `start` plus one step per event of the window, like the timeline's.
+pub fn role_window(
+    device: &DeviceAnalysis,
+    roles: &DeviceRoles,
+    start: usize,
+    end: usize,
+    width: usize,
+) -> RoleWindow {
+    let replay = &device.replay;
+    let names = roles.names().to_vec();
+    let events = replay.len();
+    if events == 0 {
+        let live = replay.live_after(None);
+        let mut bytes = vec![vec![0u64; 1]; names.len()];
+        for id in live {
+            let b = &mut bytes[roles.role_index_of(id) as usize][0];
+            *b = b.wrapping_add(replay.allocations[id as usize].size);
+        }
+        return RoleWindow {
+            start: 0,
+            end: 0,
+            column_start: vec![0, 1],
+            roles: names,
+            bytes,
+        };
+    }
+    let end = end.min(events - 1);
+    let start = start.min(end);
+    let span = end + 1 - start;
+    let width = width
+        .clamp(1, crate::analysis::timeline::MAX_WIDTH)
+        .min(span);
+    let column_start: Vec<usize> = (0..=width)
+        .map(|c| start + (span as u128 * c as u128 / width as u128) as usize)
+        .collect();
+    let mut current = vec![0u64; names.len()];
+    let before = start.checked_sub(1);
+    for id in replay.live_after(before) {
+        let slot = &mut current[roles.role_index_of(id) as usize];
+        *slot = slot.wrapping_add(replay.allocations[id as usize].size);
+    }
+    let mut bytes = vec![Vec::with_capacity(width); names.len()];
+    for c in 0..width {
+        for event in column_start[c]..column_start[c + 1] {
+            apply_event(device, roles, event, &mut current);
+        }
+        for (r, value) in current.iter().enumerate() {
+            bytes[r].push(*value);
+        }
+    }
+    RoleWindow {
+        start,
+        end,
+        column_start,
+        roles: names,
+        bytes,
+    }
+}
+
+/// Adds or removes the allocation event `event` opens or closes.
+fn apply_event(device: &DeviceAnalysis, roles: &DeviceRoles, event: usize, current: &mut [u64]) {
+    let replay = &device.replay;
+    let Some(id) = replay.allocation_at(event) else {
+        return;
+    };
+    let allocation = &replay.allocations[id as usize];
+    let slot = &mut current[roles.role_index_of(id) as usize];
+    if allocation.start == Some(event as u32) {
+        *slot = slot.wrapping_add(allocation.size);
+    } else if allocation.end == Some(event as u32) {
+        *slot = slot.wrapping_sub(allocation.size);
+    }
+}
+
+/// What `snapview live` prints: the allocations live at one moment with their roles.
+#[derive(Debug, Serialize)]
+pub struct LiveReport {
+    pub device: usize,
+    /// The event after which they are live (`null`: before the first event).
+    pub event: Option<usize>,
+    pub roles: BTreeMap<String, u64>,
+    pub allocations: Vec<LiveAllocation>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LiveAllocation {
+    pub address: u64,
+    pub size: u64,
+    pub role: String,
+    pub because: String,
+    /// Frames innermost first, as `file:line:name`, allocator internals left out.
+    pub frames: Vec<String>,
+}
+
+/// The allocations live after `event` on `device`, largest first, with their roles.
+pub fn live_report(
+    snapshot: &Snapshot,
+    device: &DeviceAnalysis,
+    roles: &DeviceRoles,
+    event: Option<usize>,
+) -> LiveReport {
+    let replay = &device.replay;
+    let mut live = replay.live_after(event);
+    live.sort_by_key(|&id| (std::cmp::Reverse(replay.allocations[id as usize].size), id));
+    let allocations = live
+        .iter()
+        .map(|&id| {
+            let allocation = &replay.allocations[id as usize];
+            LiveAllocation {
+                address: allocation.addr,
+                size: allocation.size,
+                role: roles.role_of(id).to_owned(),
+                because: roles.because(id).to_owned(),
+                frames: display_frames(snapshot, allocation.stack),
+            }
+        })
+        .collect();
+    LiveReport {
+        device: device.device,
+        event,
+        roles: roles.bytes_by_role(replay, &live),
+        allocations,
+    }
+}
+
+/// The text form of a [`LiveReport`]: bytes per role, then one line per allocation.
+pub fn render_live_text(report: &LiveReport, trace: &Trace) -> String {
+    let mut out = String::new();
+    let at = match report.event {
+        Some(e) if e + 1 >= trace.len() => format!("after the last event ({e})"),
+        Some(e) => format!("after event {e}"),
+        None => "before the first event".to_owned(),
+    };
+    let total: u64 = report.roles.values().sum();
+    let _ = writeln!(
+        out,
+        "device {}: {} allocations live {at}, {} bytes",
+        report.device,
+        report.allocations.len(),
+        total
+    );
+    let mut by_bytes: Vec<_> = report.roles.iter().collect();
+    by_bytes.sort_by_key(|(_, b)| std::cmp::Reverse(**b));
+    for (role, bytes) in by_bytes {
+        let _ = writeln!(out, "  {role:<16} {bytes:>16}");
+    }
+    let _ = writeln!(out);
+    for a in &report.allocations {
+        let _ = writeln!(
+            out,
+            "0x{:x} {:>14} {:<16} {}",
+            a.address, a.size, a.role, a.because
+        );
+        for frame in a.frames.iter().take(4) {
+            let _ = writeln!(out, "    {frame}");
+        }
+    }
+    out
+}
