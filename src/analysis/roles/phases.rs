@@ -14,7 +14,7 @@ use crate::snapshot::{FrameTable, StackId, StackTable};
 #[repr(u8)]
 pub enum StackKind {
     /// Model setup: `.to()`/`.cuda()` (`Module._apply`), `nn.init`, `load_state_dict`,
-    /// `from_pretrained`, a module's `__init__`.
+    /// `torch.load`, `from_pretrained`, a module's `__init__`.
     ParamSetup,
     /// A C++ `AccumulateGrad` frame: autograd writing a `.grad` (only with `stacks="all"`).
     AccumulateGrad,
@@ -132,6 +132,8 @@ fn is_setup_frame(file: &str, name: &str) -> bool {
     let module_file = file.contains("torch/nn/modules/");
     (module_file && (name == "_apply" || name == "__init__" || name == "reset_parameters"))
         || file.ends_with("torch/nn/init.py")
+        // torch.load(map_location="cuda"): a checkpoint's tensors, the weights once assigned.
+        || file.ends_with("torch/serialization.py")
         || name == "load_state_dict"
         || name == "_load_from_state_dict"
         || name == "from_pretrained"
