@@ -129,6 +129,9 @@ pub struct DeviceRoles {
     extra_because: Vec<String>,
     /// The device ran a backward at all (autograd allocated or freed something).
     pub saw_backward: bool,
+    /// Event of the first allocation of each forward pass (a training or inference step), in
+    /// order.
+    pub forward_starts: Vec<u32>,
 }
 
 impl DeviceRoles {
@@ -151,6 +154,7 @@ impl DeviceRoles {
         let mut alloc_kind: Vec<StackKind> = Vec::with_capacity(n);
         let mut in_forward_region: Vec<bool> = Vec::with_capacity(n);
         let mut backward_starts: Vec<u32> = Vec::new();
+        let mut forward_starts: Vec<u32> = Vec::new();
         let mut last_phase: Option<StackKind> = None;
         let mut saw_backward = false;
         let mut stack_history: rustc_hash::FxHashMap<u32, (u32, u32)> = Default::default();
@@ -169,6 +173,9 @@ impl DeviceRoles {
                 if let Some(phase) = phase {
                     if phase == StackKind::NoPython && last_phase != Some(StackKind::NoPython) {
                         backward_starts.push(allocation.start.unwrap_or(0));
+                    }
+                    if phase == StackKind::Forward && last_phase != Some(StackKind::Forward) {
+                        forward_starts.push(allocation.start.unwrap_or(0));
                     }
                     last_phase = Some(phase);
                 }
@@ -327,6 +334,7 @@ impl DeviceRoles {
             names,
             extra_because,
             saw_backward,
+            forward_starts,
         }
     }
 
@@ -357,6 +365,12 @@ impl DeviceRoles {
         } else {
             RULE_TEXT.get(rule as usize).copied().unwrap_or("")
         }
+    }
+
+    /// Whether the allocation is a forward block that nothing freed (kept for a backward that
+    /// never came, or still in use at the dump).
+    pub fn is_kept_forward(&self, id: AllocationId) -> bool {
+        self.rule.get(id as usize) == Some(&(Rule::ForwardKept as u16))
     }
 
     /// Every role name, built-in first; [`DeviceRoles::role_index_of`] indexes it.
