@@ -194,8 +194,7 @@ mod tests {
             Err(RulesError::TooMany(_))
         ));
         // A regex whose automaton is huge is refused, not built.
-        let huge =
-            format!("[[rule]]\nframe = '\\\\w{{1000}}\\\\w{{1000}}\\\\w{{1000}}'\nrole = 'x'\n");
+        let huge = format!("[[rule]]\nframe = '\\w{{1000}}\\w{{1000}}\\w{{1000}}'\nrole = 'x'\n");
         assert!(
             matches!(UserRules::parse(&huge), Err(RulesError::Regex { .. })),
             "{:?}",

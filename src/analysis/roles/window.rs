@@ -182,3 +182,109 @@ pub fn render_live_text(report: &LiveReport, trace: &Trace) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::Analysis;
+    use crate::analysis::roles::UserRules;
+
+    fn fixture(name: &str) -> Snapshot {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name);
+        crate::snapshot::load_path(&path, Default::default()).expect("fixture loads")
+    }
+
+    /// At every event, the bytes of all roles add up to the live bytes the timeline draws.
+    #[test]
+    fn role_totals_equal_live_bytes_at_every_event() {
+        for name in [
+            "gpt2_adamw.pickle",
+            "ring_wrap.pickle",
+            "labelled/l_infer_grad.pickle",
+            "mlp_cpp_frames.pickle",
+        ] {
+            let snapshot = fixture(name);
+            let analysis = Analysis::new(&snapshot);
+            for device in &analysis.devices {
+                let roles = device.roles(&snapshot, &UserRules::default());
+                let events = device.replay.len();
+                assert!(events > 0, "{name}: no events");
+                // One column per event: every event's totals.
+                let window = role_window(device, roles, 0, events - 1, events);
+                for (c, &first) in window.column_start[..window.column_start.len() - 1]
+                    .iter()
+                    .enumerate()
+                {
+                    let last = window.column_start[c + 1] - 1;
+                    let sum = window.bytes.iter().fold(0u64, |s, r| s.wrapping_add(r[c]));
+                    assert_eq!(
+                        sum,
+                        device.replay.allocated_after(Some(last)),
+                        "{name} column {c} (events {first}..={last})"
+                    );
+                }
+                // A window that starts mid-trace, in wide columns, agrees too.
+                let start = events / 3;
+                let window = role_window(device, roles, start, events - 1, 7);
+                for c in 0..window.column_start.len() - 1 {
+                    let last = window.column_start[c + 1] - 1;
+                    let sum = window.bytes.iter().fold(0u64, |s, r| s.wrapping_add(r[c]));
+                    assert_eq!(
+                        sum,
+                        device.replay.allocated_after(Some(last)),
+                        "{name} wide column {c}"
+                    );
+                }
+                // And the live report at the end names the same bytes.
+                let report = live_report(&snapshot, device, roles, Some(events - 1));
+                let total = report.roles.values().fold(0u64, |s, b| s.wrapping_add(*b));
+                assert_eq!(
+                    total,
+                    device.replay.allocated_after(Some(events - 1)),
+                    "{name} live report"
+                );
+                assert!(
+                    report.allocations.iter().all(|a| !a.because.is_empty()),
+                    "{name}: a role without a because"
+                );
+            }
+        }
+    }
+
+    /// A user rule renames what its frames made; everything else keeps its built-in role.
+    #[test]
+    fn user_rules_win_over_built_in_rules() {
+        let snapshot = fixture("labelled/l_mlp_sgd_backward.pickle");
+        let analysis = Analysis::new(&snapshot);
+        let device = &analysis.devices[0];
+        let rules = UserRules::parse(
+            "[[rule]]\nframe = 'torch/optim/sgd\\.py:_multi_tensor_sgd'\nrole = 'momentum'\n",
+        )
+        .expect("rules");
+        let roles = device.roles(&snapshot, &rules);
+        let report = live_report(&snapshot, device, roles, device.replay.len().checked_sub(1));
+        assert!(
+            report.roles.get("momentum").copied().unwrap_or(0) > 0,
+            "{:?}",
+            report.roles
+        );
+        assert!(
+            !report.roles.contains_key("optimizer_state"),
+            "{:?}",
+            report.roles
+        );
+        assert!(report.roles.get("parameter").copied().unwrap_or(0) > 0);
+        let momentum = report
+            .allocations
+            .iter()
+            .find(|a| a.role == "momentum")
+            .expect("a momentum block");
+        assert!(
+            momentum.because.contains("user rule"),
+            "{}",
+            momentum.because
+        );
+    }
+}
