@@ -2,6 +2,7 @@
 //!
 //! Every command prints one clear error line and exits with status 2 on bad input.
 
+use crate::analysis::roles::commands as roles_commands;
 use crate::analysis::{Analysis, Summary};
 use crate::format::{bytes, count, duration_us};
 use crate::server::access::{AccessConfig, NamedToken};
@@ -39,6 +40,23 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The allocations live at one moment, with their role (parameter, gradient, optimizer_state,
+    /// activation, temporary, input, unknown), why, and their frames; and the bytes per role.
+    Live {
+        file: PathBuf,
+        /// The device (default: the first with memory).
+        #[arg(long)]
+        device: Option<usize>,
+        /// `peak`, `end`, or an event index.
+        #[arg(long, default_value = "end")]
+        at: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Your own role rules: a TOML or JSON file (docs/roles.md).
+        #[arg(long)]
+        roles: Option<PathBuf>,
+    },
     /// The same text as torch's `python -m torch.cuda._memory_viz stats FILE`, byte for byte.
     Stats { file: PathBuf },
     /// Folded stacks for flamegraph.pl, inferno or speedscope: the same lines as torch's
@@ -51,6 +69,9 @@ enum Command {
         /// Write to this file instead of standard output.
         #[arg(long, short)]
         output: Option<PathBuf>,
+        /// Role rules for `--kind roles` (TOML or JSON, docs/roles.md).
+        #[arg(long)]
+        roles: Option<PathBuf>,
     },
     /// Start the web server: drag snapshots into the page, share their links.
     Serve {
@@ -172,6 +193,8 @@ enum Command {
 enum ExportKind {
     Segments,
     Memory,
+    /// What is live at the dump, rooted by role.
+    Roles,
 }
 
 /// What a validated command will do.
@@ -183,6 +206,18 @@ enum Config {
     },
     Stats {
         file: PathBuf,
+    },
+    Live {
+        file: PathBuf,
+        device: Option<usize>,
+        at: String,
+        json: bool,
+        roles: Option<PathBuf>,
+    },
+    ExportRoles {
+        file: PathBuf,
+        output: Option<PathBuf>,
+        roles: Option<PathBuf>,
     },
     Export {
         file: PathBuf,
@@ -237,11 +272,39 @@ impl Config {
                 check(&file)?;
                 Config::Stats { file }
             }
-            Command::Export { file, kind, output } => {
+            Command::Live {
+                file,
+                device,
+                at,
+                json,
+                roles,
+            } => {
+                check(&file)?;
+                Config::Live {
+                    file,
+                    device,
+                    at,
+                    json,
+                    roles,
+                }
+            }
+            Command::Export {
+                file,
+                kind,
+                output,
+                roles,
+            } => {
                 check(&file)?;
                 let kind = match kind {
                     ExportKind::Segments => FoldedKind::Segments,
                     ExportKind::Memory => FoldedKind::Memory,
+                    ExportKind::Roles => {
+                        return Ok(Config::ExportRoles {
+                            file,
+                            output,
+                            roles,
+                        });
+                    }
                 };
                 Config::Export { file, kind, output }
             }
@@ -580,6 +643,30 @@ fn run_other(config: Config) -> Result<(), String> {
         }
         Config::Stats { file } => torch_text::stats(&load_with_progress(&file)?)
             .map_err(|e| format!("{}: {e}", file.display()))?,
+        Config::Live {
+            file,
+            device,
+            at,
+            json,
+            roles,
+        } => {
+            let rules = roles_commands::read_rules(roles.as_deref())?;
+            let snapshot = load_with_progress(&file)?;
+            roles_commands::live_command(&snapshot, device, &at, json, &rules)?
+        }
+        Config::ExportRoles {
+            file,
+            output,
+            roles,
+        } => {
+            let rules = roles_commands::read_rules(roles.as_deref())?;
+            let text = roles_commands::folded_by_role(&load_with_progress(&file)?, &rules);
+            if let Some(output) = output {
+                return std::fs::write(&output, text)
+                    .map_err(|e| format!("cannot write {}: {e}", output.display()));
+            }
+            text
+        }
         Config::Export { file, kind, output } => {
             let text = torch_text::folded(&load_with_progress(&file)?, kind)
                 .map_err(|e| format!("{}: {e}", file.display()))?;

@@ -9,6 +9,7 @@
 //!
 //! Storage is one byte of role and two of rule per allocation ([`DeviceRoles`]).
 
+pub mod commands;
 pub mod phases;
 pub mod user_rules;
 mod window;
