@@ -119,12 +119,18 @@ fn live_memory_grows_per_step(
     }
     let growth = live[live.len() - 1] - live[0];
     let per_step = growth / (live.len() as u64 - 1);
-    // The blocks made since the second step and alive at its last start hold the growth.
-    let (from, to) = (starts[0], starts[starts.len() - 1]);
+    // The blocks alive at the last step's start that have outlived at least one whole step
+    // (made between the second and the last but one step's start) hold the growth; the batch
+    // of the step about to run is newer.
+    let (from, until, to) = (
+        starts[0],
+        starts[starts.len() - 2],
+        starts[starts.len() - 1],
+    );
     let mut by_stack: rustc_hash::FxHashMap<u32, u64> = Default::default();
     for id in replay.live_after(Some(to as usize).and_then(|t| t.checked_sub(1))) {
         let allocation = &replay.allocations[id as usize];
-        if allocation.start.is_some_and(|s| s >= from) {
+        if allocation.start.is_some_and(|s| s >= from && s < until) {
             *by_stack.entry(allocation.stack).or_default() += allocation.size;
         }
     }

@@ -105,7 +105,7 @@ const RULE_TEXT: [&str; 19] = [
     "made in backward and kept past it, but no parameter has its size",
     "made in forward (or the loss) and freed by backward: saved for it",
     "made and freed within forward (or the loss)",
-    "made in forward (or the loss) and never freed: kept for a backward that did not come",
+    "made in forward (or the loss) and never freed: still referenced (an output kept, or saved for a backward)",
     "made in forward and still alive, but this stack's earlier blocks were freed within forward",
     "made in forward (or the loss), kept through backward, freed by the training loop",
     "made by the training loop outside forward, backward and the step: the batch",
