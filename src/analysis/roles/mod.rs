@@ -193,15 +193,16 @@ impl DeviceRoles {
             if kind.is_backward() && traced {
                 saw_backward = true;
             }
-            if *in_forward_region.last().unwrap_or(&false) && traced {
-                if let Some(freed_by) = freed_by {
-                    let entry = stack_history.entry(allocation.stack).or_default();
-                    if freed_by.is_backward() {
-                        entry.1 += 1;
-                    } else if !backward_between(&backward_starts, allocation.start, allocation.end)
-                    {
-                        entry.0 += 1;
-                    }
+            if *in_forward_region.last().unwrap_or(&false)
+                && traced
+                && let Some(freed_by) = freed_by
+            {
+                // (freed within forward, freed by backward) per stack: the stack's history.
+                let entry = stack_history.entry(allocation.stack).or_default();
+                if freed_by.is_backward() {
+                    entry.1 += 1;
+                } else if !backward_between(&backward_starts, allocation.start, allocation.end) {
+                    entry.0 += 1;
                 }
             }
         }

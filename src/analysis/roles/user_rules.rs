@@ -194,11 +194,11 @@ mod tests {
             Err(RulesError::TooMany(_))
         ));
         // A regex whose automaton is huge is refused, not built.
-        let huge = format!("[[rule]]\nframe = '\\w{{1000}}\\w{{1000}}\\w{{1000}}'\nrole = 'x'\n");
+        let huge = "[[rule]]\nframe = '\\w{1000}\\w{1000}\\w{1000}'\nrole = 'x'\n";
         assert!(
-            matches!(UserRules::parse(&huge), Err(RulesError::Regex { .. })),
+            matches!(UserRules::parse(huge), Err(RulesError::Regex { .. })),
             "{:?}",
-            UserRules::parse(&huge).map(|r| r.rules().len())
+            UserRules::parse(huge).map(|r| r.rules().len())
         );
     }
 }
