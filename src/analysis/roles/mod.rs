@@ -158,7 +158,8 @@ impl DeviceRoles {
         let mut forward_starts: Vec<u32> = Vec::new();
         let mut last_phase: Option<StackKind> = None;
         let mut saw_backward = false;
-        let mut stack_history: rustc_hash::FxHashMap<u32, (u32, u32)> = Default::default();
+        // By stack id (a few thousand stacks; a vector, not a map, in this hot loop).
+        let mut stack_history: Vec<(u32, u32)> = vec![(0, 0); snapshot.stacks.len()];
         for allocation in allocations {
             let kind = kinds.kind(allocation.stack);
             alloc_kind.push(kind);
@@ -198,7 +199,9 @@ impl DeviceRoles {
                 && let Some(freed_by) = freed_by
             {
                 // (freed within forward, freed by backward) per stack: the stack's history.
-                let entry = stack_history.entry(allocation.stack).or_default();
+                let Some(entry) = stack_history.get_mut(allocation.stack as usize) else {
+                    continue;
+                };
                 if freed_by.is_backward() {
                     entry.1 += 1;
                 } else if !backward_between(&backward_starts, allocation.start, allocation.end) {
@@ -279,7 +282,7 @@ impl DeviceRoles {
                                 (Role::Temporary, Rule::ForwardFreedInForward)
                             }
                         }
-                        None => match stack_history.get(&allocation.stack) {
+                        None => match stack_history.get(allocation.stack as usize) {
                             // Only a stack backward never freed from, in a trace that has a
                             // backward: a stack whose block is sometimes saved stays activation.
                             Some(&(freed_in_forward, 0))

@@ -288,3 +288,52 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod speed {
+    use super::*;
+    use crate::analysis::Analysis;
+    use crate::analysis::roles::UserRules;
+    use crate::analysis::timeline::{Axis, Window, timeline};
+
+    /// `cargo test --release --lib roles::window::speed -- --ignored --nocapture` with
+    /// SNAPVIEW_LARGE_DIR set: a whole-trace `/roles` window against a timeline window.
+    #[test]
+    #[ignore = "a measurement on the large corpus, not a check"]
+    fn role_window_costs_about_a_timeline_window() {
+        let Ok(dir) = std::env::var("SNAPVIEW_LARGE_DIR") else {
+            return;
+        };
+        let path = std::path::Path::new(&dir).join("gpt2_huge_trace.pickle");
+        let snapshot = crate::snapshot::load_path(&path, Default::default()).expect("load");
+        let analysis = Analysis::new(&snapshot);
+        let device = &analysis.devices[0];
+        let started = std::time::Instant::now();
+        let roles = device.roles(&snapshot, &UserRules::default());
+        println!("roles decided in {:?}", started.elapsed());
+        let events = device.replay.len();
+        for (start, end) in [(0, events - 1), (events / 2, events / 2 + events / 100)] {
+            let started = std::time::Instant::now();
+            let w = role_window(device, roles, start, end, 1600);
+            let roles_time = started.elapsed();
+            let started = std::time::Instant::now();
+            let t = timeline(
+                device,
+                snapshot.trace(device.device),
+                Window {
+                    start,
+                    end,
+                    width: 1600,
+                    height: 400,
+                    axis: Axis::Event,
+                },
+            );
+            let timeline_time = started.elapsed();
+            println!(
+                "events {start}..={end}: roles window {roles_time:?} ({} columns), timeline window {timeline_time:?} ({} columns)",
+                w.column_start.len() - 1,
+                t.column_start.len() - 1
+            );
+        }
+    }
+}
