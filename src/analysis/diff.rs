@@ -41,6 +41,54 @@ pub struct DeviceDiff {
     /// (x = fraction of the trace), as the max in each bucket.
     pub before_curve: Vec<u64>,
     pub after_curve: Vec<u64>,
+    /// Bytes per role at the compared moments, largest change first ("activation +6.0 GiB").
+    #[serde(default)]
+    pub roles: Vec<RoleDelta>,
+}
+
+/// One role's bytes before and after.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RoleDelta {
+    pub role: String,
+    pub before_bytes: u64,
+    pub after_bytes: u64,
+    pub delta_bytes: i64,
+}
+
+/// Bytes per role of each side at its moment, every role either side has.
+fn role_deltas(
+    before: (&Snapshot, &super::DeviceAnalysis, Option<usize>),
+    after: (&Snapshot, &super::DeviceAnalysis, Option<usize>),
+) -> Vec<RoleDelta> {
+    let rules = super::roles::UserRules::default();
+    let by_role = |(snapshot, device, at): (&Snapshot, &super::DeviceAnalysis, Option<usize>)| {
+        let roles = device.roles(snapshot, &rules);
+        roles.bytes_by_role(&device.replay, &device.replay.live_after(at))
+    };
+    let (b, a) = (by_role(before), by_role(after));
+    let mut names: Vec<&String> = b.keys().chain(a.keys()).collect();
+    names.sort();
+    names.dedup();
+    let mut deltas: Vec<RoleDelta> = names
+        .into_iter()
+        .map(|role| {
+            let before_bytes = b.get(role).copied().unwrap_or(0);
+            let after_bytes = a.get(role).copied().unwrap_or(0);
+            RoleDelta {
+                role: role.clone(),
+                before_bytes,
+                after_bytes,
+                delta_bytes: after_bytes as i64 - before_bytes as i64,
+            }
+        })
+        .collect();
+    deltas.sort_by_key(|d| {
+        (
+            std::cmp::Reverse(d.delta_bytes.unsigned_abs()),
+            d.role.clone(),
+        )
+    });
+    deltas
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -246,6 +294,7 @@ pub fn diff(
                 tree,
                 before_curve: curve(bd),
                 after_curve: curve(ad),
+                roles: role_deltas((b_snapshot, bd, b_at), (a_snapshot, ad, a_at)),
             }
         })
         .collect();

@@ -7,6 +7,7 @@
 
 pub mod diff;
 pub mod events;
+pub mod findings;
 #[cfg(test)]
 pub(crate) mod fixtures;
 pub mod flame;
@@ -17,6 +18,7 @@ pub mod moment;
 mod notes;
 pub mod oom;
 pub mod replay;
+pub mod roles;
 pub mod segments;
 pub mod stacks;
 mod summary;
@@ -64,6 +66,8 @@ pub struct DeviceAnalysis {
     pub device: usize,
     pub replay: Replay,
     by_size: std::sync::OnceLock<Vec<AllocationId>>,
+    /// Every allocation's role, decided on first use (by [`Analysis::roles`]).
+    roles: std::sync::OnceLock<roles::DeviceRoles>,
 }
 
 impl DeviceAnalysis {
@@ -72,6 +76,7 @@ impl DeviceAnalysis {
             device,
             replay: Replay::seeded(snapshot, device, pass),
             by_size: std::sync::OnceLock::new(),
+            roles: std::sync::OnceLock::new(),
         }
     }
 
@@ -80,7 +85,16 @@ impl DeviceAnalysis {
         let by_size = self.by_size.get().map_or(0, |ids| {
             ids.capacity() * std::mem::size_of::<AllocationId>()
         });
-        self.replay.heap_bytes() + by_size as u64
+        let roles = self.roles.get().map_or(0, roles::DeviceRoles::heap_bytes);
+        self.replay.heap_bytes() + by_size as u64 + roles
+    }
+
+    /// Every allocation's role, decided on the first call with these `rules` (later calls get
+    /// the same answer: one snapshot is read with one set of rules).
+    pub fn roles(&self, snapshot: &Snapshot, rules: &roles::UserRules) -> &roles::DeviceRoles {
+        self.roles.get_or_init(|| {
+            roles::DeviceRoles::new(snapshot, &self.replay, snapshot.trace(self.device), rules)
+        })
     }
 
     /// Allocation ids, largest first (ties by id): the timeline picks its bands from the front.

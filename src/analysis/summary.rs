@@ -1,5 +1,7 @@
 //! The summary of a snapshot: the numbers `snapview summary` prints and the server lists.
 
+use super::findings::{Finding, device_findings};
+use super::roles::UserRules;
 use super::{Analysis, Note, Peak, SegmentStats, StackBytes, notes, segments, top_stacks};
 use crate::snapshot::{ActionCode, Snapshot, SourceInfo};
 use serde::Serialize;
@@ -16,6 +18,8 @@ pub struct Summary {
     pub blocks: usize,
     pub notes: Vec<Note>,
     pub source: SourceInfo,
+    /// Findings about the whole file rather than one device (none yet are file-wide).
+    pub findings: Vec<Finding>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -43,6 +47,12 @@ pub struct DeviceSummary {
     pub oom_events: Vec<OomEvent>,
     /// Stacks holding the most bytes at the peak.
     pub top_stacks_at_peak: Vec<StackBytes>,
+    /// Bytes live at the peak, by role (see docs/roles.md).
+    pub roles_at_peak: BTreeMap<String, u64>,
+    /// Bytes live after the last event (at the dump), by role.
+    pub roles_at_snapshot: BTreeMap<String, u64>,
+    /// Diagnoses with the fix, warnings first.
+    pub findings: Vec<Finding>,
 }
 
 /// An `oom` event: the allocator could not serve a request.
@@ -58,6 +68,11 @@ pub struct OomEvent {
 
 impl Summary {
     pub fn new(snapshot: &Snapshot, analysis: &Analysis) -> Self {
+        Self::with_rules(snapshot, analysis, &UserRules::default())
+    }
+
+    /// The summary with roles decided by `rules` as well as the built-in ones.
+    pub fn with_rules(snapshot: &Snapshot, analysis: &Analysis, rules: &UserRules) -> Self {
         let devices = analysis
             .devices
             .iter()
@@ -73,6 +88,8 @@ impl Summary {
                 let peak: Peak = replay.peak_allocated(trace);
                 let peak_reserved = replay.peak_reserved(trace);
                 let live = replay.live_after(peak.event_index);
+                let roles = device.roles(snapshot, rules);
+                let at_snapshot = replay.live_after(replay.len().checked_sub(1));
                 let stats = segments::totals(snapshot.device_segments(device.device));
                 let oom_events = trace
                     .action
@@ -109,6 +126,9 @@ impl Summary {
                         &live,
                         TOP_STACKS,
                     ),
+                    roles_at_peak: roles.bytes_by_role(replay, &live),
+                    roles_at_snapshot: roles.bytes_by_role(replay, &at_snapshot),
+                    findings: device_findings(snapshot, device, roles),
                 }
             })
             .collect();
@@ -118,6 +138,7 @@ impl Summary {
             blocks: snapshot.segments.iter().map(|s| s.blocks.len()).sum(),
             notes: notes(snapshot, analysis),
             source: snapshot.source.clone(),
+            findings: Vec::new(),
         }
     }
 }

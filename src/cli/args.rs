@@ -33,6 +33,26 @@ enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Your own role rules: a TOML or JSON file (docs/roles.md).
+        #[arg(long)]
+        roles: Option<PathBuf>,
+    },
+    /// The allocations live at one moment, with their role (parameter, gradient, optimizer_state,
+    /// activation, temporary, input, unknown), why, and their frames; and the bytes per role.
+    Live {
+        file: PathBuf,
+        /// The device (default: the first with memory).
+        #[arg(long)]
+        device: Option<usize>,
+        /// `peak`, `end`, or an event index.
+        #[arg(long, default_value = "end")]
+        at: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Your own role rules: a TOML or JSON file (docs/roles.md).
+        #[arg(long)]
+        roles: Option<PathBuf>,
     },
     /// The same text as torch's `python -m torch.cuda._memory_viz stats FILE`, byte for byte.
     Stats { file: PathBuf },
@@ -46,6 +66,9 @@ enum Command {
         /// Write to this file instead of standard output.
         #[arg(long, short)]
         output: Option<PathBuf>,
+        /// Role rules for `--kind roles` (TOML or JSON, docs/roles.md).
+        #[arg(long)]
+        roles: Option<PathBuf>,
     },
     /// Start the web server: drag snapshots into the page, share their links.
     Serve {
@@ -167,6 +190,8 @@ enum Command {
 enum ExportKind {
     Segments,
     Memory,
+    /// What is live at the dump, rooted by role.
+    Roles,
 }
 
 /// What a validated command will do.
@@ -175,9 +200,22 @@ pub(super) enum Config {
     Summary {
         file: PathBuf,
         json: bool,
+        roles: Option<PathBuf>,
     },
     Stats {
         file: PathBuf,
+    },
+    Live {
+        file: PathBuf,
+        device: Option<usize>,
+        at: String,
+        json: bool,
+        roles: Option<PathBuf>,
+    },
+    ExportRoles {
+        file: PathBuf,
+        output: Option<PathBuf>,
+        roles: Option<PathBuf>,
     },
     Export {
         file: PathBuf,
@@ -224,19 +262,47 @@ impl Config {
             }
         };
         Ok(match cli.command {
-            Command::Summary { file, json } => {
+            Command::Summary { file, json, roles } => {
                 check(&file)?;
-                Config::Summary { file, json }
+                Config::Summary { file, json, roles }
+            }
+            Command::Live {
+                file,
+                device,
+                at,
+                json,
+                roles,
+            } => {
+                check(&file)?;
+                Config::Live {
+                    file,
+                    device,
+                    at,
+                    json,
+                    roles,
+                }
             }
             Command::Stats { file } => {
                 check(&file)?;
                 Config::Stats { file }
             }
-            Command::Export { file, kind, output } => {
+            Command::Export {
+                file,
+                kind,
+                output,
+                roles,
+            } => {
                 check(&file)?;
                 let kind = match kind {
                     ExportKind::Segments => FoldedKind::Segments,
                     ExportKind::Memory => FoldedKind::Memory,
+                    ExportKind::Roles => {
+                        return Ok(Config::ExportRoles {
+                            file,
+                            output,
+                            roles,
+                        });
+                    }
                 };
                 Config::Export { file, kind, output }
             }

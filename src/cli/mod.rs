@@ -12,6 +12,7 @@ mod client;
 mod progress;
 mod reports;
 
+use crate::analysis::roles::commands as roles_commands;
 use crate::analysis::{Analysis, Summary};
 use crate::server::{AppState, ServeConfig};
 use crate::snapshot::{Snapshot, load_path};
@@ -59,16 +60,16 @@ fn run(config: Config) -> Result<Outcome, String> {
 }
 
 fn run_other(config: Config) -> Result<(), String> {
-    let mut out = std::io::stdout().lock();
     let text = match config {
         // Handled by `run`.
         Config::Diff { .. } => String::new(),
         Config::Serve { config, files } => return serve(*config, files),
         Config::Upload { file, url, token } => upload(&file, &url, token.as_deref())?,
-        Config::Summary { file, json } => {
+        Config::Summary { file, json, roles } => {
+            let rules = roles_commands::read_rules(roles.as_deref())?;
             let (snapshot, seed) = load_with_progress(&file, crate::analysis::load_path)?;
             let analysis = Analysis::seeded(&snapshot, seed);
-            let summary = Summary::new(&snapshot, &analysis);
+            let summary = Summary::with_rules(&snapshot, &analysis, &rules);
             if json {
                 let mut text = serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?;
                 text.push('\n');
@@ -79,20 +80,46 @@ fn run_other(config: Config) -> Result<(), String> {
         }
         Config::Stats { file } => torch_text::stats(&load_with_progress(&file, load_path)?)
             .map_err(|e| format!("{}: {e}", file.display()))?,
+        Config::Live {
+            file,
+            device,
+            at,
+            json,
+            roles,
+        } => {
+            let rules = roles_commands::read_rules(roles.as_deref())?;
+            let snapshot = load_with_progress(&file, load_path)?;
+            roles_commands::live_command(&snapshot, device, &at, json, &rules)?
+        }
+        Config::ExportRoles {
+            file,
+            output,
+            roles,
+        } => {
+            let rules = roles_commands::read_rules(roles.as_deref())?;
+            let text =
+                roles_commands::folded_by_role(&load_with_progress(&file, load_path)?, &rules);
+            return write_export(text, output);
+        }
         Config::Export { file, kind, output } => {
             let text = torch_text::folded(&load_with_progress(&file, load_path)?, kind)
                 .map_err(|e| format!("{}: {e}", file.display()))?;
-            if let Some(output) = output {
-                return std::fs::write(&output, text)
-                    .map_err(|e| format!("cannot write {}: {e}", output.display()));
-            }
-            text
+            return write_export(text, output);
         }
     };
-    match out.write_all(text.as_bytes()) {
-        // A closed pipe (`| head`) is not an error worth a message.
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => other.map_err(|e| e.to_string()),
+    write_export(text, None)
+}
+
+/// A command's text, to `output` or to standard output (a closed pipe, `| head`, is not an
+/// error worth a message).
+fn write_export(text: String, output: Option<PathBuf>) -> Result<(), String> {
+    match output {
+        Some(output) => std::fs::write(&output, text)
+            .map_err(|e| format!("cannot write {}: {e}", output.display())),
+        None => match std::io::stdout().lock().write_all(text.as_bytes()) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+            other => other.map_err(|e| e.to_string()),
+        },
     }
 }
 

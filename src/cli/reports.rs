@@ -96,6 +96,20 @@ pub(super) fn summary_text(file: &Path, snapshot: &Snapshot, summary: &Summary) 
                 );
             }
         }
+        if !device.roles_at_peak.is_empty() {
+            let _ = writeln!(
+                s,
+                "  by role at peak  {}",
+                roles_line(&device.roles_at_peak)
+            );
+        }
+        for finding in &device.findings {
+            let _ = writeln!(
+                s,
+                "  {:<16} {}\n  {:<16} fix: {}",
+                finding.severity, finding.message, "", finding.fix
+            );
+        }
         if !device.top_stacks_at_peak.is_empty() && device.peak_allocated_bytes > 0 {
             let _ = writeln!(s, "  top stacks at the peak:");
             for stack in &device.top_stacks_at_peak {
@@ -234,4 +248,19 @@ pub(super) fn diff_text(
         }
     }
     s
+}
+
+/// `activation 6.00 GiB (61%) · parameter 3.10 GiB (32%) · …`, largest first.
+fn roles_line(roles: &std::collections::BTreeMap<String, u64>) -> String {
+    let total: u64 = roles.values().sum();
+    let mut by_bytes: Vec<_> = roles.iter().filter(|(_, b)| **b > 0).collect();
+    by_bytes.sort_by_key(|(_, b)| std::cmp::Reverse(**b));
+    by_bytes
+        .iter()
+        .map(|(role, b)| {
+            let share = **b as f64 * 100.0 / total.max(1) as f64;
+            format!("{role} {} ({share:.0}%)", bytes(**b))
+        })
+        .collect::<Vec<_>>()
+        .join(" · ")
 }

@@ -1,0 +1,480 @@
+//! Why memory is used: one role for every allocation (parameter, gradient, optimizer state,
+//! activation, temporary, input, unknown, or a user's own), with the rule that decided it.
+//!
+//! Decided from the whole trace, not one frame: the phase the allocating stack ran in
+//! ([`phases`]), how long the block lived and which stack freed it (a `free_requested` carries
+//! frames, so `zero_grad` and backward are visible), the sizes of the parameters (a `.grad` has
+//! its parameter's size), and what the same stack's earlier blocks did. Explicit labels win:
+//! torch's `annotate` events, then user rules ([`user_rules`]). docs/roles.md lists the rules.
+//!
+//! Storage is one byte of role and two of rule per allocation ([`DeviceRoles`]).
+
+pub mod commands;
+pub mod phases;
+pub mod user_rules;
+mod window;
+
+pub use user_rules::{RulesError, UserRules};
+pub use window::{
+    LiveAllocation, LiveReport, RoleWindow, live_report, render_live_text, role_window,
+};
+
+use super::replay::{AllocationId, Origin, Replay};
+use crate::snapshot::{ActionCode, Snapshot, Trace};
+use phases::{StackKind, StackKinds};
+use rustc_hash::FxHashSet;
+use std::collections::BTreeMap;
+
+/// The built-in roles; custom roles from user rules or annotations follow them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+pub enum Role {
+    Parameter,
+    Gradient,
+    OptimizerState,
+    Activation,
+    Temporary,
+    Input,
+    Unknown,
+}
+
+pub const BUILTIN_ROLES: [Role; 7] = [
+    Role::Parameter,
+    Role::Gradient,
+    Role::OptimizerState,
+    Role::Activation,
+    Role::Temporary,
+    Role::Input,
+    Role::Unknown,
+];
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Parameter => "parameter",
+            Self::Gradient => "gradient",
+            Self::OptimizerState => "optimizer_state",
+            Self::Activation => "activation",
+            Self::Temporary => "temporary",
+            Self::Input => "input",
+            Self::Unknown => "unknown",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        BUILTIN_ROLES.into_iter().find(|role| role.name() == name)
+    }
+}
+
+/// The built-in rules, in the order they are tried. Ids above these are user rules (then
+/// annotations); each carries the sentence `because` shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u16)]
+enum Rule {
+    Ghost,
+    SetupKept,
+    SetupFreed,
+    OptimKept,
+    OptimFreed,
+    AccumulateGrad,
+    BackwardFreedByZeroGrad,
+    BackwardKeptParameterSize,
+    BackwardFreedInBackward,
+    BackwardKeptOther,
+    ForwardFreedByBackward,
+    ForwardFreedInForward,
+    ForwardKept,
+    ForwardKeptLikeEarlierTemporaries,
+    ForwardFreedAfterBackward,
+    LoopBeforeForward,
+    EarlierFreedByBackward,
+    EarlierFreedByZeroGrad,
+    EarlierOther,
+}
+
+const RULE_TEXT: [&str; 19] = [
+    "alive since before recording began and never freed: weights loaded before the recording",
+    "made by model setup (.to/.cuda, nn.init, load_state_dict, from_pretrained) and kept",
+    "made by model setup and freed before training used it",
+    "made inside torch/optim and kept past the optimizer step",
+    "made inside torch/optim and freed within the step",
+    "made by autograd's AccumulateGrad: a .grad",
+    "made in backward and freed by zero_grad: a .grad",
+    "made in backward, kept past it, and the size of a parameter: a .grad",
+    "made and freed within backward",
+    "made in backward and kept past it, but no parameter has its size",
+    "made in forward (or the loss) and freed by backward: saved for it",
+    "made and freed within forward (or the loss)",
+    "made in forward (or the loss) and never freed: still referenced (an output kept, or saved for a backward)",
+    "made in forward and still alive, but this stack's earlier blocks were freed within forward",
+    "made in forward (or the loss), kept through backward, freed by the training loop",
+    "made by the training loop outside forward, backward and the step: the batch",
+    "allocated before recording began, freed by backward: saved for it",
+    "allocated before recording began, freed by zero_grad: a .grad",
+    "allocated before recording began: its alloc is not in the trace",
+];
+
+const FIRST_USER_RULE: u16 = 256;
+
+/// Each allocation's role and the rule that decided it, for one device.
+#[derive(Debug, Default)]
+pub struct DeviceRoles {
+    /// By allocation id: index into [`DeviceRoles::names`].
+    role: Vec<u8>,
+    /// By allocation id: a built-in rule, or `FIRST_USER_RULE + i` (user rule `i`, then
+    /// annotation texts).
+    rule: Vec<u16>,
+    /// Role names: the built-in ones, then custom ones in order of first use.
+    names: Vec<String>,
+    /// `because` texts of user rules and annotations, from `FIRST_USER_RULE` on.
+    extra_because: Vec<String>,
+    /// The device ran a backward at all (autograd allocated or freed something).
+    pub saw_backward: bool,
+    /// Event of the first allocation of each forward pass (a training or inference step), in
+    /// order.
+    pub forward_starts: Vec<u32>,
+}
+
+impl DeviceRoles {
+    /// Decides every allocation of `replay` (one device of `snapshot`).
+    pub fn new(snapshot: &Snapshot, replay: &Replay, trace: &Trace, rules: &UserRules) -> Self {
+        let mut kinds = StackKinds::new(&snapshot.frames, &snapshot.stacks);
+        let allocations = &replay.allocations;
+        let n = allocations.len();
+        let mut names: Vec<String> = BUILTIN_ROLES.iter().map(|r| r.name().to_owned()).collect();
+        let mut extra_because = Vec::new();
+        let mut role = vec![Role::Unknown as u8; n];
+        let mut rule = vec![Rule::EarlierOther as u16; n];
+
+        // Pass 1: the phase at each traced alloc (the replay lists traced allocations in the
+        // order of their alloc events), which stacks' blocks forward freed itself or left to
+        // backward, where backward began, and the parameters' sizes.
+        let free_kind = |kinds: &mut StackKinds, end: Option<u32>| {
+            end.map(|e| kinds.kind(trace.stack.get(e as usize).copied().unwrap_or(0)))
+        };
+        let mut alloc_kind: Vec<StackKind> = Vec::with_capacity(n);
+        let mut in_forward_region: Vec<bool> = Vec::with_capacity(n);
+        let mut backward_starts: Vec<u32> = Vec::new();
+        let mut forward_starts: Vec<u32> = Vec::new();
+        let mut last_phase: Option<StackKind> = None;
+        let mut saw_backward = false;
+        // By stack id (a few thousand stacks; a vector, not a map, in this hot loop).
+        let mut stack_history: Vec<(u32, u32)> = vec![(0, 0); snapshot.stacks.len()];
+        for allocation in allocations {
+            let kind = kinds.kind(allocation.stack);
+            alloc_kind.push(kind);
+            let traced = allocation.origin == Origin::Traced;
+            if traced {
+                let phase = match kind {
+                    StackKind::AccumulateGrad | StackKind::BackwardPython | StackKind::NoPython => {
+                        Some(StackKind::NoPython)
+                    }
+                    StackKind::Forward | StackKind::Optimizer | StackKind::ZeroGrad => Some(kind),
+                    _ => None,
+                };
+                if let Some(phase) = phase {
+                    if phase == StackKind::NoPython && last_phase != Some(StackKind::NoPython) {
+                        backward_starts.push(allocation.start.unwrap_or(0));
+                    }
+                    if phase == StackKind::Forward && last_phase != Some(StackKind::Forward) {
+                        forward_starts.push(allocation.start.unwrap_or(0));
+                    }
+                    last_phase = Some(phase);
+                }
+            }
+            // The loss is computed by the loop after forward, before backward.
+            in_forward_region.push(
+                kind == StackKind::Forward
+                    || (kind == StackKind::Loop && last_phase == Some(StackKind::Forward)),
+            );
+            let freed_by = free_kind(&mut kinds, allocation.end);
+            if freed_by.is_some_and(StackKind::is_backward) {
+                saw_backward = true;
+            }
+            if kind.is_backward() && traced {
+                saw_backward = true;
+            }
+            if *in_forward_region.last().unwrap_or(&false)
+                && traced
+                && let Some(freed_by) = freed_by
+            {
+                // (freed within forward, freed by backward) per stack: the stack's history.
+                let Some(entry) = stack_history.get_mut(allocation.stack as usize) else {
+                    continue;
+                };
+                if freed_by.is_backward() {
+                    entry.1 += 1;
+                } else if !backward_between(&backward_starts, allocation.start, allocation.end) {
+                    entry.0 += 1;
+                }
+            }
+        }
+
+        // Parameters first: a gradient is recognised by its parameter's size.
+        let mut parameter_sizes: FxHashSet<u64> = FxHashSet::default();
+        for (i, allocation) in allocations.iter().enumerate() {
+            let decided = match (allocation.origin, alloc_kind[i]) {
+                (Origin::Ghost, _) => Some((Role::Parameter, Rule::Ghost)),
+                (Origin::Traced, StackKind::ParamSetup) => {
+                    let used = allocation.end.is_none()
+                        || backward_between(&backward_starts, allocation.start, allocation.end);
+                    Some(if used {
+                        (Role::Parameter, Rule::SetupKept)
+                    } else {
+                        (Role::Temporary, Rule::SetupFreed)
+                    })
+                }
+                _ => None,
+            };
+            if let Some((r, why)) = decided {
+                if r == Role::Parameter {
+                    parameter_sizes.insert(allocation.size);
+                }
+                role[i] = r as u8;
+                rule[i] = why as u16;
+            }
+        }
+
+        for (i, allocation) in allocations.iter().enumerate() {
+            let kind = alloc_kind[i];
+            if allocation.origin == Origin::Ghost
+                || (allocation.origin == Origin::Traced && kind == StackKind::ParamSetup)
+            {
+                continue;
+            }
+            let freed_by = free_kind(&mut kinds, allocation.end);
+            let (r, why) = if allocation.origin == Origin::FreedWithoutAlloc {
+                match freed_by {
+                    Some(k) if k.is_backward() => (Role::Activation, Rule::EarlierFreedByBackward),
+                    Some(StackKind::ZeroGrad) => (Role::Gradient, Rule::EarlierFreedByZeroGrad),
+                    _ => (Role::Unknown, Rule::EarlierOther),
+                }
+            } else {
+                match kind {
+                    StackKind::Optimizer | StackKind::ZeroGrad => match freed_by {
+                        Some(StackKind::Optimizer | StackKind::ZeroGrad) => {
+                            (Role::Temporary, Rule::OptimFreed)
+                        }
+                        _ => (Role::OptimizerState, Rule::OptimKept),
+                    },
+                    StackKind::AccumulateGrad => (Role::Gradient, Rule::AccumulateGrad),
+                    StackKind::NoPython | StackKind::BackwardPython => match freed_by {
+                        Some(k) if k.is_backward() => {
+                            (Role::Temporary, Rule::BackwardFreedInBackward)
+                        }
+                        Some(StackKind::ZeroGrad) => {
+                            (Role::Gradient, Rule::BackwardFreedByZeroGrad)
+                        }
+                        _ if parameter_sizes.contains(&allocation.size) => {
+                            (Role::Gradient, Rule::BackwardKeptParameterSize)
+                        }
+                        _ => (Role::Unknown, Rule::BackwardKeptOther),
+                    },
+                    _ if in_forward_region[i] => match freed_by {
+                        Some(k) if k.is_backward() => {
+                            (Role::Activation, Rule::ForwardFreedByBackward)
+                        }
+                        Some(_) => {
+                            if backward_between(&backward_starts, allocation.start, allocation.end)
+                            {
+                                (Role::Activation, Rule::ForwardFreedAfterBackward)
+                            } else {
+                                (Role::Temporary, Rule::ForwardFreedInForward)
+                            }
+                        }
+                        None => match stack_history.get(allocation.stack as usize) {
+                            // Only a stack backward never freed from, in a trace that has a
+                            // backward: a stack whose block is sometimes saved stays activation.
+                            Some(&(freed_in_forward, 0))
+                                if freed_in_forward > 0 && saw_backward =>
+                            {
+                                (Role::Temporary, Rule::ForwardKeptLikeEarlierTemporaries)
+                            }
+                            _ => (Role::Activation, Rule::ForwardKept),
+                        },
+                    },
+                    _ => (Role::Input, Rule::LoopBeforeForward),
+                }
+            };
+            role[i] = r as u8;
+            rule[i] = why as u16;
+        }
+
+        // User rules override the built-in ones; annotations override both.
+        if !rules.is_empty() {
+            let mut matched: rustc_hash::FxHashMap<u32, Option<usize>> = Default::default();
+            for (i, allocation) in allocations.iter().enumerate() {
+                let hit = *matched.entry(allocation.stack).or_insert_with(|| {
+                    let frames = snapshot.stacks.get(allocation.stack);
+                    rules.first_match(frames.iter().map(|&f| {
+                        let frame = snapshot.frames.get(f);
+                        (&*frame.filename, &*frame.name)
+                    }))
+                });
+                if let Some(index) = hit {
+                    let user = &rules.rules()[index];
+                    role[i] = role_index(&mut names, &user.role);
+                    rule[i] = FIRST_USER_RULE + index as u16;
+                }
+            }
+            extra_because.extend(
+                rules
+                    .rules()
+                    .iter()
+                    .map(|user| format!("user rule {:?} -> {}", user.pattern, user.role)),
+            );
+        }
+        apply_annotations(
+            trace,
+            replay,
+            &mut names,
+            &mut extra_because,
+            &mut role,
+            &mut rule,
+        );
+
+        Self {
+            role,
+            rule,
+            names,
+            extra_because,
+            saw_backward,
+            forward_starts,
+        }
+    }
+
+    /// The role of an allocation, by index into [`DeviceRoles::names`].
+    pub fn role_index_of(&self, id: AllocationId) -> u8 {
+        self.role
+            .get(id as usize)
+            .copied()
+            .unwrap_or(Role::Unknown as u8)
+    }
+
+    /// The role's name for an allocation (`"parameter"`, ..., or a custom name).
+    pub fn role_of(&self, id: AllocationId) -> &str {
+        &self.names[self.role_index_of(id) as usize]
+    }
+
+    /// Why the allocation has its role: the rule that decided it, in words.
+    pub fn because(&self, id: AllocationId) -> &str {
+        let rule = self
+            .rule
+            .get(id as usize)
+            .copied()
+            .unwrap_or(Rule::EarlierOther as u16);
+        if rule >= FIRST_USER_RULE {
+            self.extra_because
+                .get((rule - FIRST_USER_RULE) as usize)
+                .map_or("", String::as_str)
+        } else {
+            RULE_TEXT.get(rule as usize).copied().unwrap_or("")
+        }
+    }
+
+    /// Whether the allocation is a forward block that nothing freed (kept for a backward that
+    /// never came, or still in use at the dump).
+    pub fn is_kept_forward(&self, id: AllocationId) -> bool {
+        self.rule.get(id as usize) == Some(&(Rule::ForwardKept as u16))
+    }
+
+    /// Every role name, built-in first; [`DeviceRoles::role_index_of`] indexes it.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// Bytes per role of the given allocations (roles with no bytes left out).
+    pub fn bytes_by_role(&self, replay: &Replay, ids: &[AllocationId]) -> BTreeMap<String, u64> {
+        let mut bytes = vec![0u64; self.names.len()];
+        for &id in ids {
+            let size = replay.allocations[id as usize].size;
+            let slot = &mut bytes[self.role_index_of(id) as usize];
+            *slot = slot.wrapping_add(size);
+        }
+        self.names
+            .iter()
+            .zip(bytes)
+            .filter(|(_, b)| *b > 0)
+            .map(|(name, b)| (name.clone(), b))
+            .collect()
+    }
+
+    /// Heap bytes held.
+    pub fn heap_bytes(&self) -> u64 {
+        (self.role.capacity() + self.rule.capacity() * 2) as u64
+    }
+}
+
+/// Whether a backward phase began after `start` and at or before `end` (an open end: ever after).
+fn backward_between(backward_starts: &[u32], start: Option<u32>, end: Option<u32>) -> bool {
+    let from = start.map_or(0, |s| s as usize + 1);
+    let first = backward_starts.partition_point(|&b| (b as usize) < from);
+    match (backward_starts.get(first), end) {
+        (Some(&b), Some(end)) => b <= end,
+        (Some(_), None) => true,
+        (None, _) => false,
+    }
+}
+
+fn role_index(names: &mut Vec<String>, name: &str) -> u8 {
+    if let Some(i) = names.iter().position(|n| n == name) {
+        return i as u8;
+    }
+    // Past 255 roles, the rest are unknown: names are capped by the rules file anyway.
+    if names.len() >= u8::MAX as usize {
+        return Role::Unknown as u8;
+    }
+    names.push(name.to_owned());
+    (names.len() - 1) as u8
+}
+
+/// torch 2.11's `annotate` action labels the live allocation at `addr` with `user_metadata`:
+/// an explicit label, so it wins over every rule.
+fn apply_annotations(
+    trace: &Trace,
+    replay: &Replay,
+    names: &mut Vec<String>,
+    extra_because: &mut Vec<String>,
+    role: &mut [u8],
+    rule: &mut [u16],
+) {
+    let Some(code) = trace
+        .unknown_actions
+        .iter()
+        .position(|name| name == "annotate")
+        .map(|i| ActionCode(ActionCode::FIRST_UNKNOWN + i as u8))
+    else {
+        return;
+    };
+    for (event, _) in trace.action.iter().enumerate().filter(|(_, a)| **a == code) {
+        let label = trace
+            .strings
+            .get(trace.user_metadata[event] as usize)
+            .map_or("", String::as_str);
+        if label.is_empty() {
+            continue;
+        }
+        let addr = trace.addr[event];
+        let Some(id) = replay
+            .allocations
+            .iter()
+            .position(|a| a.addr == addr && a.is_live_after(Some(event)))
+        else {
+            continue;
+        };
+        let name: String = match Role::from_name(label) {
+            Some(role) => role.name().to_owned(),
+            None => label.chars().take(40).collect(),
+        };
+        role[id] = role_index(names, &name);
+        let because = format!("annotated {name:?} by torch.cuda.memory annotate");
+        let index = extra_because
+            .iter()
+            .position(|b| *b == because)
+            .unwrap_or_else(|| {
+                extra_because.push(because);
+                extra_because.len() - 1
+            });
+        rule[id] = FIRST_USER_RULE.saturating_add(index as u16);
+    }
+}

@@ -1,0 +1,204 @@
+//! What a stack says about the phase of training it ran in, from PyTorch's own frames.
+//!
+//! The rules read how PyTorch is built, not any one model: modules run under
+//! `torch/nn/modules/module.py` (`_call_impl`) and a `forward` method; autograd's backward runs on
+//! its own C++ thread, so a block it allocates has no Python frame at all (with `stacks="all"`
+//! only C++ frames, `AccumulateGrad` for a `.grad`); optimizers live in `torch/optim/`; model
+//! setup goes through `Module._apply` (`.to`/`.cuda`), `nn.init`, `load_state_dict` or
+//! `from_pretrained`.
+
+use crate::snapshot::{FrameTable, StackId, StackTable};
+
+/// The phase a stack belongs to. Checked in this order: the first kind that fits wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum StackKind {
+    /// Model setup: `.to()`/`.cuda()` (`Module._apply`), `nn.init`, `load_state_dict`,
+    /// `torch.load`, `from_pretrained`, a module's `__init__`.
+    ParamSetup,
+    /// A C++ `AccumulateGrad` frame: autograd writing a `.grad` (only with `stacks="all"`).
+    AccumulateGrad,
+    /// `zero_grad` of an optimizer or a module.
+    ZeroGrad,
+    /// Inside `torch/optim/`: the optimizer step.
+    Optimizer,
+    /// Under a module's `forward`.
+    Forward,
+    /// Python's `backward` (`torch/_tensor.py`, `torch/autograd/`): the grad seed and friends.
+    BackwardPython,
+    /// No Python frame: autograd's engine thread (or an empty stack).
+    NoPython,
+    /// Python code that is none of the above: the training loop, the loss, data loading.
+    Loop,
+}
+
+impl StackKind {
+    /// Backward runs on autograd's thread or under Python's `backward`.
+    pub fn is_backward(self) -> bool {
+        matches!(
+            self,
+            Self::NoPython | Self::BackwardPython | Self::AccumulateGrad
+        )
+    }
+}
+
+const UNSET: u8 = u8::MAX;
+
+/// Each stack's kind, worked out once on first use (a trace repeats a few thousand stacks
+/// millions of times).
+pub struct StackKinds<'a> {
+    frames: &'a FrameTable,
+    stacks: &'a StackTable,
+    kinds: Vec<u8>,
+}
+
+impl<'a> StackKinds<'a> {
+    pub fn new(frames: &'a FrameTable, stacks: &'a StackTable) -> Self {
+        Self {
+            frames,
+            stacks,
+            kinds: vec![UNSET; stacks.len()],
+        }
+    }
+
+    pub fn kind(&mut self, stack: StackId) -> StackKind {
+        let Some(&cached) = self.kinds.get(stack as usize) else {
+            return self.compute(stack);
+        };
+        if cached != UNSET {
+            return KINDS[cached as usize];
+        }
+        let kind = self.compute(stack);
+        self.kinds[stack as usize] = kind as u8;
+        kind
+    }
+
+    fn compute(&self, stack: StackId) -> StackKind {
+        let ids = self.stacks.get(stack);
+        let frames = ids.iter().map(|&id| self.frames.get(id));
+        let mut has_python = false;
+        let (mut setup, mut accumulate, mut zero_grad, mut optim, mut forward, mut backward) =
+            (false, false, false, false, false, false);
+        for frame in frames {
+            let file: &str = &frame.filename;
+            let name: &str = &frame.name;
+            let python = file.ends_with(".py");
+            has_python |= python;
+            if !python {
+                accumulate |= name.contains("AccumulateGrad");
+                continue;
+            }
+            setup |= is_setup_frame(file, name);
+            zero_grad |= name == "zero_grad";
+            optim |= file.contains("torch/optim/");
+            forward |= name == "forward"
+                || (file.ends_with("torch/nn/modules/module.py") && name.ends_with("call_impl"));
+            backward |= name == "backward"
+                && (file.ends_with("torch/_tensor.py") || file.contains("torch/autograd/"));
+        }
+        if setup {
+            StackKind::ParamSetup
+        } else if accumulate {
+            StackKind::AccumulateGrad
+        } else if zero_grad {
+            StackKind::ZeroGrad
+        } else if optim {
+            StackKind::Optimizer
+        } else if forward {
+            StackKind::Forward
+        } else if backward {
+            StackKind::BackwardPython
+        } else if !has_python {
+            StackKind::NoPython
+        } else {
+            StackKind::Loop
+        }
+    }
+}
+
+const KINDS: [StackKind; 8] = [
+    StackKind::ParamSetup,
+    StackKind::AccumulateGrad,
+    StackKind::ZeroGrad,
+    StackKind::Optimizer,
+    StackKind::Forward,
+    StackKind::BackwardPython,
+    StackKind::NoPython,
+    StackKind::Loop,
+];
+
+/// Frames that make or move a model's weights.
+fn is_setup_frame(file: &str, name: &str) -> bool {
+    let module_file = file.contains("torch/nn/modules/");
+    (module_file && (name == "_apply" || name == "__init__" || name == "reset_parameters"))
+        || file.ends_with("torch/nn/init.py")
+        // torch.load(map_location="cuda"): a checkpoint's tensors, the weights once assigned.
+        || file.ends_with("torch/serialization.py")
+        || name == "load_state_dict"
+        || name == "_load_from_state_dict"
+        || name == "from_pretrained"
+        || name == "to_empty"
+        || name == "_init_weights"
+        || name == "init_weights"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::Frame;
+
+    fn stack_of(frames: &mut FrameTable, stacks: &mut StackTable, f: &[(&str, &str)]) -> StackId {
+        let ids: Vec<_> = f
+            .iter()
+            .map(|(file, name)| {
+                frames.intern(Frame {
+                    filename: (*file).into(),
+                    line: 1,
+                    name: (*name).into(),
+                })
+            })
+            .collect();
+        stacks.intern(&ids)
+    }
+
+    #[test]
+    fn kinds_follow_pytorch_frames() {
+        let mut frames = FrameTable::default();
+        let mut stacks = StackTable::default();
+        let m = "/x/torch/nn/modules/module.py";
+        let setup = stack_of(&mut frames, &mut stacks, &[(m, "<lambda>"), (m, "_apply")]);
+        let optim = stack_of(
+            &mut frames,
+            &mut stacks,
+            &[("/x/torch/optim/adam.py", "_init_group")],
+        );
+        let fwd = stack_of(
+            &mut frames,
+            &mut stacks,
+            &[("/x/a/model.py", "forward"), (m, "_call_impl")],
+        );
+        let cpp = stack_of(
+            &mut frames,
+            &mut stacks,
+            &[("??", "torch::autograd::AccumulateGrad::apply")],
+        );
+        let cpp_other = stack_of(&mut frames, &mut stacks, &[("??", "at::native::mm")]);
+        let zero = stack_of(
+            &mut frames,
+            &mut stacks,
+            &[("/x/torch/optim/optimizer.py", "zero_grad")],
+        );
+        let loop_ = stack_of(&mut frames, &mut stacks, &[("/home/me/train.py", "main")]);
+        let mut kinds = StackKinds::new(&frames, &stacks);
+        assert_eq!(kinds.kind(setup), StackKind::ParamSetup);
+        assert_eq!(kinds.kind(optim), StackKind::Optimizer);
+        assert_eq!(kinds.kind(fwd), StackKind::Forward);
+        assert_eq!(kinds.kind(cpp), StackKind::AccumulateGrad);
+        assert_eq!(kinds.kind(cpp_other), StackKind::NoPython);
+        assert_eq!(kinds.kind(StackTable::EMPTY), StackKind::NoPython);
+        assert_eq!(kinds.kind(zero), StackKind::ZeroGrad);
+        assert_eq!(kinds.kind(loop_), StackKind::Loop);
+        // Cached answers are the same answers.
+        assert_eq!(kinds.kind(fwd), StackKind::Forward);
+    }
+}

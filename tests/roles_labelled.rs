@@ -1,0 +1,117 @@
+//! Roles against the truth: real snapshots whose training script recorded every live tensor's
+//! role (tests/fixtures/labelled, made by gen_labelled.py on a GPU). On every file the bytes we
+//! name with their true role must be >= 90%, and >= 98% on average (inputs aside; a `buffer` may
+//! be called `parameter`).
+
+use snapview::analysis::Analysis;
+use snapview::analysis::roles::UserRules;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+#[derive(serde::Deserialize)]
+struct Truth {
+    device: usize,
+    storages: Vec<Storage>,
+}
+
+#[derive(serde::Deserialize)]
+struct Storage {
+    addr: u64,
+    role: String,
+}
+
+/// Bytes right and total over the file's labelled storages, and the confusion (truth, ours).
+fn score(path: &Path) -> (u64, u64, BTreeMap<(String, String), u64>) {
+    let truth_path = path.with_extension("").with_extension("truth.json");
+    let truth: Truth =
+        serde_json::from_str(&std::fs::read_to_string(&truth_path).expect("truth")).expect("json");
+    let snapshot = snapview::snapshot::load_path(path, Default::default()).expect("load");
+    let analysis = Analysis::new(&snapshot);
+    let device = analysis.device(truth.device).expect("device");
+    let roles = device.roles(&snapshot, &UserRules::default());
+    let replay = &device.replay;
+    // The truth is taken at the dump: the allocations live after the last event.
+    let live = replay.live_after(replay.len().checked_sub(1));
+    let by_addr: BTreeMap<u64, u32> = live
+        .iter()
+        .map(|&id| (replay.allocations[id as usize].addr, id))
+        .collect();
+    let (mut right, mut total) = (0u64, 0u64);
+    let mut confusion = BTreeMap::new();
+    for storage in truth.storages.iter().filter(|s| s.role != "input") {
+        let id = *by_addr.get(&storage.addr).unwrap_or_else(|| {
+            panic!(
+                "{}: no live allocation at {:#x}",
+                path.display(),
+                storage.addr
+            )
+        });
+        let size = replay.allocations[id as usize].size;
+        let ours = roles.role_of(id).to_owned();
+        let expected = if storage.role == "buffer" {
+            "parameter"
+        } else {
+            storage.role.as_str()
+        };
+        total += size;
+        if ours == expected {
+            right += size;
+        }
+        *confusion.entry((storage.role.clone(), ours)).or_insert(0) += size;
+    }
+    (right, total, confusion)
+}
+
+#[test]
+fn roles_match_the_truth_of_every_labelled_file() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/labelled");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("labelled dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "pickle"))
+        .collect();
+    files.sort();
+    assert!(
+        files.len() >= 7,
+        "labelled fixtures missing in {}",
+        dir.display()
+    );
+    let mut fractions = Vec::new();
+    let mut failures = Vec::new();
+    println!(
+        "{:<32} {:>14} {:>14} {:>7}  confusion (truth -> ours: bytes)",
+        "file", "right", "total", "%"
+    );
+    for file in &files {
+        let (right, total, confusion) = score(file);
+        let fraction = if total == 0 {
+            1.0
+        } else {
+            right as f64 / total as f64
+        };
+        let wrong: Vec<String> = confusion
+            .iter()
+            .filter(|((truth, ours), _)| {
+                truth != ours && !(truth == "buffer" && ours == "parameter")
+            })
+            .map(|((truth, ours), bytes)| format!("{truth}->{ours}: {bytes}"))
+            .collect();
+        let name = file
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        println!(
+            "{name:<32} {right:>14} {total:>14} {:>6.2}%  {}",
+            fraction * 100.0,
+            wrong.join(", ")
+        );
+        if fraction < 0.90 {
+            failures.push(format!("{name}: {:.2}%", fraction * 100.0));
+        }
+        fractions.push(fraction);
+    }
+    let average = fractions.iter().sum::<f64>() / fractions.len() as f64;
+    println!("average {:.2}%", average * 100.0);
+    assert!(failures.is_empty(), "files under 90%: {failures:?}");
+    assert!(average >= 0.98, "average {:.2}% < 98%", average * 100.0);
+}
