@@ -1,4 +1,11 @@
 //! The opcode loop.
+//!
+//! One file on purpose: this is the hot loop of every load. `Machine::run` is one `match` over
+//! the opcodes, and the helpers around it (stack, mark and memo access, the string and
+//! `SETITEMS` paths) exist only for it, the frequent ones marked to be inlined into it; split,
+//! each piece would be read only next to the match. The [`Compactor`] trait stays beside the
+//! loop that calls it, since when it is called (right after a `SETITEMS` or before an `APPEND`)
+//! is its contract.
 
 use super::input::{Chunks, Source, Supply};
 use super::value::{Heap, Kind, Memo, Value};
