@@ -91,7 +91,7 @@ pub(super) const NO_ALLOCATION: AllocationId = AllocationId::MAX;
 /// The event pass of a replay: which allocation each event opens or closes, and the memory
 /// curve and live sets of the allocations the trace opens. It depends only on the trace, so it
 /// can run while the trace is still being read (it is a [`TraceFollower`], which the loader runs
-/// on its column thread); the rest of [`Replay::new`] needs the segments.
+/// on its column thread); the rest of [`super::Replay::new`] needs the segments.
 #[derive(Debug, Default)]
 pub(crate) struct EventPass {
     pub(super) allocations: Vec<Allocation>,
@@ -198,8 +198,9 @@ impl EventPass {
 }
 
 /// The replay's event pass as the loader ran it while reading the trace (see
-/// [`super::load_path`]), handed to [`super::Analysis::seeded`] so it is not run twice. Empty
-/// when the loader did not run it (a short trace, or events of several devices).
+/// [`crate::analysis::load_path`]), handed to [`crate::analysis::Analysis::seeded`] so it is
+/// not run twice. Empty when the loader did not run it (a short trace, or events of several
+/// devices).
 #[derive(Debug, Default)]
 pub struct ReplaySeed(pub(super) Option<Followed<EventPass>>);
 

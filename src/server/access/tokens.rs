@@ -39,7 +39,7 @@ pub struct AccessConfig {
     pub read_token: Option<NamedToken>,
     /// A header a trusted proxy sets to the signed-in user, e.g. `x-forwarded-user`.
     pub user_header: Option<HeaderName>,
-    /// Host names (without port) accepted besides localhost, 127.0.0.1, [::1] and the public
+    /// Host names (without port) accepted besides `localhost`, `127.0.0.1`, `[::1]` and the public
     /// URL's host. Given, the Host check applies whatever the binding.
     pub allowed_hosts: Vec<String>,
 }
