@@ -1,4 +1,11 @@
 //! The opcode loop.
+//!
+//! One file on purpose: this is the hot loop of every load. `Machine::run` is one `match` over
+//! the opcodes, and the helpers around it (stack, mark and memo access, the string and
+//! `SETITEMS` paths) exist only for it, the frequent ones marked to be inlined into it; split,
+//! each piece would be read only next to the match. The [`Compactor`] trait stays beside the
+//! loop that calls it, since when it is called (right after a `SETITEMS` or before an `APPEND`)
+//! is its contract.
 
 use super::input::{Chunks, Source, Supply};
 use super::value::{Heap, Kind, Memo, Value};
@@ -202,6 +209,15 @@ impl<S: Supply> Machine<'_, S> {
 
     #[cold]
     #[inline(never)]
+    /// The memo index of a text `PUT` or `GET` (protocol 0): a decimal number on its own line.
+    fn line_index(&mut self, what: &'static str) -> Result<u32, PickleError> {
+        let line = self.input.take_line(what)?;
+        std::str::from_utf8(&line)
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+            .ok_or_else(|| self.error(format!("{what} with a bad index")))
+    }
+
     fn missing_memo(&self, index: u32) -> PickleError {
         self.error(format!(
             "memo reference to index {index}, which was never stored"
@@ -653,9 +669,7 @@ impl<S: Supply> Machine<'_, S> {
                     self.memo_put(index)?;
                 }
                 b'p' => {
-                    let line = self.input.take_line("PUT")?;
-                    let index =
-                        parse_index(&line).ok_or_else(|| self.error("PUT with a bad index"))?;
+                    let index = self.line_index("PUT")?;
                     self.memo_put(index)?;
                 }
                 b'h' => {
@@ -667,9 +681,7 @@ impl<S: Supply> Machine<'_, S> {
                     self.memo_get(index)?;
                 }
                 b'g' => {
-                    let line = self.input.take_line("GET")?;
-                    let index =
-                        parse_index(&line).ok_or_else(|| self.error("GET with a bad index"))?;
+                    let index = self.line_index("GET")?;
                     self.memo_get(index)?;
                 }
 
@@ -690,16 +702,24 @@ impl<S: Supply> Machine<'_, S> {
     }
 }
 
-fn parse_index(line: &[u8]) -> Option<u32> {
-    std::str::from_utf8(line).ok()?.trim().parse().ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn run(bytes: &[u8]) -> Result<Decoded, PickleError> {
         decode(bytes, &Limits::default(), &mut ())
+    }
+
+    /// Protocol 0's opcodes name memo slots in text: `p0\n` puts, `g0\n` gets; a line that is not a
+    /// number is an error that names the opcode.
+    #[test]
+    fn text_memo_indices_are_read_and_bad_ones_refused() {
+        // The text opcodes within a protocol 2 file (the machine reads nothing older).
+        assert!(run(b"\x80\x02(I7\np0\ng0\nl.").is_ok());
+        let message = |bytes: &[u8]| run(bytes).expect_err("refused").to_string();
+        assert!(message(b"\x80\x02(I7\npx\nl.").contains("PUT with a bad index"));
+        assert!(message(b"\x80\x02(I7\np0\ng-1\nl.").contains("GET with a bad index"));
+        assert!(message(b"\x80\x02(I7\np0\ng1\nl.").contains("memo"));
     }
 
     #[test]

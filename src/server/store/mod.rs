@@ -20,8 +20,13 @@
 //!   removed, so a read-only or failing disk leaves the snapshot in the trash to retry later.
 //! - **Every write is in the audit log**, in the same transaction as the write itself.
 
+mod audit;
+mod blobs;
 mod file;
 mod start_up;
+#[cfg(test)]
+mod tests;
+mod trash;
 
 pub use file::FileStore;
 

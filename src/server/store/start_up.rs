@@ -1,7 +1,8 @@
 //! Start-up repairs of a [`FileStore`]: the index rebuilt from the blobs, orphan blobs swept,
 //! unreadable summaries redone, the trash emptied by age.
 
-use super::file::{FileStore, audit, now_ms};
+use super::audit::audit;
+use super::file::{FileStore, now_ms};
 use super::*;
 use rusqlite::{Connection, OptionalExtension, params};
 

@@ -3,7 +3,20 @@
 //! [`TraceCompactor`] is the pickle machine's [`Compactor`]: each trace-entry dict becomes a row of
 //! columns and each frame dict an interned [`FrameId`] the moment it is complete, so a
 //! 3-million-event file never holds 3 million dicts. Past 65,536 rows, the columns (and
-//! a [`TraceFollower`] over them) are filled on a second thread while decoding goes on.
+//! a [`TraceFollower`] over them) are filled on a second thread while decoding goes on; that
+//! thread is in `columns.rs`.
+//!
+//! One file on purpose beyond that: the rest is the hot loop of a load (every trace entry and
+//! frame of the file passes through [`TraceCompactor::event`], `stack` and `frame`, which share
+//! the compactor's caches and its record encoding); cut apart, its steps would only be read
+//! side by side.
+
+mod columns;
+
+use columns::{
+    BATCH, BYTES_PER_ROW_AT_LEAST, Columns, MAX_EXPECTED_ROWS, PIPELINE_AFTER, Row, Spawn,
+    append_rows, spawn_worker,
+};
 
 use super::ActionCode;
 use super::convert::{CONVERSION_FLOOR, ConversionBudget, ShapeError, to_json};
@@ -11,8 +24,6 @@ use super::follow::TraceFollower;
 use super::{Frame, FrameId, FrameTable, StackId, StackTable, Trace};
 use crate::pickle::{Compactor, Heap, Kind, Memo, Value};
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
-use std::thread::ScopedJoinHandle;
 
 /// Fields of trace entries and frames, resolved once per distinct key string.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,142 +90,6 @@ pub(super) fn record_of(value: Value) -> Option<Record> {
     } else {
         None
     }
-}
-
-/// One trace entry on its way to the columns.
-#[derive(Debug, Clone, Copy)]
-struct Row {
-    addr: u64,
-    size: u64,
-    stream: u64,
-    time_us: i64,
-    stack: StackId,
-    context: u32,
-    metadata: u32,
-    action: ActionCode,
-    has_time: bool,
-}
-
-/// Rows handed to the column builder at once: enough to make channel traffic negligible, few
-/// enough (~0.5 MB) to stay in cache between the two threads.
-const BATCH: usize = 8192;
-
-/// Where finished rows go: straight into columns, or to a thread that builds them.
-// One per load, so the size of the inline variant does not matter.
-#[allow(clippy::large_enum_variant)]
-enum Columns<'scope, F> {
-    Inline(Trace),
-    Worker {
-        batches: SyncSender<Vec<Row>>,
-        spare: Receiver<Vec<Row>>,
-        worker: ScopedJoinHandle<'scope, (Trace, F)>,
-    },
-}
-
-impl<F> std::fmt::Debug for Columns<'_, F> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Inline(trace) => write!(f, "Inline({} rows)", trace.len()),
-            Self::Worker { .. } => write!(f, "Worker"),
-        }
-    }
-}
-
-/// Appends rows to the numeric columns of `trace`.
-fn append_rows(trace: &mut Trace, rows: &[Row]) {
-    trace.action.extend(rows.iter().map(|r| r.action));
-    trace.addr.extend(rows.iter().map(|r| r.addr));
-    trace.size.extend(rows.iter().map(|r| r.size));
-    trace.stream.extend(rows.iter().map(|r| r.stream));
-    trace.time_us.extend(rows.iter().map(|r| r.time_us));
-    trace.stack.extend(rows.iter().map(|r| r.stack));
-    trace.compile_context.extend(rows.iter().map(|r| r.context));
-    trace.user_metadata.extend(rows.iter().map(|r| r.metadata));
-    trace.has_time |= rows.iter().any(|r| r.has_time);
-}
-
-/// The fewest pickle bytes a trace entry takes: torch writes 8 memoized keys and their values
-/// (77 bytes for an entry with no frames, in the corpus).
-const BYTES_PER_ROW_AT_LEAST: u64 = 64;
-
-/// A cap on the rows reserved from a file's size (a 17 GB pickle's worth).
-const MAX_EXPECTED_ROWS: usize = 1 << 28;
-
-/// Rows after which the columns move to a second thread: below this the thread would cost more
-/// than it saves, and small loads keep all their memory on the calling thread.
-const PIPELINE_AFTER: usize = 1 << 16;
-
-/// Starts the column thread with the rows so far; if it cannot be started, the columns stay
-/// inline.
-fn spawn_worker<'scope, 'env, F: TraceFollower>(
-    scope: &'scope std::thread::Scope<'scope, 'env>,
-    trace: Trace,
-    expected_rows: usize,
-) -> Columns<'scope, F> {
-    let (batches, batch_receiver) = sync_channel::<Vec<Row>>(4);
-    let (spare_sender, spare) = sync_channel::<Vec<Row>>(8);
-    let (start, start_receiver) = sync_channel::<Trace>(1);
-    let worker = std::thread::Builder::new()
-        .name("snapview-columns".into())
-        .spawn_scoped(scope, move || {
-            let trace = start_receiver.recv().unwrap_or_default();
-            build_columns(trace, expected_rows, batch_receiver, spare_sender)
-        });
-    match worker {
-        Ok(worker) => match start.send(trace) {
-            Ok(()) => Columns::Worker {
-                batches,
-                spare,
-                worker,
-            },
-            // Only if the thread died at once; its panic is reported when joined.
-            Err(returned) => {
-                drop(batches);
-                if let Err(panic) = worker.join() {
-                    std::panic::resume_unwind(panic);
-                }
-                Columns::Inline(returned.0)
-            }
-        },
-        Err(_) => Columns::Inline(trace),
-    }
-}
-
-/// Starts a column thread with the rows so far, expecting about this many in all (see
-/// [`TraceCompactor::pipelined`]).
-type SpawnFn<'scope, F> = Box<dyn FnOnce(Trace, usize) -> Columns<'scope, F> + 'scope>;
-
-struct Spawn<'scope, F>(Option<SpawnFn<'scope, F>>);
-
-impl<F> std::fmt::Debug for Spawn<'_, F> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() { "Spawn" } else { "None" })
-    }
-}
-
-/// The column builder thread: appends each batch it receives, hands the buffer back, and runs
-/// the follower over the new rows (while they are in cache), assuming all rows are one
-/// device's, as they are in every file torch writes; the builder keeps its result only if so.
-fn build_columns<F: TraceFollower>(
-    mut trace: Trace,
-    expected_rows: usize,
-    batches: Receiver<Vec<Row>>,
-    spare: SyncSender<Vec<Row>>,
-) -> (Trace, F) {
-    // Growing the columns by doubling would move them (mremap) a dozen times each, and every
-    // move interrupts the decoding thread's core to flush its TLB.
-    trace.reserve_rows(expected_rows);
-    let mut pass = F::default();
-    pass.advance(&trace, false);
-    for mut batch in batches {
-        append_rows(&mut trace, &batch);
-        batch.clear();
-        // The decoder may have finished and stopped taking buffers back; that is fine.
-        let _ = spare.try_send(batch);
-        pass.advance(&trace, false);
-    }
-    pass.advance(&trace, true);
-    (trace, pass)
 }
 
 /// Turns trace entries and frames into columns and interned ids as they are decoded.

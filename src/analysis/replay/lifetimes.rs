@@ -1,0 +1,199 @@
+//! The lifetime index: the interval tree over event indices that finds the allocations alive
+//! at any event without copying live sets.
+
+use super::pass::NO_ALLOCATION;
+use super::{Allocation, AllocationId, vec_bytes};
+
+/// log2 of the events per leaf of [`LifetimeIndex`]. A query scans the lifetimes that start and
+/// end within its leaf (at most this many, one per event), so this bounds its extra work; the
+/// index holds two buckets per leaf, so a leaf much smaller would cost memory for nothing.
+pub(super) const LEAF_EVENTS_LOG2: u32 = 6;
+
+/// The lifetimes of the allocations the trace opened, as a centred interval tree over event
+/// indices, so the ones alive at any event are found in O(log events + leaf + answer) while the
+/// index holds two ids per allocation. (Copying the live set at regular checkpoints instead
+/// costs memory quadratic in a leak: every never-freed allocation is in every later copy.)
+///
+/// Leaf `f` holds the events `f << LEAF_EVENTS_LOG2 ..`; a node of level `L >= 1` covers `2^L`
+/// leaves and is split in halves at its middle event. Each lifetime is stored once, in a bucket
+/// of the lowest node whose middle it spans, or of its leaf if it starts and ends there. The
+/// nodes a lifetime spanning an event can be in are the ones over that event's leaf, one per
+/// level; a lifetime in such a node spans its middle, so before the middle the ones alive are
+/// those started by then (a prefix of the bucket by start), from the middle on, the ones not
+/// yet freed (a suffix of the bucket by end).
+#[derive(Debug, Default)]
+pub(super) struct LifetimeIndex {
+    /// The first bucket of each level; level `L` has a bucket per node, nodes in event order.
+    level_first: Vec<u32>,
+    /// Bucket `k`'s allocations are `by_start[bucket_first[k]..bucket_first[k + 1]]`, by start,
+    /// and the same ones in `by_end`, by end (the never freed last).
+    bucket_first: Vec<u32>,
+    by_start: Vec<AllocationId>,
+    by_end: Vec<AllocationId>,
+}
+
+impl LifetimeIndex {
+    /// Indexes the allocations with a `start` (the others are alive from the start and kept
+    /// apart); `event_allocation` lists the frees in the order of their events.
+    pub(super) fn new(allocations: &[Allocation], event_allocation: &[AllocationId]) -> Self {
+        let events = event_allocation.len();
+        if events == 0 {
+            return Self::default();
+        }
+        let leaves = ((events - 1) >> LEAF_EVENTS_LOG2) + 1;
+        let top_level = usize::BITS - (leaves - 1).leading_zeros();
+        let mut level_first = Vec::with_capacity(top_level as usize + 1);
+        let mut buckets = 0usize;
+        for level in 0..=top_level {
+            level_first.push(buckets as u32);
+            buckets += ((leaves - 1) >> level) + 1;
+        }
+        // Each allocation's bucket, from one read of the allocations (the largest vector here),
+        // with flags for the passes below.
+        let mut bucket: Vec<u32> = allocations
+            .iter()
+            .map(|allocation| match allocation.start {
+                None => NOT_INDEXED,
+                Some(first) => {
+                    // Never freed: alive up to the last event, the last one a query asks about.
+                    let last = allocation.end.map_or(events - 1, |end| end as usize - 1);
+                    let (level, node) = node_of(first as usize, last);
+                    let never_freed = if allocation.end.is_none() {
+                        NEVER_FREED
+                    } else {
+                        0
+                    };
+                    (level_first[level as usize] + node as u32) | never_freed
+                }
+            })
+            .collect();
+
+        // A counting sort by bucket: sizes, then where each bucket begins.
+        let mut bucket_first = vec![0u32; buckets + 1];
+        for &flagged in &bucket {
+            if flagged != NOT_INDEXED {
+                bucket_first[(flagged & BUCKET) as usize + 1] += 1;
+            }
+        }
+        for b in 0..buckets {
+            bucket_first[b + 1] += bucket_first[b];
+        }
+        let indexed = bucket_first[buckets] as usize;
+        let mut by_start = vec![NO_ALLOCATION; indexed];
+        let mut by_end = vec![NO_ALLOCATION; indexed];
+        // Where the next id of each bucket goes: the front of `by_start` and `by_end` fill up
+        // in start and end order; the back of `by_end` takes the never freed, which all end
+        // after every free (among themselves, in no order a query needs).
+        let mut next = bucket_first[..buckets].to_vec();
+        let mut next_never_freed = bucket_first[1..].to_vec();
+        // Ids are given at the alloc, so id order is start order.
+        for (id, &flagged) in bucket.iter().enumerate() {
+            if flagged == NOT_INDEXED {
+                continue;
+            }
+            let b = (flagged & BUCKET) as usize;
+            by_start[next[b] as usize] = id as AllocationId;
+            next[b] += 1;
+            if flagged & NEVER_FREED != 0 {
+                next_never_freed[b] -= 1;
+                by_end[next_never_freed[b] as usize] = id as AllocationId;
+            }
+        }
+        // The frees in event order. An indexed allocation's first event is its alloc, its
+        // second its free.
+        next.copy_from_slice(&bucket_first[..buckets]);
+        for &id in event_allocation {
+            let Some(flagged) = bucket.get_mut(id as usize) else {
+                continue;
+            };
+            if *flagged == NOT_INDEXED || *flagged & NEVER_FREED != 0 {
+                continue;
+            }
+            if *flagged & ALLOCATED == 0 {
+                *flagged |= ALLOCATED;
+                continue;
+            }
+            let b = (*flagged & BUCKET) as usize;
+            by_end[next[b] as usize] = id;
+            next[b] += 1;
+        }
+        Self {
+            level_first,
+            bucket_first,
+            by_start,
+            by_end,
+        }
+    }
+
+    /// Appends the indexed allocations alive after event `at` (in no order).
+    pub(super) fn alive_at(
+        &self,
+        at: usize,
+        allocations: &[Allocation],
+        out: &mut Vec<AllocationId>,
+    ) {
+        let started = |id: &&AllocationId| {
+            allocations[**id as usize]
+                .start
+                .is_some_and(|start| start as usize <= at)
+        };
+        let not_freed = |id: &&AllocationId| {
+            allocations[**id as usize]
+                .end
+                .is_none_or(|end| end as usize > at)
+        };
+        let leaf = at >> LEAF_EVENTS_LOG2;
+        for (level, &first) in self.level_first.iter().enumerate() {
+            let node = leaf >> level;
+            let bucket = first as usize + node;
+            let (Some(&from), Some(&to)) = (
+                self.bucket_first.get(bucket),
+                self.bucket_first.get(bucket + 1),
+            ) else {
+                // Past the last event: no bucket, nothing alive in the index.
+                return;
+            };
+            let (by_start, by_end) = (
+                &self.by_start[from as usize..to as usize],
+                &self.by_end[from as usize..to as usize],
+            );
+            if level == 0 {
+                out.extend(by_start.iter().take_while(started).filter(not_freed));
+                continue;
+            }
+            let middle = ((node << level) | (1 << (level - 1))) << LEAF_EVENTS_LOG2;
+            if at < middle {
+                out.extend(by_start.iter().take_while(started));
+            } else {
+                out.extend(by_end.iter().rev().take_while(not_freed));
+            }
+        }
+    }
+
+    pub(super) fn heap_bytes(&self) -> usize {
+        vec_bytes(&self.level_first)
+            + vec_bytes(&self.bucket_first)
+            + vec_bytes(&self.by_start)
+            + vec_bytes(&self.by_end)
+    }
+}
+
+/// Flags of an allocation's bucket while [`LifetimeIndex::new`] sorts: not in the index (alive
+/// from the start), never freed, its alloc already passed; the bits below are the bucket, far
+/// fewer than 2^30 (two per `2^LEAF_EVENTS_LOG2` events of at most 2^32).
+const NOT_INDEXED: u32 = u32::MAX;
+const NEVER_FREED: u32 = 1 << 31;
+const ALLOCATED: u32 = 1 << 30;
+const BUCKET: u32 = ALLOCATED - 1;
+
+/// The node of [`LifetimeIndex`] that holds a lifetime from event `first` to event `last`
+/// (both alive): `(level, node within the level)`. Its leaves' highest differing bit says at
+/// which level the halves they fall in part.
+fn node_of(first: usize, last: usize) -> (u32, usize) {
+    let (first_leaf, last_leaf) = (first >> LEAF_EVENTS_LOG2, last >> LEAF_EVENTS_LOG2);
+    if first_leaf == last_leaf {
+        return (0, first_leaf);
+    }
+    let level = usize::BITS - (first_leaf ^ last_leaf).leading_zeros();
+    (level, first_leaf >> level)
+}

@@ -1,0 +1,389 @@
+//! Allocator replay: allocation lifetimes and memory over time, by PyTorch's viewer's rules.
+//!
+//! MemoryViz.js ("Active Memory Timeline") is the tool users trust, so its rules are matched:
+//!
+//! 1. A `free_requested` immediately followed by the `free_completed` of the same address is one
+//!    free, at the position of the request. A lone `free_requested` does not end a lifetime; the
+//!    later `free_completed` does.
+//! 2. `alloc` opens an allocation at its address; a free closes the one open there. A free with no
+//!    open allocation (recorded before history started, or evicted from the ring buffer) is an
+//!    allocation alive from the start until that free.
+//! 3. Every `active_allocated` block of the snapshot not open at the end is alive from the start
+//!    to the end (a "ghost"), sized by its requested size.
+//! 4. Sizes are requested bytes.
+//!
+//! Unlike MemoryViz, the x axis here is the raw event index of the trace (every event, not only
+//! allocs and frees), so one "moment" means the same thing in every view; the peak is the same.
+//!
+//! The files, in the order the data flows: `pass.rs` is the event pass (the hot loop over the
+//! trace, which the loader may run while reading), this file turns it into a [`Replay`] and
+//! answers its queries, `lifetimes.rs` is the interval index behind the live sets.
+
+mod lifetimes;
+mod pass;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use pass::EventPass;
+pub use pass::ReplaySeed;
+
+use crate::snapshot::{ActionCode, BlockState, Snapshot, StackId, Trace, TraceFollower};
+use lifetimes::LifetimeIndex;
+use pass::NO_ALLOCATION;
+
+/// Why an allocation is in the replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// Its `alloc` event is in the trace.
+    Traced,
+    /// Only its free is in the trace: it was allocated before recording started (or the ring
+    /// buffer dropped its alloc), so it is alive from the start.
+    FreedWithoutAlloc,
+    /// Allocated in the snapshot's segments but never seen in the trace: alive throughout.
+    Ghost,
+}
+
+/// One allocation's lifetime.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Allocation {
+    pub addr: u64,
+    /// Requested bytes.
+    pub size: u64,
+    pub stream: u64,
+    pub stack: StackId,
+    /// Event index of the `alloc`; `None` when alive from the start.
+    pub start: Option<u32>,
+    /// Event index of the free that ended it; `None` when still alive at the end.
+    pub end: Option<u32>,
+    /// How many times this address had been freed before (MemoryViz's block version).
+    pub version: u32,
+    pub origin: Origin,
+}
+
+impl Allocation {
+    /// MemoryViz's stable id: `b{hex address}_{version}`.
+    pub fn id(&self) -> String {
+        format!("b{:x}_{}", self.addr, self.version)
+    }
+
+    /// Whether it is alive right after event `at` (`None`: before the first event).
+    pub fn is_live_after(&self, at: Option<usize>) -> bool {
+        let started = match (self.start, at) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(start), Some(at)) => start as usize <= at,
+        };
+        let ended = match (self.end, at) {
+            (None, _) => false,
+            (Some(_), None) => false,
+            (Some(end), Some(at)) => end as usize <= at,
+        };
+        started && !ended
+    }
+}
+
+pub type AllocationId = u32;
+
+/// The replay of one device.
+#[derive(Debug, Default)]
+pub struct Replay {
+    pub allocations: Vec<Allocation>,
+    /// Requested bytes live after each event.
+    pub allocated: Vec<u64>,
+    /// Live before the first event: allocations freed without alloc, and ghosts.
+    pub allocated_at_start: u64,
+    /// Reserved bytes as a step function: `(event index, bytes after it)` at each change.
+    pub reserved_steps: Vec<(u32, u64)>,
+    pub reserved_at_start: u64,
+    /// Per event, the allocation it opens or closes (or `NO_ALLOCATION`).
+    event_allocation: Vec<AllocationId>,
+    /// The lifetimes of the traced allocations, indexed so the ones alive at an event are found
+    /// without a scan; the allocations alive from the start are added when a live set is asked for.
+    lifetimes: LifetimeIndex,
+    /// Allocations freed without alloc, in the order of their frees (so of their `end`).
+    freed_without_alloc: Vec<AllocationId>,
+    /// Allocations alive throughout.
+    ghosts: Vec<AllocationId>,
+}
+
+/// A maximum of a memory curve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Peak {
+    pub bytes: u64,
+    /// The event after which it was first reached; `None` when it holds before the first event.
+    pub event_index: Option<usize>,
+    pub time_us: Option<i64>,
+}
+
+impl Replay {
+    /// Replays `device`'s trace against the snapshot's segments.
+    pub fn new(snapshot: &Snapshot, device: usize) -> Self {
+        Self::seeded(snapshot, device, None)
+    }
+
+    /// [`Replay::new`], starting from `pass` when the loader ran the event pass already (on its
+    /// column thread, while reading).
+    pub(crate) fn seeded(snapshot: &Snapshot, device: usize, pass: Option<EventPass>) -> Self {
+        let trace = snapshot.trace(device);
+        let pass = match pass.filter(|pass| pass.events() == trace.len()) {
+            Some(pass) => pass,
+            None => {
+                let mut pass = EventPass::default();
+                pass.advance(trace, true);
+                pass
+            }
+        };
+        let EventPass {
+            mut allocations,
+            mut event_allocation,
+            addresses,
+            freed_without_alloc,
+            allocated_change,
+            ..
+        } = pass;
+
+        let mut ghosts = Vec::new();
+        for segment in snapshot.device_segments(device) {
+            for block in &segment.blocks {
+                let address = addresses.state(&allocations, block.address);
+                if block.state == BlockState::ActiveAllocated && address.open == NO_ALLOCATION {
+                    let id = allocations.len() as AllocationId;
+                    allocations.push(Allocation {
+                        addr: block.address,
+                        size: block.requested_size,
+                        stream: segment.stream,
+                        stack: block.stack,
+                        start: None,
+                        end: None,
+                        version: address.frees,
+                        origin: Origin::Ghost,
+                    });
+                    ghosts.push(id);
+                }
+            }
+        }
+        // Freed before the index is built: on a leak trace both are large.
+        drop(addresses);
+        // The pass grew these by doubling; what is kept should cost what it holds (shrinking a
+        // large block is a remap, not a copy).
+        allocations.shrink_to_fit();
+        event_allocation.shrink_to_fit();
+        let lifetimes = LifetimeIndex::new(&allocations, &event_allocation);
+        let allocated_at_start = freed_without_alloc
+            .iter()
+            .chain(&ghosts)
+            .fold(0u64, |sum, &id| {
+                sum.wrapping_add(allocations[id as usize].size)
+            });
+        // Every allocation the trace frees without its alloc is in the start total, so the sum
+        // never goes below zero (and the vector is reused in place).
+        let mut allocated: Vec<u64> = allocated_change
+            .into_iter()
+            .map(|change| allocated_at_start.wrapping_add(change))
+            .collect();
+        allocated.shrink_to_fit();
+        let (reserved_at_start, reserved_steps) = reserved_over_time(snapshot, device, trace);
+
+        Self {
+            allocations,
+            allocated,
+            allocated_at_start,
+            reserved_steps,
+            reserved_at_start,
+            event_allocation,
+            lifetimes,
+            freed_without_alloc,
+            ghosts,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.allocated.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.allocated.is_empty()
+    }
+
+    /// Requested bytes live after event `at` (`None`: before the first event).
+    pub fn allocated_after(&self, at: Option<usize>) -> u64 {
+        match at {
+            None => self.allocated_at_start,
+            Some(i) => self
+                .allocated
+                .get(i)
+                .or(self.allocated.last())
+                .copied()
+                .unwrap_or(self.allocated_at_start),
+        }
+    }
+
+    /// Reserved bytes after event `at` (`None`: before the first event).
+    pub fn reserved_after(&self, at: Option<usize>) -> u64 {
+        let Some(at) = at else {
+            return self.reserved_at_start;
+        };
+        let steps = self
+            .reserved_steps
+            .partition_point(|&(event, _)| event as usize <= at);
+        match steps {
+            0 => self.reserved_at_start,
+            k => self.reserved_steps[k - 1].1,
+        }
+    }
+
+    /// The highest allocated total and where it was first reached.
+    pub fn peak_allocated(&self, trace: &Trace) -> Peak {
+        let mut peak = Peak {
+            bytes: self.allocated_at_start,
+            event_index: None,
+            time_us: None,
+        };
+        for (i, &bytes) in self.allocated.iter().enumerate() {
+            if bytes > peak.bytes {
+                peak.bytes = bytes;
+                peak.event_index = Some(i);
+            }
+        }
+        peak.time_us = peak.event_index.and_then(|i| time_of(trace, i));
+        peak
+    }
+
+    /// The highest reserved total and where it was first reached.
+    pub fn peak_reserved(&self, trace: &Trace) -> Peak {
+        let mut peak = Peak {
+            bytes: self.reserved_at_start,
+            event_index: None,
+            time_us: None,
+        };
+        for &(event, bytes) in &self.reserved_steps {
+            if bytes > peak.bytes {
+                peak.bytes = bytes;
+                peak.event_index = Some(event as usize);
+            }
+        }
+        peak.time_us = peak.event_index.and_then(|i| time_of(trace, i));
+        peak
+    }
+
+    /// The allocation that event `event` opens or closes (allocs and frees), if any.
+    pub fn allocation_at(&self, event: usize) -> Option<AllocationId> {
+        self.event_allocation
+            .get(event)
+            .copied()
+            .filter(|&id| id != NO_ALLOCATION)
+    }
+
+    /// Ids of the allocations live after event `at`, ascending. Costs O(log events +
+    /// `LEAF_EVENTS` + live) and the sort of the answer, however long the trace.
+    pub fn live_after(&self, at: Option<usize>) -> Vec<AllocationId> {
+        // With no events, every moment is the start.
+        let (Some(at), false) = (at, self.event_allocation.is_empty()) else {
+            let mut live = self.live_from_start(None);
+            live.sort_unstable();
+            return live;
+        };
+        let at = at.min(self.len().saturating_sub(1));
+        let mut live = self.live_from_start(Some(at));
+        self.lifetimes.alive_at(at, &self.allocations, &mut live);
+        sort_distinct_ids(&mut live, self.allocations.len());
+        live
+    }
+
+    /// Heap bytes this replay holds (capacities, not lengths: what the process pays), so a
+    /// cache of replays can keep to a byte budget.
+    pub fn heap_bytes(&self) -> u64 {
+        (vec_bytes(&self.allocations)
+            + vec_bytes(&self.allocated)
+            + vec_bytes(&self.reserved_steps)
+            + vec_bytes(&self.event_allocation)
+            + self.lifetimes.heap_bytes()
+            + vec_bytes(&self.freed_without_alloc)
+            + vec_bytes(&self.ghosts)) as u64
+    }
+
+    /// The allocations alive from the start that are still alive after event `at` (`None`:
+    /// before the first event): the ghosts, and those freed without alloc later than `at`.
+    fn live_from_start(&self, at: Option<usize>) -> Vec<AllocationId> {
+        let freed_later = match at {
+            None => 0,
+            Some(at) => self.freed_without_alloc.partition_point(|&id| {
+                self.allocations[id as usize]
+                    .end
+                    .is_some_and(|end| end as usize <= at)
+            }),
+        };
+        let mut live = self.freed_without_alloc[freed_later..].to_vec();
+        live.extend_from_slice(&self.ghosts);
+        live
+    }
+}
+
+fn time_of(trace: &Trace, event: usize) -> Option<i64> {
+    trace
+        .has_time
+        .then(|| trace.time_us.get(event).copied())
+        .flatten()
+}
+
+/// Reserved bytes over time. The trace says how reserved memory changed; the snapshot's segments
+/// say where it ended; so the start is the end minus every change (at least 0: a ring buffer may
+/// have dropped segment events).
+fn reserved_over_time(snapshot: &Snapshot, device: usize, trace: &Trace) -> (u64, Vec<(u32, u64)>) {
+    let at_end: u64 = snapshot.device_segments(device).map(|s| s.total_size).sum();
+    let mut net: i128 = 0;
+    let mut deltas = Vec::new();
+    for (event, &action) in trace.action.iter().enumerate() {
+        let size = i128::from(trace.size[event]);
+        let delta = match action {
+            ActionCode::SEGMENT_ALLOC | ActionCode::SEGMENT_MAP => size,
+            ActionCode::SEGMENT_FREE | ActionCode::SEGMENT_UNMAP => -size,
+            _ => continue,
+        };
+        net += delta;
+        deltas.push((event as u32, delta));
+    }
+    let start = (i128::from(at_end) - net).max(0);
+    let mut total = start;
+    let steps = deltas
+        .into_iter()
+        .map(|(event, delta)| {
+            total = (total + delta).max(0);
+            (event, u64::try_from(total).unwrap_or(u64::MAX))
+        })
+        .collect();
+    (u64::try_from(start).unwrap_or(u64::MAX), steps)
+}
+
+/// Sorts `ids`, distinct ids below `count`, ascending. A leak's live set is most of the
+/// allocations; then marking them in a bitmap and reading it back (O(count / 64 + ids)) beats
+/// a sort of millions (O(ids log ids)).
+fn sort_distinct_ids(ids: &mut Vec<AllocationId>, count: usize) {
+    if ids.len() < count / 64 {
+        ids.sort_unstable();
+        return;
+    }
+    let mut bits = vec![0u64; count.div_ceil(64)];
+    for &id in ids.iter() {
+        bits[id as usize / 64] |= 1 << (id % 64);
+    }
+    debug_assert_eq!(
+        bits.iter().map(|w| w.count_ones() as usize).sum::<usize>(),
+        ids.len(),
+        "ids are distinct"
+    );
+    ids.clear();
+    for (word_index, &word) in bits.iter().enumerate() {
+        let mut word = word;
+        while word != 0 {
+            ids.push((word_index * 64) as AllocationId + word.trailing_zeros());
+            word &= word - 1;
+        }
+    }
+}
+
+/// Heap bytes a vector holds: its capacity, which is what the process pays for.
+fn vec_bytes<T>(vector: &Vec<T>) -> usize {
+    vector.capacity() * std::mem::size_of::<T>()
+}

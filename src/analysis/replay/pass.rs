@@ -1,0 +1,224 @@
+//! The event pass: one walk over the trace that pairs each free with the allocation it ends,
+//! per address, and records the memory curve. It is the replay's hot loop, and a
+//! [`TraceFollower`] so the loader can run it batch by batch while the trace is still read.
+
+use super::{Allocation, AllocationId, Origin};
+use crate::snapshot::{ActionCode, Followed, Trace, TraceFollower};
+
+/// Replay state of one address.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Address {
+    pub(super) open: AllocationId,
+    pub(super) frees: u32,
+}
+
+impl Default for Address {
+    fn default() -> Self {
+        Self {
+            open: NO_ALLOCATION,
+            frees: 0,
+        }
+    }
+}
+
+/// Per address, the last allocation the replay made there, which says the address's state:
+/// open if that allocation is, and the frees seen there are its version, plus one if it was
+/// freed. A slot holds only the id (the address is the allocation's), so a leak of ten million
+/// addresses costs 5 bytes a slot where a map from address to state costs 17.
+#[derive(Debug, Default)]
+pub(super) struct Addresses {
+    last: hashbrown::HashTable<AllocationId>,
+}
+
+impl Addresses {
+    fn hash(addr: u64) -> u64 {
+        use std::hash::BuildHasher;
+        rustc_hash::FxBuildHasher.hash_one(addr)
+    }
+
+    /// The last allocation made at `addr`, if any.
+    fn last_at(&self, allocations: &[Allocation], addr: u64) -> Option<AllocationId> {
+        self.last
+            .find(Self::hash(addr), |&id| {
+                allocations[id as usize].addr == addr
+            })
+            .copied()
+    }
+
+    /// The state of `addr`.
+    pub(super) fn state(&self, allocations: &[Allocation], addr: u64) -> Address {
+        match self.last_at(allocations, addr) {
+            None => Address::default(),
+            Some(id) => state_after(&allocations[id as usize], id),
+        }
+    }
+
+    /// Records `id`, already in `allocations`, as the last allocation at its address.
+    fn set_last(&mut self, allocations: &[Allocation], id: AllocationId) {
+        let addr = allocations[id as usize].addr;
+        let hash = Self::hash(addr);
+        match self
+            .last
+            .find_mut(hash, |&other| allocations[other as usize].addr == addr)
+        {
+            Some(slot) => *slot = id,
+            None => {
+                self.last.insert_unique(hash, id, |&other| {
+                    Self::hash(allocations[other as usize].addr)
+                });
+            }
+        }
+    }
+}
+
+/// The state of an address whose last allocation is `last` (with id `id`).
+fn state_after(last: &Allocation, id: AllocationId) -> Address {
+    match last.end {
+        None => Address {
+            open: id,
+            frees: last.version,
+        },
+        Some(_) => Address {
+            open: NO_ALLOCATION,
+            frees: last.version + 1,
+        },
+    }
+}
+
+/// No allocation opens or closes at this event.
+pub(super) const NO_ALLOCATION: AllocationId = AllocationId::MAX;
+
+/// The event pass of a replay: which allocation each event opens or closes, and the memory
+/// curve and live sets of the allocations the trace opens. It depends only on the trace, so it
+/// can run while the trace is still being read (it is a [`TraceFollower`], which the loader runs
+/// on its column thread); the rest of [`super::Replay::new`] needs the segments.
+#[derive(Debug, Default)]
+pub(crate) struct EventPass {
+    pub(super) allocations: Vec<Allocation>,
+    /// Per event, the allocation it opens or closes (or `NO_ALLOCATION`).
+    pub(super) event_allocation: Vec<AllocationId>,
+    /// Per address: the allocation open there (if any) and how many frees it has seen.
+    pub(super) addresses: Addresses,
+    pub(super) freed_without_alloc: Vec<AllocationId>,
+    /// Per event, bytes allocated after it minus bytes alive from the start, as a wrapping sum
+    /// (it dips below zero as allocations from before the trace are freed).
+    pub(super) allocated_change: Vec<u64>,
+    pub(super) change: u64,
+}
+
+impl TraceFollower for EventPass {
+    fn events(&self) -> usize {
+        self.event_allocation.len()
+    }
+
+    /// Replays the events of `trace` not yet seen. Unless `complete`, a trailing `free_requested`
+    /// waits for the next event (it may be half of a merged free).
+    fn advance(&mut self, trace: &Trace, complete: bool) {
+        let n = trace.len();
+        let mut i = self.events();
+        while i < n {
+            let action = trace.action[i];
+            let addr = trace.addr[i];
+            match action {
+                ActionCode::ALLOC => {
+                    let id = self.allocations.len() as AllocationId;
+                    let address = self.addresses.state(&self.allocations, addr);
+                    self.allocations.push(Allocation {
+                        addr,
+                        size: trace.size[i],
+                        stream: trace.stream[i],
+                        stack: trace.stack[i],
+                        start: Some(i as u32),
+                        end: None,
+                        version: address.frees,
+                        origin: Origin::Traced,
+                    });
+                    self.addresses.set_last(&self.allocations, id);
+                    self.change = self.change.wrapping_add(trace.size[i]);
+                    self.record(id);
+                }
+                ActionCode::FREE_REQUESTED | ActionCode::FREE_COMPLETED => {
+                    if action == ActionCode::FREE_REQUESTED && i + 1 == n && !complete {
+                        return;
+                    }
+                    let merged = action == ActionCode::FREE_REQUESTED
+                        && i + 1 < n
+                        && trace.action[i + 1] == ActionCode::FREE_COMPLETED
+                        && trace.addr[i + 1] == addr;
+                    if action == ActionCode::FREE_COMPLETED || merged {
+                        let address = self.addresses.state(&self.allocations, addr);
+                        let id = match address.open {
+                            // Still the last allocation at `addr`, now freed.
+                            id if id != NO_ALLOCATION => {
+                                self.allocations[id as usize].end = Some(i as u32);
+                                id
+                            }
+                            _ => {
+                                let id = self.allocations.len() as AllocationId;
+                                self.allocations.push(Allocation {
+                                    addr,
+                                    size: trace.size[i],
+                                    stream: trace.stream[i],
+                                    stack: trace.stack[i],
+                                    start: None,
+                                    end: Some(i as u32),
+                                    version: address.frees,
+                                    origin: Origin::FreedWithoutAlloc,
+                                });
+                                self.addresses.set_last(&self.allocations, id);
+                                self.freed_without_alloc.push(id);
+                                id
+                            }
+                        };
+                        let size = self.allocations[id as usize].size;
+                        self.change = self.change.wrapping_sub(size);
+                        self.record(id);
+                        if merged {
+                            // The completion is part of this free; it changes nothing itself.
+                            self.record(NO_ALLOCATION);
+                            i += 1;
+                        }
+                    } else {
+                        self.record(NO_ALLOCATION);
+                    }
+                }
+                _ => self.record(NO_ALLOCATION),
+            }
+            i += 1;
+        }
+    }
+}
+
+impl EventPass {
+    /// Ends the next event: what it opened or closed, and the memory after it.
+    fn record(&mut self, id: AllocationId) {
+        self.event_allocation.push(id);
+        self.allocated_change.push(self.change);
+    }
+}
+
+/// The replay's event pass as the loader ran it while reading the trace (see
+/// [`crate::analysis::load_path`]), handed to [`crate::analysis::Analysis::seeded`] so it is
+/// not run twice. Empty when the loader did not run it (a short trace, or events of several
+/// devices).
+#[derive(Debug, Default)]
+pub struct ReplaySeed(pub(super) Option<Followed<EventPass>>);
+
+impl ReplaySeed {
+    pub(crate) fn new(followed: Option<Followed<EventPass>>) -> Self {
+        Self(followed)
+    }
+
+    /// The pass, if it is `device`'s and covers exactly its `events` (the trace as loaded).
+    pub(crate) fn take(&mut self, device: usize, events: usize) -> Option<EventPass> {
+        match self.0.take() {
+            Some(followed) if followed.device == device && followed.follower.events() == events => {
+                Some(followed.follower)
+            }
+            other => {
+                self.0 = other;
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,402 @@
+//! The replay's tests: the event pass in pieces and whole, the seed handed from the loader,
+//! live sets against a scan of lifetimes, and the versions that count frees per address.
+
+use super::lifetimes::LEAF_EVENTS_LOG2;
+use super::pass::EventPass;
+use super::*;
+
+/// The loader runs the event pass batch by batch while the trace is read; wherever the
+/// batches end (even between a `free_requested` and its `free_completed`), the result must
+/// be the pass over the whole trace.
+#[test]
+fn the_event_pass_in_pieces_equals_the_pass_at_once() {
+    let mut trace = Trace::default();
+    let events = [
+        (ActionCode::ALLOC, 0x10),
+        (ActionCode::FREE_REQUESTED, 0x10),
+        (ActionCode::FREE_COMPLETED, 0x10),
+        (ActionCode::FREE_COMPLETED, 0x20),
+        (ActionCode::SEGMENT_ALLOC, 0x30),
+        (ActionCode::ALLOC, 0x10),
+        (ActionCode::FREE_REQUESTED, 0x10),
+        (ActionCode::ALLOC, 0x40),
+        (ActionCode::FREE_COMPLETED, 0x10),
+        (ActionCode::FREE_REQUESTED, 0x40),
+    ];
+    for (i, &(action, addr)) in events.iter().enumerate() {
+        trace.push(action, addr, 8 + i as u64, 0, None, 0, 0, 0);
+    }
+    let mut whole = EventPass::default();
+    whole.advance(&trace, true);
+    assert_eq!(whole.events(), events.len());
+    for split in 0..=events.len() {
+        let mut partial = trace.clone();
+        partial.action.truncate(split);
+        partial.addr.truncate(split);
+        partial.size.truncate(split);
+        partial.stream.truncate(split);
+        partial.time_us.truncate(split);
+        partial.stack.truncate(split);
+        let mut pieces = EventPass::default();
+        pieces.advance(&partial, false);
+        pieces.advance(&trace, false);
+        pieces.advance(&trace, true);
+        assert_eq!(pieces.allocations, whole.allocations, "split at {split}");
+        assert_eq!(
+            pieces.event_allocation, whole.event_allocation,
+            "split at {split}"
+        );
+        assert_eq!(pieces.freed_without_alloc, whole.freed_without_alloc);
+        assert_eq!(pieces.allocated_change, whole.allocated_change);
+    }
+}
+
+/// A pickle of `{"segments": [], "device_traces": [[...]]}` with `events` allocs and frees of
+/// device 0, written opcode by opcode (protocol 2).
+fn pickle_of_alloc_free_trace(events: usize) -> Vec<u8> {
+    fn text(out: &mut Vec<u8>, text: &str) {
+        out.push(b'X');
+        out.extend_from_slice(&(text.len() as u32).to_le_bytes());
+        out.extend_from_slice(text.as_bytes());
+    }
+    fn int(out: &mut Vec<u8>, value: i32) {
+        out.push(b'J');
+        out.extend_from_slice(&value.to_le_bytes());
+    }
+    let mut out = vec![0x80, 2, b'}', b'('];
+    text(&mut out, "segments");
+    out.push(b']');
+    text(&mut out, "device_traces");
+    out.extend_from_slice(b"](]("); // the list of devices, and device 0's list of events
+    for i in 0..events {
+        out.extend_from_slice(b"}(");
+        text(&mut out, "action");
+        text(
+            &mut out,
+            if i % 2 == 0 {
+                "alloc"
+            } else {
+                "free_completed"
+            },
+        );
+        text(&mut out, "addr");
+        int(&mut out, 0x1000 * (i as i32 / 2 % 64 + 1));
+        text(&mut out, "size");
+        int(&mut out, 512);
+        out.push(b'u');
+    }
+    out.extend_from_slice(b"eeu.");
+    out
+}
+
+/// Past 65,536 events the loader runs the event pass on its column thread and hands it over
+/// beside the snapshot (no lock in the model); the replay started from it is the replay
+/// that runs the pass itself.
+#[test]
+fn the_loaders_event_pass_is_handed_to_the_replay() {
+    let events = 70_000;
+    let bytes = pickle_of_alloc_free_trace(events);
+    let (snapshot, mut seed) =
+        crate::analysis::load_reader(&bytes[..], Default::default()).expect("loads");
+    assert_eq!(snapshot.trace(0).len(), events);
+    let followed = seed.0.as_ref().expect("the loader ran the event pass");
+    assert_eq!((followed.device, followed.follower.events()), (0, events));
+    // A pass is only for the trace it saw.
+    assert!(seed.take(1, events).is_none());
+    assert!(seed.take(0, events - 1).is_none());
+    let pass = seed.take(0, events).expect("the pass of device 0");
+    assert!(seed.take(0, events).is_none(), "taken once");
+
+    let seeded = Replay::seeded(&snapshot, 0, Some(pass));
+    let fresh = Replay::new(&snapshot, 0);
+    assert_eq!(seeded.allocations, fresh.allocations);
+    assert_eq!(seeded.event_allocation, fresh.event_allocation);
+    assert_eq!(seeded.allocated, fresh.allocated);
+    assert_eq!(
+        seeded.live_after(Some(events / 2)),
+        fresh.live_after(Some(events / 2))
+    );
+    assert_eq!(seeded.allocated_after(Some(0)), 512);
+}
+
+/// A ring-buffer trace spanning many levels of the lifetime index, whose frees of allocations made
+/// before it began are spread through it: the live set at any moment equals a scan of
+/// every allocation's lifetime.
+#[test]
+fn live_sets_across_checkpoints_keep_allocations_from_before_the_trace() {
+    let mut snapshot = Snapshot::default();
+    let mut trace = Trace::default();
+    let event = |trace: &mut Trace, action, addr: u64| {
+        trace.push(action, addr, 100 + addr, 0, None, 0, 0, 0);
+    };
+    for step in 0..6000u64 {
+        // Allocations from before the trace, freed one by one every 600 events.
+        if step % 600 == 0 {
+            event(&mut trace, ActionCode::FREE_COMPLETED, 1_000_000 + step);
+        }
+        event(&mut trace, ActionCode::ALLOC, step % 50);
+        if step % 3 != 0 {
+            event(&mut trace, ActionCode::FREE_REQUESTED, step % 50);
+            event(&mut trace, ActionCode::FREE_COMPLETED, step % 50);
+        }
+    }
+    let n = trace.len();
+    assert!(n > 64 << LEAF_EVENTS_LOG2);
+    snapshot.device_traces.push(trace);
+    let replay = Replay::new(&snapshot, 0);
+    let from_start = replay.live_after(None).len();
+    assert_eq!(
+        from_start, 10,
+        "allocations freed without alloc are live at the start"
+    );
+    for at in (0..n).step_by(37).chain([4095, 4096, 8191, 8192, n - 1]) {
+        let scanned: Vec<AllocationId> = (0..replay.allocations.len() as AllocationId)
+            .filter(|&id| replay.allocations[id as usize].is_live_after(Some(at)))
+            .collect();
+        assert_eq!(replay.live_after(Some(at)), scanned, "live after {at}");
+        let bytes: u64 = scanned
+            .iter()
+            .map(|&id| replay.allocations[id as usize].size)
+            .sum();
+        assert_eq!(
+            replay.allocated_after(Some(at)),
+            bytes,
+            "allocated after {at}"
+        );
+    }
+}
+
+/// A small deterministic generator (xorshift), so the traces below are the same every run.
+struct Dice(u64);
+
+impl Dice {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// The allocations live after `at` by a scan of every lifetime: the brute force the index
+/// must agree with.
+fn scanned(replay: &Replay, at: Option<usize>) -> Vec<AllocationId> {
+    (0..replay.allocations.len() as AllocationId)
+        .filter(|&id| replay.allocations[id as usize].is_live_after(at))
+        .collect()
+}
+
+/// The shape of a leak: most allocations are never freed, the rest live for a few events
+/// or for thousands (so lifetimes land at every level of the index), some frees are of
+/// allocations from before the trace, and the segments hold ghosts. At many events, and
+/// around every leaf boundary of the first leaves, the live set is the scan's and its bytes
+/// are the memory curve's.
+#[test]
+fn live_sets_of_a_leak_trace_equal_a_scan_of_lifetimes() {
+    let mut dice = Dice(0x9e37_79b9_7f4a_7c15);
+    let mut trace = Trace::default();
+    let mut open: Vec<u64> = Vec::new();
+    let mut next_addr = 0x1000u64;
+    for _ in 0..30_000 {
+        match dice.below(100) {
+            0..=59 => {
+                trace.push(
+                    ActionCode::ALLOC,
+                    next_addr,
+                    16 + next_addr % 997,
+                    0,
+                    None,
+                    0,
+                    0,
+                    0,
+                );
+                // One in four is freed later; the rest leak.
+                if dice.below(4) == 0 {
+                    open.push(next_addr);
+                }
+                next_addr += 512;
+            }
+            60..=79 if !open.is_empty() => {
+                // Mostly the newest (short lifetimes), sometimes one from long ago.
+                let pick = if dice.below(5) == 0 {
+                    dice.below(open.len() as u64) as usize
+                } else {
+                    open.len() - 1
+                };
+                let addr = open.swap_remove(pick);
+                trace.push(ActionCode::FREE_REQUESTED, addr, 0, 0, None, 0, 0, 0);
+                trace.push(ActionCode::FREE_COMPLETED, addr, 0, 0, None, 0, 0, 0);
+            }
+            80..=81 => {
+                // Allocated before the trace began.
+                let addr = 0x7000_0000 + dice.below(1 << 20) * 512;
+                trace.push(ActionCode::FREE_COMPLETED, addr, 64, 0, None, 0, 0, 0);
+            }
+            _ => trace.push(ActionCode::SEGMENT_ALLOC, 0, 0, 0, None, 0, 0, 0),
+        }
+    }
+    let n = trace.len();
+    let mut snapshot = Snapshot::default();
+    snapshot.segments.push(crate::snapshot::Segment {
+        blocks: (0..5)
+            .map(|k| crate::snapshot::Block {
+                address: 0x9000_0000 + k * 512,
+                size: 512,
+                requested_size: 100 + k,
+                state: BlockState::ActiveAllocated,
+                stack: 0,
+            })
+            .collect(),
+        ..Default::default()
+    });
+    snapshot.device_traces.push(trace);
+    let replay = Replay::new(&snapshot, 0);
+    assert!(n > 64 << LEAF_EVENTS_LOG2, "{n} events span many levels");
+    let never_freed = replay
+        .allocations
+        .iter()
+        .filter(|a| a.origin == Origin::Traced && a.end.is_none())
+        .count();
+    assert!(never_freed > 10_000, "a leak: {never_freed} never freed");
+    assert!(!replay.freed_without_alloc.is_empty() && replay.ghosts.len() == 5);
+
+    let leaf = 1usize << LEAF_EVENTS_LOG2;
+    let boundaries = (1..40).flat_map(|k| [k * leaf - 1, k * leaf, k * leaf + 1]);
+    let moments = (0..n)
+        .step_by(13)
+        .chain(boundaries)
+        .chain([n - 1, n, n + 100]);
+    for at in moments.map(Some).chain([None]) {
+        let live = replay.live_after(at);
+        assert_eq!(
+            live,
+            scanned(&replay, at.map(|at| at.min(n - 1))),
+            "live after {at:?}"
+        );
+        let bytes = live.iter().fold(0u64, |sum, &id| {
+            sum.wrapping_add(replay.allocations[id as usize].size)
+        });
+        assert_eq!(replay.allocated_after(at), bytes, "allocated after {at:?}");
+    }
+}
+
+/// Lifetimes of every length from every start (short traces, so all pairs fit): each
+/// lands in the bucket of its level, and the query finds it exactly where it is alive.
+#[test]
+fn lifetimes_of_every_length_are_found_where_they_are_alive() {
+    for steps in [1usize, 2, 63, 64, 65, 200, 700] {
+        // One allocation per (first step, last step) pair on a grid, each at its own
+        // address; at each step the frees due come first, then the allocs.
+        let stride = (steps / 40).max(1);
+        let mut allocs: Vec<Vec<u64>> = vec![Vec::new(); steps + 1];
+        let mut frees: Vec<Vec<u64>> = vec![Vec::new(); steps + 1];
+        let mut addr = 0u64;
+        for first in (0..steps).step_by(stride) {
+            for last in (first + 1..=steps).step_by(stride) {
+                addr += 1;
+                allocs[first].push(addr);
+                frees[last].push(addr);
+            }
+        }
+        let mut trace = Trace::default();
+        for step in 0..=steps {
+            for &addr in &frees[step] {
+                trace.push(ActionCode::FREE_COMPLETED, addr, 8, 0, None, 0, 0, 0);
+            }
+            for &addr in &allocs[step] {
+                trace.push(ActionCode::ALLOC, addr, 8, 0, None, 0, 0, 0);
+            }
+        }
+        let n = trace.len();
+        let mut snapshot = Snapshot::default();
+        snapshot.device_traces.push(trace);
+        let replay = Replay::new(&snapshot, 0);
+        for at in (0..n).map(Some).chain([None]) {
+            assert_eq!(
+                replay.live_after(at),
+                scanned(&replay, at),
+                "{steps} steps: live after {at:?}"
+            );
+        }
+    }
+}
+
+/// Address reuse, a second alloc at an open address, and frees of unknown addresses give
+/// the versions and lifetimes MemoryViz gives (the address table keeps only the last
+/// allocation at each address).
+#[test]
+fn versions_count_the_frees_at_each_address() {
+    let mut trace = Trace::default();
+    let events = [
+        (ActionCode::ALLOC, 0xa0),          // 0: a0 version 0
+        (ActionCode::FREE_COMPLETED, 0xa0), // 1: frees it
+        (ActionCode::ALLOC, 0xa0),          // 2: a0 version 1
+        (ActionCode::FREE_COMPLETED, 0xb0), // 3: b0 freed without alloc, version 0
+        (ActionCode::FREE_COMPLETED, 0xb0), // 4: again, version 1
+        (ActionCode::ALLOC, 0xb0),          // 5: b0 version 2
+        (ActionCode::ALLOC, 0xb0),          // 6: b0 version 2 again; 5 stays open
+        (ActionCode::FREE_REQUESTED, 0xb0), // 7: frees 6 (merged with 8)
+        (ActionCode::FREE_COMPLETED, 0xb0), // 8
+        (ActionCode::FREE_COMPLETED, 0xb0), // 9: nothing open: freed without alloc, v3
+        (ActionCode::ALLOC, 0xc0),          // 10: c0 version 0, open at the end
+    ];
+    for &(action, addr) in &events {
+        trace.push(action, addr, 8, 0, None, 0, 0, 0);
+    }
+    let mut snapshot = Snapshot::default();
+    snapshot.device_traces.push(trace);
+    // Blocks at the end: c0 (open in the trace: not a ghost), a0 (open: not a ghost) and
+    // d0 (never seen: a ghost of version 0); b0's block would be a ghost of version 4.
+    snapshot.segments.push(crate::snapshot::Segment {
+        blocks: [0xa0, 0xb0, 0xc0, 0xd0]
+            .into_iter()
+            .map(|address| crate::snapshot::Block {
+                address,
+                size: 512,
+                requested_size: 8,
+                state: BlockState::ActiveAllocated,
+                stack: 0,
+            })
+            .collect(),
+        ..Default::default()
+    });
+    let replay = Replay::new(&snapshot, 0);
+    let lifetimes: Vec<_> = replay
+        .allocations
+        .iter()
+        .map(|a| (a.addr, a.version, a.start, a.end, a.origin))
+        .collect();
+    use Origin::*;
+    assert_eq!(
+        lifetimes,
+        [
+            (0xa0, 0, Some(0), Some(1), Traced),
+            (0xa0, 1, Some(2), None, Traced),
+            (0xb0, 0, None, Some(3), FreedWithoutAlloc),
+            (0xb0, 1, None, Some(4), FreedWithoutAlloc),
+            (0xb0, 2, Some(5), None, Traced),
+            (0xb0, 2, Some(6), Some(7), Traced),
+            (0xb0, 3, None, Some(9), FreedWithoutAlloc),
+            (0xc0, 0, Some(10), None, Traced),
+            (0xb0, 4, None, None, Ghost),
+            (0xd0, 0, None, None, Ghost),
+        ]
+    );
+}
+
+/// Both ways of sorting a live set (a sort for few ids, a bitmap for many) give the same.
+#[test]
+fn sorting_ids_by_bitmap_or_sort_agree() {
+    let mut dice = Dice(7);
+    for (count, picked) in [(10_000usize, 50usize), (10_000, 9_000), (64, 64), (65, 1)] {
+        let mut ids: Vec<AllocationId> = (0..count as AllocationId).collect();
+        for i in (1..ids.len()).rev() {
+            ids.swap(i, dice.below(i as u64 + 1) as usize);
+        }
+        ids.truncate(picked);
+        let mut expected = ids.clone();
+        expected.sort_unstable();
+        sort_distinct_ids(&mut ids, count);
+        assert_eq!(ids, expected, "{picked} of {count}");
+    }
+}

@@ -1,0 +1,272 @@
+//! Who may change what, and who may look.
+//!
+//! Four checks run on every request, outermost first:
+//!
+//! 1. **Host** (DNS rebinding): a server bound to loopback (or given `--allowed-hosts`) answers
+//!    only requests whose `Host` names it, so a hostile page whose name was re-pointed at
+//!    127.0.0.1 cannot read or change anything through the victim's browser.
+//! 2. **Cross-site writes** are always refused: a POST/PUT/PATCH/DELETE whose `Origin` is not
+//!    this server's, or whose `Sec-Fetch-Site` is anything but `same-origin` or `none`. Browsers
+//!    send these headers on every cross-site write (a `text/plain` form or a `no-cors` multipart
+//!    POST included) and scripts cannot forge them; scripts and `curl`, which send neither, pass.
+//! 3. **Tokens**, when configured: writes need `Authorization: Bearer WRITE_TOKEN`; with a read
+//!    token every page and API read needs a token too, given as a Bearer header or, for the
+//!    pages, as the session cookie the login page sets. Static assets stay public: they are the
+//!    app's own code.
+//! 4. **Actor**: who made the request (a named token, or the user an SSO proxy vouches for) is
+//!    put in the request's extensions for the audit log.
+//!
+//! Tokens are compared as SHA-256 digests in constant time, so neither the comparison's time
+//! nor a token's length leaks.
+
+mod hosts;
+mod login;
+mod tokens;
+
+pub use login::{LoginForm, LoginQuery, SESSION_COOKIE, check_randomness, login, login_form};
+pub use tokens::{AccessConfig, MIN_TOKEN_CHARS, NamedToken};
+
+use super::error::ApiError;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Redirect, Response};
+use hosts::host_name;
+use login::{hmac_sha256, session_key};
+use tokens::sha256;
+
+/// Who made a request: the name of the token it carried (from `--tokens-file`), else the user
+/// the trusted proxy header names (`--user-header`), else nobody known. Every request has one
+/// in its extensions.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Actor(pub Option<String>);
+
+/// What the router's access layers check, built once per router from the configuration.
+#[derive(Clone)]
+pub struct Access {
+    write: Vec<(Option<String>, [u8; 32])>,
+    read: Option<[u8; 32]>,
+    /// The cookie values the login page hands out: one per token that may read.
+    sessions: Vec<[u8; 32]>,
+    user_header: Option<HeaderName>,
+    /// `None`: any Host is accepted.
+    hosts: Option<Vec<String>>,
+    /// `scheme://host[:port]` of the public URL, lowercased: the origin pages are served from.
+    own_origin: String,
+    secure_cookie: bool,
+}
+
+/// What a request may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Grant {
+    Nothing,
+    Read,
+    Write,
+}
+
+impl Access {
+    pub fn new(config: &super::ServeConfig) -> Self {
+        let access = &config.access;
+        let write: Vec<(Option<String>, [u8; 32])> = access
+            .write_tokens
+            .iter()
+            .map(|t| (t.name.clone(), sha256(t.token.as_bytes())))
+            .collect();
+        let read = access
+            .read_token
+            .as_ref()
+            .map(|t| sha256(t.token.as_bytes()));
+        let sessions = match session_key() {
+            Some(key) => write
+                .iter()
+                .map(|(_, digest)| digest)
+                .chain(read.as_ref())
+                .map(|digest| hmac_sha256(key, digest))
+                .collect(),
+            None => Vec::new(),
+        };
+        let public_host = config
+            .public_url
+            .split_once("://")
+            .map(|(_, rest)| rest.split('/').next().unwrap_or(rest))
+            .and_then(host_name);
+        let hosts = if config.addr.ip().is_loopback() || !access.allowed_hosts.is_empty() {
+            let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "[::1]"]
+                .into_iter()
+                .map(str::to_owned)
+                .chain(public_host)
+                .chain(access.allowed_hosts.iter().cloned())
+                .collect();
+            hosts.sort();
+            hosts.dedup();
+            Some(hosts)
+        } else {
+            None
+        };
+        let own_origin = match config.public_url.split_once("://") {
+            Some((scheme, rest)) => format!(
+                "{scheme}://{}",
+                rest.split('/').next().unwrap_or(rest).trim_end_matches('.')
+            )
+            .to_ascii_lowercase(),
+            None => config.public_url.to_ascii_lowercase(),
+        };
+        Self {
+            write,
+            read,
+            sessions,
+            user_header: access.user_header.clone(),
+            hosts,
+            secure_cookie: config.public_url.starts_with("https://"),
+            own_origin,
+        }
+    }
+
+    fn reads_need_token(&self) -> bool {
+        self.read.is_some()
+    }
+
+    fn writes_need_token(&self) -> bool {
+        !self.write.is_empty() || self.read.is_some()
+    }
+
+    /// The grant a request carries, from its Bearer header or its session cookie, and the
+    /// name of its token. A Bearer header that matches nothing is an error, not "no token".
+    fn grant_of(&self, headers: &HeaderMap) -> Result<(Grant, Option<String>), ApiError> {
+        if let Some(value) = headers.get(header::AUTHORIZATION) {
+            let value = value.to_str().unwrap_or("");
+            let token = value
+                .strip_prefix("Bearer ")
+                .or_else(|| value.strip_prefix("bearer "))
+                .map(str::trim)
+                .ok_or_else(|| {
+                    ApiError::Unauthorized("the Authorization header must be `Bearer TOKEN`".into())
+                })?;
+            let (grant, name) = self.grant_of_token(token);
+            if grant == Grant::Nothing {
+                return Err(ApiError::Unauthorized(
+                    "the token is not valid on this server".into(),
+                ));
+            }
+            return Ok((grant, name));
+        }
+        // The cookie stands for the read token (SameSite=Strict and the Origin check keep other
+        // sites from riding on it); like that token it may also write when no write token is set.
+        let session_grant = if self.write.is_empty() {
+            Grant::Write
+        } else {
+            Grant::Read
+        };
+        let cookie_grant = cookie_value(headers, SESSION_COOKIE)
+            .filter(|value| self.session_is_valid(value))
+            .map_or(Grant::Nothing, |_| session_grant);
+        Ok((cookie_grant, None))
+    }
+
+    fn actor(&self, headers: &HeaderMap, token_name: Option<String>) -> Actor {
+        if token_name.is_some() {
+            return Actor(token_name);
+        }
+        let user = self
+            .user_header
+            .as_ref()
+            .and_then(|name| headers.get(name))
+            .and_then(|value| value.to_str().ok())
+            .map(str::trim)
+            .filter(|user| !user.is_empty())
+            // A name, not a payload: bounded before it reaches the log.
+            .map(|user| user.chars().take(200).collect());
+        Actor(user)
+    }
+}
+
+/// The value of one cookie in the request's `Cookie` headers.
+fn cookie_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(key, _)| *key == name)
+        .map(|(_, value)| value.trim())
+}
+
+fn is_write(method: &Method) -> bool {
+    !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+/// Public whatever the tokens: the app's own code and images, and the login page itself.
+fn is_public(method: &Method, path: &str) -> bool {
+    path == "/login"
+        || (path.starts_with("/static/") && matches!(*method, Method::GET | Method::HEAD))
+}
+
+/// 401 with the header that tells HTTP clients a Bearer token is wanted.
+fn unauthorized(message: String) -> Response {
+    let mut response = ApiError::Unauthorized(message).into_response();
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"snapview\""),
+    );
+    response
+}
+
+/// The access layer: Host, cross-site writes, tokens, then the Actor for the handlers.
+pub async fn check(State(access): State<Access>, mut request: Request, next: Next) -> Response {
+    if let Err(message) = access.host_is_allowed(request.headers(), request.uri()) {
+        return ApiError::WrongHost(message).into_response();
+    }
+    let method = request.method().clone();
+    let write = is_write(&method);
+    if write && let Err(message) = access.cross_site_write(request.headers()) {
+        return ApiError::Forbidden(message).into_response();
+    }
+    let path = request.uri().path().to_owned();
+    let (grant, token_name) = match access.grant_of(request.headers()) {
+        Ok(found) => found,
+        // A wrong token is refused even where none is needed: a script with a stale token
+        // should hear so, not succeed by luck on an open server.
+        Err(error) if !is_public(&method, &path) => {
+            return unauthorized(error.to_string());
+        }
+        Err(_) => (Grant::Nothing, None),
+    };
+    if !is_public(&method, &path) {
+        if write && access.writes_need_token() && grant < Grant::Write {
+            let bearer = request.headers().contains_key(header::AUTHORIZATION);
+            let message = if bearer && grant == Grant::Read {
+                "this token may read but not change snapshots: send a write token as `Authorization: Bearer TOKEN`"
+            } else {
+                "this server needs a token to change snapshots: send `Authorization: Bearer TOKEN` (snapview upload and diff read it from SNAPVIEW_TOKEN or --token)"
+            };
+            return unauthorized(message.into());
+        }
+        if !write && access.reads_need_token() && grant < Grant::Read {
+            if path.starts_with("/api/") {
+                return unauthorized(
+                    "this server needs a token to read: send `Authorization: Bearer TOKEN` (snapview diff reads it from SNAPVIEW_TOKEN or --token)".into(),
+                );
+            }
+            let wanted = request
+                .uri()
+                .path_and_query()
+                .map_or("/".to_owned(), |p| p.as_str().to_owned());
+            return Redirect::to(&format!("/login?next={}", query_escape(&wanted))).into_response();
+        }
+    }
+    let actor = access.actor(request.headers(), token_name);
+    request.extensions_mut().insert(actor);
+    next.run(request).await
+}
+
+fn query_escape(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
