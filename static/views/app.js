@@ -195,6 +195,12 @@ export async function startViews() {
       event.preventDefault();
       if (tab !== "timeline") store.set({ tab: "timeline" });
       views.timeline.zoomBy(event.key === "-" ? 2 : 0.5);
+    } else if (event.key === "r" && (tab === "timeline" || tab === "flame")) {
+      // Roles: the timeline coloured by role, the flame graph rooted by role.
+      event.preventDefault();
+      const s = store.get();
+      if (tab === "timeline") store.set({ color: s.color === "role" ? "allocation" : "role" });
+      else store.set({ by: s.by === "role" ? "stack" : "role" });
     } else if (event.key === "/") {
       event.preventDefault();
       if (tab === "events") {
