@@ -134,7 +134,7 @@ export function renderLegend(view) {
         ),
       )
     : [];
-  view.legend.replaceChildren(
+  const items = [
     ...roleItems,
     byRole
       ? null
@@ -154,5 +154,6 @@ export function renderLegend(view) {
     item("sw-oom", "out of memory", "An allocation that failed."),
     item("sw-annotation", "annotation", "external_annotations (e.g. optimizer steps); hover one."),
     ...(view.ctx.incomplete ? [item("sw-incomplete", "history incomplete", view.ctx.incomplete)] : []),
-  );
+  ];
+  view.legend.replaceChildren(...items.filter(Boolean));
 }
