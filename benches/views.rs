@@ -8,6 +8,7 @@
 use snapview::analysis::Analysis;
 use snapview::analysis::flame::{FlameMode, flame};
 use snapview::analysis::memory_map::memory_map;
+use snapview::analysis::roles::{UserRules, role_window};
 use snapview::analysis::timeline::{Axis, Window, timeline};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -56,6 +57,36 @@ fn main() {
         }
         report("timeline 1600px (incl. JSON)", &mut times);
         println!("  largest timeline JSON: {} KB", largest_json / 1024);
+
+        // The `/roles` window beside it: the same windows, bytes per role per column (the roles
+        // themselves are decided once per snapshot, at load, as the summary does).
+        let began = Instant::now();
+        let roles = device.roles(&snapshot, &UserRules::default());
+        println!(
+            "  roles decided in {:.0} ms",
+            began.elapsed().as_secs_f64() * 1e3
+        );
+        let mut times = Vec::new();
+        for zoom in [1usize, 10, 100, 1000, 10_000, 100_000] {
+            let span = (n / zoom).max(10);
+            for k in 0..5 {
+                let start = (n - span) * k / 4;
+                for axis in [Axis::Event, Axis::Time] {
+                    let window = Window {
+                        start,
+                        end: start + span - 1,
+                        width: 1600,
+                        height: 400,
+                        axis,
+                    };
+                    let began = Instant::now();
+                    let w = role_window(device, roles, trace, window);
+                    let _ = serde_json::to_string(&w).expect("json");
+                    times.push(began.elapsed().as_secs_f64() * 1e3);
+                }
+            }
+        }
+        report("roles window 1600px (incl. JSON)", &mut times);
 
         let moments: Vec<Option<usize>> = (0..20)
             .map(|k| Some(n * k / 19).map(|m| m.min(n - 1)))

@@ -269,6 +269,22 @@ fn every_answer_has_the_documented_shape() {
         &timelines.iter().collect::<Vec<_>>(),
     );
 
+    // ---- roles in the views (issue 11) ----
+    let mut role_windows = each("/roles?width=300");
+    role_windows.push(client.get(&format!(
+        "/api/snapshots/{oom}/roles?width=50&axis=time&start=3"
+    )));
+    contract.add(
+        "GET /api/snapshots/{id}/roles",
+        &role_windows.iter().collect::<Vec<_>>(),
+    );
+    let by_role = each("/flame?by=role");
+    contract.add(
+        "GET /api/snapshots/{id}/flame?by=role",
+        &by_role.iter().collect::<Vec<_>>(),
+    );
+    // ---- end of roles in the views ----
+
     let allocation = client.get(&format!("/api/snapshots/{mlp}/allocations/0"));
     // The trace that starts mid-run has blocks freed that it never saw allocated.
     let orphan = client.get(&format!("/api/snapshots/{wrapped}/allocations/0"));

@@ -101,6 +101,13 @@ fn views_work_in_a_real_browser() {
     run_script("tests/browser/views.mjs", Duration::from_secs(150));
 }
 
+/// Roles in the views (issue 11): the timeline coloured by role, its legend and role strip, the
+/// flame graph rooted by role: `tests/browser/roles.mjs`.
+#[test]
+fn roles_show_in_the_views_in_a_real_browser() {
+    run_script("tests/browser/roles.mjs", Duration::from_secs(120));
+}
+
 /// The compare page, its picker, the group page and the list's selection:
 /// `tests/browser/compare.mjs`.
 #[test]

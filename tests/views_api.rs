@@ -252,3 +252,110 @@ async fn timeline_payloads_stay_bounded_by_width() {
         }
     }
 }
+
+/// The `/roles` window stacks up to the timeline's curve in every column (both axes, zoomed or
+/// not), the bands and allocations carry their role, and the flame graph by role has the roles
+/// as the root's children with the same total as the flame by stack.
+#[tokio::test]
+async fn roles_agree_with_the_timeline_flame_and_allocations() {
+    let state = TestServer::new();
+    for name in ["gpt2_adamw", "mlp_cpp_frames", "ring_wrap"] {
+        let id = upload(
+            &state,
+            std::fs::read(common::path_of(name)).expect("fixture"),
+        )
+        .await;
+        let detail = state.get(&format!("/api/snapshots/{id}")).await;
+        let events = detail["analysis"]["devices"][0]["trace_entries"]
+            .as_u64()
+            .expect("entries");
+        for query in [
+            "width=300".to_owned(),
+            "width=7".to_owned(),
+            format!("start={}&end={}&width=40", events / 3, events / 2),
+            "width=120&axis=time".to_owned(),
+            format!("start={}&width=5000&axis=time", events / 4),
+        ] {
+            let timeline = state
+                .get(&format!("/api/snapshots/{id}/timeline?{query}"))
+                .await;
+            let roles = state
+                .get(&format!("/api/snapshots/{id}/roles?{query}"))
+                .await;
+            assert_eq!(
+                roles["column_start"], timeline["column_start"],
+                "{name} {query}: the same columns"
+            );
+            let max = timeline["allocated_max"].as_array().expect("columns");
+            let bytes = roles["bytes"].as_array().expect("roles");
+            assert_eq!(bytes.len(), roles["roles"].as_array().expect("names").len());
+            for (c, expected) in max.iter().enumerate() {
+                let sum: u64 = bytes
+                    .iter()
+                    .map(|row| row[c].as_u64().expect("bytes"))
+                    .sum();
+                assert_eq!(Some(sum), expected.as_u64(), "{name} {query} column {c}");
+            }
+            let bands = timeline["bands"]["id"].as_array().expect("bands").len();
+            let band_roles = &timeline["band_roles"];
+            assert_eq!(band_roles["role"].as_array().expect("roles").len(), bands);
+            assert_eq!(band_roles["because"].as_array().expect("why").len(), bands);
+            for reason in band_roles["because"].as_array().expect("why") {
+                let index = reason.as_u64().expect("index") as usize;
+                assert!(
+                    !band_roles["reasons"][index]
+                        .as_str()
+                        .expect("text")
+                        .is_empty()
+                );
+            }
+        }
+
+        let by_stack = state.get(&format!("/api/snapshots/{id}/flame")).await;
+        let by_role = state
+            .get(&format!("/api/snapshots/{id}/flame?by=role"))
+            .await;
+        assert_eq!(by_role["total"], by_stack["total"], "{name}: same bytes");
+        let names: Vec<&str> = ["parameter", "gradient", "optimizer_state", "activation"]
+            .into_iter()
+            .chain(["temporary", "input", "unknown"])
+            .collect();
+        let nodes = by_role["nodes"].as_array().expect("nodes");
+        let children: Vec<&serde_json::Value> = nodes.iter().filter(|n| n["parent"] == 0).collect();
+        assert!(!children.is_empty(), "{name}: the root has roles below it");
+        for child in children {
+            let role = child["name"].as_str().expect("name");
+            assert!(names.contains(&role), "{name}: {role} is not a role");
+        }
+
+        let allocation = state
+            .get(&format!("/api/snapshots/{id}/allocations/0"))
+            .await;
+        assert!(names.contains(&allocation["role"].as_str().expect("role")));
+        assert!(!allocation["because"].as_str().expect("because").is_empty());
+    }
+
+    // Reserved bytes that no allocation holds have no role: refused, saying why.
+    let id = upload(
+        &state,
+        std::fs::read(common::path_of("gpt2_adamw")).expect("fixture"),
+    )
+    .await;
+    let (status, body) = state
+        .call(
+            Request::get(format!("/api/snapshots/{id}/flame?by=role&mode=reserved"))
+                .body(Body::empty())
+                .expect("request"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.to_string().contains("mode=allocated"), "{body}");
+    let (status, body) = state
+        .call(
+            Request::get(format!("/api/snapshots/{id}/flame?by=frame"))
+                .body(Body::empty())
+                .expect("request"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+}

@@ -3,6 +3,7 @@
 use super::DeviceAnalysis;
 use super::memory_map::MemoryMap;
 use super::replay::AllocationId;
+use super::roles::DeviceRoles;
 use crate::snapshot::{FrameId, Snapshot, StackId};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -256,6 +257,44 @@ pub fn flame(
                 tree.add_stack(snapshot, 0, stack, bytes, count);
             }
         }
+    }
+    let nodes = tree.flatten(snapshot);
+    Flame {
+        device: device.device,
+        at,
+        total: nodes.first().map_or(0, |n| n.bytes),
+        allocations: nodes.first().map_or(0, |n| n.allocations),
+        nodes,
+    }
+}
+
+/// The flame graph of live memory after `at` with each allocation's role as the first frame of
+/// its stack: the root's children are roles, so "whose stacks hold the activations" is one
+/// click (`flame?by=role`).
+pub fn flame_by_role(
+    snapshot: &Snapshot,
+    device: &DeviceAnalysis,
+    at: Option<usize>,
+    roles: &DeviceRoles,
+) -> Flame {
+    let replay = &device.replay;
+    let mut by_role_and_stack: BTreeMap<(u8, StackId), (u64, u64)> = BTreeMap::new();
+    for id in replay.live_after(at) {
+        let allocation = &replay.allocations[id as usize];
+        let entry = by_role_and_stack
+            .entry((roles.role_index_of(id), allocation.stack))
+            .or_default();
+        entry.0 += allocation.size;
+        entry.1 += 1;
+    }
+    let mut tree = Tree::new();
+    for ((role, stack), (bytes, count)) in by_role_and_stack {
+        let name = roles.names()[role as usize].clone();
+        let role_node = tree.child(0, Label::Text(name));
+        // `add_stack` counts from the role down; the root above it is counted here.
+        tree.nodes[0].bytes += bytes;
+        tree.nodes[0].allocations += count;
+        tree.add_stack(snapshot, role_node, stack, bytes, count);
     }
     let nodes = tree.flatten(snapshot);
     Flame {

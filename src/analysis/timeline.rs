@@ -96,7 +96,7 @@ impl Window {
 }
 
 /// Column boundaries: `width + 1` event indices, the last one past the window.
-fn columns(window: &Window, trace: &Trace) -> Vec<usize> {
+pub fn columns(window: &Window, trace: &Trace) -> Vec<usize> {
     let span = window.end + 1 - window.start;
     let width = window.width.min(span.max(1));
     match window.axis {

@@ -2,14 +2,19 @@
 //! analysis on a blocking thread and is bounded by the request (pixel width, page size), not by
 //! the trace. The handlers only read the request and call the analysis.
 
+use super::cache::Loaded;
 use super::error::ApiError;
 use super::extract::{DeviceChoice, DeviceMoment, LoadedSnapshot, one_of};
-use super::wire::{AllocationView, FlameAnswer, FrameView, TimeSpan, TimelineAnswer};
+use super::wire::{
+    AllocationView, BandRoles, FlameAnswer, FrameView, RolesAnswer, TimeSpan, TimelineAnswer,
+};
+use crate::analysis::DeviceAnalysis;
 use crate::analysis::events::{EventFilter, EventPage, page};
-use crate::analysis::flame::{FlameMode, flame};
+use crate::analysis::flame::{FlameMode, flame, flame_by_role};
 use crate::analysis::markers::{Columns, complete_from, markers};
 use crate::analysis::memory_map::{MemoryMap, memory_map};
 use crate::analysis::moment::Moment;
+use crate::analysis::roles::{DeviceRoles, UserRules, role_window};
 use crate::analysis::timeline::{Axis, Window, timeline};
 use axum::Json;
 use axum::extract::{Path, Query};
@@ -69,12 +74,62 @@ pub async fn timeline_view(
                 start: trace.time_us[timeline.start.min(trace.time_us.len() - 1)],
                 end: trace.time_us[timeline.end.min(trace.time_us.len() - 1)],
             });
+            let band_roles = band_roles(device_roles(loaded, device), &timeline.bands.id);
             Ok(TimelineAnswer {
                 device: device.device,
                 time_us,
                 complete_from: complete_from(&device.replay),
                 markers,
                 timeline,
+                band_roles,
+            })
+        })
+        .await
+        .map(Json)
+}
+
+/// The roles the views show for `device`: decided once per loaded snapshot (the summary did it
+/// when the snapshot loaded), so every view agrees with the overview's numbers.
+fn device_roles<'a>(loaded: &'a Loaded, device: &'a DeviceAnalysis) -> &'a DeviceRoles {
+    device.roles(&loaded.snapshot, &UserRules::default())
+}
+
+/// The role and rule of each band, as indices into the names and sentences used.
+fn band_roles(roles: &DeviceRoles, bands: &[crate::analysis::replay::AllocationId]) -> BandRoles {
+    let mut answer = BandRoles {
+        names: roles.names().to_vec(),
+        ..BandRoles::default()
+    };
+    let mut reason_index: std::collections::HashMap<&str, u16> = Default::default();
+    for &id in bands {
+        answer.role.push(roles.role_index_of(id));
+        let because = roles.because(id);
+        let next = reason_index.len() as u16;
+        let index = *reason_index.entry(because).or_insert_with(|| {
+            answer.reasons.push(because.to_owned());
+            next
+        });
+        answer.because.push(index);
+    }
+    answer
+}
+
+/// `GET /api/snapshots/{id}/roles`: bytes per role per column of the window the timeline query
+/// names (same parameters, same columns; `height` is ignored).
+pub async fn roles_view(
+    snapshot: LoadedSnapshot,
+    Query(device): Query<DeviceChoice>,
+    Query(query): Query<TimelineQuery>,
+) -> Result<Json<RolesAnswer>, ApiError> {
+    let window = query.window()?;
+    snapshot
+        .on_device(device, move |loaded, device| {
+            let trace = loaded.snapshot.trace(device.device);
+            let roles = device_roles(loaded, device);
+            Ok(RolesAnswer {
+                device: device.device,
+                window: role_window(device, roles, trace, window),
+                axis: window.axis,
             })
         })
         .await
@@ -110,7 +165,10 @@ pub async fn allocation(
                         .flatten()
                 })
             };
+            let roles = device_roles(loaded, device);
             Ok(AllocationView {
+                role: roles.role_of(n).to_owned(),
+                because: roles.because(n).to_owned(),
                 id: n,
                 block_id: a.id(),
                 addr: a.addr,
@@ -144,6 +202,8 @@ pub async fn allocation(
 #[derive(Debug, Deserialize)]
 pub struct FlameQuery {
     mode: Option<String>,
+    /// `stack` (default) or `role`: the role as the first frame of every stack.
+    by: Option<String>,
 }
 
 /// `GET /api/snapshots/{id}/flame`: live memory by stack at a moment (default: the peak).
@@ -160,11 +220,28 @@ pub async fn flame_view(
             ("reserved", FlameMode::Reserved),
         ],
     )?;
+    let by_role = one_of(
+        "by",
+        query.by.as_deref(),
+        &[("stack", false), ("role", true)],
+    )?;
+    if by_role && mode == FlameMode::Reserved {
+        return Err(ApiError::BadRequest(
+            "by=role shows live allocations by role; use it with mode=allocated (reserved bytes that no allocation holds have no role)".into(),
+        ));
+    }
     let moment = at.moment_or(Moment::Peak);
     snapshot
         .on_device(at.device, move |loaded, device| {
             let trace = loaded.snapshot.trace(device.device);
             let at = moment.resolve(trace, &device.replay);
+            if by_role {
+                let roles = device_roles(loaded, device);
+                return Ok(FlameAnswer {
+                    flame: flame_by_role(&loaded.snapshot, device, at, roles),
+                    mode,
+                });
+            }
             let map =
                 (mode == FlameMode::Reserved).then(|| memory_map(&loaded.snapshot, device, at));
             Ok(FlameAnswer {

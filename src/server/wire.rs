@@ -9,7 +9,8 @@
 use super::store::{AuditEntry, Record, Unlisted};
 use crate::analysis::flame::{Flame, FlameMode};
 use crate::analysis::markers::Markers;
-use crate::analysis::timeline::Timeline;
+use crate::analysis::roles::RoleWindow;
+use crate::analysis::timeline::{Axis, Timeline};
 use crate::analysis::{Origin, Summary};
 use serde::{Deserialize, Serialize};
 
@@ -172,6 +173,8 @@ pub struct TimelineAnswer {
     /// The first event from which the history is complete, when the trace starts mid-run
     /// (frees without a matching alloc); `null` when it is complete.
     pub complete_from: Option<usize>,
+    /// The role of each band (in `bands` order) and why: `timeline?…` colours by role from it.
+    pub band_roles: BandRoles,
 }
 
 #[derive(Serialize)]
@@ -213,7 +216,40 @@ pub struct AllocationView {
     pub end_time_us: Option<i64>,
     pub origin: Origin,
     pub frames: Vec<FrameView>,
+    /// Why the memory is used (docs/roles.md): `parameter`, `activation`, ... or a custom role.
+    pub role: String,
+    /// The rule that decided `role`, in words.
+    pub because: String,
 }
+
+// ---- Roles in the views (issue 11: the /roles window, band roles, flame by role) ----------
+
+/// `GET /api/snapshots/{id}/roles`: bytes per role per column of a timeline window, at each
+/// column's peak (the stacked area tops out on the timeline's `allocated_max`).
+#[derive(Serialize)]
+pub struct RolesAnswer {
+    /// The device shown (the server's default when the query named none).
+    pub device: usize,
+    #[serde(flatten)]
+    pub window: RoleWindow,
+    pub axis: Axis,
+}
+
+/// The roles of a timeline answer's bands, as indices into small tables (a role name and a
+/// rule's sentence repeat across thousands of bands).
+#[derive(Serialize, Default)]
+pub struct BandRoles {
+    /// Role names; `role[i]` indexes it.
+    pub names: Vec<String>,
+    /// Per band, its role.
+    pub role: Vec<u8>,
+    /// The distinct `because` sentences; `because[i]` indexes it.
+    pub reasons: Vec<String>,
+    /// Per band, the rule that decided its role.
+    pub because: Vec<u16>,
+}
+
+// ---- end of roles in the views ---------------------------------------------------------------
 
 /// `GET /api/groups/{name}`.
 #[derive(Serialize)]

@@ -22,6 +22,10 @@ export function defaults() {
     min: null,
     frame: "",
     zoom: "",
+    // The timeline's colours: one per allocation, or by role (docs/roles.md).
+    color: "allocation",
+    // The flame graph's root: stacks as recorded, or each stack under its role.
+    by: "stack",
   };
 }
 
@@ -38,6 +42,8 @@ export function parse(search) {
   for (const key of TEXT_KEYS) state[key] = params.get(key) ?? "";
   if (params.get("axis") === "time") state.axis = "time";
   if (params.get("mode") === "reserved") state.mode = "reserved";
+  if (params.get("color") === "role") state.color = "role";
+  if (params.get("by") === "role") state.by = "role";
   if (state.start !== null && state.end !== null && state.end < state.start) {
     state.start = null;
     state.end = null;
@@ -49,7 +55,7 @@ export function parse(search) {
 export function serialize(state) {
   const base = defaults();
   const params = new URLSearchParams();
-  for (const key of ["tab", "device", "axis", "start", "end", "at", "alloc", "mode", "q", "zoom", "action", "min", "frame"]) {
+  for (const key of ["tab", "device", "axis", "start", "end", "at", "alloc", "mode", "q", "zoom", "action", "min", "frame", "color", "by"]) {
     const value = state[key];
     if (value === null || value === undefined || value === base[key] || value === "") continue;
     params.set(key, String(value));

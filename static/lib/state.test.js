@@ -67,3 +67,13 @@ test("keys are written in a stable order whatever the object's order", () => {
   assert.equal(a, b);
   assert.equal(a, "?tab=flame&at=3&q=x");
 });
+
+test("colour by role and the flame by role live in the URL; other values fall back", () => {
+  const state = parse("?tab=timeline&color=role&by=role");
+  assert.equal(state.color, "role");
+  assert.equal(state.by, "role");
+  assert.equal(serialize(state), "?tab=timeline&color=role&by=role");
+  assert.equal(parse("?color=rainbow").color, "allocation");
+  assert.equal(parse("?by=file").by, "stack");
+  assert.equal(serialize({ ...defaults(), color: "allocation", by: "stack" }), "", "defaults are left out");
+});

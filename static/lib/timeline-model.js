@@ -8,6 +8,8 @@ export function prepare(data) {
   const n = Math.max(0, cs.length - 1);
   const bands = data.bands ?? { id: [], size: [], start: [], end: [], points: [] };
   const prepared = [];
+  // Each band's role and why (absent from answers of servers without roles: "unknown").
+  const roles = data.band_roles ?? { names: [], role: [], reasons: [], because: [] };
   for (let i = 0; i < bands.id.length; i += 1) {
     const start = bands.start[i] ?? data.start;
     const end = bands.end[i] ?? data.end;
@@ -20,7 +22,9 @@ export function prepare(data) {
       cols.push(flat[k]);
       offsets.push(flat[k + 1]);
     }
-    prepared.push({ index: i, id: bands.id[i], size: bands.size[i], start: bands.start[i], end: bands.end[i], c0, c1, cols, offsets });
+    const role = roles.names[roles.role[i]] ?? "unknown";
+    const because = roles.reasons[roles.because[i]] ?? "";
+    prepared.push({ index: i, id: bands.id[i], size: bands.size[i], start: bands.start[i], end: bands.end[i], role, because, c0, c1, cols, offsets });
   }
   const perColumn = n > 0 ? (cs[n] - cs[0]) / n : 1;
   return { data, n, cs, bands: prepared, perColumn, start: data.start, end: data.end, events: data.events };

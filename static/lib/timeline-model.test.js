@@ -130,3 +130,15 @@ test("clampWindow: inside the trace, at least the minimum span, a trace shorter 
   assert.deepEqual(clampWindow(short, 2, 3), { start: 0, end: 4 });
   assert.deepEqual(clampWindow({ ...model, events: 1 }, 0, 1), { start: 0, end: 0 });
 });
+
+test("bands carry their role and why from band_roles; answers without them say unknown", () => {
+  const data = answer();
+  data.band_roles = { names: ["parameter", "activation"], role: [0, 1], reasons: ["kept", "freed by backward"], because: [0, 1] };
+  const model = prepare(data);
+  assert.equal(model.bands[0].role, "parameter");
+  assert.equal(model.bands[1].role, "activation");
+  assert.equal(model.bands[1].because, "freed by backward");
+  const bare = prepare(answer());
+  assert.equal(bare.bands[0].role, "unknown");
+  assert.equal(bare.bands[0].because, "");
+});

@@ -19,6 +19,7 @@ export const VIEW_KEYS = [
   ["← →", "Step the selected moment one event (Shift: 100)"],
   ["+ -", "Zoom the timeline in or out"],
   ["/", "Search (flame graph) or filter by frame (events)"],
+  ["o", "Roles: colour the timeline by role, root the flame graph by role"],
   ["Esc", "Unpin the allocation"],
 ];
 
@@ -195,6 +196,12 @@ export async function startViews() {
       event.preventDefault();
       if (tab !== "timeline") store.set({ tab: "timeline" });
       views.timeline.zoomBy(event.key === "-" ? 2 : 0.5);
+    } else if (event.key === "o" && (tab === "timeline" || tab === "flame")) {
+      // Roles: the timeline coloured by role, the flame graph rooted by role.
+      event.preventDefault();
+      const s = store.get();
+      if (tab === "timeline") store.set({ color: s.color === "role" ? "allocation" : "role" });
+      else store.set({ by: s.by === "role" ? "stack" : "role" });
     } else if (event.key === "/") {
       event.preventDefault();
       if (tab === "events") {

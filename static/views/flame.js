@@ -2,7 +2,7 @@
 // at the top. Hover explains a frame, click zooms into it, the breadcrumb zooms back out, search
 // highlights frames and sums their bytes; the graph downloads as folded stacks or SVG.
 
-import { frameColor } from "../lib/color.js";
+import { frameColor, roleColor } from "../lib/color.js";
 import { ancestors, findKey, folded, frameLabel, keyOf, layout, search, selfBytes, svg } from "../lib/flame-model.js";
 import { bytes, count, percent } from "../lib/units.js";
 import { download, fitCanvas, fitText, frameScheduler, h, hideTip, newestOnly, onThemeChange, paintPlaceholder, showTip, theme, tipRow } from "./common.js";
@@ -41,6 +41,7 @@ export class FlameView {
       }
     });
     for (const b of panel.querySelectorAll("[data-mode]")) b.addEventListener("click", () => ctx.store.set({ mode: b.dataset.mode }));
+    for (const b of panel.querySelectorAll("[data-by]")) b.addEventListener("click", () => ctx.store.set({ by: b.dataset.by }));
     panel.querySelector("#flame-folded").addEventListener("click", () => this.downloadFolded());
     panel.querySelector("#flame-svg").addEventListener("click", () => this.downloadSvg());
     this.canvas.addEventListener("pointermove", (event) => this.onMove(event));
@@ -65,12 +66,17 @@ export class FlameView {
   }
 
   syncMode() {
-    const mode = this.ctx.store.get().mode;
+    const { mode, by } = this.ctx.store.get();
     for (const b of this.panel.querySelectorAll("[data-mode]")) b.setAttribute("aria-pressed", String(b.dataset.mode === mode));
+    // Roots by role count live allocations only (reserved free bytes have no role).
+    for (const b of this.panel.querySelectorAll("[data-by]")) {
+      b.setAttribute("aria-pressed", String(b.dataset.by === by));
+      b.disabled = mode === "reserved";
+    }
   }
 
   update(state, changed) {
-    if (changed.has("mode")) this.syncMode();
+    if (changed.has("mode") || changed.has("by")) this.syncMode();
     if (changed.has("q")) {
       if (this.input.value !== state.q) this.input.value = state.q;
       this.searchNow();
@@ -88,7 +94,7 @@ export class FlameView {
         this.draw();
       }
     }
-    if (this.visible() && (changed.has("at") || changed.has("device") || changed.has("mode"))) this.load();
+    if (this.visible() && (changed.has("at") || changed.has("device") || changed.has("mode") || changed.has("by"))) this.load();
   }
 
   params() {
@@ -97,6 +103,7 @@ export class FlameView {
     const at = this.ctx.moment();
     if (at !== null) params.set("at", at);
     if (this.ctx.store.get().mode === "reserved") params.set("mode", "reserved");
+    else if (this.ctx.store.get().by === "role") params.set("by", "role");
     return params.toString();
   }
 
@@ -196,12 +203,20 @@ export class FlameView {
       rects.push({ i, x: (lay.x0[i] - lay.x0[focus]) * scale, w, y: nodes[i].depth * ROW });
     }
     const hits = this.hits;
+    // The answer drawn was asked by role when its key says so (the state may have moved on).
+    const byRole = this.key.includes("by=role");
     ctx.font = t.font;
     ctx.textBaseline = "middle";
     for (const r of rects) {
       const node = nodes[r.i];
       ctx.globalAlpha = hits?.count && !hits.hit[r.i] ? 0.35 : r.ancestor ? 0.75 : 1;
-      ctx.fillStyle = hits?.hit[r.i] ? t.match : r.i === 0 ? t.lineStrong : frameColor(node.name, node.file, t.dark);
+      ctx.fillStyle = hits?.hit[r.i]
+        ? t.match
+        : r.i === 0
+          ? t.lineStrong
+          : byRole && node.depth === 1
+            ? roleColor(node.name, t.dark)
+            : frameColor(node.name, node.file, t.dark);
       ctx.fillRect(r.x + 0.5, r.y + 0.5, Math.max(0.5, r.w - 1), ROW - 1);
       if (r.i === this.hover) {
         ctx.globalAlpha = 1;

@@ -4,37 +4,45 @@
 use super::DeviceRoles;
 use crate::analysis::DeviceAnalysis;
 use crate::analysis::stacks::display_frames;
+use crate::analysis::timeline::{Window, columns};
 use crate::snapshot::{Snapshot, Trace};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-/// Bytes per role after the last event of each column of a window.
+/// Bytes per role in each column of a timeline window, taken at the column's peak: the moment
+/// the timeline's `allocated_max` shows, so a stacked area of these tops out exactly on the
+/// timeline's memory line (a column holding thousands of events would otherwise show its last
+/// moment, well under the spike drawn above it).
 #[derive(Debug, Serialize, PartialEq)]
 pub struct RoleWindow {
     pub start: usize,
     pub end: usize,
-    /// First event of each column, and one past the last column's end.
+    /// First event of each column, and one past the last column's end (the timeline's columns
+    /// for the same window and axis).
     pub column_start: Vec<usize>,
     /// Role names, in the order of `bytes`.
     pub roles: Vec<String>,
-    /// `bytes[r][c]`: bytes of role `roles[r]` live after column `c`'s last event.
+    /// `bytes[r][c]`: bytes of role `roles[r]` live at column `c`'s peak.
     pub bytes: Vec<Vec<u64>>,
+    /// Per column, the event after which `bytes` is taken (`null`: before the window's first
+    /// event, when nothing in the column rose above what it started with).
+    pub at: Vec<Option<usize>>,
 }
 
-/// Bytes per role per column over events `start..=end` split into `width` equal columns.
-/// Costs the live set at `start` plus one step per event of the window, like the timeline's.
+/// Bytes per role per column of `window` (the same columns as the timeline's for the same
+/// window). Costs the live set at the window's start plus one step per event of the window, like
+/// the timeline's totals.
 pub fn role_window(
     device: &DeviceAnalysis,
     roles: &DeviceRoles,
-    start: usize,
-    end: usize,
-    width: usize,
+    trace: &Trace,
+    window: Window,
 ) -> RoleWindow {
     let replay = &device.replay;
     let names = roles.names().to_vec();
     let events = replay.len();
-    if events == 0 {
+    if events == 0 || trace.is_empty() {
         let live = replay.live_after(None);
         let mut bytes = vec![vec![0u64; 1]; names.len()];
         for id in live {
@@ -47,38 +55,71 @@ pub fn role_window(
             column_start: vec![0, 1],
             roles: names,
             bytes,
+            at: vec![None],
         };
     }
-    let end = end.min(events - 1);
-    let start = start.min(end);
-    let span = end + 1 - start;
-    let width = width
-        .clamp(1, crate::analysis::timeline::MAX_WIDTH)
-        .min(span);
-    let column_start: Vec<usize> = (0..=width)
-        .map(|c| start + (span as u128 * c as u128 / width as u128) as usize)
-        .collect();
+    let window = window.clamped(trace.len().min(events));
+    let column_start = columns(&window, trace);
+    let width = column_start.len() - 1;
     let mut current = vec![0u64; names.len()];
-    let before = start.checked_sub(1);
-    for id in replay.live_after(before) {
+    for id in replay.live_after(window.start.checked_sub(1)) {
         let slot = &mut current[roles.role_index_of(id) as usize];
         *slot = slot.wrapping_add(replay.allocations[id as usize].size);
     }
     let mut bytes = vec![Vec::with_capacity(width); names.len()];
+    let mut at = Vec::with_capacity(width);
+    let mut applied = window.start;
     for c in 0..width {
-        for event in column_start[c]..column_start[c + 1] {
-            apply_event(device, roles, event, &mut current);
+        let from = column_start[c];
+        // The timeline reads one event even from an empty column (a time axis gap), so this
+        // does too: its peak is the larger of before and after that event.
+        let to = column_start[c + 1].max(from + 1).min(events);
+        let before = replay.allocated_after(from.checked_sub(1));
+        // The first event where the column reaches its maximum; none when it never rises above
+        // what it started with (the timeline's fold starts from `before` too).
+        let mut peak: Option<usize> = None;
+        let mut high = before;
+        for (offset, &value) in replay.allocated[from..to].iter().enumerate() {
+            if value > high {
+                high = value;
+                peak = Some(from + offset);
+            }
         }
-        for (r, value) in current.iter().enumerate() {
-            bytes[r].push(*value);
+        let mut sample = |current: &[u64], event: Option<usize>| {
+            for (r, value) in current.iter().enumerate() {
+                bytes[r].push(*value);
+            }
+            at.push(event);
+        };
+        match peak {
+            None => sample(&current, from.checked_sub(1)),
+            Some(event) if event >= column_start[c + 1] => {
+                // An empty column's look-ahead: peek at the next column's first event without
+                // applying it (that column applies it).
+                let mut peek = current.clone();
+                apply_event(device, roles, event, &mut peek);
+                sample(&peek, Some(event));
+            }
+            Some(event) => {
+                while applied <= event {
+                    apply_event(device, roles, applied, &mut current);
+                    applied += 1;
+                }
+                sample(&current, Some(event));
+            }
+        }
+        while applied < column_start[c + 1] {
+            apply_event(device, roles, applied, &mut current);
+            applied += 1;
         }
     }
     RoleWindow {
-        start,
-        end,
+        start: window.start,
+        end: window.end,
         column_start,
         roles: names,
         bytes,
+        at,
     }
 }
 
@@ -194,6 +235,7 @@ mod tests {
     use super::*;
     use crate::analysis::Analysis;
     use crate::analysis::roles::UserRules;
+    use crate::analysis::timeline::{Axis, timeline};
 
     fn fixture(name: &str) -> Snapshot {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -202,9 +244,10 @@ mod tests {
         crate::snapshot::load_path(&path, Default::default()).expect("fixture loads")
     }
 
-    /// At every event, the bytes of all roles add up to the live bytes the timeline draws.
+    /// In every column, the bytes of all roles add up to the live bytes the timeline draws
+    /// there (its column maximum), so the role area's top is the timeline's memory line.
     #[test]
-    fn role_totals_equal_live_bytes_at_every_event() {
+    fn role_totals_equal_the_timeline_in_every_column() {
         for name in [
             "gpt2_adamw.pickle",
             "ring_wrap.pickle",
@@ -217,31 +260,44 @@ mod tests {
                 let roles = device.roles(&snapshot, &UserRules::default());
                 let events = device.replay.len();
                 assert!(events > 0, "{name}: no events");
-                // One column per event: every event's totals.
-                let window = role_window(device, roles, 0, events - 1, events);
-                for (c, &first) in window.column_start[..window.column_start.len() - 1]
-                    .iter()
-                    .enumerate()
-                {
-                    let last = window.column_start[c + 1] - 1;
-                    let sum = window.bytes.iter().fold(0u64, |s, r| s.wrapping_add(r[c]));
-                    assert_eq!(
-                        sum,
-                        device.replay.allocated_after(Some(last)),
-                        "{name} column {c} (events {first}..={last})"
-                    );
-                }
-                // A window that starts mid-trace, in wide columns, agrees too.
+                let trace = snapshot.trace(device.device);
+                // Every column of every window, on both axes, tops out on the timeline's
+                // maximum for that column: one column per event, a few wide ones, a window
+                // mid-trace, and the time axis (whose columns can be empty).
                 let start = events / 3;
-                let window = role_window(device, roles, start, events - 1, 7);
-                for c in 0..window.column_start.len() - 1 {
-                    let last = window.column_start[c + 1] - 1;
-                    let sum = window.bytes.iter().fold(0u64, |s, r| s.wrapping_add(r[c]));
-                    assert_eq!(
-                        sum,
-                        device.replay.allocated_after(Some(last)),
-                        "{name} wide column {c}"
-                    );
+                for (from, width, axis) in [
+                    (0, events, Axis::Event),
+                    (0, 7, Axis::Event),
+                    (start, 7, Axis::Event),
+                    (start, 13, Axis::Time),
+                    (0, events * 2, Axis::Time),
+                ] {
+                    let window = Window {
+                        start: from,
+                        end: events - 1,
+                        width,
+                        height: 400,
+                        axis,
+                    };
+                    let roles_window = role_window(device, roles, trace, window);
+                    let line = timeline(device, trace, window);
+                    assert_eq!(roles_window.column_start, line.column_start, "{name}");
+                    for (c, max) in line.allocated_max.iter().enumerate() {
+                        let sum = roles_window
+                            .bytes
+                            .iter()
+                            .fold(0u64, |s, r| s.wrapping_add(r[c]));
+                        assert_eq!(
+                            sum, *max,
+                            "{name} {axis:?} from {from} width {width}: column {c}"
+                        );
+                        let at = roles_window.at[c];
+                        assert_eq!(
+                            device.replay.allocated_after(at),
+                            *max,
+                            "{name}: column {c}'s moment"
+                        );
+                    }
                 }
                 // And the live report at the end names the same bytes.
                 let report = live_report(&snapshot, device, roles, Some(events - 1));
@@ -320,20 +376,18 @@ mod speed {
         let events = device.replay.len();
         for (start, end) in [(0, events - 1), (events / 2, events / 2 + events / 100)] {
             let started = std::time::Instant::now();
-            let w = role_window(device, roles, start, end, 1600);
+            let window = Window {
+                start,
+                end,
+                width: 1600,
+                height: 400,
+                axis: Axis::Event,
+            };
+            let trace = snapshot.trace(device.device);
+            let w = role_window(device, roles, trace, window);
             let roles_time = started.elapsed();
             let started = std::time::Instant::now();
-            let t = timeline(
-                device,
-                snapshot.trace(device.device),
-                Window {
-                    start,
-                    end,
-                    width: 1600,
-                    height: 400,
-                    axis: Axis::Event,
-                },
-            );
+            let t = timeline(device, trace, window);
             let timeline_time = started.elapsed();
             println!(
                 "events {start}..={end}: roles window {roles_time:?} ({} columns), timeline window {timeline_time:?} ({} columns)",

@@ -15,6 +15,7 @@ import { frameScheduler, getJSON, h, onThemeChange } from "../common.js";
 import { bindChart } from "./interaction.js";
 import { bindMinimap, MINIMAP_HEIGHT, paintMinimap } from "./minimap.js";
 import { HEIGHT, MARGIN, paintTimeline } from "./paint.js";
+import { bindRoleStrip, loadRoles, paintRoleStrip } from "./roles.js";
 import { renderLegend, renderSide } from "./side.js";
 
 /** How long the window must stay still before its answer is asked for (zooming asks once). */
@@ -32,6 +33,10 @@ export class TimelineView {
     this.empty = panel.querySelector("#timeline-empty");
     this.side = panel.querySelector("#alloc-panel");
     this.legend = panel.querySelector("#timeline-legend");
+    // Colour by role: the strip of memory by role under the chart, and its last answer.
+    this.roleCanvas = panel.querySelector("#timeline-roles");
+    this.roles = null;
+    this.rolesKey = "";
     this.model = null;
     this.overview = null;
     this.overviewKey = "";
@@ -43,6 +48,8 @@ export class TimelineView {
     this.draw = frameScheduler(() => this.paint());
     this.drawMinimap = frameScheduler(() => this.paintMinimap());
     this.bind();
+    bindRoleStrip(this);
+    this.syncColor();
     this.renderLegend();
     this.renderSide();
   }
@@ -108,8 +115,23 @@ export class TimelineView {
     for (const b of this.panel.querySelectorAll(".view-toolbar button")) b.disabled = true;
   }
 
+  /** Colour by role or not: the toolbar's buttons, the strip, the legend. */
+  syncColor() {
+    const byRole = this.state().color === "role";
+    for (const b of this.panel.querySelectorAll("[data-color]")) b.setAttribute("aria-pressed", String(b.dataset.color === this.state().color));
+    this.roleCanvas.hidden = !byRole;
+    this.roleCanvas.parentElement.hidden = !byRole;
+  }
+
   update(state, changed) {
+    if (changed.has("color")) {
+      this.syncColor();
+      this.renderLegend();
+      if (state.color === "role" && this.dataKey) loadRoles(this, this.dataKey);
+    }
     if (changed.has("device") || changed.has("axis")) {
+      this.roles = null;
+      this.rolesKey = "";
       this.model = null;
       this.overview = null;
       this.overviewKey = "";
@@ -152,6 +174,8 @@ export class TimelineView {
     params.set("height", Math.round(plot.h));
     if (s.axis === "time") params.set("axis", "time");
     const key = params.toString();
+    // The role strip asks for the same window (the answers share their columns).
+    if (s.color === "role") loadRoles(this, key);
     if (key === this.dataKey && this.model) return;
     this.abort?.abort();
     const controller = new AbortController();
@@ -245,6 +269,7 @@ export class TimelineView {
 
   paint() {
     paintTimeline(this);
+    paintRoleStrip(this);
   }
 
   paintMinimap() {

@@ -21,6 +21,9 @@ export function bindChart(view) {
     view.draw();
   });
   canvas.addEventListener("dblclick", () => view.reset());
+  for (const b of view.panel.querySelectorAll("[data-color]")) {
+    b.addEventListener("click", () => view.ctx.store.set({ color: b.dataset.color }));
+  }
   for (const b of view.panel.querySelectorAll("[data-axis]")) {
     b.addEventListener("click", () => view.ctx.store.set({ axis: b.dataset.axis }));
   }
@@ -158,6 +161,8 @@ function bandTip(view, band, clientX, clientY) {
       clientX,
       clientY,
       h("div", { className: "tip-title" }, `${bytes(band.size)}`, h("span", { className: "tip-id" }, info ? ` ${info.block_id}` : ` allocation ${band.id}`)),
+      tipRow("role", band.role),
+      band.because ? h("div", { className: "tip-note" }, band.because) : null,
       tipRow("lifetime", lifetime),
       info && info.start_time_us !== null && info.end_time_us !== null ? tipRow("duration", duration(info.end_time_us - info.start_time_us)) : null,
       info ? tipRow("stream", String(info.stream)) : null,

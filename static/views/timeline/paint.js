@@ -3,7 +3,7 @@
 // the answer being drawn) and leaves the context's font and styles as the next step expects,
 // so the order of the steps in paintTimeline is part of the drawing.
 
-import { bandColor } from "../../lib/color.js";
+import { bandColor, roleColor } from "../../lib/color.js";
 import { byteTicks, clamp, eventTicks, timeTicks } from "../../lib/scale.js";
 import { bandRuns, eventOfUnit, unitOfEvent } from "../../lib/timeline-model.js";
 import { bytes, count } from "../../lib/units.js";
@@ -34,7 +34,7 @@ export function paintTimeline(view) {
   const model = view.model;
   const data = model.data;
   const s = view.state();
-  const scene = { ctx, t, m, plot, model, data };
+  const scene = { ctx, t, m, plot, model, data, byRole: s.color === "role" };
   const layout = {
     plot,
     u0: m.u0,
@@ -158,10 +158,10 @@ function paintSmallAllocations({ ctx, t, m, plot, model, data }) {
 }
 
 /** Every band's runs; returns each drawn band's largest visible rectangle (for labels and tests). */
-function paintBands({ ctx, t, m, plot, model }) {
+function paintBands({ ctx, t, m, plot, model, byRole }) {
   const drawn = [];
   for (const band of model.bands) {
-    ctx.fillStyle = bandColor(band.id, t.dark);
+    ctx.fillStyle = byRole ? roleColor(band.role, t.dark) : bandColor(band.id, t.dark);
     let best = null;
     for (const run of bandRuns(band)) {
       const x0 = m.px(run.c0);
@@ -174,7 +174,7 @@ function paintBands({ ctx, t, m, plot, model }) {
       const cx1 = Math.min(x1, plot.x + plot.w);
       if (!best || (cx1 - cx0) * (y1 - y0) > best.w * best.h) best = { x: cx0, y: y0, w: cx1 - cx0, h: y1 - y0 };
     }
-    if (best) drawn.push({ id: band.id, size: band.size, ...best });
+    if (best) drawn.push({ id: band.id, size: band.size, role: band.role, ...best });
   }
   return drawn;
 }

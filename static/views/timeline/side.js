@@ -1,7 +1,9 @@
 // The timeline's side: the pinned allocation's facts and stack, and the legend under the chart.
 
+import { roleColor } from "../../lib/color.js";
+import { ROLES, roleHelp } from "../../lib/roles.js";
 import { bytes, count, duration, hex } from "../../lib/units.js";
-import { allocation, frameParts, h, visibleFrames } from "../common.js";
+import { allocation, frameParts, h, theme, visibleFrames } from "../common.js";
 
 export async function renderSide(view) {
   const s = view.state();
@@ -48,6 +50,17 @@ export async function renderSide(view) {
     h(
       "dl",
       { className: "side-facts" },
+      info.role
+        ? [
+            h("dt", {}, "Role"),
+            h(
+              "dd",
+              { title: info.because },
+              h("span", { className: "role-chip", style: `--role:${roleColor(info.role, theme().dark)}` }, info.role),
+              h("div", { className: "muted small" }, info.because),
+            ),
+          ]
+        : null,
       h("dt", {}, "Size"),
       h("dd", {}, `${bytes(info.size)} (${count(info.size)} B)`),
       h("dt", {}, "Allocated"),
@@ -110,12 +123,26 @@ export async function renderSide(view) {
 
 export function renderLegend(view) {
   const item = (cls, text, title) => h("li", { title }, h("span", { className: `swatch ${cls}` }), text);
-  view.legend.replaceChildren(
-    item(
-      "sw-bands",
-      "allocations (one colour each)",
-      "Each band is one allocation, stacked in allocation order: new ones on top; when one is freed, those above slide down.",
-    ),
+  const byRole = view.state().color === "role";
+  const roleItems = byRole
+    ? ROLES.map((role) =>
+        h(
+          "li",
+          { title: roleHelp(role), dataset: { role } },
+          h("span", { className: "swatch", style: `background:${roleColor(role, theme().dark)}` }),
+          role.replace("_", " "),
+        ),
+      )
+    : [];
+  const items = [
+    ...roleItems,
+    byRole
+      ? null
+      : item(
+          "sw-bands",
+          "allocations (one colour each)",
+          "Each band is one allocation, stacked in allocation order: new ones on top; when one is freed, those above slide down.",
+        ),
     item(
       "sw-small",
       "smaller allocations",
@@ -127,5 +154,6 @@ export function renderLegend(view) {
     item("sw-oom", "out of memory", "An allocation that failed."),
     item("sw-annotation", "annotation", "external_annotations (e.g. optimizer steps); hover one."),
     ...(view.ctx.incomplete ? [item("sw-incomplete", "history incomplete", view.ctx.incomplete)] : []),
-  );
+  ];
+  view.legend.replaceChildren(...items.filter(Boolean));
 }
