@@ -121,12 +121,13 @@ const FIRST_USER_RULE: u16 = 256;
 pub struct DeviceRoles {
     /// By allocation id: index into [`DeviceRoles::names`].
     role: Vec<u8>,
-    /// By allocation id: a built-in rule, or `FIRST_USER_RULE + i` (user rule `i`, then
-    /// annotation texts).
+    /// By allocation id: a built-in rule, or `FIRST_USER_RULE + i`: `extra_because[i]` (the
+    /// profiler's categories, then user rules, then annotations).
     rule: Vec<u16>,
     /// Role names: the built-in ones, then custom ones in order of first use.
     names: Vec<String>,
-    /// `because` texts of user rules and annotations, from `FIRST_USER_RULE` on.
+    /// `because` texts of profiler categories, user rules and annotations, from
+    /// `FIRST_USER_RULE` on.
     extra_because: Vec<String>,
     /// The device ran a backward at all (autograd allocated or freed something).
     pub saw_backward: bool,
@@ -300,8 +301,19 @@ impl DeviceRoles {
             rule[i] = why as u16;
         }
 
-        // User rules override the built-in ones; annotations override both.
+        // The profiler's categories override the built-in rules; user rules override both, and
+        // annotations override everything.
+        apply_categories(
+            trace,
+            replay,
+            &mut names,
+            &mut extra_because,
+            &mut role,
+            &mut rule,
+        );
         if !rules.is_empty() {
+            // User rule `i`'s because text sits after the categories' texts.
+            let first_user_because = FIRST_USER_RULE.saturating_add(extra_because.len() as u16);
             let mut matched: rustc_hash::FxHashMap<u32, Option<usize>> = Default::default();
             for (i, allocation) in allocations.iter().enumerate() {
                 let hit = *matched.entry(allocation.stack).or_insert_with(|| {
@@ -314,7 +326,7 @@ impl DeviceRoles {
                 if let Some(index) = hit {
                     let user = &rules.rules()[index];
                     role[i] = role_index(&mut names, &user.role);
-                    rule[i] = FIRST_USER_RULE + index as u16;
+                    rule[i] = first_user_because.saturating_add(index as u16);
                 }
             }
             extra_because.extend(
@@ -428,6 +440,64 @@ fn role_index(names: &mut Vec<String>, name: &str) -> u8 {
     (names.len() - 1) as u8
 }
 
+/// Snapshots written by torch's profiler label every entry with a `category` (its own
+/// classification of the tensor): an explicit label, so it wins over the built-in rules. The
+/// alloc's entry decides; an allocation whose alloc is not in the trace takes its free's.
+/// `unknown` means the profiler could not tell, so the rules' answer stays.
+fn apply_categories(
+    trace: &Trace,
+    replay: &Replay,
+    names: &mut Vec<String>,
+    extra_because: &mut Vec<String>,
+    role: &mut [u8],
+    rule: &mut [u16],
+) {
+    if trace.category.is_empty() {
+        return;
+    }
+    // By category id: the (role index, rule) it gives, decided once per category.
+    let mut decided: Vec<Option<(u8, u16)>> = vec![None; trace.categories.len()];
+    for (id, allocation) in replay.allocations.iter().enumerate() {
+        let Some(event) = allocation.start.or(allocation.end) else {
+            continue;
+        };
+        let category = trace.category.get(event as usize).copied().unwrap_or(0);
+        if category == 0 {
+            continue;
+        }
+        let slot = &mut decided[usize::from(category)];
+        if slot.is_none() {
+            let label = trace.categories[usize::from(category)].as_str();
+            if label == "unknown" {
+                continue;
+            }
+            let name: String = match Role::from_name(label) {
+                Some(role) => role.name().to_owned(),
+                None => label.chars().take(40).collect(),
+            };
+            let index = role_index(names, &name);
+            let because = format!("labelled `{label}` by the profiler");
+            *slot = Some((index, because_index(extra_because, because)));
+        }
+        if let Some((index, why)) = *slot {
+            role[id] = index;
+            rule[id] = why;
+        }
+    }
+}
+
+/// The rule id of an extra `because` text, adding the text if new.
+fn because_index(extra_because: &mut Vec<String>, because: String) -> u16 {
+    let index = extra_because
+        .iter()
+        .position(|b| *b == because)
+        .unwrap_or_else(|| {
+            extra_because.push(because);
+            extra_because.len() - 1
+        });
+    FIRST_USER_RULE.saturating_add(index as u16)
+}
+
 /// torch 2.11's `annotate` action labels the live allocation at `addr` with `user_metadata`:
 /// an explicit label, so it wins over every rule.
 fn apply_annotations(
@@ -468,13 +538,6 @@ fn apply_annotations(
         };
         role[id] = role_index(names, &name);
         let because = format!("annotated {name:?} by torch.cuda.memory annotate");
-        let index = extra_because
-            .iter()
-            .position(|b| *b == because)
-            .unwrap_or_else(|| {
-                extra_because.push(because);
-                extra_because.len() - 1
-            });
-        rule[id] = FIRST_USER_RULE.saturating_add(index as u16);
+        rule[id] = because_index(extra_because, because);
     }
 }
