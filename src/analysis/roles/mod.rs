@@ -390,6 +390,15 @@ impl DeviceRoles {
         self.rule.get(id as usize) == Some(&(Rule::ForwardKept as u16))
     }
 
+    /// Whether the allocation was made inside `torch/optim` (optimizer state, or a temporary of
+    /// the step), as the built-in rules saw it.
+    pub fn is_made_by_optimizer(&self, id: AllocationId) -> bool {
+        matches!(
+            self.rule.get(id as usize),
+            Some(&r) if r == Rule::OptimKept as u16 || r == Rule::OptimFreed as u16
+        )
+    }
+
     /// Every role name, built-in first; [`DeviceRoles::role_index_of`] indexes it.
     pub fn names(&self) -> &[String] {
         &self.names
