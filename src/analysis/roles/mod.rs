@@ -20,8 +20,8 @@ pub use window::{
 };
 
 use super::replay::{AllocationId, Origin, Replay};
-use crate::snapshot::{ActionCode, Snapshot, Trace};
-use phases::{StackKind, StackKinds};
+use crate::snapshot::{ActionCode, Snapshot, StackId, Trace};
+use phases::{AnnotatedPhases, StackKind, StackKinds};
 use rustc_hash::FxHashSet;
 use std::collections::BTreeMap;
 
@@ -138,8 +138,22 @@ pub struct DeviceRoles {
 
 impl DeviceRoles {
     /// Decides every allocation of `replay` (one device of `snapshot`).
-    pub fn new(snapshot: &Snapshot, replay: &Replay, trace: &Trace, rules: &UserRules) -> Self {
+    pub fn new(snapshot: &Snapshot, replay: &Replay, device: usize, rules: &UserRules) -> Self {
+        let trace = snapshot.trace(device);
         let mut kinds = StackKinds::new(&snapshot.frames, &snapshot.stacks);
+        // Where frames cannot tell the phase, the annotated ranges (by time) may.
+        let annotated = if trace.has_time {
+            AnnotatedPhases::new(&snapshot.external_annotations, device)
+        } else {
+            AnnotatedPhases::default()
+        };
+        let kind_at = |kinds: &mut StackKinds, stack: StackId, event: u32| {
+            let kind = kinds.kind(stack);
+            match trace.time_us.get(event as usize) {
+                Some(&time) if !annotated.is_empty() => annotated.refine(kind, time),
+                _ => kind,
+            }
+        };
         let allocations = &replay.allocations;
         let n = allocations.len();
         let mut names: Vec<String> = BUILTIN_ROLES.iter().map(|r| r.name().to_owned()).collect();
@@ -151,7 +165,7 @@ impl DeviceRoles {
         // order of their alloc events), which stacks' blocks forward freed itself or left to
         // backward, where backward began, and the parameters' sizes.
         let free_kind = |kinds: &mut StackKinds, end: Option<u32>| {
-            end.map(|e| kinds.kind(trace.stack.get(e as usize).copied().unwrap_or(0)))
+            end.map(|e| kind_at(kinds, trace.stack.get(e as usize).copied().unwrap_or(0), e))
         };
         let mut alloc_kind: Vec<StackKind> = Vec::with_capacity(n);
         let mut in_forward_region: Vec<bool> = Vec::with_capacity(n);
@@ -162,7 +176,10 @@ impl DeviceRoles {
         // By stack id (a few thousand stacks; a vector, not a map, in this hot loop).
         let mut stack_history: Vec<(u32, u32)> = vec![(0, 0); snapshot.stacks.len()];
         for allocation in allocations {
-            let kind = kinds.kind(allocation.stack);
+            let kind = match allocation.start {
+                Some(start) => kind_at(&mut kinds, allocation.stack, start),
+                None => kinds.kind(allocation.stack),
+            };
             alloc_kind.push(kind);
             let traced = allocation.origin == Origin::Traced;
             if traced {
