@@ -148,9 +148,10 @@ fn is_setup_frame(file: &str, name: &str) -> bool {
 /// empty stacks (`NoPython`) and Python stacks with no module frame (`Loop`).
 #[derive(Debug, Default)]
 pub struct AnnotatedPhases {
-    /// `(start_us, end_us, kind)`, by start; ranges nest, so the latest start that covers a
-    /// moment is the innermost.
-    ranges: Vec<(i64, i64, StackKind)>,
+    /// `(from_us, phase)` by time: from each moment on (until the next), the innermost open
+    /// range's phase. Flattened once, so a lookup is one binary search however many steps the
+    /// trace annotates (a scan of the ranges per allocation was quadratic on long traces).
+    changes: Vec<(i64, Option<StackKind>)>,
 }
 
 impl AnnotatedPhases {
@@ -184,31 +185,46 @@ impl AnnotatedPhases {
             open.into_iter()
                 .map(|(_, start, kind)| (start, i64::MAX, kind)),
         );
-        ranges.sort_by_key(|&(start, _, _)| start);
-        Self { ranges }
+        // Sweep the starts and ends in time order (an end just after its last microsecond),
+        // keeping the open ranges by start: the last one open is the innermost.
+        let mut points: Vec<(i64, bool, usize)> = Vec::with_capacity(2 * ranges.len());
+        for (index, &(start, end, _)) in ranges.iter().enumerate() {
+            points.push((start, true, index));
+            points.push((end.saturating_add(1), false, index));
+        }
+        points.sort_unstable();
+        let mut inside: Vec<usize> = Vec::new();
+        let mut changes: Vec<(i64, Option<StackKind>)> = Vec::new();
+        for (time, starts, index) in points {
+            if starts {
+                let at = inside.partition_point(|&i| ranges[i].0 <= ranges[index].0);
+                inside.insert(at, index);
+            } else if let Some(at) = inside.iter().position(|&i| i == index) {
+                inside.remove(at);
+            }
+            let phase = inside.last().map(|&i| ranges[i].2);
+            match changes.last_mut() {
+                Some(last) if last.0 == time => last.1 = phase,
+                _ => changes.push((time, phase)),
+            }
+        }
+        Self { changes }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.ranges.is_empty()
+        self.changes.is_empty()
     }
 
     /// The innermost annotated phase covering `time_us`, if any.
     pub fn at(&self, time_us: i64) -> Option<StackKind> {
-        let started = self
-            .ranges
-            .partition_point(|&(start, _, _)| start <= time_us);
-        self.ranges[..started]
-            .iter()
-            .rev()
-            .find(|&&(_, end, _)| time_us <= end)
-            .map(|&(_, _, kind)| kind)
+        let after = self.changes.partition_point(|&(from, _)| from <= time_us);
+        after.checked_sub(1).and_then(|i| self.changes[i].1)
     }
-
     /// `kind` refined by the annotated phase at `time_us` where the frames could not tell
     /// (no Python frame, or Python with no module frame). Autograd's thread does not run inside
     /// an optimizer step, so a frameless block there is the optimizer's.
     pub fn refine(&self, kind: StackKind, time_us: i64) -> StackKind {
-        if self.ranges.is_empty() || !matches!(kind, StackKind::NoPython | StackKind::Loop) {
+        if self.changes.is_empty() || !matches!(kind, StackKind::NoPython | StackKind::Loop) {
             return kind;
         }
         match self.at(time_us) {
