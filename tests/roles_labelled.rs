@@ -115,3 +115,54 @@ fn roles_match_the_truth_of_every_labelled_file() {
     assert!(failures.is_empty(), "files under 90%: {failures:?}");
     assert!(average >= 0.98, "average {:.2}% < 98%", average * 100.0);
 }
+
+/// A snapshot shaped like torch's profiler's (tests/fixtures/profiler/make.py): each entry's
+/// `category` is the role, over what the rules would say from its (empty) frames; `unknown`
+/// leaves the rules' answer.
+#[test]
+fn profiler_categories_decide_roles() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/profiler/profiler_categories.pickle");
+    let snapshot = snapview::snapshot::load_path(&path, Default::default()).expect("load");
+    assert_eq!(
+        snapshot.trace(0).category_of(0),
+        Some("parameter"),
+        "the category column is kept"
+    );
+    let analysis = Analysis::new(&snapshot);
+    let device = analysis.device(0).expect("device");
+    let roles = device.roles(&snapshot, &UserRules::default());
+    let replay = &device.replay;
+    let live = replay.live_after(replay.len().checked_sub(1));
+    let by_addr: BTreeMap<u64, u32> = live
+        .iter()
+        .map(|&id| (replay.allocations[id as usize].addr, id))
+        .collect();
+    let mib = 1u64 << 20;
+    let base = 0x7F00_0000_0000u64;
+    // Addresses as make.py lays them out: each allocation right after the one before.
+    let expected = [
+        (0, "parameter"),
+        (4, "parameter"),
+        (8, "input"),
+        (14, "activation"),
+        (16, "gradient"),
+        (20, "gradient"),
+        (24, "autograd_detail"),
+        (25, "optimizer_state"),
+        (29, "optimizer_state"),
+    ];
+    for (offset, role) in expected {
+        let id = by_addr[&(base + offset * mib)];
+        assert_eq!(roles.role_of(id), role, "at +{offset} MiB");
+        assert_eq!(
+            roles.because(id),
+            format!("labelled `{role}` by the profiler")
+        );
+    }
+    let mystery = by_addr[&(base + 33 * mib)];
+    assert!(
+        !roles.because(mystery).contains("profiler"),
+        "`unknown` from the profiler leaves the rules' answer"
+    );
+}

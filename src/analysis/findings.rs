@@ -33,6 +33,14 @@ const KEPT_GRAPH_MIN_STACKS: usize = 4;
 /// Steps (after the first, which creates optimizer state) needed to call memory growing.
 const GROWTH_MIN_STEPS: usize = 3;
 
+/// Reserved but unused bytes at the reserved peak must be at least this share of it...
+const FRAGMENTED_SHARE: f64 = 0.2;
+/// ...and at least this many bytes, for fragmentation near the peak to be worth a word.
+const FRAGMENTED_MIN_BYTES: u64 = 1 << 30;
+/// Optimizer state made in the first step and live at the peak must be at least this share of
+/// the peak for it to be said to raise it.
+const STATE_SHARE_OF_PEAK: f64 = 0.15;
+
 /// Every finding of one device, warnings first.
 pub fn device_findings(
     snapshot: &Snapshot,
@@ -42,7 +50,12 @@ pub fn device_findings(
     let mut findings = Vec::new();
     findings.extend(activations_kept_without_backward(device, roles));
     findings.extend(live_memory_grows_per_step(snapshot, device, roles));
-    findings.extend(fragmentation_at_oom(snapshot, device));
+    let at_oom = fragmentation_at_oom(snapshot, device);
+    if at_oom.is_empty() {
+        findings.extend(fragmentation_at_reserved_peak(snapshot, device));
+    }
+    findings.extend(at_oom);
+    findings.extend(optimizer_state_raises_peak(snapshot, device, roles));
     findings.extend(gradients_kept_between_steps(device, roles));
     findings.sort_by_key(|f| f.severity != "warning");
     findings
@@ -229,5 +242,124 @@ fn gradients_kept_between_steps(device: &DeviceAnalysis, roles: &DeviceRoles) ->
               default since torch 2.0) frees them before forward"
             .to_owned(),
         event: before,
+    })
+}
+
+/// The cache reached its most reserved bytes by making a new segment while a large share of
+/// what it already held sat unused: the allocator only makes a segment when no cached block
+/// fits the request, so the unused bytes were there but in pieces too small. Only at the
+/// reserved peak (where it costs device memory) and only when the waste is large; expandable
+/// segments (`segment_map`) are left alone, since they are the fix.
+fn fragmentation_at_reserved_peak(snapshot: &Snapshot, device: &DeviceAnalysis) -> Option<Finding> {
+    let trace = snapshot.trace(device.device);
+    let replay = &device.replay;
+    let peak = replay.peak_reserved(trace);
+    let event = peak.event_index?;
+    if trace.action.get(event) != Some(&ActionCode::SEGMENT_ALLOC) {
+        return None;
+    }
+    let before = event.checked_sub(1);
+    let unused = replay
+        .reserved_after(before)
+        .saturating_sub(replay.allocated_after(before));
+    // The request the new segment was made for: the next alloc on the same stream.
+    let stream = trace.stream[event];
+    let request = (event + 1..trace.len().min(event + 64))
+        .find(|&e| trace.action[e] == ActionCode::ALLOC && trace.stream[e] == stream)
+        .map(|e| trace.size[e])?;
+    let large = unused as f64 >= FRAGMENTED_SHARE * peak.bytes as f64
+        && unused >= FRAGMENTED_MIN_BYTES
+        && unused >= request;
+    large.then(|| Finding {
+        code: "fragmentation",
+        severity: "warning",
+        bytes: unused,
+        message: format!(
+            "reserved memory peaked at {} when a new {} segment was made for a {} request while \
+             {} of the cache was reserved but unused: no free block was big enough",
+            human_bytes(peak.bytes),
+            human_bytes(trace.size[event]),
+            human_bytes(request),
+            human_bytes(unused)
+        ),
+        fix: "set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` so free memory can be \
+              joined, or call `torch.cuda.empty_cache()` before the large allocation"
+            .to_owned(),
+        event: Some(event),
+    })
+}
+
+/// The peak is in the first optimizer step, and the state that step creates lazily (Adam's
+/// `exp_avg` and `exp_avg_sq`: twice the parameters) is a large part of it. Worth knowing when
+/// sizing a run; a warning only when an OOM happens in that step.
+fn optimizer_state_raises_peak(
+    snapshot: &Snapshot,
+    device: &DeviceAnalysis,
+    roles: &DeviceRoles,
+) -> Option<Finding> {
+    let trace = snapshot.trace(device.device);
+    let replay = &device.replay;
+    let peak = replay.peak_allocated(trace);
+    let at = peak.event_index?;
+    let state = Role::OptimizerState as u8;
+    // Where the first state was made: the first step.
+    let first_state = replay
+        .allocations
+        .iter()
+        .enumerate()
+        .filter(|(id, _)| {
+            roles.role_index_of(*id as u32) == state && roles.is_made_by_optimizer(*id as u32)
+        })
+        .filter_map(|(_, a)| a.start)
+        .min()? as usize;
+    // That step ends where the next forward begins.
+    let step_end = roles
+        .forward_starts
+        .iter()
+        .map(|&s| s as usize)
+        .find(|&s| s > first_state)
+        .unwrap_or(replay.len());
+    let peak_in_step = at >= first_state && at < step_end;
+    let made_by_optimizer = replay
+        .allocation_at(at)
+        .is_some_and(|id| roles.is_made_by_optimizer(id));
+    if !peak_in_step || !made_by_optimizer {
+        return None;
+    }
+    let state_bytes: u64 = replay
+        .live_after(Some(at))
+        .into_iter()
+        .filter(|&id| {
+            let allocation = &replay.allocations[id as usize];
+            roles.role_index_of(id) == state
+                && allocation.start.is_some_and(|s| s as usize >= first_state)
+        })
+        .map(|id| replay.allocations[id as usize].size)
+        .sum();
+    if (state_bytes as f64) < STATE_SHARE_OF_PEAK * peak.bytes as f64 {
+        return None;
+    }
+    let oom = (first_state..step_end).find(|&e| trace.action.get(e) == Some(&ActionCode::OOM));
+    Some(Finding {
+        code: "optimizer_state_raises_peak",
+        severity: if oom.is_some() { "warning" } else { "info" },
+        bytes: state_bytes,
+        message: format!(
+            "the peak ({}) is in the first optimizer step, which creates the optimizer's state: \
+             {} of it ({:.0}% of the peak){}",
+            human_bytes(peak.bytes),
+            human_bytes(state_bytes),
+            100.0 * state_bytes as f64 / peak.bytes.max(1) as f64,
+            if oom.is_some() {
+                "; the out-of-memory happened in this step"
+            } else {
+                ""
+            }
+        ),
+        fix: "the first step allocates the optimizer's state (2x the parameters for Adam): budget \
+              for it, or create the state before the run, or use a lighter optimizer (8-bit Adam, \
+              Adafactor, SGD)"
+            .to_owned(),
+        event: Some(at),
     })
 }

@@ -92,9 +92,8 @@ impl DeviceAnalysis {
     /// Every allocation's role, decided on the first call with these `rules` (later calls get
     /// the same answer: one snapshot is read with one set of rules).
     pub fn roles(&self, snapshot: &Snapshot, rules: &roles::UserRules) -> &roles::DeviceRoles {
-        self.roles.get_or_init(|| {
-            roles::DeviceRoles::new(snapshot, &self.replay, snapshot.trace(self.device), rules)
-        })
+        self.roles
+            .get_or_init(|| roles::DeviceRoles::new(snapshot, &self.replay, self.device, rules))
     }
 
     /// Allocation ids, largest first (ties by id): the timeline picks its bands from the front.

@@ -453,6 +453,7 @@ fn empty_like(events: &Trace) -> Trace {
     Trace {
         strings: events.strings.clone(),
         unknown_actions: events.unknown_actions.clone(),
+        categories: events.categories.clone(),
         ..Trace::default()
     }
 }
@@ -471,6 +472,7 @@ fn split_off(events: &mut Trace, start: usize) -> Trace {
         tail.compile_context = std::mem::take(&mut events.compile_context);
         tail.user_metadata = std::mem::take(&mut events.user_metadata);
         tail.device_free = std::mem::take(&mut events.device_free);
+        tail.category = std::mem::take(&mut events.category);
         tail.has_time = events.has_time;
         return tail;
     }
@@ -482,6 +484,7 @@ fn split_off(events: &mut Trace, start: usize) -> Trace {
     tail.stack = events.stack.split_off(start);
     tail.compile_context = events.compile_context.split_off(start);
     tail.user_metadata = events.user_metadata.split_off(start);
+    tail.category = events.category.split_off(start.min(events.category.len()));
     tail.device_free = events
         .device_free
         .split_off(&start)
@@ -505,6 +508,11 @@ fn gather(events: &Trace, rows: &Rows) -> Trace {
             events.compile_context[row],
             events.user_metadata[row],
         );
+        if let Some(&category) = events.category.get(row).filter(|&&c| c != 0) {
+            let last = trace.len() - 1;
+            trace.category.resize(last, 0);
+            trace.category.push(category);
+        }
         if let Some(&free) = events.device_free.get(&row) {
             trace.device_free.insert(trace.len() - 1, free);
         }

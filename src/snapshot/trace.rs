@@ -103,6 +103,13 @@ pub struct Trace {
     pub device_free: BTreeMap<usize, u64>,
     /// Names of unknown actions; code `FIRST_UNKNOWN + i` is `unknown_actions[i]`.
     pub unknown_actions: Vec<String>,
+    /// By event: index into [`Trace::categories`] of the entry's `category` (torch's profiler
+    /// labels each entry with one; 0 = none). Empty when no entry carries one, as in every
+    /// snapshot `_record_memory_history` writes, so it costs nothing there; shorter than the
+    /// trace when only earlier entries carry one.
+    pub category: Vec<u8>,
+    /// Distinct `category` texts; entry 0 is "none".
+    pub categories: Vec<String>,
     /// Whether any entry carried `time_us`.
     pub has_time: bool,
 }
@@ -200,6 +207,35 @@ impl Trace {
         }
         self.strings.push(text.to_owned());
         (self.strings.len() - 1) as u32
+    }
+
+    /// The `category` the entry at `event` carries, if any.
+    pub fn category_of(&self, event: usize) -> Option<&str> {
+        match self.category.get(event).copied().unwrap_or(0) {
+            0 => None,
+            id => self.categories.get(usize::from(id)).map(String::as_str),
+        }
+    }
+
+    /// Labels the entry at `event` with `category` (the JSON reader and the pickle compactor),
+    /// interning the text: a profiler writes a handful of categories millions of times.
+    pub fn set_category(&mut self, event: usize, category: &str) {
+        if self.categories.is_empty() {
+            self.categories.push(String::new());
+        }
+        let id = match self.categories.iter().position(|c| c == category) {
+            Some(id) => id,
+            // More than 255 distinct categories is not a profiler's; the rest read as none.
+            None if self.categories.len() > usize::from(u8::MAX) => return,
+            None => {
+                self.categories.push(category.to_owned());
+                self.categories.len() - 1
+            }
+        };
+        if self.category.len() <= event {
+            self.category.resize(event + 1, 0);
+        }
+        self.category[event] = id as u8;
     }
 
     pub fn string(&self, id: u32) -> Option<&str> {

@@ -20,8 +20,8 @@ pub use window::{
 };
 
 use super::replay::{AllocationId, Origin, Replay};
-use crate::snapshot::{ActionCode, Snapshot, Trace};
-use phases::{StackKind, StackKinds};
+use crate::snapshot::{ActionCode, Snapshot, StackId, Trace};
+use phases::{AnnotatedPhases, StackKind, StackKinds};
 use rustc_hash::FxHashSet;
 use std::collections::BTreeMap;
 
@@ -121,12 +121,13 @@ const FIRST_USER_RULE: u16 = 256;
 pub struct DeviceRoles {
     /// By allocation id: index into [`DeviceRoles::names`].
     role: Vec<u8>,
-    /// By allocation id: a built-in rule, or `FIRST_USER_RULE + i` (user rule `i`, then
-    /// annotation texts).
+    /// By allocation id: a built-in rule, or `FIRST_USER_RULE + i`: `extra_because[i]` (the
+    /// profiler's categories, then user rules, then annotations).
     rule: Vec<u16>,
     /// Role names: the built-in ones, then custom ones in order of first use.
     names: Vec<String>,
-    /// `because` texts of user rules and annotations, from `FIRST_USER_RULE` on.
+    /// `because` texts of profiler categories, user rules and annotations, from
+    /// `FIRST_USER_RULE` on.
     extra_because: Vec<String>,
     /// The device ran a backward at all (autograd allocated or freed something).
     pub saw_backward: bool,
@@ -137,8 +138,22 @@ pub struct DeviceRoles {
 
 impl DeviceRoles {
     /// Decides every allocation of `replay` (one device of `snapshot`).
-    pub fn new(snapshot: &Snapshot, replay: &Replay, trace: &Trace, rules: &UserRules) -> Self {
+    pub fn new(snapshot: &Snapshot, replay: &Replay, device: usize, rules: &UserRules) -> Self {
+        let trace = snapshot.trace(device);
         let mut kinds = StackKinds::new(&snapshot.frames, &snapshot.stacks);
+        // Where frames cannot tell the phase, the annotated ranges (by time) may.
+        let annotated = if trace.has_time {
+            AnnotatedPhases::new(&snapshot.external_annotations, device)
+        } else {
+            AnnotatedPhases::default()
+        };
+        let kind_at = |kinds: &mut StackKinds, stack: StackId, event: u32| {
+            let kind = kinds.kind(stack);
+            match trace.time_us.get(event as usize) {
+                Some(&time) if !annotated.is_empty() => annotated.refine(kind, time),
+                _ => kind,
+            }
+        };
         let allocations = &replay.allocations;
         let n = allocations.len();
         let mut names: Vec<String> = BUILTIN_ROLES.iter().map(|r| r.name().to_owned()).collect();
@@ -150,7 +165,7 @@ impl DeviceRoles {
         // order of their alloc events), which stacks' blocks forward freed itself or left to
         // backward, where backward began, and the parameters' sizes.
         let free_kind = |kinds: &mut StackKinds, end: Option<u32>| {
-            end.map(|e| kinds.kind(trace.stack.get(e as usize).copied().unwrap_or(0)))
+            end.map(|e| kind_at(kinds, trace.stack.get(e as usize).copied().unwrap_or(0), e))
         };
         let mut alloc_kind: Vec<StackKind> = Vec::with_capacity(n);
         let mut in_forward_region: Vec<bool> = Vec::with_capacity(n);
@@ -161,7 +176,10 @@ impl DeviceRoles {
         // By stack id (a few thousand stacks; a vector, not a map, in this hot loop).
         let mut stack_history: Vec<(u32, u32)> = vec![(0, 0); snapshot.stacks.len()];
         for allocation in allocations {
-            let kind = kinds.kind(allocation.stack);
+            let kind = match allocation.start {
+                Some(start) => kind_at(&mut kinds, allocation.stack, start),
+                None => kinds.kind(allocation.stack),
+            };
             alloc_kind.push(kind);
             let traced = allocation.origin == Origin::Traced;
             if traced {
@@ -300,8 +318,19 @@ impl DeviceRoles {
             rule[i] = why as u16;
         }
 
-        // User rules override the built-in ones; annotations override both.
+        // The profiler's categories override the built-in rules; user rules override both, and
+        // annotations override everything.
+        apply_categories(
+            trace,
+            replay,
+            &mut names,
+            &mut extra_because,
+            &mut role,
+            &mut rule,
+        );
         if !rules.is_empty() {
+            // User rule `i`'s because text sits after the categories' texts.
+            let first_user_because = FIRST_USER_RULE.saturating_add(extra_because.len() as u16);
             let mut matched: rustc_hash::FxHashMap<u32, Option<usize>> = Default::default();
             for (i, allocation) in allocations.iter().enumerate() {
                 let hit = *matched.entry(allocation.stack).or_insert_with(|| {
@@ -314,7 +343,7 @@ impl DeviceRoles {
                 if let Some(index) = hit {
                     let user = &rules.rules()[index];
                     role[i] = role_index(&mut names, &user.role);
-                    rule[i] = FIRST_USER_RULE + index as u16;
+                    rule[i] = first_user_because.saturating_add(index as u16);
                 }
             }
             extra_because.extend(
@@ -378,6 +407,15 @@ impl DeviceRoles {
         self.rule.get(id as usize) == Some(&(Rule::ForwardKept as u16))
     }
 
+    /// Whether the allocation was made inside `torch/optim` (optimizer state, or a temporary of
+    /// the step), as the built-in rules saw it.
+    pub fn is_made_by_optimizer(&self, id: AllocationId) -> bool {
+        matches!(
+            self.rule.get(id as usize),
+            Some(&r) if r == Rule::OptimKept as u16 || r == Rule::OptimFreed as u16
+        )
+    }
+
     /// Every role name, built-in first; [`DeviceRoles::role_index_of`] indexes it.
     pub fn names(&self) -> &[String] {
         &self.names
@@ -428,6 +466,64 @@ fn role_index(names: &mut Vec<String>, name: &str) -> u8 {
     (names.len() - 1) as u8
 }
 
+/// Snapshots written by torch's profiler label every entry with a `category` (its own
+/// classification of the tensor): an explicit label, so it wins over the built-in rules. The
+/// alloc's entry decides; an allocation whose alloc is not in the trace takes its free's.
+/// `unknown` means the profiler could not tell, so the rules' answer stays.
+fn apply_categories(
+    trace: &Trace,
+    replay: &Replay,
+    names: &mut Vec<String>,
+    extra_because: &mut Vec<String>,
+    role: &mut [u8],
+    rule: &mut [u16],
+) {
+    if trace.category.is_empty() {
+        return;
+    }
+    // By category id: the (role index, rule) it gives, decided once per category.
+    let mut decided: Vec<Option<(u8, u16)>> = vec![None; trace.categories.len()];
+    for (id, allocation) in replay.allocations.iter().enumerate() {
+        let Some(event) = allocation.start.or(allocation.end) else {
+            continue;
+        };
+        let category = trace.category.get(event as usize).copied().unwrap_or(0);
+        if category == 0 {
+            continue;
+        }
+        let slot = &mut decided[usize::from(category)];
+        if slot.is_none() {
+            let label = trace.categories[usize::from(category)].as_str();
+            if label == "unknown" {
+                continue;
+            }
+            let name: String = match Role::from_name(label) {
+                Some(role) => role.name().to_owned(),
+                None => label.chars().take(40).collect(),
+            };
+            let index = role_index(names, &name);
+            let because = format!("labelled `{label}` by the profiler");
+            *slot = Some((index, because_index(extra_because, because)));
+        }
+        if let Some((index, why)) = *slot {
+            role[id] = index;
+            rule[id] = why;
+        }
+    }
+}
+
+/// The rule id of an extra `because` text, adding the text if new.
+fn because_index(extra_because: &mut Vec<String>, because: String) -> u16 {
+    let index = extra_because
+        .iter()
+        .position(|b| *b == because)
+        .unwrap_or_else(|| {
+            extra_because.push(because);
+            extra_because.len() - 1
+        });
+    FIRST_USER_RULE.saturating_add(index as u16)
+}
+
 /// torch 2.11's `annotate` action labels the live allocation at `addr` with `user_metadata`:
 /// an explicit label, so it wins over every rule.
 fn apply_annotations(
@@ -468,13 +564,6 @@ fn apply_annotations(
         };
         role[id] = role_index(names, &name);
         let because = format!("annotated {name:?} by torch.cuda.memory annotate");
-        let index = extra_because
-            .iter()
-            .position(|b| *b == because)
-            .unwrap_or_else(|| {
-                extra_because.push(because);
-                extra_because.len() - 1
-            });
-        rule[id] = FIRST_USER_RULE.saturating_add(index as u16);
+        rule[id] = because_index(extra_because, because);
     }
 }

@@ -7,7 +7,7 @@
 //! setup goes through `Module._apply` (`.to`/`.cuda`), `nn.init`, `load_state_dict` or
 //! `from_pretrained`.
 
-use crate::snapshot::{FrameTable, StackId, StackTable};
+use crate::snapshot::{Annotation, FrameTable, StackId, StackTable};
 
 /// The phase a stack belongs to. Checked in this order: the first kind that fits wins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,6 +142,117 @@ fn is_setup_frame(file: &str, name: &str) -> bool {
         || name == "init_weights"
 }
 
+/// Phases from `external_annotations`: the START/END times of `record_function` ranges that
+/// name a phase (`Optimizer.step#AdamW.step`, `Optimizer.zero_grad#…`, `…forward`,
+/// `…backward`). A second source of phases, for stacks whose frames cannot say: C++-only or
+/// empty stacks (`NoPython`) and Python stacks with no module frame (`Loop`).
+#[derive(Debug, Default)]
+pub struct AnnotatedPhases {
+    /// `(from_us, phase)` by time: from each moment on (until the next), the innermost open
+    /// range's phase. Flattened once, so a lookup is one binary search however many steps the
+    /// trace annotates (a scan of the ranges per allocation was quadratic on long traces).
+    changes: Vec<(i64, Option<StackKind>)>,
+}
+
+impl AnnotatedPhases {
+    /// The phase ranges of `device` among `annotations`; an END pairs with the latest open
+    /// START of the same name, and a START never closed runs to the end of time.
+    pub fn new(annotations: &[Annotation], device: usize) -> Self {
+        let mut open: Vec<(&str, i64, StackKind)> = Vec::new();
+        let mut ranges = Vec::new();
+        for annotation in annotations
+            .iter()
+            .filter(|a| usize::try_from(a.device).is_ok_and(|d| d == device))
+        {
+            let Some(name) = annotation.fields.get("name") else {
+                continue;
+            };
+            let Some(kind) = phase_of_range(name) else {
+                continue;
+            };
+            match annotation.fields.get("stage").map(String::as_str) {
+                Some("START") => open.push((name, annotation.time_us, kind)),
+                Some("END") => {
+                    if let Some(at) = open.iter().rposition(|(n, _, _)| n == name) {
+                        let (_, start, kind) = open.remove(at);
+                        ranges.push((start, annotation.time_us, kind));
+                    }
+                }
+                _ => {}
+            }
+        }
+        ranges.extend(
+            open.into_iter()
+                .map(|(_, start, kind)| (start, i64::MAX, kind)),
+        );
+        // Sweep the starts and ends in time order (an end just after its last microsecond),
+        // keeping the open ranges by start: the last one open is the innermost.
+        let mut points: Vec<(i64, bool, usize)> = Vec::with_capacity(2 * ranges.len());
+        for (index, &(start, end, _)) in ranges.iter().enumerate() {
+            points.push((start, true, index));
+            points.push((end.saturating_add(1), false, index));
+        }
+        points.sort_unstable();
+        let mut inside: Vec<usize> = Vec::new();
+        let mut changes: Vec<(i64, Option<StackKind>)> = Vec::new();
+        for (time, starts, index) in points {
+            if starts {
+                let at = inside.partition_point(|&i| ranges[i].0 <= ranges[index].0);
+                inside.insert(at, index);
+            } else if let Some(at) = inside.iter().position(|&i| i == index) {
+                inside.remove(at);
+            }
+            let phase = inside.last().map(|&i| ranges[i].2);
+            match changes.last_mut() {
+                Some(last) if last.0 == time => last.1 = phase,
+                _ => changes.push((time, phase)),
+            }
+        }
+        Self { changes }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty()
+    }
+
+    /// The innermost annotated phase covering `time_us`, if any.
+    pub fn at(&self, time_us: i64) -> Option<StackKind> {
+        let after = self.changes.partition_point(|&(from, _)| from <= time_us);
+        after.checked_sub(1).and_then(|i| self.changes[i].1)
+    }
+    /// `kind` refined by the annotated phase at `time_us` where the frames could not tell
+    /// (no Python frame, or Python with no module frame). Autograd's thread does not run inside
+    /// an optimizer step, so a frameless block there is the optimizer's.
+    pub fn refine(&self, kind: StackKind, time_us: i64) -> StackKind {
+        if self.changes.is_empty() || !matches!(kind, StackKind::NoPython | StackKind::Loop) {
+            return kind;
+        }
+        match self.at(time_us) {
+            // A frameless block in backward is what the frames already say.
+            Some(StackKind::NoPython) | None => kind,
+            Some(annotated) => annotated,
+        }
+    }
+}
+
+/// The phase a `record_function` range name stands for: torch names optimizer ranges
+/// `Optimizer.step#<class>.step` and `Optimizer.zero_grad#<class>.zero_grad`, DDP's forward
+/// `DistributedDataParallel.forward`, and users name theirs `forward`/`backward`.
+fn phase_of_range(name: &str) -> Option<StackKind> {
+    let lower = name.to_ascii_lowercase();
+    if lower.starts_with("optimizer.zero_grad") || lower.ends_with("zero_grad") {
+        Some(StackKind::ZeroGrad)
+    } else if lower.starts_with("optimizer.step") {
+        Some(StackKind::Optimizer)
+    } else if lower.contains("backward") {
+        Some(StackKind::NoPython)
+    } else if lower.contains("forward") {
+        Some(StackKind::Forward)
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,5 +311,63 @@ mod tests {
         assert_eq!(kinds.kind(loop_), StackKind::Loop);
         // Cached answers are the same answers.
         assert_eq!(kinds.kind(fwd), StackKind::Forward);
+    }
+
+    fn annotation(name: &str, stage: &str, time_us: i64, device: i64) -> Annotation {
+        Annotation {
+            device,
+            time_us,
+            fields: [("name", name), ("stage", stage)]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn annotated_ranges_give_phases_where_frames_cannot() {
+        let annotations = [
+            annotation("ProfilerStep#1", "START", 0, 0),
+            annotation("my_model.forward", "START", 10, 0),
+            annotation("my_model.forward", "END", 20, 0),
+            annotation("Optimizer.step#Adam.step", "START", 30, 0),
+            annotation("Optimizer.step#Adam.step", "END", 40, 0),
+            annotation("Optimizer.zero_grad#Adam.zero_grad", "START", 50, 0),
+            annotation("Optimizer.zero_grad#Adam.zero_grad", "END", 60, 0),
+            // Another device's ranges are not this one's.
+            annotation("Optimizer.step#Adam.step", "START", 70, 1),
+            annotation("Optimizer.step#Adam.step", "END", 80, 1),
+            // Never closed: to the end of time.
+            annotation("loss.backward", "START", 90, 0),
+        ];
+        let phases = AnnotatedPhases::new(&annotations, 0);
+        assert_eq!(phases.at(5), None, "ProfilerStep is a step, not a phase");
+        assert_eq!(phases.at(15), Some(StackKind::Forward));
+        assert_eq!(phases.at(35), Some(StackKind::Optimizer));
+        assert_eq!(phases.at(55), Some(StackKind::ZeroGrad));
+        assert_eq!(phases.at(75), None);
+        assert_eq!(phases.at(1_000), Some(StackKind::NoPython));
+        // Only frameless or loop stacks are refined; frames that name a phase win.
+        assert_eq!(phases.refine(StackKind::NoPython, 35), StackKind::Optimizer);
+        assert_eq!(phases.refine(StackKind::Loop, 15), StackKind::Forward);
+        assert_eq!(phases.refine(StackKind::Loop, 55), StackKind::ZeroGrad);
+        assert_eq!(phases.refine(StackKind::Forward, 35), StackKind::Forward);
+        assert_eq!(phases.refine(StackKind::NoPython, 25), StackKind::NoPython);
+        assert_eq!(phases.refine(StackKind::Loop, 1_000), StackKind::Loop);
+    }
+
+    #[test]
+    fn nested_ranges_answer_with_the_innermost() {
+        let annotations = [
+            annotation("DistributedDataParallel.forward", "START", 0, 0),
+            annotation("Optimizer.step#SGD.step", "START", 10, 0),
+            annotation("Optimizer.step#SGD.step", "END", 20, 0),
+            annotation("DistributedDataParallel.forward", "END", 30, 0),
+        ];
+        let phases = AnnotatedPhases::new(&annotations, 0);
+        assert_eq!(phases.at(5), Some(StackKind::Forward));
+        assert_eq!(phases.at(15), Some(StackKind::Optimizer));
+        assert_eq!(phases.at(25), Some(StackKind::Forward));
+        assert!(AnnotatedPhases::new(&[], 0).is_empty());
     }
 }

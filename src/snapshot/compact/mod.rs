@@ -39,6 +39,7 @@ enum Field {
     CompileContext,
     UserMetadata,
     DeviceFree,
+    Category,
     Filename,
     Line,
     Name,
@@ -55,6 +56,7 @@ fn field_of_name(name: &str) -> Field {
         "compile_context" => Field::CompileContext,
         "user_metadata" => Field::UserMetadata,
         "device_free" => Field::DeviceFree,
+        "category" => Field::Category,
         "filename" => Field::Filename,
         "line" => Field::Line,
         "name" => Field::Name,
@@ -182,7 +184,8 @@ const FRAMES: usize = 5;
 const CONTEXT: usize = 6;
 const METADATA: usize = 7;
 const DEVICE_FREE: usize = 8;
-const ENTRY_FIELDS: usize = 9;
+const CATEGORY: usize = 9;
+const ENTRY_FIELDS: usize = 10;
 
 const UNRESOLVED: u32 = u32::MAX;
 const UNRESOLVED_ACTION: u16 = u16::MAX;
@@ -339,6 +342,8 @@ impl<'scope, F: TraceFollower> TraceCompactor<'scope, F> {
         trace.strings = meta.strings;
         trace.unknown_actions = meta.unknown_actions;
         trace.device_free = meta.device_free;
+        trace.category = meta.category;
+        trace.categories = meta.categories;
         self.rows = 0;
         (trace, pass)
     }
@@ -474,6 +479,7 @@ impl<'scope, F: TraceFollower> TraceCompactor<'scope, F> {
                     Field::CompileContext => CONTEXT,
                     Field::UserMetadata => METADATA,
                     Field::DeviceFree => DEVICE_FREE,
+                    Field::Category => CATEGORY,
                     _ => continue,
                 };
                 // A key set twice keeps its last value, as Python's dict does.
@@ -569,6 +575,10 @@ impl<'scope, F: TraceFollower> TraceCompactor<'scope, F> {
         }
         if let Some(free) = device_free {
             self.events.device_free.insert(row, free);
+        }
+        // Only the profiler's snapshots carry a category; the column stays empty otherwise.
+        if let Some(category) = value(CATEGORY).and_then(|v| heap.str(v)) {
+            self.events.set_category(row, category);
         }
         Some(row)
     }
