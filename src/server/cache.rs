@@ -72,7 +72,10 @@ fn snapshot_heap_bytes(snapshot: &Snapshot) -> u64 {
                 + vec_bytes(&trace.stack)
                 + vec_bytes(&trace.compile_context)
                 + vec_bytes(&trace.user_metadata)
-                + (trace.strings.len() + trace.unknown_actions.len()) as u64 * PER_TABLE_ENTRY
+                + vec_bytes(&trace.category)
+                + (trace.strings.len() + trace.unknown_actions.len() + trace.categories.len())
+                    as u64
+                    * PER_TABLE_ENTRY
                 + trace.device_free.len() as u64 * PER_MAP_ENTRY
         })
         .sum();
