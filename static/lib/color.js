@@ -34,3 +34,20 @@ export function frameColor(name, file, dark) {
   const l = dark ? 40 + ((h >>> 8) % 12) : 60 + ((h >>> 8) % 14);
   return `hsl(${hue} ${68 + ((h >>> 16) % 20)}% ${l}%)`;
 }
+
+/** Hue and saturation of each built-in role: set apart so that neighbours in the stack differ. */
+const ROLE_HUES = {
+  parameter: [217, 62],
+  gradient: [275, 48],
+  optimizer_state: [32, 80],
+  activation: [350, 70],
+  temporary: [170, 42],
+  input: [100, 42],
+};
+
+/** A role's colour, the same in every view; custom roles get a stable hue of their own. */
+export function roleColor(role, dark) {
+  if (role === "unknown") return dark ? "hsl(220 8% 46%)" : "hsl(220 10% 70%)";
+  const [hue, s] = ROLE_HUES[role] ?? [hash(role) % 360, 55];
+  return `hsl(${hue} ${s}% ${dark ? 56 : 58}%)`;
+}
