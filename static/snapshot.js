@@ -4,6 +4,7 @@ import { startViews, VIEW_KEYS, viewSearch } from "./views/app.js";
 import { writeFetch } from "./views/auth.js";
 import { showOomPanels } from "./views/oom.js";
 import { copyLink, isShortcut, keyboardHelp, showTimes, toast } from "./views/page.js";
+import { showRoleBars } from "./views/roles.js";
 
 const root = document.querySelector(".snapshot");
 const id = root.dataset.id;
@@ -79,6 +80,8 @@ document.getElementById("copy-link").addEventListener("click", copyViewLink);
 for (const bar of document.querySelectorAll(".stack-bar[data-width]")) {
   bar.style.width = `${Math.min(100, Math.max(0, Number(bar.dataset.width) || 0))}%`;
 }
+
+showRoleBars(document.getElementById("overview"));
 
 document.addEventListener("keydown", (event) => {
   if (!isShortcut(event)) return;

@@ -116,6 +116,13 @@ fn compare_and_group_pages_work_in_a_real_browser() {
     run_script("tests/browser/compare.mjs", Duration::from_secs(140));
 }
 
+/// Findings and memory by role on the overview, the change by role on the compare page:
+/// `tests/browser/findings.mjs`.
+#[test]
+fn findings_and_roles_show_in_a_real_browser() {
+    run_script("tests/browser/findings.mjs", Duration::from_secs(120));
+}
+
 #[test]
 fn the_oom_explainer_works_in_a_real_browser() {
     run_script("tests/browser/oom.mjs", Duration::from_secs(60));

@@ -68,6 +68,26 @@ fn summary_text_names_the_peak_and_the_oom() {
 }
 
 #[test]
+fn diff_text_says_which_roles_changed() {
+    // Inference with autograd on keeps every activation: the change is activations, not weights.
+    let output = snapview(&["diff", &path("infer_nograd"), &path("infer_grad")]);
+    assert!(output.status.success());
+    let text = String::from_utf8_lossy(&output.stdout);
+    let by_role = text.split("by role:\n").nth(1).expect("a by-role block");
+    let first = by_role.lines().next().unwrap_or_default();
+    assert!(
+        first.trim_start().starts_with("activation") && first.contains("+11.4 GiB"),
+        "{text}"
+    );
+    assert!(
+        by_role
+            .lines()
+            .any(|l| l.trim_start().starts_with("parameter") && l.contains("±0")),
+        "{text}"
+    );
+}
+
+#[test]
 fn stats_is_torchs_segsum_byte_for_byte() {
     for name in ["mlp_small", "gpt2_adamw", "expandable"] {
         let output = snapview(&["stats", &path(name)]);

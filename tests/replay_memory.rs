@@ -121,7 +121,10 @@ fn the_cache_counts_what_a_loaded_leak_holds() {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let before = held();
-    let loaded = Loaded::new((leak_snapshot(200_000), Default::default()));
+    let loaded = Loaded::new(
+        (leak_snapshot(200_000), Default::default()),
+        &Default::default(),
+    );
     let kept = (held() - before) as f64;
     let counted = loaded.approx_bytes() as f64;
     assert!(

@@ -60,6 +60,8 @@ fn role_deltas(
     before: (&Snapshot, &super::DeviceAnalysis, Option<usize>),
     after: (&Snapshot, &super::DeviceAnalysis, Option<usize>),
 ) -> Vec<RoleDelta> {
+    // Roles are decided once per snapshot with the rules of the first call: on the server that
+    // was the summary, with `serve --roles`, so these default rules only apply to a fresh load.
     let rules = super::roles::UserRules::default();
     let by_role = |(snapshot, device, at): (&Snapshot, &super::DeviceAnalysis, Option<usize>)| {
         let roles = device.roles(snapshot, &rules);

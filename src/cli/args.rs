@@ -93,6 +93,10 @@ enum Command {
         /// good (checked at start and hourly; 0 empties the trash at each check).
         #[arg(long, env = "SNAPVIEW_TRASH_DAYS", default_value_t = 7)]
         trash_days: u32,
+        /// Role rules for every snapshot: a TOML or JSON file (docs/roles.md). Checked at start:
+        /// an invalid file stops the server with the parser's message.
+        #[arg(long, env = "SNAPVIEW_ROLES")]
+        roles: Option<PathBuf>,
         /// Rebuild the index from the stored files at start, parsing each again (done on its
         /// own when the index is empty but files are stored).
         #[arg(long)]
@@ -313,6 +317,7 @@ impl Config {
                 cache,
                 public_url,
                 trash_days,
+                roles,
                 reindex,
                 max_connections,
                 max_uploads,
@@ -364,6 +369,10 @@ impl Config {
                         trash_days,
                         reindex,
                         limits,
+                        roles: std::sync::Arc::new(
+                            crate::analysis::roles::commands::read_rules(roles.as_deref())
+                                .map_err(|e| format!("--roles: {e}"))?,
+                        ),
                         access: access_config(
                             write_token,
                             tokens_file,

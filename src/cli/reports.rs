@@ -207,6 +207,24 @@ pub(super) fn diff_text(
             count(device.before.allocations as u64),
             count(device.after.allocations as u64)
         );
+        // Why it changed: bytes per role, largest change first (the diff sorts them).
+        if !device.roles.is_empty() {
+            let _ = writeln!(s, "  by role:");
+            for role in &device.roles {
+                let _ = writeln!(
+                    s,
+                    "    {:<17}{:>11}  {} → {}",
+                    role.role,
+                    if role.delta_bytes == 0 {
+                        "±0".to_owned()
+                    } else {
+                        signed(role.delta_bytes)
+                    },
+                    bytes(role.before_bytes),
+                    bytes(role.after_bytes)
+                );
+            }
+        }
         for (title, growing) in [
             ("grew most at the peak", true),
             ("shrank most at the peak", false),

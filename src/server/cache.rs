@@ -5,6 +5,7 @@
 //! parse (single flight) instead of starting their own.
 
 use super::store::SnapshotId;
+use crate::analysis::roles::UserRules;
 use crate::analysis::{Analysis, ReplaySeed, Summary};
 use crate::snapshot::Snapshot;
 use std::collections::HashMap;
@@ -22,10 +23,10 @@ pub struct Loaded {
 
 impl Loaded {
     /// Analyses `snapshot`, starting from the replay's first pass that loading made alongside
-    /// the parse (see [`crate::analysis::load_path`]).
-    pub fn new((snapshot, seed): (Snapshot, ReplaySeed)) -> Self {
+    /// the parse (see [`crate::analysis::load_path`]); `rules` are the server's role rules.
+    pub fn new((snapshot, seed): (Snapshot, ReplaySeed), rules: &UserRules) -> Self {
         let analysis = Analysis::seeded(&snapshot, seed);
-        let summary = Summary::new(&snapshot, &analysis);
+        let summary = Summary::with_rules(&snapshot, &analysis, rules);
         // Built now, on the loading thread, so the first timeline request is as fast as the rest.
         for device in &analysis.devices {
             device.allocations_by_size();

@@ -84,11 +84,12 @@ impl StoredSnapshot {
     pub async fn load(self, state: &AppState) -> Result<LoadedSnapshot, ApiError> {
         let id = self.id.clone();
         let path = state.store.blob_path(&id);
+        let rules = state.config.roles.clone();
         let loaded = state
             .cache
             .get_or_load(&id, move || {
                 crate::analysis::load_path(&path, Default::default())
-                    .map(Loaded::new)
+                    .map(|parsed| Loaded::new(parsed, &rules))
                     .map_err(|e| e.to_string())
             })
             .await

@@ -49,6 +49,9 @@ pub struct ServeConfig {
     pub limits: ConnectionLimits,
     /// Tokens, the trusted user header and the accepted Host names (see `access`).
     pub access: access::AccessConfig,
+    /// Role rules for every snapshot (`serve --roles`, docs/roles.md): shared by the threads
+    /// that load snapshots, so behind an `Arc`.
+    pub roles: std::sync::Arc<crate::analysis::roles::UserRules>,
 }
 
 impl ServeConfig {

@@ -17,6 +17,7 @@ use super::cache::Loaded;
 use super::error::{ApiError, blocking};
 use super::store::{NewSnapshot, SnapshotId};
 use super::wire::{SnapshotView, SummaryRow};
+use crate::analysis::roles::UserRules;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::multipart::MultipartError;
@@ -123,6 +124,7 @@ fn upload_load_options(max_upload_bytes: u64) -> crate::snapshot::LoadOptions<'s
 fn spawn_parser(
     chunks: tokio::sync::mpsc::Receiver<Bytes>,
     limit: u64,
+    rules: Arc<UserRules>,
 ) -> Result<tokio::sync::oneshot::Receiver<ParseResult>, ApiError> {
     let (answer, result) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
@@ -132,8 +134,8 @@ fn spawn_parser(
                 chunks,
                 current: Bytes::new(),
             };
-            let parsed =
-                crate::analysis::load_reader(reader, upload_load_options(limit)).map(Loaded::new);
+            let parsed = crate::analysis::load_reader(reader, upload_load_options(limit))
+                .map(|parsed| Loaded::new(parsed, &rules));
             // The upload may have been dropped meanwhile; then nobody wants the answer.
             let _ = answer.send(parsed);
         })
@@ -212,7 +214,7 @@ async fn receive<S, E>(
     mut stream: S,
     dir: &Path,
     limit: u64,
-    parse: bool,
+    parse: Option<Arc<UserRules>>,
     stall_timeout: Duration,
 ) -> Result<Received, ApiError>
 where
@@ -223,9 +225,9 @@ where
     let mut out = tokio::fs::File::create(&file.path)
         .await
         .map_err(|e| ApiError::writing("cannot create a temporary file", e))?;
-    let (chunks, mut parser) = if parse {
+    let (chunks, mut parser) = if let Some(rules) = parse {
         let (chunks, receiver) = tokio::sync::mpsc::channel::<Bytes>(PARSE_QUEUE);
-        (Some(chunks), Some(spawn_parser(receiver, limit)?))
+        (Some(chunks), Some(spawn_parser(receiver, limit, rules)?))
     } else {
         (None, None)
     };
@@ -327,7 +329,8 @@ pub async fn upload(
         .get::<super::access::Actor>()
         .and_then(|actor| actor.0.clone());
     let temp_dir = state.store.temp_dir();
-    let parse = !maybe_duplicate(&state, declared).await;
+    // Parsed as it arrives (with the server's role rules), unless it may be a duplicate.
+    let parse = (!maybe_duplicate(&state, declared).await).then(|| state.config.roles.clone());
     let stall_timeout = state.config.limits.body_timeout;
     let (received, part_filename) = if is_multipart {
         receive_multipart(request, &temp_dir, limit, parse, stall_timeout).await?
@@ -354,7 +357,7 @@ pub async fn import_path(state: &AppState, path: &Path) -> Result<SnapshotView, 
         .await
         .map_err(|e| ApiError::BadRequest(format!("cannot read {}: {e}", path.display())))?;
     let size = file.metadata().await.ok().map(|m| m.len());
-    let parse = !maybe_duplicate(state, size).await;
+    let parse = (!maybe_duplicate(state, size).await).then(|| state.config.roles.clone());
     let stream = tokio_util::io::ReaderStream::new(file);
     let received = receive(
         stream,
@@ -436,8 +439,10 @@ async fn ingest(
         None => {
             let path = received.file.path.clone();
             let limit = state.config.max_upload_bytes;
+            let rules = state.config.roles.clone();
             blocking(move || {
-                crate::analysis::load_path(&path, upload_load_options(limit)).map(Loaded::new)
+                crate::analysis::load_path(&path, upload_load_options(limit))
+                    .map(|parsed| Loaded::new(parsed, &rules))
             })
             .await?
             .map_err(refused)?
@@ -487,7 +492,7 @@ async fn receive_multipart(
     request: Request,
     dir: &Path,
     limit: u64,
-    parse: bool,
+    parse: Option<Arc<UserRules>>,
     stall_timeout: Duration,
 ) -> Result<(Received, Option<String>), ApiError> {
     use axum::extract::FromRequest;

@@ -89,7 +89,8 @@ pub async fn timeline_view(
 }
 
 /// The roles the views show for `device`: decided once per loaded snapshot (the summary did it
-/// when the snapshot loaded), so every view agrees with the overview's numbers.
+/// when the snapshot loaded, with the server's `--roles` rules: the first rules win, so the
+/// default rules given here are not applied again), so every view agrees with the overview.
 fn device_roles<'a>(loaded: &'a Loaded, device: &'a DeviceAnalysis) -> &'a DeviceRoles {
     device.roles(&loaded.snapshot, &UserRules::default())
 }

@@ -15,7 +15,7 @@ import { Curves, momentForm } from "./curves.js";
 import { DiffFlame } from "./flame.js";
 import { pickerPage } from "./picker.js";
 import { segmentsSection } from "./segments.js";
-import { stacksList, totalsCards } from "./summary.js";
+import { rolesChange, rolesHeadline, stacksList, totalsCards } from "./summary.js";
 
 const flames = [];
 const charts = [];
@@ -32,6 +32,28 @@ function deviceSection(device, answer, multiple, moments) {
   const article = h("article", { className: "cmp-device", id: `device-${device.before_device}-${device.after_device}` });
   if (multiple || !same) article.append(h("h2", { className: "device-title" }, title));
   article.append(totalsCards(device, names, device.peak_growth_percent));
+
+  // Why the memory changed: bytes per role at the compared moments.
+  if (device.roles?.length) {
+    const headline = rolesHeadline(device.roles);
+    article.append(
+      card(
+        [
+          h(
+            "h3",
+            { title: "Live bytes by role (docs/roles.md) at the compared moments: what kind of memory grew or shrank. Hover a role for what it means." },
+            "Change by role",
+          ),
+        ],
+        h(
+          "p",
+          { className: "muted small section-help", dataset: { rolesHeadline: "" } },
+          headline ? `${headline}.` : "Every role holds the same bytes on both sides.",
+        ),
+        rolesChange(device.roles, names),
+      ),
+    );
+  }
 
   // The differential flame graph.
   const root = device.tree[0] ?? { before_bytes: 0, after_bytes: 0 };

@@ -1,7 +1,9 @@
 // One device's totals side by side, and its stacks by change in live bytes.
 
+import { roleColor } from "../lib/color.js";
+import { roleHelp } from "../lib/roles.js";
 import { bytes, count } from "../lib/units.js";
-import { h } from "../views/common.js";
+import { h, theme } from "../views/common.js";
 import { signedBytes, signedCount, signedPercent, signedPercentFrom, splitFrame, trend } from "./change.js";
 
 const TOTALS = [
@@ -128,4 +130,46 @@ export function stacksList(stacks) {
     wrap.append(more);
   }
   return wrap;
+}
+
+/** The change per role at the compared moments ("activation +6.00 GiB"), largest change first. */
+export function rolesChange(roles, names) {
+  const largest = Math.max(1, ...roles.map((r) => Math.max(r.before_bytes, r.after_bytes)));
+  const { dark } = theme();
+  const list = h("ol", { className: "cmp-roles", "aria-label": "Live bytes by role, largest change first" });
+  for (const role of roles) {
+    const bar = (side, value) => {
+      const el = h("span", { className: `rbar rbar-${side}` });
+      el.style.width = `${(100 * value) / largest}%`;
+      el.style.background = roleColor(role.role, dark);
+      return h("span", { className: "track" }, el);
+    };
+    const swatch = h("span", { className: "role-swatch", "aria-hidden": "true" });
+    swatch.style.background = roleColor(role.role, dark);
+    list.append(
+      h(
+        "li",
+        {
+          className: "cmp-role",
+          tabIndex: 0,
+          dataset: { role: role.role, delta: String(role.delta_bytes) },
+          title: `${role.role}: ${roleHelp(role.role)}\n${names[0]}: ${bytes(role.before_bytes)}\n${names[1]}: ${bytes(role.after_bytes)}`,
+        },
+        h("span", { className: "cr-name" }, swatch, role.role),
+        h("span", { className: `cr-delta ${trend(role.delta_bytes)}` }, signedBytes(role.delta_bytes)),
+        h("span", { className: "cr-sides" }, `${bytes(role.before_bytes)} → ${bytes(role.after_bytes)}`),
+        h("span", { className: "bars", "aria-hidden": "true" }, bar("before", role.before_bytes), bar("after", role.after_bytes)),
+      ),
+    );
+  }
+  return list;
+}
+
+/** One line for the headline: the roles that changed, largest first ("activation +6.00 GiB · …"). */
+export function rolesHeadline(roles) {
+  return roles
+    .filter((r) => r.delta_bytes !== 0)
+    .slice(0, 3)
+    .map((r) => `${r.role} ${signedBytes(r.delta_bytes)}`)
+    .join(" · ");
 }

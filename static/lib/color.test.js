@@ -2,7 +2,8 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { bandColor, frameColor, hash } from "./color.js";
+import { bandColor, frameColor, hash, roleColor } from "./color.js";
+import { ROLES } from "./roles.js";
 
 const HSL = /^hsl\(\d{1,3} \d{1,3}% \d{1,3}%\)$/;
 
@@ -40,4 +41,15 @@ test("frame colours: by file for Python code, fixed for the allocator's own bloc
   assert.equal(frameColor("<unknown>", "", false), "hsl(220 18% 78%)");
   const hue = Number(/^hsl\((\d+)/.exec(frameColor("f", "a.py", false))[1]);
   assert.ok(hue >= 8 && hue < 50, "Python frames are warm");
+});
+
+test("every role has one colour per scheme, built-in roles distinct, custom roles stable", () => {
+  for (const dark of [false, true]) {
+    const colors = ROLES.map((role) => roleColor(role, dark));
+    for (const c of colors) assert.match(c, HSL);
+    assert.equal(new Set(colors).size, ROLES.length, "no two built-in roles share a colour");
+    assert.equal(roleColor("kv_cache", dark), roleColor("kv_cache", dark));
+    assert.match(roleColor("kv_cache", dark), HSL);
+  }
+  assert.notEqual(roleColor("activation", false), roleColor("activation", true), "the scheme changes the shade");
 });

@@ -253,9 +253,9 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     assert(!new URL(page.url()).searchParams.has("at_a"), "the before side's moment changed too");
     const answer = await api(`/api/compare/${state.nograd}/${state.grad}?at_b=${atB}`);
     assertEqual(answer.body.diff.devices[0].after.at, atB, "the compared moment");
-    const heading = await page.locator(".cmp-card h3").first().textContent();
+    const heading = await page.locator(".cmp-card:has(.flame-box) h3").first().textContent();
     assert(heading.includes("chosen moments"), `the flame graph's heading: ${heading}`);
-    const help = await page.locator(".cmp-card .section-help").first().textContent();
+    const help = await page.locator(".cmp-card:has(.flame-box) .section-help").first().textContent();
     assert(help.includes(`event ${atB.toLocaleString("en-US")}`), `the flame graph does not say which moment: ${help}`);
     assertEqual(Number(await page.locator(".moment-input").nth(1).inputValue()), atB, "the after side's field");
     const card = page.locator(".curves-box").first().locator("xpath=..");
@@ -285,7 +285,7 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     await page.locator(".eyebrow").click();
     await Promise.all([page.waitForURL(`${BASE}/compare/${state.grad}/${state.nograd}`), page.keyboard.press("p")]);
     await compareReady(page);
-    assert((await page.locator(".cmp-card h3").first().textContent()).includes("at the peak"), "not back at the peaks");
+    assert((await page.locator(".cmp-card:has(.flame-box) h3").first().textContent()).includes("at the peak"), "not back at the peaks");
     await clean(page);
   });
 

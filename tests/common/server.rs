@@ -22,6 +22,7 @@ pub fn config_in(data_dir: &Path) -> ServeConfig {
         reindex: false,
         limits: Default::default(),
         access: Default::default(),
+        roles: Default::default(),
     }
 }
 

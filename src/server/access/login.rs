@@ -220,6 +220,7 @@ mod tests {
             trash_days: 7,
             reindex: false,
             limits: Default::default(),
+            roles: Default::default(),
             access: AccessConfig {
                 read_token: Some(NamedToken {
                     name: None,

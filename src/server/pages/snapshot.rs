@@ -2,6 +2,8 @@
 
 use super::{Assets, error_page, render};
 use crate::analysis::DeviceSummary;
+use crate::analysis::findings::Finding;
+use crate::analysis::roles::BUILTIN_ROLES;
 use crate::format::{bytes, count, duration_us};
 use crate::server::AppState;
 use crate::server::error::ApiError;
@@ -24,6 +26,11 @@ struct SnapshotPage {
     share_url: String,
     source: String,
     notes: Vec<NoteView>,
+    /// Every finding: the file's, then each device's (warnings first within each).
+    findings: Vec<FindingView>,
+    /// Whether any device has a trace to diagnose: without one, "No problems found" would
+    /// claim more than was looked at.
+    diagnosed: bool,
     devices: Vec<DeviceView>,
     settings: Vec<(String, String)>,
     annotations: usize,
@@ -50,6 +57,131 @@ struct DeviceView {
     segments: String,
     ooms: Vec<OomView>,
     stacks: Vec<StackView>,
+    /// Memory by role at the peak and at the dump; empty when nothing was live.
+    role_bars: Vec<RoleBarView>,
+}
+
+/// One finding as a card: what is wrong, how big, the fix, and where to look.
+struct FindingView {
+    code: String,
+    severity: String,
+    /// `cuda:N` when the file has several devices, else empty.
+    device: String,
+    bytes: String,
+    message: String,
+    /// The fix, split at backticks: `(true, text)` is code (`torch.no_grad()`).
+    fix: Vec<(bool, String)>,
+    /// Query strings of the views that show it (`?tab=timeline&device=0&at=123`), with a label.
+    links: Vec<(String, String)>,
+}
+
+impl FindingView {
+    fn new(finding: &Finding, device: Option<usize>, name_device: bool) -> Self {
+        let fix = finding
+            .fix
+            .split('`')
+            .enumerate()
+            .filter(|(_, part)| !part.is_empty())
+            .map(|(i, part)| (i % 2 == 1, part.to_owned()))
+            .collect();
+        let device_param = device.map(|d| format!("&device={d}")).unwrap_or_default();
+        let at_param = finding
+            .event
+            .map(|e| format!("&at={e}"))
+            .unwrap_or_default();
+        let links = vec![
+            (
+                format!("?tab=timeline{device_param}{at_param}"),
+                "Timeline".to_owned(),
+            ),
+            (
+                format!("?tab=flame{device_param}{at_param}"),
+                "Flame graph".to_owned(),
+            ),
+        ];
+        Self {
+            code: finding.code.to_owned(),
+            severity: finding.severity.to_owned(),
+            device: match device {
+                Some(d) if name_device => format!("cuda:{d}"),
+                _ => String::new(),
+            },
+            bytes: bytes(finding.bytes),
+            message: finding.message.clone(),
+            fix,
+            links,
+        }
+    }
+}
+
+/// A stacked bar of live bytes by role at one moment, drawn against the reserved bytes.
+struct RoleBarView {
+    /// `peak` or `snapshot`.
+    moment: String,
+    label: String,
+    total: String,
+    total_bytes: u64,
+    reserved: String,
+    segments: Vec<RoleSegmentView>,
+    /// Reserved but not allocated, in percent of the bar (the rest of the reserved bytes).
+    unused_width: String,
+    unused: String,
+}
+
+struct RoleSegmentView {
+    role: String,
+    bytes: String,
+    bytes_exact: u64,
+    share: String,
+    /// Width in percent of the bar (the bar is the larger of reserved and allocated).
+    width: String,
+}
+
+impl RoleBarView {
+    fn new(
+        moment: &str,
+        label: &str,
+        roles: &std::collections::BTreeMap<String, u64>,
+        reserved: u64,
+    ) -> Option<Self> {
+        let total: u64 = roles.values().sum();
+        if total == 0 {
+            return None;
+        }
+        // Built-in roles in their fixed order (the same as static/lib/roles.js, so colours and
+        // order match the timeline), then custom roles by name.
+        let rank = |role: &str| {
+            BUILTIN_ROLES
+                .iter()
+                .position(|r| r.name() == role)
+                .unwrap_or(BUILTIN_ROLES.len())
+        };
+        let mut ordered: Vec<(&String, &u64)> = roles.iter().filter(|(_, b)| **b > 0).collect();
+        ordered.sort_by(|a, b| (rank(a.0), a.0).cmp(&(rank(b.0), b.0)));
+        let scale = reserved.max(total) as f64;
+        Some(Self {
+            moment: moment.to_owned(),
+            label: label.to_owned(),
+            total: bytes(total),
+            total_bytes: total,
+            reserved: bytes(reserved),
+            segments: ordered
+                .into_iter()
+                .map(|(role, b)| RoleSegmentView {
+                    role: role.clone(),
+                    bytes: bytes(*b),
+                    bytes_exact: *b,
+                    share: format!("{:.0}%", *b as f64 * 100.0 / total as f64),
+                    width: format!("{:.3}", *b as f64 * 100.0 / scale),
+                })
+                .collect(),
+            unused_width: format!(
+                "{:.3}",
+                reserved.saturating_sub(total) as f64 * 100.0 / scale
+            ),
+            unused: bytes(reserved.saturating_sub(total)),
+        })
+    }
 }
 
 struct OomView {
@@ -132,6 +264,23 @@ impl DeviceView {
                     frames: stack.frames.iter().map(|f| short_frame_label(f)).collect(),
                 })
                 .collect(),
+            role_bars: [
+                RoleBarView::new(
+                    "peak",
+                    "At the peak",
+                    &device.roles_at_peak,
+                    device.peak_reserved_bytes,
+                ),
+                RoleBarView::new(
+                    "snapshot",
+                    "At the snapshot",
+                    &device.roles_at_snapshot,
+                    device.reserved_bytes_at_snapshot,
+                ),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
         }
     }
 }
@@ -174,6 +323,17 @@ async fn snapshot_page(state: &AppState, id: &str) -> Result<SnapshotPage, ApiEr
             .collect(),
         _ => Vec::new(),
     };
+    let name_device = summary.devices.len() > 1;
+    let findings = summary
+        .findings
+        .iter()
+        .map(|f| FindingView::new(f, None, false))
+        .chain(summary.devices.iter().flat_map(|d| {
+            d.findings
+                .iter()
+                .map(move |f| FindingView::new(f, Some(d.device), name_device))
+        }))
+        .collect();
     Ok(SnapshotPage {
         assets: Assets::new(),
         id: id.to_string(),
@@ -192,6 +352,8 @@ async fn snapshot_page(state: &AppState, id: &str) -> Result<SnapshotPage, ApiEr
                 message: n.message.clone(),
             })
             .collect(),
+        findings,
+        diagnosed: summary.devices.iter().any(|d| d.trace_entries > 0),
         devices: summary
             .devices
             .iter()
