@@ -76,7 +76,7 @@ pub fn attachment_disposition(filename: &str) -> String {
 }
 
 /// Who made the request, for the audit log (set by the access layer, when there is one).
-fn actor_name(actor: Option<Extension<Actor>>) -> Option<String> {
+pub(super) fn actor_name(actor: Option<Extension<Actor>>) -> Option<String> {
     actor.and_then(|Extension(Actor(name))| name)
 }
 

@@ -8,6 +8,7 @@ use super::error::{ApiError, blocking};
 use super::store::{Lookup, Record, SnapshotId};
 use crate::analysis::DeviceAnalysis;
 use crate::analysis::moment::Moment;
+use crate::analysis::roles::UserRules;
 use axum::extract::{FromRequestParts, Query, RawPathParams};
 use axum::http::request::Parts;
 use serde::Deserialize;
@@ -84,7 +85,14 @@ impl StoredSnapshot {
     pub async fn load(self, state: &AppState) -> Result<LoadedSnapshot, ApiError> {
         let id = self.id.clone();
         let path = state.store.blob_path(&id);
-        let rules = state.config.roles.clone();
+        // The snapshot's own rules (`PUT .../rules`) over the server's; they were checked when
+        // stored, so failing here means the index was edited by hand.
+        let rules = match self.record.roles.as_deref() {
+            Some(text) => Arc::new(UserRules::parse(text).map_err(|e| {
+                ApiError::Internal(format!("snapshot {id}: its stored role rules: {e}"))
+            })?),
+            None => state.config.roles.clone(),
+        };
         let loaded = state
             .cache
             .get_or_load(&id, move || {

@@ -14,6 +14,7 @@ pub mod connections;
 pub mod error;
 pub mod extract;
 pub mod pages;
+pub mod role_rules;
 pub mod store;
 pub mod upload;
 pub mod views;
@@ -189,6 +190,17 @@ pub fn router(state: AppState) -> Router {
         .route("/api/snapshots/{id}/raw", get(api::raw))
         .route("/api/snapshots/{id}/timeline", get(views::timeline_view))
         .route("/api/snapshots/{id}/roles", get(views::roles_view))
+        .route(
+            "/api/snapshots/{id}/rules",
+            get(role_rules::get_rules)
+                .put(role_rules::put_rules)
+                .delete(role_rules::delete_rules)
+                .layer::<_, std::convert::Infallible>(RequestBodyTimeoutLayer::new(body_timeout))
+                // Past the rules file's cap is a 413 before any of it is kept.
+                .layer(DefaultBodyLimit::max(
+                    crate::analysis::roles::MAX_RULES_FILE_BYTES,
+                )),
+        )
         .route(
             "/api/snapshots/{id}/allocations/{n}",
             get(views::allocation),

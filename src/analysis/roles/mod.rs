@@ -14,7 +14,7 @@ pub mod phases;
 pub mod user_rules;
 mod window;
 
-pub use user_rules::{RulesError, UserRules};
+pub use user_rules::{MAX_RULES_FILE_BYTES, RulesError, UserRules};
 pub use window::{
     LiveAllocation, LiveReport, RoleWindow, live_report, render_live_text, role_window,
 };

@@ -59,6 +59,13 @@ impl FileStore {
         if !has_trash_column {
             db.execute_batch("ALTER TABLE snapshots ADD COLUMN deleted_at_ms INTEGER")?;
         }
+        // Indexes written before per-snapshot role rules lack their column (NULL: the server's).
+        let has_roles_column = db
+            .prepare("SELECT 1 FROM pragma_table_info('snapshots') WHERE name = 'roles'")?
+            .exists([])?;
+        if !has_roles_column {
+            db.execute_batch("ALTER TABLE snapshots ADD COLUMN roles TEXT")?;
+        }
         Ok(Self {
             dir: dir.to_owned(),
             db: Mutex::new(db),
@@ -74,7 +81,7 @@ impl FileStore {
     }
 
     pub(super) const COLUMNS: &'static str =
-        "id, name, filename, size_bytes, uploaded_at_ms, grp, summary, deleted_at_ms";
+        "id, name, filename, size_bytes, uploaded_at_ms, grp, summary, deleted_at_ms, roles";
 
     /// A row as stored: its summary still text, so one unreadable summary is this row's
     /// problem, not the whole list's.
@@ -89,6 +96,7 @@ impl FileStore {
                 uploaded_at_ms: row.get(4)?,
                 group: row.get(5)?,
                 summary: serde_json::Value::Null,
+                roles: row.get(8)?,
             },
             summary: row.get(6)?,
             deleted_at_ms: row.get(7)?,
@@ -209,15 +217,18 @@ impl Store for FileStore {
                         uploaded_at_ms: now_ms(),
                         group: snapshot.group,
                         summary: snapshot.summary,
+                        // A new upload (or one back from the trash) starts with the server's.
+                        roles: None,
                     };
                     // A trashed row comes back as this upload made it.
                     tx.execute(
                         &format!(
-                            "INSERT INTO snapshots ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL)
+                            "INSERT INTO snapshots ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, NULL)
                              ON CONFLICT (id) DO UPDATE SET name = excluded.name,
                                  filename = excluded.filename, size_bytes = excluded.size_bytes,
                                  uploaded_at_ms = excluded.uploaded_at_ms, grp = excluded.grp,
-                                 summary = excluded.summary, deleted_at_ms = NULL",
+                                 summary = excluded.summary, deleted_at_ms = NULL,
+                                 roles = NULL",
                             Self::COLUMNS
                         ),
                         params![
@@ -332,6 +343,42 @@ impl Store for FileStore {
         actor: Option<&str>,
     ) -> Result<Option<Record>, StoreError> {
         self.update_live(id, actor, "group", "grp", group)
+    }
+
+    fn set_roles(
+        &self,
+        id: &SnapshotId,
+        roles: Option<&str>,
+        summary: &serde_json::Value,
+        actor: Option<&str>,
+    ) -> Result<Option<Record>, StoreError> {
+        let mut db = self.db();
+        let Lookup::Live(before) = self.lookup_locked(&db, id)? else {
+            return Ok(None);
+        };
+        let tx = db.transaction()?;
+        // The rules and the summary they made change together, so the list never shows one
+        // snapshot's roles by rules it no longer has.
+        tx.execute(
+            "UPDATE snapshots SET roles = ?2, summary = ?3 WHERE id = ?1",
+            params![id.as_str(), roles, serde_json::to_string(summary)?],
+        )?;
+        audit(
+            &tx,
+            actor,
+            if roles.is_some() {
+                "set_roles"
+            } else {
+                "remove_roles"
+            },
+            Some(id),
+            &serde_json::json!({
+                "had_rules": before.roles.is_some(),
+                "rules_bytes": roles.map(str::len),
+            }),
+        )?;
+        tx.commit()?;
+        Ok(self.lookup_locked(&db, id)?.live())
     }
 
     fn purge_trashed_before(

@@ -78,6 +78,10 @@ pub struct Record {
     pub group: String,
     /// The summary row shown in lists (devices, peaks, OOMs, note codes), as JSON.
     pub summary: serde_json::Value,
+    /// This snapshot's own role rules file (docs/roles.md), set by `PUT .../rules`; `None`: the
+    /// server's. Not part of the record's JSON: `GET .../rules` answers it.
+    #[serde(skip)]
+    pub roles: Option<String>,
 }
 
 /// What the upload path hands to the store.
@@ -226,6 +230,15 @@ pub trait Store: Send + Sync {
         &self,
         id: &SnapshotId,
         group: &str,
+        actor: Option<&str>,
+    ) -> Result<Option<Record>, StoreError>;
+    /// Sets (`None`: removes) the snapshot's role rules with the summary row they make, audited;
+    /// `None` when the snapshot is not live.
+    fn set_roles(
+        &self,
+        id: &SnapshotId,
+        roles: Option<&str>,
+        summary: &serde_json::Value,
         actor: Option<&str>,
     ) -> Result<Option<Record>, StoreError>;
     /// Removes for good every snapshot trashed at or before `cutoff_ms` (Unix ms).

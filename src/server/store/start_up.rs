@@ -85,7 +85,7 @@ impl FileStore {
             };
             tx.execute(
                 &format!(
-                    "INSERT INTO snapshots ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL)
+                    "INSERT INTO snapshots ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, NULL)
                      ON CONFLICT (id) DO UPDATE SET summary = excluded.summary,
                          size_bytes = excluded.size_bytes",
                     Self::COLUMNS

@@ -270,8 +270,44 @@ fn an_index_without_the_trash_column_is_migrated() {
     }
     let store = FileStore::open(dir.path()).expect("open migrates");
     let id = SnapshotId::parse("0123456789abcdef").expect("id");
+    // Both later columns were added: not trashed, and no role rules of its own.
     assert!(matches!(
         store.lookup(&id).expect("lookup"),
-        Lookup::FileMissing(_)
+        Lookup::FileMissing(Record { roles: None, .. })
     ));
+}
+
+#[test]
+fn a_snapshots_role_rules_and_summary_change_together_and_are_audited() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = FileStore::open(dir.path()).expect("open");
+    let id = SnapshotId::parse("00000000000000aa").expect("id");
+    put_bytes(&store, &id, "a");
+    let summary = serde_json::json!({"devices": [], "notes": ["by rules"]});
+    let record = store
+        .set_roles(&id, Some("[[rule]]"), &summary, Some("tester"))
+        .expect("set")
+        .expect("live");
+    assert_eq!(record.roles.as_deref(), Some("[[rule]]"));
+    assert_eq!(record.summary, summary);
+    let cleared = store
+        .set_roles(&id, None, &serde_json::json!({"devices": []}), None)
+        .expect("clear")
+        .expect("live");
+    assert_eq!(cleared.roles, None);
+    let actions: Vec<String> = store
+        .audit_log(2)
+        .expect("audit")
+        .into_iter()
+        .map(|entry| entry.action)
+        .collect();
+    assert_eq!(actions, ["remove_roles", "set_roles"]);
+    // Not live: nothing written.
+    let absent = SnapshotId::parse("00000000000000bb").expect("id");
+    assert!(
+        store
+            .set_roles(&absent, Some("x"), &summary, None)
+            .expect("ok")
+            .is_none()
+    );
 }
