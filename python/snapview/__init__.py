@@ -51,8 +51,12 @@ def upload(
     name: Optional[str] = None,
     group: Optional[str] = None,
     token: Optional[str] = None,
+    roles: Optional[PathLike] = None,
 ) -> str:
     """Uploads the snapshot at `path` to a snapview server and returns its page's URL.
+
+    `roles` names a role rules file (TOML or JSON, docs/roles.md) to give this snapshot in place
+    of the server's; it is sent after the upload (`PUT /api/snapshots/{id}/rules`).
 
     The file is streamed, never read into memory whole. `server` defaults to $SNAPVIEW_SERVER
     (else http://127.0.0.1:7878), `token` to $SNAPVIEW_TOKEN (sent as `Authorization: Bearer`).
@@ -82,7 +86,39 @@ def upload(
     url = out.strip().splitlines()[-1].strip() if out.strip() else ""
     if not url:
         raise SnapviewError(f"the server at {server} accepted {path} but sent no URL")
+    if roles is not None:
+        _put_rules(server, url.rstrip("/").rsplit("/", 1)[-1], os.fspath(roles), env)
     return url
+
+
+def _put_rules(server: str, snapshot_id: str, rules_path: str, env: Dict[str, str]) -> None:
+    """Gives the snapshot `snapshot_id` the rules file at `rules_path`.
+
+    Raises SnapviewError with the server's message when it refuses the file.
+    """
+    import urllib.error
+    import urllib.request
+
+    with open(rules_path, "rb") as rules_file:
+        body = rules_file.read()
+    request = urllib.request.Request(
+        f"{server.rstrip('/')}/api/snapshots/{snapshot_id}/rules", data=body, method="PUT"
+    )
+    if env.get("SNAPVIEW_TOKEN"):
+        request.add_header("Authorization", f"Bearer {env['SNAPVIEW_TOKEN']}")
+    try:
+        urllib.request.urlopen(request, timeout=300).close()
+    except urllib.error.HTTPError as error:
+        detail = error.read().decode("utf-8", "replace")
+        try:
+            detail = json.loads(detail)["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            pass
+        raise SnapviewError(f"the server refused the role rules {rules_path}: {detail}") from None
+    except urllib.error.URLError as error:
+        raise SnapviewError(
+            f"cannot reach the snapview server at {server}: {error.reason}"
+        ) from None
 
 
 def summary(path: PathLike) -> Dict[str, Any]:

@@ -284,3 +284,17 @@ def test_record_puts_the_rank_in_file_names() -> None:
     assert _with_rank("out/step.pickle.gz", 0) == "out/step-rank0.pickle.gz"
     assert _with_rank("run_rank1.pickle", 1) == "run_rank1.pickle"
     assert _with_rank("dump", 2) == "dump-rank2"
+
+
+def test_upload_with_role_rules_gives_the_snapshot_its_own(server, tmp_path) -> None:
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[rule]]\nframe = "."\nrole = "everything"\n')
+    url = snapview.upload(SMALL, server=server.url, roles=rules)
+    with urllib.request.urlopen(f"{server.url}/api/snapshots/{snapshot_id(url)}/rules") as answer:
+        assert answer.read().decode() == rules.read_text()
+    rules.write_text('[[rule]]\nframe = "(unclosed"\nrole = "x"\n')
+    with pytest.raises(snapview.SnapviewError, match="rule 1"):
+        snapview.upload(SMALL, server=server.url, roles=rules)
+    # The refused file changed nothing: the first rules are still the snapshot's.
+    with urllib.request.urlopen(f"{server.url}/api/snapshots/{snapshot_id(url)}/rules") as answer:
+        assert "everything" in answer.read().decode()
