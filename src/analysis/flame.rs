@@ -258,6 +258,11 @@ pub fn flame(
             }
         }
     }
+    finished(tree, snapshot, device, at)
+}
+
+/// The answer for a built tree: its nodes in depth-first order, totals from the root.
+fn finished(tree: Tree, snapshot: &Snapshot, device: &DeviceAnalysis, at: Option<usize>) -> Flame {
     let nodes = tree.flatten(snapshot);
     Flame {
         device: device.device,
@@ -296,12 +301,5 @@ pub fn flame_by_role(
         tree.nodes[0].allocations += count;
         tree.add_stack(snapshot, role_node, stack, bytes, count);
     }
-    let nodes = tree.flatten(snapshot);
-    Flame {
-        device: device.device,
-        at,
-        total: nodes.first().map_or(0, |n| n.bytes),
-        allocations: nodes.first().map_or(0, |n| n.allocations),
-        nodes,
-    }
+    finished(tree, snapshot, device, at)
 }

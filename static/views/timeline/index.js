@@ -35,15 +35,8 @@ export class TimelineView {
     this.legend = panel.querySelector("#timeline-legend");
     // Colour by role: the strip of memory by role under the chart, and its last answer.
     this.roleCanvas = panel.querySelector("#timeline-roles");
-    this.roles = null;
-    this.rolesKey = "";
-    this.model = null;
-    this.overview = null;
-    this.overviewKey = "";
-    this.dataKey = "";
-    this.hover = null;
+    this.resetData();
     this.showAllFrames = false;
-    this.drawn = false;
     this.layout = null;
     this.draw = frameScheduler(() => this.paint());
     this.drawMinimap = frameScheduler(() => this.paintMinimap());
@@ -123,22 +116,25 @@ export class TimelineView {
     this.roleCanvas.parentElement.hidden = !byRole;
   }
 
+  /** Forgets every answer drawn from: a new device or axis starts from nothing. */
+  resetData() {
+    this.roles = null;
+    this.rolesKey = "";
+    this.model = null;
+    this.overview = null;
+    this.overviewKey = "";
+    this.dataKey = "";
+    this.hover = null;
+    this.drawn = false;
+  }
+
   update(state, changed) {
     if (changed.has("color")) {
       this.syncColor();
       this.renderLegend();
       if (state.color === "role" && this.dataKey) loadRoles(this, this.dataKey);
     }
-    if (changed.has("device") || changed.has("axis")) {
-      this.roles = null;
-      this.rolesKey = "";
-      this.model = null;
-      this.overview = null;
-      this.overviewKey = "";
-      this.dataKey = "";
-      this.hover = null;
-      this.drawn = false;
-    }
+    if (changed.has("device") || changed.has("axis")) this.resetData();
     for (const b of this.panel.querySelectorAll("[data-axis]")) b.setAttribute("aria-pressed", String(b.dataset.axis === state.axis));
     if (changed.has("alloc") || changed.has("device")) this.renderSide();
     if (!this.visible()) return;
