@@ -109,7 +109,7 @@ pub fn row(snapshot: &Snapshot, trace: &Trace, replay: &Replay, index: usize) ->
         action: trace.action_name(trace.action[index]).to_owned(),
         addr: trace.addr[index],
         size: trace.size[index],
-        stream: trace.stream[index],
+        stream: trace.stream(index),
         time_us: trace.has_time.then(|| trace.time_us[index]),
         top_frame,
         allocation,

@@ -263,9 +263,9 @@ fn fragmentation_at_reserved_peak(snapshot: &Snapshot, device: &DeviceAnalysis) 
         .reserved_after(before)
         .saturating_sub(replay.allocated_after(before));
     // The request the new segment was made for: the next alloc on the same stream.
-    let stream = trace.stream[event];
+    let stream = trace.stream(event);
     let request = (event + 1..trace.len().min(event + 64))
-        .find(|&e| trace.action[e] == ActionCode::ALLOC && trace.stream[e] == stream)
+        .find(|&e| trace.action[e] == ActionCode::ALLOC && trace.stream(e) == stream)
         .map(|e| trace.size[e])?;
     let large = unused as f64 >= FRAGMENTED_SHARE * peak.bytes as f64
         && unused >= FRAGMENTED_MIN_BYTES

@@ -112,7 +112,7 @@ pub fn memory_map(snapshot: &Snapshot, device: &DeviceAnalysis, at: Option<usize
         let (addr, size) = (trace.addr[event], trace.size[event]);
         let range = Range {
             end: addr + size,
-            stream: trace.stream[event],
+            stream: trace.stream(event),
             pool: (0, 0),
             expandable: matches!(
                 trace.action[event],

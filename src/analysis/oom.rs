@@ -73,7 +73,7 @@ pub fn oom_reports(snapshot: &Snapshot, device: &DeviceAnalysis) -> Vec<OomRepor
 fn report(snapshot: &Snapshot, device: &DeviceAnalysis, event: usize) -> OomReport {
     let trace = snapshot.trace(device.device);
     let requested = trace.size[event];
-    let stream = trace.stream[event];
+    let stream = trace.stream(event);
     let device_free = trace.device_free.get(&event).copied();
     let map = memory_map(snapshot, device, Some(event));
 

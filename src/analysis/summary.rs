@@ -100,7 +100,7 @@ impl Summary {
                         event_index: i,
                         requested_bytes: trace.size[i],
                         device_free_bytes: trace.device_free.get(&i).copied(),
-                        stream: trace.stream[i],
+                        stream: trace.stream(i),
                         time_us: trace.has_time.then_some(trace.time_us[i]),
                     })
                     .collect();

@@ -502,11 +502,11 @@ fn gather(events: &Trace, rows: &Rows) -> Trace {
             events.action[row],
             events.addr[row],
             events.size[row],
-            events.stream[row],
+            events.stream(row),
             events.has_time.then_some(events.time_us[row]),
             events.stack[row],
-            events.compile_context[row],
-            events.user_metadata[row],
+            events.compile_context.get(row),
+            events.user_metadata.get(row),
         );
         if let Some(&category) = events.category.get(row).filter(|&&c| c != 0) {
             let last = trace.len() - 1;

@@ -16,6 +16,7 @@ mod follow;
 mod frames;
 mod json;
 mod load;
+mod narrow;
 mod trace;
 
 pub use convert::ShapeError;
@@ -26,6 +27,7 @@ pub use load::{
     LoadError, LoadOptions, WithFollowed, load_path, load_path_following, load_reader,
     load_reader_following,
 };
+pub use narrow::{SparseIds, StreamColumn};
 pub use trace::{Action, ActionCode, Trace, TraceEntry};
 
 use serde::Serialize;

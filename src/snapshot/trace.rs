@@ -5,6 +5,7 @@
 //! side tables.
 
 use super::StackId;
+use super::narrow::{SparseIds, StreamColumn};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -89,14 +90,16 @@ pub struct Trace {
     pub addr: Vec<u64>,
     /// Requested bytes for `alloc`/frees; segment bytes for `segment_*`.
     pub size: Vec<u64>,
-    pub stream: Vec<u64>,
+    /// The CUDA stream (raw `cudaStream_t`; 0 is the default stream): read it with
+    /// [`Trace::stream`].
+    pub stream: StreamColumn,
     /// Microseconds since the Unix epoch (torch >= 2.2); 0 when absent.
     pub time_us: Vec<i64>,
     pub stack: Vec<StackId>,
     /// Index into [`Trace::strings`] of `compile_context`; 0 = absent or `N/A`.
-    pub compile_context: Vec<u32>,
+    pub compile_context: SparseIds,
     /// Index into [`Trace::strings`] of `user_metadata`; 0 = absent or empty.
-    pub user_metadata: Vec<u32>,
+    pub user_metadata: SparseIds,
     /// Distinct `compile_context` / `user_metadata` texts; entry 0 is the empty string.
     pub strings: Vec<String>,
     /// `device_free` of `oom` events, by event index.
@@ -126,15 +129,19 @@ impl Trace {
         let _ = self.action.try_reserve(extra);
         let _ = self.addr.try_reserve(extra);
         let _ = self.size.try_reserve(extra);
-        let _ = self.stream.try_reserve(extra);
+        self.stream.reserve(extra);
         let _ = self.time_us.try_reserve(extra);
         let _ = self.stack.try_reserve(extra);
-        let _ = self.compile_context.try_reserve(extra);
-        let _ = self.user_metadata.try_reserve(extra);
     }
 
     pub fn is_empty(&self) -> bool {
         self.action.is_empty()
+    }
+
+    /// The stream of the event at `index`.
+    #[inline]
+    pub fn stream(&self, index: usize) -> u64 {
+        self.stream.get(index)
     }
 
     /// The action at `index`, decoded.
@@ -251,11 +258,11 @@ impl Trace {
             action: self.action(index),
             addr: self.addr[index],
             size: self.size[index],
-            stream: self.stream[index],
+            stream: self.stream.get(index),
             time_us: self.time_us[index],
             stack: self.stack[index],
-            compile_context: self.string(self.compile_context[index]).map(str::to_owned),
-            user_metadata: self.string(self.user_metadata[index]).map(str::to_owned),
+            compile_context: self.string(self.compile_context.get(index)).map(str::to_owned),
+            user_metadata: self.string(self.user_metadata.get(index)).map(str::to_owned),
             device_free: self.device_free.get(&index).copied(),
         }
     }
@@ -280,7 +287,8 @@ impl Trace {
         self.has_time |= time_us.is_some();
         self.time_us.push(time_us.unwrap_or(0));
         self.stack.push(stack);
-        self.compile_context.push(compile_context);
-        self.user_metadata.push(user_metadata);
+        let event = self.stack.len() - 1;
+        self.compile_context.set(event, compile_context);
+        self.user_metadata.set(event, user_metadata);
     }
 }

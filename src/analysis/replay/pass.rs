@@ -126,7 +126,7 @@ impl TraceFollower for EventPass {
                     self.allocations.push(Allocation {
                         addr,
                         size: trace.size[i],
-                        stream: trace.stream[i],
+                        stream: trace.stream(i),
                         stack: trace.stack[i],
                         start: Some(i as u32),
                         end: None,
@@ -158,7 +158,7 @@ impl TraceFollower for EventPass {
                                 self.allocations.push(Allocation {
                                     addr,
                                     size: trace.size[i],
-                                    stream: trace.stream[i],
+                                    stream: trace.stream(i),
                                     stack: trace.stack[i],
                                     start: None,
                                     end: Some(i as u32),

@@ -545,7 +545,7 @@ fn apply_annotations(
     for (event, _) in trace.action.iter().enumerate().filter(|(_, a)| **a == code) {
         let label = trace
             .strings
-            .get(trace.user_metadata[event] as usize)
+            .get(trace.user_metadata.get(event) as usize)
             .map_or("", String::as_str);
         if label.is_empty() {
             continue;

@@ -47,14 +47,19 @@ impl<F> std::fmt::Debug for Columns<'_, F> {
 
 /// Appends rows to the numeric columns of `trace`.
 pub(super) fn append_rows(trace: &mut Trace, rows: &[Row]) {
+    let first = trace.len();
     trace.action.extend(rows.iter().map(|r| r.action));
     trace.addr.extend(rows.iter().map(|r| r.addr));
     trace.size.extend(rows.iter().map(|r| r.size));
-    trace.stream.extend(rows.iter().map(|r| r.stream));
+    for row in rows {
+        trace.stream.push(row.stream);
+    }
     trace.time_us.extend(rows.iter().map(|r| r.time_us));
     trace.stack.extend(rows.iter().map(|r| r.stack));
-    trace.compile_context.extend(rows.iter().map(|r| r.context));
-    trace.user_metadata.extend(rows.iter().map(|r| r.metadata));
+    for (event, row) in (first..).zip(rows) {
+        trace.compile_context.set(event, row.context);
+        trace.user_metadata.set(event, row.metadata);
+    }
     trace.has_time |= rows.iter().any(|r| r.has_time);
 }
 
