@@ -261,8 +261,12 @@ impl Trace {
             stream: self.stream.get(index),
             time_us: self.time_us[index],
             stack: self.stack[index],
-            compile_context: self.string(self.compile_context.get(index)).map(str::to_owned),
-            user_metadata: self.string(self.user_metadata.get(index)).map(str::to_owned),
+            compile_context: self
+                .string(self.compile_context.get(index))
+                .map(str::to_owned),
+            user_metadata: self
+                .string(self.user_metadata.get(index))
+                .map(str::to_owned),
             device_free: self.device_free.get(&index).copied(),
         }
     }
