@@ -189,6 +189,13 @@ fn query_views(agent: &ureq::Agent, base: &str, events: usize, figures: &mut Fig
     figures.events_ms = spread(&mut listed);
 }
 
+/// A row of the table: its label, how a file's figures print in it, and the goal.
+type Row<'a> = (
+    &'static str,
+    Box<dyn Fn(&Figures) -> String + 'a>,
+    &'static str,
+);
+
 fn print_table(columns: &[(String, Figures)]) {
     let head: Vec<&str> = columns.iter().map(|(name, _)| name.as_str()).collect();
     println!();
@@ -201,7 +208,7 @@ fn print_table(columns: &[(String, Figures)]) {
         |v: Option<(f64, f64)>| v.map_or("-".into(), |(m, x)| format!("{m:.1} ms (max {x:.0})"));
     let mb = |v: Option<u64>| v.map_or("-".into(), |v| format!("{v} MB"));
     let s = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2} s"));
-    let rows: Vec<(&str, Box<dyn Fn(&Figures) -> String>, &str)> = vec![
+    let rows: Vec<Row> = vec![
         (
             "timeline window, 1600 px, HTTP",
             Box::new(|f: &Figures| ms(f.timeline_ms)),

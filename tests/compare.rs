@@ -160,7 +160,7 @@ async fn the_oom_explainer_matches_the_event_and_the_map() {
     let event = report["event_index"].as_u64().expect("event");
     let snapshot = common::load("oom");
     let trace = snapshot.trace(0);
-    assert_eq!(report["requested_bytes"], trace.size[event as usize]);
+    assert_eq!(report["requested_bytes"], trace.size.get(event as usize));
     assert_eq!(
         report["device_free_bytes"],
         *trace

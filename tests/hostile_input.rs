@@ -1094,11 +1094,8 @@ fn numbers(snapshot: &Snapshot) -> Numbers {
             .flat_map(|t| t.action.iter().map(|&code| t.action_name(code).to_owned()))
             .collect(),
         addresses: traces.iter().flat_map(|t| t.addr.iter().copied()).collect(),
-        sizes: traces.iter().flat_map(|t| t.size.iter().copied()).collect(),
-        times: traces
-            .iter()
-            .flat_map(|t| t.time_us.iter().copied())
-            .collect(),
+        sizes: traces.iter().flat_map(|t| t.size.iter()).collect(),
+        times: traces.iter().flat_map(|t| t.time_us.iter()).collect(),
     }
 }
 

@@ -85,7 +85,7 @@ pub fn matching(snapshot: &Snapshot, trace: &Trace, filter: &EventFilter) -> Opt
     let mut out = Vec::new();
     for i in 0..trace.len() {
         if (!codes.is_empty() && !codes.contains(&trace.action[i]))
-            || trace.size[i] < filter.min_size
+            || trace.size.get(i) < filter.min_size
             || !stack_test(trace.stack[i])
         {
             continue;
@@ -108,9 +108,9 @@ pub fn row(snapshot: &Snapshot, trace: &Trace, replay: &Replay, index: usize) ->
         index,
         action: trace.action_name(trace.action[index]).to_owned(),
         addr: trace.addr[index],
-        size: trace.size[index],
+        size: trace.size.get(index),
         stream: trace.stream(index),
-        time_us: trace.has_time.then(|| trace.time_us[index]),
+        time_us: trace.has_time.then(|| trace.time_us.get(index)),
         top_frame,
         allocation,
         block_id: allocation.map(|id| replay.allocations[id as usize].id()),

@@ -193,7 +193,7 @@ fn fragmentation_at_oom(snapshot: &Snapshot, device: &DeviceAnalysis) -> Vec<Fin
         .enumerate()
         .filter(|&(_, &a)| a == ActionCode::OOM)
         .filter_map(|(event, _)| {
-            let requested = trace.size[event];
+            let requested = trace.size.get(event);
             let reserved = replay.reserved_after(Some(event));
             let allocated = replay.allocated_after(Some(event));
             let unused = reserved.saturating_sub(allocated);
@@ -266,7 +266,7 @@ fn fragmentation_at_reserved_peak(snapshot: &Snapshot, device: &DeviceAnalysis) 
     let stream = trace.stream(event);
     let request = (event + 1..trace.len().min(event + 64))
         .find(|&e| trace.action[e] == ActionCode::ALLOC && trace.stream(e) == stream)
-        .map(|e| trace.size[e])?;
+        .map(|e| trace.size.get(e))?;
     let large = unused as f64 >= FRAGMENTED_SHARE * peak.bytes as f64
         && unused >= FRAGMENTED_MIN_BYTES
         && unused >= request;
@@ -278,7 +278,7 @@ fn fragmentation_at_reserved_peak(snapshot: &Snapshot, device: &DeviceAnalysis) 
             "reserved memory peaked at {} when a new {} segment was made for a {} request while \
              {} of the cache was reserved but unused: no free block was big enough",
             human_bytes(peak.bytes),
-            human_bytes(trace.size[event]),
+            human_bytes(trace.size.get(event)),
             human_bytes(request),
             human_bytes(unused)
         ),

@@ -79,7 +79,7 @@ pub fn oom_markers(trace: &Trace) -> Vec<OomMarker> {
         .filter(|&(_, &action)| action == ActionCode::OOM)
         .map(|(event, _)| OomMarker {
             event,
-            requested: trace.size[event],
+            requested: trace.size.get(event),
             device_free: trace.device_free.get(&event).copied(),
         })
         .collect()
@@ -103,7 +103,9 @@ pub fn annotation_markers(
         if usize::try_from(annotation.device).ok() != Some(device) {
             continue;
         }
-        let event = trace.time_us.partition_point(|&t| t < annotation.time_us);
+        let event = trace
+            .time_us
+            .partition_point(0..trace.len(), |t| t < annotation.time_us);
         if event < columns.start || event > columns.end {
             continue;
         }
@@ -141,8 +143,8 @@ mod tests {
     fn trace_with_times(times: &[i64]) -> Trace {
         Trace {
             action: vec![ActionCode::ALLOC; times.len()],
-            size: vec![512; times.len()],
-            time_us: times.to_vec(),
+            size: vec![512; times.len()].into(),
+            time_us: times.to_vec().into(),
             has_time: true,
             ..Trace::default()
         }
@@ -160,7 +162,7 @@ mod tests {
     fn ooms_are_marked_with_what_was_asked_and_what_was_free() {
         let mut trace = trace_with_times(&[10, 20, 30]);
         trace.action[1] = ActionCode::OOM;
-        trace.size[1] = 1 << 30;
+        trace.size.set(1, 1 << 30);
         trace.device_free.insert(1, 4096);
         assert_eq!(
             oom_markers(&trace),

@@ -109,7 +109,7 @@ pub fn memory_map(snapshot: &Snapshot, device: &DeviceAnalysis, at: Option<usize
     }
     let from = at.map_or(0, |a| a + 1);
     for event in (from..trace.len()).rev() {
-        let (addr, size) = (trace.addr[event], trace.size[event]);
+        let (addr, size) = (trace.addr[event], trace.size.get(event));
         let range = Range {
             end: addr + size,
             stream: trace.stream(event),

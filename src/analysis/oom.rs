@@ -72,7 +72,7 @@ pub fn oom_reports(snapshot: &Snapshot, device: &DeviceAnalysis) -> Vec<OomRepor
 
 fn report(snapshot: &Snapshot, device: &DeviceAnalysis, event: usize) -> OomReport {
     let trace = snapshot.trace(device.device);
-    let requested = trace.size[event];
+    let requested = trace.size.get(event);
     let stream = trace.stream(event);
     let device_free = trace.device_free.get(&event).copied();
     let map = memory_map(snapshot, device, Some(event));
@@ -158,7 +158,7 @@ fn report(snapshot: &Snapshot, device: &DeviceAnalysis, event: usize) -> OomRepo
     OomReport {
         device: device.device,
         event_index: event,
-        time_us: trace.has_time.then(|| trace.time_us[event]),
+        time_us: trace.has_time.then(|| trace.time_us.get(event)),
         stream,
         requested_bytes: requested,
         device_free_bytes: device_free,

@@ -98,10 +98,10 @@ impl Summary {
                     .filter(|&(_, &a)| a == ActionCode::OOM)
                     .map(|(i, _)| OomEvent {
                         event_index: i,
-                        requested_bytes: trace.size[i],
+                        requested_bytes: trace.size.get(i),
                         device_free_bytes: trace.device_free.get(&i).copied(),
                         stream: trace.stream(i),
-                        time_us: trace.has_time.then_some(trace.time_us[i]),
+                        time_us: trace.has_time.then_some(trace.time_us.get(i)),
                     })
                     .collect();
                 DeviceSummary {

@@ -101,13 +101,15 @@ pub fn columns(window: &Window, trace: &Trace) -> Vec<usize> {
     let width = window.width.min(span.max(1));
     match window.axis {
         Axis::Time if trace.has_time && span > 1 => {
-            let t0 = trace.time_us[window.start];
-            let t1 = trace.time_us[window.end].max(t0 + 1);
+            let t0 = trace.time_us.get(window.start);
+            let t1 = trace.time_us.get(window.end).max(t0 + 1);
             let mut bounds: Vec<usize> = (0..=width)
                 .map(|c| {
                     let t = t0 + ((t1 - t0) as f64 * c as f64 / width as f64) as i64;
                     window.start
-                        + trace.time_us[window.start..=window.end].partition_point(|&x| x < t)
+                        + trace
+                            .time_us
+                            .partition_point(window.start..window.end + 1, |x| x < t)
                 })
                 .collect();
             bounds[0] = window.start;

@@ -34,13 +34,13 @@ pub(super) fn summary_text(file: &Path, snapshot: &Snapshot, summary: &Summary) 
     );
     for device in &summary.devices {
         let trace = snapshot.trace(device.device);
-        let start = trace.time_us.first().copied().unwrap_or(0);
+        let start = trace.time_us.first().unwrap_or(0);
         let at = |event: Option<usize>| match event {
             None => "before the first event".to_owned(),
             Some(i) if trace.has_time => format!(
                 "at event {} ({} into the trace)",
                 count(i as u64),
-                duration_us(trace.time_us[i] - start)
+                duration_us(trace.time_us.get(i) - start)
             ),
             Some(i) => format!("at event {}", count(i as u64)),
         };

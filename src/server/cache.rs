@@ -67,9 +67,9 @@ fn snapshot_heap_bytes(snapshot: &Snapshot) -> u64 {
         .map(|trace| {
             vec_bytes(&trace.action)
                 + vec_bytes(&trace.addr)
-                + vec_bytes(&trace.size)
+                + trace.size.heap_bytes()
                 + trace.stream.heap_bytes()
-                + vec_bytes(&trace.time_us)
+                + trace.time_us.heap_bytes()
                 + vec_bytes(&trace.stack)
                 + trace.compile_context.heap_bytes()
                 + trace.user_metadata.heap_bytes()

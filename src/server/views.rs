@@ -70,9 +70,11 @@ pub async fn timeline_view(
                 columns,
             );
             let time_us = (trace.has_time && !trace.time_us.is_empty()).then(|| TimeSpan {
-                first: trace.time_us[0],
-                start: trace.time_us[timeline.start.min(trace.time_us.len() - 1)],
-                end: trace.time_us[timeline.end.min(trace.time_us.len() - 1)],
+                first: trace.time_us.get(0),
+                start: trace
+                    .time_us
+                    .get(timeline.start.min(trace.time_us.len() - 1)),
+                end: trace.time_us.get(timeline.end.min(trace.time_us.len() - 1)),
             });
             let band_roles = band_roles(device_roles(loaded, device), &timeline.bands.id);
             Ok(TimelineAnswer {
@@ -162,7 +164,7 @@ pub async fn allocation(
                 event.and_then(|e| {
                     trace
                         .has_time
-                        .then(|| trace.time_us.get(e as usize).copied())
+                        .then(|| trace.time_us.at(e as usize))
                         .flatten()
                 })
             };

@@ -501,9 +501,9 @@ fn gather(events: &Trace, rows: &Rows) -> Trace {
         trace.push(
             events.action[row],
             events.addr[row],
-            events.size[row],
+            events.size.get(row),
             events.stream(row),
-            events.has_time.then_some(events.time_us[row]),
+            events.has_time.then_some(events.time_us.get(row)),
             events.stack[row],
             events.compile_context.get(row),
             events.user_metadata.get(row),

@@ -27,7 +27,7 @@ pub use load::{
     LoadError, LoadOptions, WithFollowed, load_path, load_path_following, load_reader,
     load_reader_following,
 };
-pub use narrow::{SparseIds, StreamColumn};
+pub use narrow::{SizeColumn, SparseIds, StreamColumn, TimeColumn};
 pub use trace::{Action, ActionCode, Trace, TraceEntry};
 
 use serde::Serialize;

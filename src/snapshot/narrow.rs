@@ -1,6 +1,10 @@
-//! Trace columns narrower than their values: a long trace repeats a handful of streams and
-//! almost never carries `compile_context` or `user_metadata`, so storing a `u64` stream and two
-//! `u32` text ids per event (16 of the 45 bytes an event took) paid for nothing.
+//! Trace columns narrower than their values. A long trace repeats a handful of streams, almost
+//! never carries `compile_context` or `user_metadata`, asks for less than 4 GiB per block and
+//! records times microseconds apart; storing a `u64` stream, two `u32` text ids, a `u64` size
+//! and an `i64` time per event (32 of the 45 bytes an event took) paid for little. These
+//! columns keep every value exact and fall back to the wide form where a file needs it.
+
+use std::ops::Range;
 
 /// The CUDA stream of each event: one byte per event indexing the distinct streams while there
 /// are at most 256 of them (a program uses a handful), the raw values past that.
@@ -27,6 +31,11 @@ impl StreamColumn {
             Self::Coded { codes, streams } => streams[usize::from(codes[event])],
             Self::Raw(values) => values[event],
         }
+    }
+
+    /// Every stream, in event order.
+    pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
+        (0..self.len()).map(|event| self.get(event))
     }
 
     pub fn len(&self) -> usize {
@@ -145,9 +154,319 @@ impl SparseIds {
     }
 }
 
+/// Requested or segment bytes per event: 4 bytes each; the rare size of 4 GiB or more is kept
+/// aside, in event order.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SizeColumn {
+    small: Vec<u32>,
+    /// `(event, bytes)` of every size that does not fit a `u32` (marked `LARGE` in `small`).
+    large: Vec<(usize, u64)>,
+}
+
+impl SizeColumn {
+    const LARGE: u32 = u32::MAX;
+
+    /// The size at event `event`.
+    #[inline]
+    pub fn get(&self, event: usize) -> u64 {
+        match self.small[event] {
+            Self::LARGE => self
+                .large
+                .binary_search_by_key(&event, |&(e, _)| e)
+                .map_or(u64::from(Self::LARGE), |i| self.large[i].1),
+            small => u64::from(small),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.small.len()
+    }
+
+    /// Every size, in event order.
+    pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
+        (0..self.len()).map(|event| self.get(event))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.small.is_empty()
+    }
+
+    #[inline]
+    pub fn push(&mut self, bytes: u64) {
+        match u32::try_from(bytes) {
+            Ok(small) if small != Self::LARGE => self.small.push(small),
+            _ => {
+                self.large.push((self.small.len(), bytes));
+                self.small.push(Self::LARGE);
+            }
+        }
+    }
+
+    /// Sets the size at event `event` (tests build odd traces this way).
+    pub fn set(&mut self, event: usize, bytes: u64) {
+        self.large.retain(|&(e, _)| e != event);
+        match u32::try_from(bytes) {
+            Ok(small) if small != Self::LARGE => self.small[event] = small,
+            _ => {
+                let at = self.large.partition_point(|&(e, _)| e < event);
+                self.large.insert(at, (event, bytes));
+                self.small[event] = Self::LARGE;
+            }
+        }
+    }
+
+    pub(crate) fn reserve(&mut self, extra: usize) {
+        let _ = self.small.try_reserve(extra);
+    }
+
+    pub fn truncate(&mut self, len: usize) {
+        self.small.truncate(len);
+        self.large.retain(|&(e, _)| e < len);
+    }
+
+    /// Moves events `start..` into a column of their own.
+    pub(crate) fn split_off(&mut self, start: usize) -> Self {
+        let at = self.large.partition_point(|&(e, _)| e < start);
+        Self {
+            small: self.small.split_off(start),
+            large: self
+                .large
+                .split_off(at)
+                .into_iter()
+                .map(|(e, bytes)| (e - start, bytes))
+                .collect(),
+        }
+    }
+
+    pub fn heap_bytes(&self) -> u64 {
+        (self.small.capacity() * 4 + self.large.capacity() * 16) as u64
+    }
+}
+
+/// Event times in microseconds: per block of 65,536 events a base, per event a `u32` offset
+/// from it (a block would have to span over an hour to overflow, and then the column keeps
+/// `i64`s instead). Frame-of-reference coding keeps random access O(1), which the views need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TimeColumn {
+    Blocked { bases: Vec<i64>, offsets: Vec<u32> },
+    Wide(Vec<i64>),
+}
+
+impl Default for TimeColumn {
+    fn default() -> Self {
+        Self::Blocked {
+            bases: Vec::new(),
+            offsets: Vec::new(),
+        }
+    }
+}
+
+const TIME_BLOCK_LOG2: u32 = 16;
+/// An offset is stored shifted by this, so times a little before the block's first one (clocks
+/// of different threads) fit too.
+const TIME_BIAS: i64 = 1 << 31;
+
+impl TimeColumn {
+    /// The time of event `event`.
+    #[inline]
+    pub fn get(&self, event: usize) -> i64 {
+        match self {
+            Self::Blocked { bases, offsets } => {
+                bases[event >> TIME_BLOCK_LOG2] + i64::from(offsets[event]) - TIME_BIAS
+            }
+            Self::Wide(times) => times[event],
+        }
+    }
+
+    /// The time of event `event`, if there is one.
+    pub fn at(&self, event: usize) -> Option<i64> {
+        (event < self.len()).then(|| self.get(event))
+    }
+
+    pub fn first(&self) -> Option<i64> {
+        self.at(0)
+    }
+
+    /// Every time, in event order.
+    pub fn iter(&self) -> impl Iterator<Item = i64> + '_ {
+        (0..self.len()).map(|event| self.get(event))
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Blocked { offsets, .. } => offsets.len(),
+            Self::Wide(times) => times.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    #[inline]
+    pub fn push(&mut self, time: i64) {
+        if let Self::Blocked { bases, offsets } = self {
+            let event = offsets.len();
+            if event & ((1 << TIME_BLOCK_LOG2) - 1) == 0 {
+                bases.push(time);
+            }
+            let base = bases[event >> TIME_BLOCK_LOG2];
+            if let Some(offset) = time
+                .checked_sub(base)
+                .and_then(|d| d.checked_add(TIME_BIAS))
+                .and_then(|d| u32::try_from(d).ok())
+            {
+                offsets.push(offset);
+                return;
+            }
+            let mut wide: Vec<i64> = Vec::with_capacity(offsets.capacity());
+            wide.extend(
+                (0..event).map(|e| bases[e >> TIME_BLOCK_LOG2] + i64::from(offsets[e]) - TIME_BIAS),
+            );
+            *self = Self::Wide(wide);
+        }
+        if let Self::Wide(times) = self {
+            times.push(time);
+        }
+    }
+
+    pub(crate) fn reserve(&mut self, extra: usize) {
+        match self {
+            Self::Blocked { offsets, .. } => {
+                let _ = offsets.try_reserve(extra);
+            }
+            Self::Wide(times) => {
+                let _ = times.try_reserve(extra);
+            }
+        }
+    }
+
+    pub fn truncate(&mut self, len: usize) {
+        match self {
+            Self::Blocked { bases, offsets } => {
+                offsets.truncate(len);
+                bases.truncate(len.div_ceil(1 << TIME_BLOCK_LOG2));
+            }
+            Self::Wide(times) => times.truncate(len),
+        }
+    }
+
+    /// Moves events `start..` into a column of their own.
+    pub(crate) fn split_off(&mut self, start: usize) -> Self {
+        let mut tail = Self::default();
+        for event in start..self.len() {
+            tail.push(self.get(event));
+        }
+        self.truncate(start);
+        tail
+    }
+
+    /// The first event of `events` whose time fails `before` (as `slice::partition_point` over
+    /// those events' times, which are in order), counted from `events.start`.
+    pub fn partition_point(&self, events: Range<usize>, before: impl Fn(i64) -> bool) -> usize {
+        let (mut low, mut high) = (events.start, events.end.min(self.len()).max(events.start));
+        while low < high {
+            let middle = low + (high - low) / 2;
+            if before(self.get(middle)) {
+                low = middle + 1;
+            } else {
+                high = middle;
+            }
+        }
+        low - events.start
+    }
+
+    pub fn heap_bytes(&self) -> u64 {
+        match self {
+            Self::Blocked { bases, offsets } => {
+                (bases.capacity() * 8 + offsets.capacity() * 4) as u64
+            }
+            Self::Wide(times) => (times.capacity() * 8) as u64,
+        }
+    }
+}
+
+impl From<Vec<u64>> for StreamColumn {
+    fn from(streams: Vec<u64>) -> Self {
+        let mut column = Self::default();
+        for stream in streams {
+            column.push(stream);
+        }
+        column
+    }
+}
+
+impl From<Vec<u64>> for SizeColumn {
+    fn from(sizes: Vec<u64>) -> Self {
+        let mut column = Self::default();
+        for size in sizes {
+            column.push(size);
+        }
+        column
+    }
+}
+
+impl From<Vec<i64>> for TimeColumn {
+    fn from(times: Vec<i64>) -> Self {
+        let mut column = Self::default();
+        for time in times {
+            column.push(time);
+        }
+        column
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_of_4_gib_and_more_are_kept_exactly() {
+        let mut sizes = SizeColumn::default();
+        let values = [
+            0,
+            512,
+            u64::from(u32::MAX) - 1,
+            u64::from(u32::MAX),
+            5 << 30,
+            7,
+            1 << 40,
+        ];
+        for &v in &values {
+            sizes.push(v);
+        }
+        let read: Vec<u64> = (0..values.len()).map(|e| sizes.get(e)).collect();
+        assert_eq!(read, values);
+        sizes.set(1, 9 << 30);
+        sizes.set(4, 3);
+        assert_eq!((sizes.get(1), sizes.get(4)), (9 << 30, 3));
+        let tail = sizes.split_off(3);
+        assert_eq!((tail.get(0), tail.get(3)), (u64::from(u32::MAX), 1 << 40));
+        assert_eq!(sizes.len(), 3);
+    }
+
+    #[test]
+    fn times_are_exact_in_blocks_and_wide_when_a_block_spans_too_long() {
+        let mut times = TimeColumn::default();
+        let first = 1_700_000_000_000_000i64;
+        let values: Vec<i64> = (0..200_000i64).map(|e| first + e * 37 - (e % 5)).collect();
+        for &t in &values {
+            times.push(t);
+        }
+        assert!(matches!(times, TimeColumn::Blocked { .. }));
+        assert!((0..values.len()).all(|e| times.get(e) == values[e]));
+        assert_eq!(times.partition_point(10..1000, |t| t < values[500]), 490);
+        let tail = times.split_off(70_000);
+        assert_eq!(
+            (tail.get(0), tail.len(), times.len()),
+            (values[70_000], 130_000, 70_000)
+        );
+        // A jump of more than an hour inside a block: the column widens, values unchanged.
+        times.push(first + 3 * 3_600_000_000);
+        assert!(matches!(times, TimeColumn::Wide(_)));
+        assert_eq!(times.get(69_999), values[69_999]);
+        assert_eq!(times.get(70_000), first + 3 * 3_600_000_000);
+    }
 
     #[test]
     fn streams_are_coded_until_there_are_too_many() {

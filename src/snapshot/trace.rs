@@ -5,7 +5,7 @@
 //! side tables.
 
 use super::StackId;
-use super::narrow::{SparseIds, StreamColumn};
+use super::narrow::{SizeColumn, SparseIds, StreamColumn, TimeColumn};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -89,12 +89,12 @@ pub struct Trace {
     /// Block or segment address (0 for `oom`).
     pub addr: Vec<u64>,
     /// Requested bytes for `alloc`/frees; segment bytes for `segment_*`.
-    pub size: Vec<u64>,
+    pub size: SizeColumn,
     /// The CUDA stream (raw `cudaStream_t`; 0 is the default stream): read it with
     /// [`Trace::stream`].
     pub stream: StreamColumn,
     /// Microseconds since the Unix epoch (torch >= 2.2); 0 when absent.
-    pub time_us: Vec<i64>,
+    pub time_us: TimeColumn,
     pub stack: Vec<StackId>,
     /// Index into [`Trace::strings`] of `compile_context`; 0 = absent or `N/A`.
     pub compile_context: SparseIds,
@@ -128,9 +128,9 @@ impl Trace {
         let extra = rows.saturating_sub(self.len());
         let _ = self.action.try_reserve(extra);
         let _ = self.addr.try_reserve(extra);
-        let _ = self.size.try_reserve(extra);
+        self.size.reserve(extra);
         self.stream.reserve(extra);
-        let _ = self.time_us.try_reserve(extra);
+        self.time_us.reserve(extra);
         let _ = self.stack.try_reserve(extra);
     }
 
@@ -257,9 +257,9 @@ impl Trace {
         TraceEntry {
             action: self.action(index),
             addr: self.addr[index],
-            size: self.size[index],
+            size: self.size.get(index),
             stream: self.stream.get(index),
-            time_us: self.time_us[index],
+            time_us: self.time_us.get(index),
             stack: self.stack[index],
             compile_context: self
                 .string(self.compile_context.get(index))

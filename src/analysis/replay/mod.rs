@@ -321,10 +321,7 @@ impl Replay {
 }
 
 fn time_of(trace: &Trace, event: usize) -> Option<i64> {
-    trace
-        .has_time
-        .then(|| trace.time_us.get(event).copied())
-        .flatten()
+    trace.has_time.then(|| trace.time_us.at(event)).flatten()
 }
 
 /// Reserved bytes over time. The trace says how reserved memory changed; the snapshot's segments
@@ -335,7 +332,7 @@ fn reserved_over_time(snapshot: &Snapshot, device: usize, trace: &Trace) -> (u64
     let mut net: i128 = 0;
     let mut deltas = Vec::new();
     for (event, &action) in trace.action.iter().enumerate() {
-        let size = i128::from(trace.size[event]);
+        let size = i128::from(trace.size.get(event));
         let delta = match action {
             ActionCode::SEGMENT_ALLOC | ActionCode::SEGMENT_MAP => size,
             ActionCode::SEGMENT_FREE | ActionCode::SEGMENT_UNMAP => -size,

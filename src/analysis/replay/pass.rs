@@ -125,7 +125,7 @@ impl TraceFollower for EventPass {
                     let address = self.addresses.state(&self.allocations, addr);
                     self.allocations.push(Allocation {
                         addr,
-                        size: trace.size[i],
+                        size: trace.size.get(i),
                         stream: trace.stream(i),
                         stack: trace.stack[i],
                         start: Some(i as u32),
@@ -134,7 +134,7 @@ impl TraceFollower for EventPass {
                         origin: Origin::Traced,
                     });
                     self.addresses.set_last(&self.allocations, id);
-                    self.change = self.change.wrapping_add(trace.size[i]);
+                    self.change = self.change.wrapping_add(trace.size.get(i));
                     self.record(id);
                 }
                 ActionCode::FREE_REQUESTED | ActionCode::FREE_COMPLETED => {
@@ -157,7 +157,7 @@ impl TraceFollower for EventPass {
                                 let id = self.allocations.len() as AllocationId;
                                 self.allocations.push(Allocation {
                                     addr,
-                                    size: trace.size[i],
+                                    size: trace.size.get(i),
                                     stream: trace.stream(i),
                                     stack: trace.stack[i],
                                     start: None,

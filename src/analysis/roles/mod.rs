@@ -149,8 +149,8 @@ impl DeviceRoles {
         };
         let kind_at = |kinds: &mut StackKinds, stack: StackId, event: u32| {
             let kind = kinds.kind(stack);
-            match trace.time_us.get(event as usize) {
-                Some(&time) if !annotated.is_empty() => annotated.refine(kind, time),
+            match trace.time_us.at(event as usize) {
+                Some(time) if !annotated.is_empty() => annotated.refine(kind, time),
                 _ => kind,
             }
         };

@@ -202,13 +202,13 @@ struct StackView {
 
 impl DeviceView {
     fn new(device: &DeviceSummary, trace: &crate::snapshot::Trace) -> Self {
-        let start = trace.time_us.first().copied().unwrap_or(0);
+        let start = trace.time_us.first().unwrap_or(0);
         let at = |event: Option<usize>| match event {
             None => "before the first event".to_owned(),
             Some(i) if trace.has_time => format!(
                 "event {} · {} in",
                 count(i as u64),
-                duration_us(trace.time_us.get(i).copied().unwrap_or(start) - start)
+                duration_us(trace.time_us.at(i).unwrap_or(start) - start)
             ),
             Some(i) => format!("event {}", count(i as u64)),
         };

@@ -50,13 +50,11 @@ pub(super) fn append_rows(trace: &mut Trace, rows: &[Row]) {
     let first = trace.len();
     trace.action.extend(rows.iter().map(|r| r.action));
     trace.addr.extend(rows.iter().map(|r| r.addr));
-    trace.size.extend(rows.iter().map(|r| r.size));
-    for row in rows {
-        trace.stream.push(row.stream);
-    }
-    trace.time_us.extend(rows.iter().map(|r| r.time_us));
     trace.stack.extend(rows.iter().map(|r| r.stack));
     for (event, row) in (first..).zip(rows) {
+        trace.size.push(row.size);
+        trace.stream.push(row.stream);
+        trace.time_us.push(row.time_us);
         trace.compile_context.set(event, row.context);
         trace.user_metadata.set(event, row.metadata);
     }
