@@ -455,3 +455,183 @@ impl AnalysisCache {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::mpsc;
+
+    fn fixture(name: &str) -> Loaded {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name);
+        let parsed = crate::analysis::load_path(&path, Default::default()).expect("fixture");
+        Loaded::new(parsed, &UserRules::default())
+    }
+
+    fn id(n: u8) -> SnapshotId {
+        SnapshotId::parse(&format!("{n:016x}")).expect("id")
+    }
+
+    /// A loader that counts its runs, reports `read` bytes, then waits for `gate` (a send, or
+    /// the sender dropped) before it succeeds or fails with `fail`.
+    fn gated(
+        runs: &Arc<AtomicUsize>,
+        gate: mpsc::Receiver<()>,
+        read: u64,
+        fail: Option<&str>,
+    ) -> impl Loader + use<> {
+        let runs = runs.clone();
+        let fail = fail.map(str::to_owned);
+        move |progress: &LoadProgress| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            progress.read(read);
+            let _ = gate.recv();
+            match fail {
+                Some(why) => Err(why),
+                None => Ok(fixture("mlp_small.pickle")),
+            }
+        }
+    }
+
+    /// A loader that must not run.
+    fn never(runs: &Arc<AtomicUsize>) -> impl Loader + use<> {
+        let runs = runs.clone();
+        move |_: &LoadProgress| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Err("a second load ran".to_owned())
+        }
+    }
+
+    async fn until(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !done() {
+            assert!(Instant::now() < deadline, "timed out waiting until {what}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_load_however_many_ask_and_its_progress_is_shared() {
+        let cache = Arc::new(AnalysisCache::new(u64::MAX));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let (open, gate) = mpsc::channel();
+        let first = cache.ready_or_start(&id(1), 1000, gated(&runs, gate, 400, None));
+        // A free slot: reading from the first answer on (the loader may have reported already).
+        assert!(
+            matches!(first, Err(LoadState::Reading { total: 1000, .. })),
+            "{:?}",
+            first.err()
+        );
+        until("the loader reports its bytes", || {
+            cache.ready_or_start(&id(1), 1000, never(&runs)).err()
+                == Some(LoadState::Reading {
+                    read: 400,
+                    total: 1000,
+                })
+        })
+        .await;
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let cache = cache.clone();
+                let runs = runs.clone();
+                tokio::spawn(async move { cache.get_or_load(&id(1), 1000, never(&runs)).await })
+            })
+            .collect();
+        open.send(()).expect("open the gate");
+        let mut loaded = Vec::new();
+        for waiter in waiters {
+            loaded.push(waiter.await.expect("join").expect("loaded"));
+        }
+        assert!(
+            loaded.iter().all(|l| Arc::ptr_eq(l, &loaded[0])),
+            "one load shared"
+        );
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "the loader ran once");
+        let ready = cache.ready_or_start(&id(1), 1000, never(&runs));
+        assert!(ready.is_ok_and(|l| Arc::ptr_eq(&l, &loaded[0])));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failure_is_reported_to_every_caller_and_not_tried_again_at_once() {
+        let cache = Arc::new(AnalysisCache::new(u64::MAX));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let (open, gate) = mpsc::channel();
+        drop(open);
+        let failed = cache
+            .get_or_load(&id(2), 10, gated(&runs, gate, 0, Some("not a snapshot")))
+            .await;
+        assert_eq!(failed.err().as_deref(), Some("not a snapshot"));
+        for _ in 0..5 {
+            assert_eq!(
+                cache.ready_or_start(&id(2), 10, never(&runs)).err(),
+                Some(LoadState::Failed("not a snapshot".into()))
+            );
+            let again = cache.get_or_load(&id(2), 10, never(&runs)).await;
+            assert_eq!(again.err().as_deref(), Some("not a snapshot"));
+        }
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            1,
+            "the failed load is not retried"
+        );
+        // A new upload of the same bytes repairs it at once.
+        cache.insert(&id(2), Arc::new(fixture("mlp_small.pickle")));
+        assert!(cache.ready_or_start(&id(2), 10, never(&runs)).is_ok());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn loads_past_the_limit_wait_their_turn() {
+        let cache = Arc::new(AnalysisCache::new(u64::MAX));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let mut gates = Vec::new();
+        for n in 0..=LOADS_AT_ONCE as u8 {
+            let (open, gate) = mpsc::channel();
+            gates.push(open);
+            let _ = cache.ready_or_start(&id(10 + n), 10, gated(&runs, gate, 1, None));
+        }
+        let last = id(10 + LOADS_AT_ONCE as u8);
+        until("the loads within the limit run", || {
+            runs.load(Ordering::SeqCst) == LOADS_AT_ONCE
+        })
+        .await;
+        assert_eq!(
+            cache.ready_or_start(&last, 10, never(&runs)).err(),
+            Some(LoadState::Queued)
+        );
+        assert_eq!(runs.load(Ordering::SeqCst), LOADS_AT_ONCE, "no more run");
+        let _ = gates.remove(0).send(());
+        until("the queued load starts when one ends", || {
+            matches!(
+                cache.ready_or_start(&last, 10, never(&runs)),
+                Err(LoadState::Reading { .. })
+            )
+        })
+        .await;
+        drop(gates);
+        let loaded = cache.get_or_load(&last, 10, never(&runs)).await;
+        assert!(loaded.is_ok());
+        assert_eq!(runs.load(Ordering::SeqCst), LOADS_AT_ONCE + 1);
+    }
+
+    #[test]
+    fn the_marks_found_at_load_are_the_markers_of_every_window() {
+        for name in ["oom.pickle", "mlp_small.pickle", "ring_wrap.pickle"] {
+            let loaded = fixture(name);
+            for device in &loaded.analysis.devices {
+                let trace = loaded.snapshot.trace(device.device);
+                let columns = crate::analysis::markers::Columns {
+                    start: 0,
+                    end: 0,
+                    column_start: &[],
+                };
+                let markers = crate::analysis::markers::markers(&[], trace, device, columns);
+                let marks = loaded.timeline_marks(device);
+                assert_eq!(marks.peak, markers.peak, "{name}");
+                assert_eq!(marks.ooms, markers.ooms, "{name}");
+                assert_eq!(marks.complete_from, complete_from(&device.replay), "{name}");
+            }
+        }
+    }
+}
