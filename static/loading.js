@@ -16,6 +16,7 @@ const stage = document.getElementById("load-stage");
 const errorBox = document.getElementById("load-error");
 const title = document.getElementById("load-title");
 const actions = document.querySelector(".load-actions");
+const why = document.getElementById("load-why");
 
 let failures = 0;
 
@@ -36,6 +37,7 @@ function show(shown) {
     errorBox.textContent = shown.error;
     errorBox.hidden = false;
     actions.hidden = false;
+    why.hidden = true;
   }
 }
 
