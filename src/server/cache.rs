@@ -29,7 +29,7 @@ pub struct Loaded {
 }
 
 /// The parts of a timeline answer that do not depend on its window: each is a pass over the
-/// whole trace or every allocation (20 ms together on a 3.2M-event trace, more than the
+/// whole trace or every allocation (10 to 25 ms together on a 3.2M-event trace, as much as the
 /// window itself), so they are found once, when the snapshot loads, not per request.
 #[derive(Debug, Clone)]
 pub struct TimelineMarks {
