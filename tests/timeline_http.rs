@@ -108,6 +108,22 @@ fn timeline_windows_over_http_and_in_process() {
             size / 1024
         );
     }
+    // What each answer paid before the server found these once per snapshot (cache.rs
+    // `TimelineMarks`): the peak, the OOM markers and complete_from, each a whole-trace pass.
+    let mut passes = Vec::new();
+    for _ in 0..ROUNDS {
+        let began = Instant::now();
+        let peak = device.replay.peak_allocated(trace);
+        let ooms = snapview::analysis::markers::oom_markers(trace);
+        let complete = snapview::analysis::markers::complete_from(&device.replay);
+        std::hint::black_box((peak, ooms, complete));
+        passes.push(began.elapsed().as_secs_f64() * 1e3);
+    }
+    let (passes_median, passes_max) = median_and_max(&mut passes);
+    println!(
+        "{:<14} {passes_median:>7.1} (max {passes_max:>5.1})   (peak, OOMs, complete_from: now once per load)",
+        "whole-trace"
+    );
     let mut fixed = Vec::new();
     for _ in 0..ROUNDS {
         fixed.push(get(&format!("/api/snapshots/{id}/oom")).0);
