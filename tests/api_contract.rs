@@ -15,7 +15,7 @@ mod common;
 use common::served::Served;
 use snapview::analysis::markers::Markers;
 use snapview::server::error::ErrorBody;
-use snapview::server::wire::SummaryRow;
+use snapview::server::wire::{LoadStatus, SummaryRow};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
@@ -284,6 +284,35 @@ fn every_answer_has_the_documented_shape() {
         &by_role.iter().collect::<Vec<_>>(),
     );
     // ---- end of roles in the views ----
+
+    // ---- the load status (issue 12) ----
+    // Every snapshot here was parsed by its upload, so the server answers `ready`; the states
+    // of a load in flight (and of a failed one, which tests/server_cold.rs makes on a damaged
+    // file) are written by the same type the handler serialises.
+    let mut statuses = each("/status");
+    for status in &statuses {
+        assert_eq!(status["state"], "ready", "{status}");
+    }
+    statuses.extend(
+        [
+            LoadStatus::Queued,
+            LoadStatus::Reading {
+                read: 4 << 20,
+                total: 286_650_809,
+            },
+            LoadStatus::Analysing,
+            LoadStatus::Failed {
+                error: "its stored file does not read as a snapshot: the file ends early".into(),
+            },
+        ]
+        .iter()
+        .map(|status| serde_json::to_value(status).expect("json")),
+    );
+    contract.add(
+        "GET /api/snapshots/{id}/status",
+        &statuses.iter().collect::<Vec<_>>(),
+    );
+    // ---- end of the load status ----
 
     let allocation = client.get(&format!("/api/snapshots/{mlp}/allocations/0"));
     // The trace that starts mid-run has blocks freed that it never saw allocated.

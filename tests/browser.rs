@@ -1,7 +1,7 @@
 //! The pages in a real browser: starts `snapview serve` on a free port with an empty data folder
 //! and runs `tests/browser/server_pages.mjs` (the pages) or `tests/browser/views.mjs` (the
-//! snapshot page's interactive views), `compare.mjs` (compare and group pages) or `oom.mjs` (the
-//! OOM explainer) against it, with playwright-core driving Debian's chromium.
+//! snapshot page's interactive views), `compare.mjs` (compare and group pages), `oom.mjs` (the
+//! OOM explainer) or `cold.mjs` (the page of a snapshot being parsed) against it, with playwright-core driving Debian's chromium.
 //! Screenshots land in `target/screenshots/`. The performance measurement on the 3.2M-event trace
 //! is `tests/browser/perf_huge.mjs`, run by hand (see its header).
 //!
@@ -121,6 +121,18 @@ fn compare_and_group_pages_work_in_a_real_browser() {
 #[test]
 fn findings_and_roles_show_in_a_real_browser() {
     run_script("tests/browser/findings.mjs", Duration::from_secs(120));
+}
+
+/// A snapshot not in memory (dropped by a one-byte cache, as after a restart): its page
+/// answers at once, follows the parse, and becomes the full page: `tests/browser/cold.mjs`.
+#[test]
+fn a_cold_snapshot_shows_its_load_then_its_page_in_a_real_browser() {
+    run_script_with(
+        "tests/browser/cold.mjs",
+        Duration::from_secs(100),
+        &[("SNAPVIEW_CACHE", "1")],
+        &[],
+    );
 }
 
 #[test]

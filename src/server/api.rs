@@ -5,7 +5,7 @@ use super::access::Actor;
 use super::error::{ApiError, blocking};
 use super::extract::{LoadedSnapshot, StoredSnapshot, default_device, lookup, not_live, parse_id};
 use super::store::{Lookup, SnapshotId, Store, StoreError};
-use super::wire::{AuditLog, SnapshotDetail, SnapshotList, SnapshotView};
+use super::wire::{AuditLog, LoadStatus, SnapshotDetail, SnapshotList, SnapshotView};
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
@@ -106,6 +106,18 @@ pub async fn get(
         allocator_settings: loaded.snapshot.allocator_settings.clone(),
         external_annotations: loaded.snapshot.external_annotations.len(),
         default_device: default_device(loaded).map_or(0, |d| d.device),
+    }))
+}
+
+/// `GET /api/snapshots/{id}/status`: whether the snapshot is parsed, and how far its parse is;
+/// starts the parse (in the background, once however often asked) when it is not in memory.
+pub async fn status(
+    State(state): State<AppState>,
+    snapshot: StoredSnapshot,
+) -> Result<Json<LoadStatus>, ApiError> {
+    Ok(Json(match snapshot.ready_or_start(&state)? {
+        Ok(_) => LoadStatus::Ready,
+        Err(progress) => progress.into(),
     }))
 }
 

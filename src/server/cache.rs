@@ -1,17 +1,21 @@
 //! Parsed and analysed snapshots kept in memory, least recently used out past a byte budget.
 //!
-//! Parsing a large snapshot takes a second and hundreds of MB, so it happens once per snapshot,
-//! on a blocking thread, and concurrent requests for the same cold snapshot wait on the same
-//! parse (single flight) instead of starting their own.
+//! Parsing a large snapshot takes seconds and gigabytes, so it happens once per snapshot, in a
+//! task of its own on a blocking thread, and every request for the same cold snapshot waits on
+//! that one parse (single flight) instead of starting its own. While it runs, its progress
+//! (bytes read, then analysing) is there for `GET /api/snapshots/{id}/status` and the page that
+//! shows it; a failure is remembered for a while, so nothing retries it in a loop.
 
 use super::store::SnapshotId;
+use crate::analysis::markers::{OomMarker, PeakMarker, complete_from, oom_markers};
 use crate::analysis::roles::UserRules;
-use crate::analysis::{Analysis, ReplaySeed, Summary};
+use crate::analysis::{Analysis, DeviceAnalysis, ReplaySeed, Summary};
 use crate::snapshot::Snapshot;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::sync::OnceCell;
+use std::time::{Duration, Instant};
+use tokio::sync::{Semaphore, watch};
 
 /// A snapshot with its analysis, ready to answer queries.
 #[derive(Debug)]
@@ -19,6 +23,34 @@ pub struct Loaded {
     pub snapshot: Snapshot,
     pub analysis: Analysis,
     pub summary: Summary,
+    /// Per device (in the order of `analysis.devices`), what every timeline answer carries
+    /// whatever its window.
+    marks: Vec<TimelineMarks>,
+}
+
+/// The parts of a timeline answer that do not depend on its window: each is a pass over the
+/// whole trace or every allocation (10 to 25 ms together on a 3.2M-event trace, as much as the
+/// window itself), so they are found once, when the snapshot loads, not per request.
+#[derive(Debug, Clone)]
+pub struct TimelineMarks {
+    pub peak: PeakMarker,
+    pub ooms: Vec<OomMarker>,
+    pub complete_from: Option<usize>,
+}
+
+impl TimelineMarks {
+    fn new(snapshot: &Snapshot, device: &DeviceAnalysis) -> Self {
+        let trace = snapshot.trace(device.device);
+        let peak = device.replay.peak_allocated(trace);
+        Self {
+            peak: PeakMarker {
+                event: peak.event_index,
+                bytes: peak.bytes,
+            },
+            ooms: oom_markers(trace),
+            complete_from: complete_from(&device.replay),
+        }
+    }
 }
 
 impl Loaded {
@@ -31,11 +63,30 @@ impl Loaded {
         for device in &analysis.devices {
             device.allocations_by_size();
         }
+        let marks = analysis
+            .devices
+            .iter()
+            .map(|device| TimelineMarks::new(&snapshot, device))
+            .collect();
         Self {
             snapshot,
             analysis,
             summary,
+            marks,
         }
+    }
+
+    /// The window-independent parts of `device`'s timeline answers.
+    pub fn timeline_marks(&self, device: &DeviceAnalysis) -> TimelineMarks {
+        self.analysis
+            .devices
+            .iter()
+            .position(|d| d.device == device.device)
+            .and_then(|index| self.marks.get(index))
+            .cloned()
+            // Every device of the analysis has its marks; this only keeps the answer right
+            // if that ever changes.
+            .unwrap_or_else(|| TimelineMarks::new(&self.snapshot, device))
     }
 
     /// The memory this holds, for the cache's byte budget: the trace columns, segments and
@@ -96,15 +147,136 @@ fn snapshot_heap_bytes(snapshot: &Snapshot) -> u64 {
     vec_bytes(&snapshot.device_traces) + traces + segments + tables
 }
 
+/// How many snapshots are parsed at once at most. A parse keeps two cores busy (the reader and
+/// the decoder) and holds its whole model in memory before the cache's budget sees it, so a
+/// client asking for the status of many cold snapshots at once must not start as many parses:
+/// the rest wait their turn (`queued`).
+const LOADS_AT_ONCE: usize = 2;
+
+/// How long a failed load is reported as failed before a request may try it again: a stored file
+/// that does not parse will not parse a second later, and a page polling the status (or a
+/// client retrying a view) must not start a parse four times a second.
+const RETRY_FAILED_AFTER: Duration = Duration::from_secs(60);
+
+/// Where a snapshot's load stands, as `GET /api/snapshots/{id}/status` says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoadState {
+    /// Waiting for one of the [`LOADS_AT_ONCE`] loads running to end.
+    Queued,
+    /// Reading (and decoding) the stored file: `read` of its `total` bytes.
+    Reading {
+        read: u64,
+        total: u64,
+    },
+    /// The file is read; the replay and the summary are being computed.
+    Analysing,
+    Ready,
+    /// Why it failed, for a person (no server path in it).
+    Failed(String),
+}
+
+/// The progress of one load: written by the loading thread (the reader's progress callback),
+/// read by status requests, without a lock.
+#[derive(Debug)]
+pub struct LoadProgress {
+    stage: AtomicU8,
+    read: AtomicU64,
+    total: u64,
+}
+
+impl LoadProgress {
+    const QUEUED: u8 = 0;
+    const READING: u8 = 1;
+    const ANALYSING: u8 = 2;
+
+    fn new(total: u64) -> Self {
+        Self {
+            stage: AtomicU8::new(Self::QUEUED),
+            read: AtomicU64::new(0),
+            total,
+        }
+    }
+
+    fn begin_reading(&self) {
+        self.stage.store(Self::READING, Ordering::Relaxed);
+    }
+
+    /// `bytes` of the file read so far (the loader's progress callback).
+    pub fn read(&self, bytes: u64) {
+        self.read.store(bytes, Ordering::Relaxed);
+    }
+
+    /// The file is read; what remains is analysis.
+    pub fn analysing(&self) {
+        self.stage.store(Self::ANALYSING, Ordering::Relaxed);
+    }
+
+    fn state(&self) -> LoadState {
+        match self.stage.load(Ordering::Relaxed) {
+            Self::QUEUED => LoadState::Queued,
+            Self::READING => LoadState::Reading {
+                // A compressed file's reader may count a little past the stored size.
+                read: self.read.load(Ordering::Relaxed).min(self.total),
+                total: self.total,
+            },
+            _ => LoadState::Analysing,
+        }
+    }
+}
+
+/// How a load ended.
+#[derive(Clone)]
+enum Outcome {
+    Ready(Arc<Loaded>),
+    /// Why, for a person, and when (see [`RETRY_FAILED_AFTER`]).
+    Failed(String, Instant),
+}
+
+/// One snapshot in the cache: loading (no outcome yet), ready or failed.
 struct Entry {
-    cell: OnceCell<Result<Arc<Loaded>, String>>,
+    progress: Arc<LoadProgress>,
+    /// Set once, by the task that loads; waiters clone the receiver and wait for it.
+    outcome: watch::Receiver<Option<Outcome>>,
     last_used: AtomicU64,
 }
+
+impl Entry {
+    fn outcome(&self) -> Option<Outcome> {
+        self.outcome.borrow().clone()
+    }
+
+    fn ready(&self) -> Option<Arc<Loaded>> {
+        match &*self.outcome.borrow() {
+            Some(Outcome::Ready(loaded)) => Some(loaded.clone()),
+            _ => None,
+        }
+    }
+
+    /// A failure old enough to try again.
+    fn stale_failure(&self) -> bool {
+        matches!(&*self.outcome.borrow(), Some(Outcome::Failed(_, at)) if at.elapsed() >= RETRY_FAILED_AFTER)
+    }
+
+    fn state(&self) -> LoadState {
+        match self.outcome() {
+            Some(Outcome::Ready(_)) => LoadState::Ready,
+            Some(Outcome::Failed(why, _)) => LoadState::Failed(why),
+            None => self.progress.state(),
+        }
+    }
+}
+
+/// What loads a snapshot: run on a blocking thread, it reports its progress into the
+/// [`LoadProgress`] and returns the loaded snapshot or why it failed (for a person).
+pub trait Loader: FnOnce(&LoadProgress) -> Result<Loaded, String> + Send + 'static {}
+impl<F: FnOnce(&LoadProgress) -> Result<Loaded, String> + Send + 'static> Loader for F {}
 
 pub struct AnalysisCache {
     budget_bytes: u64,
     entries: Mutex<HashMap<SnapshotId, Arc<Entry>>>,
     clock: AtomicU64,
+    /// One permit per load running ([`LOADS_AT_ONCE`]).
+    load_slots: Arc<Semaphore>,
 }
 
 impl AnalysisCache {
@@ -113,6 +285,7 @@ impl AnalysisCache {
             budget_bytes,
             entries: Mutex::new(HashMap::new()),
             clock: AtomicU64::new(0),
+            load_slots: Arc::new(Semaphore::new(LOADS_AT_ONCE)),
         }
     }
 
@@ -122,52 +295,131 @@ impl AnalysisCache {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn entry(&self, id: &SnapshotId) -> Arc<Entry> {
-        let tick = self.clock.fetch_add(1, Ordering::Relaxed);
-        let entry = self
-            .entries()
-            .entry(id.clone())
-            .or_insert_with(|| {
-                Arc::new(Entry {
-                    cell: OnceCell::new(),
-                    last_used: AtomicU64::new(tick),
-                })
-            })
-            .clone();
-        entry.last_used.store(tick, Ordering::Relaxed);
+    fn tick(&self) -> u64 {
+        self.clock.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The entry of `id`, starting its load with `load` when there is none (or only a failure
+    /// old enough to try again). Deciding and starting happen under the entries' lock, so two
+    /// requests never start two loads of one snapshot.
+    fn entry_or_start(
+        self: &Arc<Self>,
+        id: &SnapshotId,
+        total: u64,
+        load: impl Loader,
+    ) -> Arc<Entry> {
+        let tick = self.tick();
+        let mut entries = self.entries();
+        if let Some(entry) = entries.get(id)
+            && !entry.stale_failure()
+        {
+            entry.last_used.store(tick, Ordering::Relaxed);
+            return entry.clone();
+        }
+        let progress = Arc::new(LoadProgress::new(total));
+        let (sender, outcome) = watch::channel(None);
+        let entry = Arc::new(Entry {
+            progress: progress.clone(),
+            outcome,
+            last_used: AtomicU64::new(tick),
+        });
+        entries.insert(id.clone(), entry.clone());
+        drop(entries);
+        // A free slot is taken now, so the first status already says "reading".
+        let slot = self.load_slots.clone().try_acquire_owned().ok();
+        if slot.is_some() {
+            progress.begin_reading();
+        }
+        // The load runs in a task of its own, not in the request that started it: a client
+        // that goes away (or a status request, which never waits) does not stop it, and the
+        // requests that wait only watch its outcome.
+        let cache = self.clone();
+        let id = id.clone();
+        tokio::spawn(async move {
+            let slot = match slot {
+                Some(slot) => Ok(slot),
+                None => cache.load_slots.clone().acquire_owned().await,
+            };
+            let began = Instant::now();
+            tracing::info!(%id, bytes = total, "loading a snapshot");
+            let outcome = match slot {
+                Err(closed) => {
+                    Outcome::Failed(format!("analysis failed: {closed}"), Instant::now())
+                }
+                Ok(slot) => {
+                    let result = tokio::task::spawn_blocking(move || {
+                        let _slot = slot;
+                        progress.begin_reading();
+                        load(&progress)
+                    })
+                    .await;
+                    match result {
+                        Ok(Ok(loaded)) => Outcome::Ready(Arc::new(loaded)),
+                        Ok(Err(why)) => Outcome::Failed(why, Instant::now()),
+                        Err(e) => Outcome::Failed(format!("analysis failed: {e}"), Instant::now()),
+                    }
+                }
+            };
+            match &outcome {
+                Outcome::Ready(_) => {
+                    tracing::info!(%id, ms = began.elapsed().as_millis() as u64, "snapshot loaded");
+                }
+                Outcome::Failed(why, _) => {
+                    tracing::warn!(%id, error = %why, "loading a snapshot failed");
+                }
+            }
+            sender.send_replace(Some(outcome));
+            cache.evict(&id);
+        });
         entry
     }
 
-    /// The loaded snapshot `id`, parsing it with `load` on a blocking thread if it is not in
-    /// memory. Concurrent callers share one parse. A failure is not cached.
-    pub async fn get_or_load<F>(&self, id: &SnapshotId, load: F) -> Result<Arc<Loaded>, String>
-    where
-        F: FnOnce() -> Result<Loaded, String> + Send + 'static,
-    {
-        let entry = self.entry(id);
-        let result = entry
-            .cell
-            .get_or_init(|| async {
-                match tokio::task::spawn_blocking(load).await {
-                    Ok(result) => result.map(Arc::new),
-                    Err(e) => Err(format!("analysis failed: {e}")),
-                }
-            })
-            .await
-            .clone();
-        match &result {
-            Ok(_) => self.evict(id),
-            Err(_) => {
-                self.entries().remove(id);
-            }
-        }
-        result
+    /// The loaded snapshot `id` if it is ready, else where its load stands; starts the load
+    /// (in the background, see [`Self::get_or_load`]) when it is neither loaded nor loading.
+    /// Never waits.
+    pub fn ready_or_start(
+        self: &Arc<Self>,
+        id: &SnapshotId,
+        total: u64,
+        load: impl Loader,
+    ) -> Result<Arc<Loaded>, LoadState> {
+        let entry = self.entry_or_start(id, total, load);
+        entry.ready().ok_or_else(|| entry.state())
     }
 
-    /// Puts an already loaded snapshot in (the upload path parsed it to validate it).
+    /// The loaded snapshot `id`, loading it with `load` on a blocking thread if it is not in
+    /// memory (`total`: the stored file's size, for the progress). Concurrent callers, and
+    /// those of [`Self::ready_or_start`], share one load. A failure is reported to every
+    /// caller for [`RETRY_FAILED_AFTER`], then the next caller tries again.
+    pub async fn get_or_load(
+        self: &Arc<Self>,
+        id: &SnapshotId,
+        total: u64,
+        load: impl Loader,
+    ) -> Result<Arc<Loaded>, String> {
+        let entry = self.entry_or_start(id, total, load);
+        let mut outcome = entry.outcome.clone();
+        match outcome.wait_for(Option::is_some).await {
+            Ok(done) => match &*done {
+                Some(Outcome::Ready(loaded)) => Ok(loaded.clone()),
+                Some(Outcome::Failed(why, _)) => Err(why.clone()),
+                None => Err("analysis failed: no outcome".to_owned()),
+            },
+            // The loading task ended without saying how: the runtime is shutting down.
+            Err(_) => Err("analysis failed: the load was stopped".to_owned()),
+        }
+    }
+
+    /// Puts an already loaded snapshot in (the upload path parsed it to validate it). It
+    /// replaces whatever was there; a load still running for `id` ends for its own waiters.
     pub fn insert(&self, id: &SnapshotId, loaded: Arc<Loaded>) {
-        let entry = self.entry(id);
-        let _ = entry.cell.set(Ok(loaded));
+        let (_, outcome) = watch::channel(Some(Outcome::Ready(loaded)));
+        let entry = Arc::new(Entry {
+            progress: Arc::new(LoadProgress::new(0)),
+            outcome,
+            last_used: AtomicU64::new(self.tick()),
+        });
+        self.entries().insert(id.clone(), entry);
         self.evict(id);
     }
 
@@ -175,14 +427,16 @@ impl AnalysisCache {
         self.entries().remove(id);
     }
 
-    /// Drops least recently used entries until the ready ones fit the budget; `keep` stays.
+    /// Drops least recently used entries until the ready ones fit the budget, and failures old
+    /// enough to try again; `keep` stays. Loads in flight are not counted (nor dropped).
     fn evict(&self, keep: &SnapshotId) {
         let mut entries = self.entries();
+        entries.retain(|_, entry| !entry.stale_failure());
         loop {
             let mut used = 0;
             let mut oldest: Option<(u64, SnapshotId)> = None;
             for (id, entry) in entries.iter() {
-                let Some(Ok(loaded)) = entry.cell.get() else {
+                let Some(loaded) = entry.ready() else {
                     continue;
                 };
                 used += loaded.approx_bytes();
@@ -197,6 +451,186 @@ impl AnalysisCache {
                     entries.remove(&id);
                 }
                 _ => break,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::mpsc;
+
+    fn fixture(name: &str) -> Loaded {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name);
+        let parsed = crate::analysis::load_path(&path, Default::default()).expect("fixture");
+        Loaded::new(parsed, &UserRules::default())
+    }
+
+    fn id(n: u8) -> SnapshotId {
+        SnapshotId::parse(&format!("{n:016x}")).expect("id")
+    }
+
+    /// A loader that counts its runs, reports `read` bytes, then waits for `gate` (a send, or
+    /// the sender dropped) before it succeeds or fails with `fail`.
+    fn gated(
+        runs: &Arc<AtomicUsize>,
+        gate: mpsc::Receiver<()>,
+        read: u64,
+        fail: Option<&str>,
+    ) -> impl Loader + use<> {
+        let runs = runs.clone();
+        let fail = fail.map(str::to_owned);
+        move |progress: &LoadProgress| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            progress.read(read);
+            let _ = gate.recv();
+            match fail {
+                Some(why) => Err(why),
+                None => Ok(fixture("mlp_small.pickle")),
+            }
+        }
+    }
+
+    /// A loader that must not run.
+    fn never(runs: &Arc<AtomicUsize>) -> impl Loader + use<> {
+        let runs = runs.clone();
+        move |_: &LoadProgress| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Err("a second load ran".to_owned())
+        }
+    }
+
+    async fn until(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !done() {
+            assert!(Instant::now() < deadline, "timed out waiting until {what}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_load_however_many_ask_and_its_progress_is_shared() {
+        let cache = Arc::new(AnalysisCache::new(u64::MAX));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let (open, gate) = mpsc::channel();
+        let first = cache.ready_or_start(&id(1), 1000, gated(&runs, gate, 400, None));
+        // A free slot: reading from the first answer on (the loader may have reported already).
+        assert!(
+            matches!(first, Err(LoadState::Reading { total: 1000, .. })),
+            "{:?}",
+            first.err()
+        );
+        until("the loader reports its bytes", || {
+            cache.ready_or_start(&id(1), 1000, never(&runs)).err()
+                == Some(LoadState::Reading {
+                    read: 400,
+                    total: 1000,
+                })
+        })
+        .await;
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let cache = cache.clone();
+                let runs = runs.clone();
+                tokio::spawn(async move { cache.get_or_load(&id(1), 1000, never(&runs)).await })
+            })
+            .collect();
+        open.send(()).expect("open the gate");
+        let mut loaded = Vec::new();
+        for waiter in waiters {
+            loaded.push(waiter.await.expect("join").expect("loaded"));
+        }
+        assert!(
+            loaded.iter().all(|l| Arc::ptr_eq(l, &loaded[0])),
+            "one load shared"
+        );
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "the loader ran once");
+        let ready = cache.ready_or_start(&id(1), 1000, never(&runs));
+        assert!(ready.is_ok_and(|l| Arc::ptr_eq(&l, &loaded[0])));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failure_is_reported_to_every_caller_and_not_tried_again_at_once() {
+        let cache = Arc::new(AnalysisCache::new(u64::MAX));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let (open, gate) = mpsc::channel();
+        drop(open);
+        let failed = cache
+            .get_or_load(&id(2), 10, gated(&runs, gate, 0, Some("not a snapshot")))
+            .await;
+        assert_eq!(failed.err().as_deref(), Some("not a snapshot"));
+        for _ in 0..5 {
+            assert_eq!(
+                cache.ready_or_start(&id(2), 10, never(&runs)).err(),
+                Some(LoadState::Failed("not a snapshot".into()))
+            );
+            let again = cache.get_or_load(&id(2), 10, never(&runs)).await;
+            assert_eq!(again.err().as_deref(), Some("not a snapshot"));
+        }
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            1,
+            "the failed load is not retried"
+        );
+        // A new upload of the same bytes repairs it at once.
+        cache.insert(&id(2), Arc::new(fixture("mlp_small.pickle")));
+        assert!(cache.ready_or_start(&id(2), 10, never(&runs)).is_ok());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn loads_past_the_limit_wait_their_turn() {
+        let cache = Arc::new(AnalysisCache::new(u64::MAX));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let mut gates = Vec::new();
+        for n in 0..=LOADS_AT_ONCE as u8 {
+            let (open, gate) = mpsc::channel();
+            gates.push(open);
+            let _ = cache.ready_or_start(&id(10 + n), 10, gated(&runs, gate, 1, None));
+        }
+        let last = id(10 + LOADS_AT_ONCE as u8);
+        until("the loads within the limit run", || {
+            runs.load(Ordering::SeqCst) == LOADS_AT_ONCE
+        })
+        .await;
+        assert_eq!(
+            cache.ready_or_start(&last, 10, never(&runs)).err(),
+            Some(LoadState::Queued)
+        );
+        assert_eq!(runs.load(Ordering::SeqCst), LOADS_AT_ONCE, "no more run");
+        let _ = gates.remove(0).send(());
+        until("the queued load starts when one ends", || {
+            matches!(
+                cache.ready_or_start(&last, 10, never(&runs)),
+                Err(LoadState::Reading { .. })
+            )
+        })
+        .await;
+        drop(gates);
+        let loaded = cache.get_or_load(&last, 10, never(&runs)).await;
+        assert!(loaded.is_ok());
+        assert_eq!(runs.load(Ordering::SeqCst), LOADS_AT_ONCE + 1);
+    }
+
+    #[test]
+    fn the_marks_found_at_load_are_the_markers_of_every_window() {
+        for name in ["oom.pickle", "mlp_small.pickle", "ring_wrap.pickle"] {
+            let loaded = fixture(name);
+            for device in &loaded.analysis.devices {
+                let trace = loaded.snapshot.trace(device.device);
+                let columns = crate::analysis::markers::Columns {
+                    start: 0,
+                    end: 0,
+                    column_start: &[],
+                };
+                let markers = crate::analysis::markers::markers(&[], trace, device, columns);
+                let marks = loaded.timeline_marks(device);
+                assert_eq!(marks.peak, markers.peak, "{name}");
+                assert_eq!(marks.ooms, markers.ooms, "{name}");
+                assert_eq!(marks.complete_from, complete_from(&device.replay), "{name}");
             }
         }
     }

@@ -3,12 +3,13 @@
 //! view's query asks for, with the server's defaults applied here and nowhere else.
 
 use super::AppState;
-use super::cache::Loaded;
+use super::cache::{LoadProgress, LoadState, Loaded, Loader};
 use super::error::{ApiError, blocking};
 use super::store::{Lookup, Record, SnapshotId};
 use crate::analysis::DeviceAnalysis;
 use crate::analysis::moment::Moment;
 use crate::analysis::roles::UserRules;
+use crate::snapshot::{LoadError, LoadOptions};
 use axum::extract::{FromRequestParts, Query, RawPathParams};
 use axum::http::request::Parts;
 use serde::Deserialize;
@@ -81,8 +82,10 @@ impl StoredSnapshot {
         }
     }
 
-    /// Parsed and analysed, from the cache or now.
-    pub async fn load(self, state: &AppState) -> Result<LoadedSnapshot, ApiError> {
+    /// What loads this snapshot for the cache: parses the stored file, reporting the bytes
+    /// read, then analyses it with the snapshot's role rules. Its error is for a person (the
+    /// status endpoint and the page show it): the cause with a server path goes to the log.
+    fn loader(&self, state: &AppState) -> Result<impl Loader + use<>, ApiError> {
         let id = self.id.clone();
         let path = state.store.blob_path(&id);
         // The snapshot's own rules (`PUT .../rules`) over the server's; they were checked when
@@ -93,21 +96,50 @@ impl StoredSnapshot {
             })?),
             None => state.config.roles.clone(),
         };
+        Ok(move |progress: &LoadProgress| {
+            let report = |read: u64| progress.read(read);
+            let options = LoadOptions {
+                progress: Some(&report),
+                ..LoadOptions::default()
+            };
+            let parsed = crate::analysis::load_path(&path, options).map_err(|e| match e {
+                LoadError::Open { source, .. } => {
+                    tracing::warn!(%id, path = %path.display(), error = %source, "a stored snapshot cannot be opened");
+                    format!("the server cannot open its stored file ({})", source.kind())
+                }
+                other => format!("its stored file does not read as a snapshot: {other}"),
+            })?;
+            progress.analysing();
+            Ok(Loaded::new(parsed, &rules))
+        })
+    }
+
+    /// Parsed and analysed, from the cache or now (waiting for a load another request started).
+    pub async fn load(self, state: &AppState) -> Result<LoadedSnapshot, ApiError> {
+        let load = self.loader(state)?;
         let loaded = state
             .cache
-            .get_or_load(&id, move || {
-                crate::analysis::load_path(&path, Default::default())
-                    .map(|parsed| Loaded::new(parsed, &rules))
-                    .map_err(|e| e.to_string())
-            })
+            .get_or_load(&self.id, self.record.size_bytes, load)
             .await
-            // The cause (which may name a server path) goes to the log, with the snapshot it
-            // concerns; the client gets a generic 500.
-            .map_err(|e| ApiError::Internal(format!("snapshot {id}: {e}")))?;
+            // Every request that waited on a failed load gets a 500 (the page and the status
+            // endpoint say why); the log says it once per request, with the snapshot.
+            .map_err(|e| ApiError::Internal(format!("snapshot {}: {e}", self.id)))?;
         Ok(LoadedSnapshot {
             stored: self,
             loaded,
         })
+    }
+
+    /// The parsed snapshot if it is in memory, else where its load stands, starting the load
+    /// in the background if none runs. Never waits for a parse.
+    pub fn ready_or_start(
+        &self,
+        state: &AppState,
+    ) -> Result<Result<Arc<Loaded>, LoadState>, ApiError> {
+        let load = self.loader(state)?;
+        Ok(state
+            .cache
+            .ready_or_start(&self.id, self.record.size_bytes, load))
     }
 }
 

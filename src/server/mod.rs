@@ -188,6 +188,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/api/snapshots/{id}/restore", post(api::restore))
         .route("/api/snapshots/{id}/raw", get(api::raw))
+        .route("/api/snapshots/{id}/status", get(api::status))
         .route("/api/snapshots/{id}/timeline", get(views::timeline_view))
         .route("/api/snapshots/{id}/roles", get(views::roles_view))
         .route(

@@ -11,7 +11,7 @@ use super::wire::{
 use crate::analysis::DeviceAnalysis;
 use crate::analysis::events::{EventFilter, EventPage, page};
 use crate::analysis::flame::{FlameMode, flame, flame_by_role};
-use crate::analysis::markers::{Columns, complete_from, markers};
+use crate::analysis::markers::{Columns, Markers, annotation_markers};
 use crate::analysis::memory_map::{MemoryMap, memory_map};
 use crate::analysis::moment::Moment;
 use crate::analysis::roles::{DeviceRoles, UserRules, role_window};
@@ -63,12 +63,17 @@ pub async fn timeline_view(
                 end: timeline.end,
                 column_start: &timeline.column_start,
             };
-            let markers = markers(
-                &loaded.snapshot.external_annotations,
-                trace,
-                device,
-                columns,
-            );
+            let marks = loaded.timeline_marks(device);
+            let markers = Markers {
+                peak: marks.peak,
+                ooms: marks.ooms,
+                annotations: annotation_markers(
+                    &loaded.snapshot.external_annotations,
+                    trace,
+                    device.device,
+                    columns,
+                ),
+            };
             let time_us = (trace.has_time && !trace.time_us.is_empty()).then(|| TimeSpan {
                 first: trace.time_us.get(0),
                 start: trace
@@ -80,7 +85,7 @@ pub async fn timeline_view(
             Ok(TimelineAnswer {
                 device: device.device,
                 time_us,
-                complete_from: complete_from(&device.replay),
+                complete_from: marks.complete_from,
                 markers,
                 timeline,
                 band_roles,

@@ -6,6 +6,7 @@
 //! [`EventPage`], [`OomReport`], [`SnapshotDiff`], [`Markers`]) live beside the analysis that
 //! makes them; this module composes them into answers.
 
+use super::cache::LoadState;
 use super::store::{AuditEntry, Record, Unlisted};
 use crate::analysis::flame::{Flame, FlameMode};
 use crate::analysis::markers::Markers;
@@ -157,6 +158,36 @@ pub struct SnapshotDetail {
     pub external_annotations: usize,
     /// The device the views show when the page's URL names none (the first with a trace).
     pub default_device: usize,
+}
+
+/// `GET /api/snapshots/{id}/status`: where the snapshot's parse stands, without waiting for it
+/// (asking starts it when the snapshot is not in memory).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum LoadStatus {
+    /// Waiting for other snapshots' loads to end (the server parses a few at a time).
+    Queued,
+    /// Reading the stored file: `read` of `total` bytes.
+    Reading { read: u64, total: u64 },
+    /// Read; computing the replay and the summary.
+    Analysing,
+    /// In memory: every view answers at once.
+    Ready,
+    /// The load failed, for the reason given (for a person); asked again within a minute, the
+    /// same answer, after that the next request tries again.
+    Failed { error: String },
+}
+
+impl From<LoadState> for LoadStatus {
+    fn from(state: LoadState) -> Self {
+        match state {
+            LoadState::Queued => Self::Queued,
+            LoadState::Reading { read, total } => Self::Reading { read, total },
+            LoadState::Analysing => Self::Analysing,
+            LoadState::Ready => Self::Ready,
+            LoadState::Failed(error) => Self::Failed { error },
+        }
+    }
 }
 
 /// `GET /api/snapshots/{id}/timeline`.

@@ -1,16 +1,17 @@
 //! `/s/{id}`: one snapshot's summary and its interactive views; this URL is the one to share.
 
-use super::{Assets, error_page, render};
+use super::{Assets, assets, error_page, render};
 use crate::analysis::DeviceSummary;
 use crate::analysis::findings::Finding;
 use crate::analysis::roles::BUILTIN_ROLES;
 use crate::format::{bytes, count, duration_us};
 use crate::server::AppState;
-use crate::server::error::ApiError;
-use crate::server::extract::LoadedSnapshot;
+use crate::server::cache::{LoadState, Loaded};
+use crate::server::extract::StoredSnapshot;
 use crate::snapshot::short_frame_label;
 use askama::Template;
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use axum::response::Response;
 
 #[derive(Template)]
@@ -285,17 +286,107 @@ impl DeviceView {
     }
 }
 
-/// `GET /s/{id}`: one snapshot; this URL is the one to share.
+/// `GET /s/{id}`: one snapshot; this URL is the one to share. A snapshot not in memory (after a
+/// restart, or dropped for others) answers at once with a page that shows its parse (which this
+/// starts) and becomes the full page when it is ready.
 pub async fn snapshot(State(state): State<AppState>, Path(id): Path<String>) -> Response {
     // Not the extractor: a bad link must get this page, not the API's JSON error.
-    match snapshot_page(&state, &id).await {
-        Ok(page) => render(page),
+    let stored = match StoredSnapshot::find(&state, &id).await {
+        Ok(stored) => stored,
+        Err(e) => return error_page(e),
+    };
+    match stored.ready_or_start(&state) {
+        Ok(Ok(loaded)) => render(snapshot_page(&state, stored, &loaded)),
+        Ok(Err(progress)) => loading_page(stored, progress),
         Err(e) => error_page(e),
     }
 }
 
-async fn snapshot_page(state: &AppState, id: &str) -> Result<SnapshotPage, ApiError> {
-    let LoadedSnapshot { stored, loaded } = LoadedSnapshot::find(state, id).await?;
+/// The page of a snapshot being parsed: its stored name and size, where the parse stands, and
+/// a script (`static/loading.js`) that polls `GET /api/snapshots/{id}/status` and reloads into
+/// the full page when it is ready.
+#[derive(Template)]
+#[template(path = "loading.html")]
+struct LoadingPage {
+    assets: Assets,
+    loading_js: String,
+    id: String,
+    name: String,
+    filename: String,
+    size: String,
+    size_bytes: u64,
+    uploaded_at_ms: i64,
+    /// `queued`, `reading`, `analysing` or `failed` (as the status endpoint says it).
+    state: &'static str,
+    read_bytes: u64,
+    /// What the page says first, as the script words it on each poll.
+    line: String,
+    /// Why the load failed (for `failed`).
+    error: String,
+}
+
+fn loading_page(stored: StoredSnapshot, progress: LoadState) -> Response {
+    let record = stored.record;
+    let (state, read_bytes, line, error) = match progress {
+        LoadState::Queued => (
+            "queued",
+            0,
+            "Waiting for other snapshots to finish loading…".to_owned(),
+            String::new(),
+        ),
+        LoadState::Reading { read, total } => (
+            "reading",
+            read,
+            format!(
+                "Reading {}: {} of {}",
+                record.filename,
+                bytes(read),
+                bytes(total)
+            ),
+            String::new(),
+        ),
+        // Ready between the two looks at the cache: the script reloads at its first poll.
+        LoadState::Analysing | LoadState::Ready => (
+            "analysing",
+            record.size_bytes,
+            "Analysing…".to_owned(),
+            String::new(),
+        ),
+        LoadState::Failed(why) => (
+            "failed",
+            0,
+            failed_line(&record.filename, record.size_bytes),
+            why,
+        ),
+    };
+    let failed = state == "failed";
+    let mut response = render(LoadingPage {
+        assets: Assets::new(),
+        loading_js: assets::url("loading.js"),
+        id: stored.id.to_string(),
+        name: record.name,
+        filename: record.filename,
+        size: bytes(record.size_bytes),
+        size_bytes: record.size_bytes,
+        uploaded_at_ms: record.uploaded_at_ms,
+        state,
+        read_bytes,
+        line,
+        error,
+    });
+    if failed {
+        *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+    }
+    response
+}
+
+/// The line above a failed load's reason (static/lib/load-status.js words it the same).
+fn failed_line(filename: &str, size: u64) -> String {
+    format!("The server could not read {filename} ({}).", bytes(size))
+}
+
+/// The full page of a parsed snapshot.
+fn snapshot_page(state: &AppState, stored: StoredSnapshot, loaded: &Loaded) -> SnapshotPage {
     let (id, record) = (stored.id, stored.record);
     let snapshot = &loaded.snapshot;
     let summary = &loaded.summary;
@@ -334,7 +425,7 @@ async fn snapshot_page(state: &AppState, id: &str) -> Result<SnapshotPage, ApiEr
                 .map(move |f| FindingView::new(f, Some(d.device), name_device))
         }))
         .collect();
-    Ok(SnapshotPage {
+    SnapshotPage {
         assets: Assets::new(),
         id: id.to_string(),
         name: record.name.clone(),
@@ -361,5 +452,5 @@ async fn snapshot_page(state: &AppState, id: &str) -> Result<SnapshotPage, ApiEr
             .collect(),
         settings,
         annotations: snapshot.external_annotations.len(),
-    })
+    }
 }

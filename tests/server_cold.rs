@@ -1,0 +1,158 @@
+//! Snapshots the server has stored but not parsed (after a restart): `/s/{id}` answers at once
+//! with the page that follows the parse, `GET /api/snapshots/{id}/status` says where the parse
+//! stands and starts it, every request shares one parse, and a file that does not parse is
+//! reported, once, and not parsed again in a loop.
+
+mod common;
+
+use common::served::{Served, blobs_and_temps, wait_until};
+use std::path::Path;
+use std::time::Duration;
+
+fn upload(server: &Served, fixture: &str) -> String {
+    let bytes = std::fs::read(common::fixtures().join(fixture)).expect("fixture");
+    let (status, body) = server.call(
+        "POST",
+        &format!("/api/snapshots?filename={fixture}"),
+        Some(&bytes),
+    );
+    assert!(status == 201 || status == 200, "{status} {body}");
+    let view: serde_json::Value = serde_json::from_str(&body).expect("json");
+    view["id"].as_str().expect("id").to_owned()
+}
+
+fn status(server: &Served, id: &str) -> serde_json::Value {
+    let (code, body) = server.call("GET", &format!("/api/snapshots/{id}/status"), None);
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).expect("json")
+}
+
+/// Lines of the server's log that say a load of `id` began.
+fn loads_of(server: &Served, id: &str) -> usize {
+    server
+        .log_text()
+        .lines()
+        .filter(|line| line.contains(&format!("loading a snapshot id={id}")))
+        .count()
+}
+
+fn restart(server: Served, data: &Path) -> Served {
+    drop(server);
+    Served::start(data, &[])
+}
+
+#[test]
+fn a_cold_snapshot_answers_its_page_at_once_and_loads_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let server = Served::start(&data, &[]);
+    let mlp = upload(&server, "mlp_small.pickle");
+    let oom = upload(&server, "oom.pickle");
+    // Uploading parsed them: ready at once, and asking starts nothing.
+    assert_eq!(status(&server, &mlp)["state"], "ready");
+    assert_eq!(loads_of(&server, &mlp), 0);
+
+    let server = restart(server, &data);
+    // The page of a cold snapshot does not wait for the parse: it is the page that follows it,
+    // with the stored name and size.
+    let (code, page) = server.call("GET", &format!("/s/{mlp}"), None);
+    assert_eq!(code, 200, "{page}");
+    assert!(
+        page.contains("data-load-state="),
+        "the loading page: {page}"
+    );
+    assert!(page.contains("mlp_small.pickle"), "{page}");
+    assert!(page.contains("/static/loading."), "its script: {page}");
+    assert!(
+        !page.contains("id=\"tab-timeline\""),
+        "not the full page yet"
+    );
+    // Views asked for meanwhile wait for the same parse; status answers without waiting.
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                let (code, body) = server.call(
+                    "GET",
+                    &format!("/api/snapshots/{mlp}/timeline?width=50"),
+                    None,
+                );
+                assert_eq!(code, 200, "{body}");
+            });
+            scope.spawn(|| {
+                let state = status(&server, &mlp);
+                let known = ["queued", "reading", "analysing", "ready"];
+                assert!(known.iter().any(|s| state["state"] == *s), "{state}");
+            });
+        }
+    });
+    wait_until("mlp is ready", Duration::from_secs(20), || {
+        status(&server, &mlp)["state"] == "ready"
+    });
+    assert_eq!(
+        loads_of(&server, &mlp),
+        1,
+        "one parse:\n{}",
+        server.log_text()
+    );
+    let (code, page) = server.call("GET", &format!("/s/{mlp}"), None);
+    assert_eq!(code, 200);
+    assert!(
+        page.contains("id=\"tab-timeline\""),
+        "the full page once ready"
+    );
+
+    // Status alone starts a cold snapshot's load, in the background.
+    let first = status(&server, &oom);
+    assert_ne!(first["state"], "failed", "{first}");
+    wait_until("oom is ready", Duration::from_secs(20), || {
+        status(&server, &oom)["state"] == "ready"
+    });
+    assert_eq!(loads_of(&server, &oom), 1, "{}", server.log_text());
+
+    // Not live: the usual errors, and nothing starts.
+    let (code, _) = server.call("GET", "/api/snapshots/00000000000000aa/status", None);
+    assert_eq!(code, 404);
+    let (code, _) = server.call("GET", "/api/snapshots/nothex/status", None);
+    assert_eq!(code, 400);
+}
+
+#[test]
+fn a_stored_file_that_does_not_parse_is_reported_and_not_parsed_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let server = Served::start(&data, &[]);
+    let id = upload(&server, "mlp_small.pickle");
+    drop(server);
+    // The stored file damaged on disk (it is there, so the snapshot is live).
+    let blobs = blobs_and_temps(&data);
+    assert_eq!(blobs.len(), 1, "{blobs:?}");
+    let bytes = std::fs::read(&blobs[0]).expect("blob");
+    std::fs::write(&blobs[0], &bytes[..bytes.len() / 2]).expect("truncate");
+    let server = Served::start(&data, &[]);
+
+    let mut answer = status(&server, &id);
+    wait_until("the load fails", Duration::from_secs(20), || {
+        answer = status(&server, &id);
+        answer["state"] == "failed"
+    });
+    let error = answer["error"].as_str().expect("error text");
+    assert!(error.contains("does not read as a snapshot"), "{error}");
+    assert!(
+        !error.contains(&*data.to_string_lossy()),
+        "no server path: {error}"
+    );
+    // Asked again (a page polling, views retried): the same answer, no new parse.
+    for _ in 0..5 {
+        assert_eq!(status(&server, &id), answer);
+        let (code, _) = server.call("GET", &format!("/api/snapshots/{id}/flame"), None);
+        assert_eq!(code, 500);
+    }
+    let (code, page) = server.call("GET", &format!("/s/{id}"), None);
+    assert_eq!(code, 500);
+    assert!(page.contains("could not be opened"), "{page}");
+    assert!(
+        page.contains("does not read as a snapshot"),
+        "the reason: {page}"
+    );
+    assert_eq!(loads_of(&server, &id), 1, "{}", server.log_text());
+}
