@@ -7,6 +7,7 @@
 
 pub mod diff;
 pub mod events;
+mod extrema;
 pub mod findings;
 #[cfg(test)]
 pub(crate) mod fixtures;
@@ -23,6 +24,9 @@ pub mod segments;
 pub mod stacks;
 mod summary;
 pub mod timeline;
+mod view_index;
+#[cfg(test)]
+mod view_reference;
 
 pub use notes::{Note, notes};
 pub use replay::{Allocation, AllocationId, Origin, Peak, Replay, ReplaySeed};
@@ -65,6 +69,9 @@ pub struct Analysis {
 pub struct DeviceAnalysis {
     pub device: usize,
     pub replay: Replay,
+    /// What the views read instead of the trace (built with the replay, so the first request
+    /// is as fast as the rest).
+    views: view_index::ViewIndex,
     by_size: std::sync::OnceLock<Vec<AllocationId>>,
     /// Every allocation's role, decided on first use (by [`Analysis::roles`]).
     roles: std::sync::OnceLock<roles::DeviceRoles>,
@@ -72,9 +79,11 @@ pub struct DeviceAnalysis {
 
 impl DeviceAnalysis {
     fn new(snapshot: &Snapshot, device: usize, pass: Option<EventPass>) -> Self {
+        let replay = Replay::seeded(snapshot, device, pass);
         Self {
             device,
-            replay: Replay::seeded(snapshot, device, pass),
+            views: view_index::ViewIndex::new(&replay),
+            replay,
             by_size: std::sync::OnceLock::new(),
             roles: std::sync::OnceLock::new(),
         }
@@ -86,7 +95,15 @@ impl DeviceAnalysis {
             ids.capacity() * std::mem::size_of::<AllocationId>()
         });
         let roles = self.roles.get().map_or(0, roles::DeviceRoles::heap_bytes);
-        self.replay.heap_bytes() + by_size as u64 + roles
+        self.replay.heap_bytes()
+            + self.replay.event_matches.heap_bytes()
+            + self.views.heap_bytes()
+            + by_size as u64
+            + roles
+    }
+
+    pub(crate) fn views(&self) -> &view_index::ViewIndex {
+        &self.views
     }
 
     /// Every allocation's role, decided on the first call with these `rules` (later calls get
@@ -96,7 +113,8 @@ impl DeviceAnalysis {
             .get_or_init(|| roles::DeviceRoles::new(snapshot, &self.replay, self.device, rules))
     }
 
-    /// Allocation ids, largest first (ties by id): the timeline picks its bands from the front.
+    /// Allocation ids, largest first (ties by id). The timeline no longer reads it (its bands
+    /// come from the view index); it is kept for callers that list allocations by size.
     pub fn allocations_by_size(&self) -> &[AllocationId] {
         self.by_size.get_or_init(|| {
             let allocations = &self.replay.allocations;
