@@ -45,9 +45,19 @@ fn main() {
         let trace = snapshot.trace(device.device);
         let n = trace.len();
         println!(
-            "{name}: {n} events, {} allocations",
-            device.replay.allocations.len()
+            "{name}: {n} events, {} allocations, {} segment events, {} segments at the end",
+            device.replay.allocations.len(),
+            device.replay.reserved_steps.len(),
+            snapshot.device_segments(device.device).count()
         );
+        let began = Instant::now();
+        let index = snapview::analysis::view_index::ViewIndex::new(&device.replay);
+        println!(
+            "  view index (built with the analysis) builds in {:.0} ms, holds {:.1} MB",
+            began.elapsed().as_secs_f64() * 1e3,
+            index.heap_bytes() as f64 / (1 << 20) as f64
+        );
+        drop(index);
         let began = Instant::now();
         let _ = device.allocations_by_size(); // what the server builds at load
         println!(

@@ -2,8 +2,9 @@
 //!
 //! [`Analysis::new`] replays every device once and keeps the indexes that later questions need
 //! (memory after every event, an interval index of lifetimes for the live set, reserved-memory
-//! steps), each linear in the trace, so each question costs time proportional to its answer,
-//! not to the trace.
+//! steps, and [`view_index`]: the memory curve's min/max over any range and the timeline's band
+//! candidates), each built in time linear in the trace, so each question costs time
+//! proportional to its answer (and a window's pixel width), not to the trace.
 
 pub mod diff;
 pub mod events;
@@ -24,7 +25,7 @@ pub mod segments;
 pub mod stacks;
 mod summary;
 pub mod timeline;
-mod view_index;
+pub mod view_index;
 #[cfg(test)]
 mod view_reference;
 
@@ -102,7 +103,8 @@ impl DeviceAnalysis {
             + roles
     }
 
-    pub(crate) fn views(&self) -> &view_index::ViewIndex {
+    /// The indexes the views read (built with the replay).
+    pub fn views(&self) -> &view_index::ViewIndex {
         &self.views
     }
 

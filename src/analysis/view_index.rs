@@ -14,7 +14,7 @@ use super::extrema::RangeExtrema;
 use super::replay::{Allocation, AllocationId, Replay};
 
 #[derive(Debug, Default)]
-pub(crate) struct ViewIndex {
+pub struct ViewIndex {
     /// Over `Replay::allocated`, by event.
     pub(crate) allocated: RangeExtrema,
     /// Over the bytes of `Replay::reserved_steps`, by step.
@@ -23,7 +23,8 @@ pub(crate) struct ViewIndex {
 }
 
 impl ViewIndex {
-    pub(crate) fn new(replay: &Replay) -> Self {
+    /// The indexes of `replay` (what [`crate::analysis::DeviceAnalysis`] builds with it).
+    pub fn new(replay: &Replay) -> Self {
         let allocated = &replay.allocated[..];
         let steps = &replay.reserved_steps[..];
         Self {
@@ -33,7 +34,8 @@ impl ViewIndex {
         }
     }
 
-    pub(crate) fn heap_bytes(&self) -> u64 {
+    /// Heap bytes held.
+    pub fn heap_bytes(&self) -> u64 {
         self.allocated.heap_bytes() + self.reserved.heap_bytes() + self.bands.heap_bytes()
     }
 }

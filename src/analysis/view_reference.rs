@@ -3,13 +3,13 @@
 //! the tests, which ask both versions the same questions on every fixture and compare every field
 //! of the answers (`tests` below).
 
+use super::DeviceAnalysis;
 use super::events::{EventFilter, EventPage, matching, row};
 use super::replay::{AllocationId, Replay};
 use super::roles::{DeviceRoles, RoleWindow};
 use super::timeline::{
     Bands, MAX_BANDS, MIN_BAND_AREA, MIN_BAND_COLUMNS, Timeline, Window, column_of, columns,
 };
-use super::DeviceAnalysis;
 use crate::snapshot::{Snapshot, Trace};
 
 /// The highest reserved total right after any event in `from..=to`.

@@ -101,8 +101,9 @@ pub fn role_window(
 }
 
 /// log2 of the events between two role checkpoints: a `/roles` column replays at most this many
-/// events, and the checkpoints cost `8 * roles / CHECKPOINT_EVENTS` bytes per event.
-const CHECKPOINT_EVENTS_LOG2: u32 = 9;
+/// events (each a read of a random allocation: ~128 keeps a whole-trace window of 1600 columns
+/// to a few ms), and the checkpoints cost `8 * roles / CHECKPOINT_EVENTS` bytes per event.
+const CHECKPOINT_EVENTS_LOG2: u32 = 7;
 const CHECKPOINT_EVENTS: usize = 1 << CHECKPOINT_EVENTS_LOG2;
 
 /// Bytes per role live before every `CHECKPOINT_EVENTS`-th event (wrapping sums, as the live
@@ -115,29 +116,42 @@ pub(super) struct RoleCheckpoints {
 }
 
 impl RoleCheckpoints {
-    /// One pass over `replay`'s events; `role[id]` is allocation `id`'s role, below `roles`.
+    /// One read of `replay`'s allocations, in order; `role[id]` is allocation `id`'s role, below
+    /// `roles`. An allocation adds its bytes to every checkpoint after its alloc and takes them
+    /// from every checkpoint after its free (the events that open and close it, which
+    /// [`event_change`] reads one by one): recorded as differences between neighbouring
+    /// checkpoints, then summed, so no event is read at all.
     pub(super) fn new(replay: &Replay, role: &[u8], roles: usize) -> Self {
-        let role_of = |id: AllocationId| {
-            role.get(id as usize)
-                .copied()
-                .unwrap_or(super::Role::Unknown as u8) as usize
+        let checkpoints = replay.len().div_ceil(CHECKPOINT_EVENTS);
+        let mut bytes = vec![0u64; checkpoints * roles];
+        // The checkpoint right after `event`, if there is one.
+        let slot_after = |event: u32, role: usize| {
+            let k = (event as usize >> CHECKPOINT_EVENTS_LOG2) + 1;
+            (k < checkpoints).then_some(k * roles + role)
         };
-        let mut current = vec![0u64; roles];
-        for id in replay.live_after(None) {
-            if let Some(slot) = current.get_mut(role_of(id)) {
-                *slot = slot.wrapping_add(replay.allocations[id as usize].size);
+        for (id, allocation) in replay.allocations.iter().enumerate() {
+            let role = role.get(id).copied().unwrap_or(super::Role::Unknown as u8) as usize;
+            if role >= roles || checkpoints == 0 {
+                continue;
+            }
+            let size = allocation.size;
+            match allocation.start {
+                // Alive from the start: in the first checkpoint.
+                None => bytes[role] = bytes[role].wrapping_add(size),
+                Some(start) => {
+                    if let Some(slot) = slot_after(start, role) {
+                        bytes[slot] = bytes[slot].wrapping_add(size);
+                    }
+                }
+            }
+            if let Some(slot) = allocation.end.and_then(|end| slot_after(end, role)) {
+                bytes[slot] = bytes[slot].wrapping_sub(size);
             }
         }
-        let events = replay.len();
-        let mut bytes = Vec::with_capacity(events.div_ceil(CHECKPOINT_EVENTS) * roles);
-        for event in 0..events {
-            if event % CHECKPOINT_EVENTS == 0 {
-                bytes.extend_from_slice(&current);
-            }
-            if let Some((id, change)) = event_change(replay, event)
-                && let Some(slot) = current.get_mut(role_of(id))
-            {
-                *slot = change.apply(*slot);
+        for k in 1..checkpoints {
+            for r in 0..roles {
+                bytes[k * roles + r] =
+                    bytes[k * roles + r].wrapping_add(bytes[(k - 1) * roles + r]);
             }
         }
         Self { roles, bytes }
