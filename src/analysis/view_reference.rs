@@ -483,40 +483,74 @@ mod tests {
         filters
     }
 
+    /// What the comparisons found: questions asked, and per view the answers that differ
+    /// (how many, and the first), so one run shows every view that went wrong.
+    #[derive(Default)]
+    struct Tally {
+        asked: usize,
+        /// Timeline windows where the bands were capped at `MAX_BANDS` (the selection by area).
+        capped: usize,
+        differ: std::collections::BTreeMap<&'static str, (usize, String)>,
+    }
+
+    impl Tally {
+        fn check(
+            &mut self,
+            view: &'static str,
+            new: &impl Serialize,
+            old: &impl Serialize,
+            what: impl FnOnce() -> String,
+        ) {
+            self.asked += 1;
+            if json(new) != json(old) {
+                let entry = self.differ.entry(view).or_insert_with(|| (0, what()));
+                entry.0 += 1;
+            }
+        }
+
+        fn assert_none_differ(&self) {
+            assert!(
+                self.differ.is_empty(),
+                "answers differ from the reference (view: count, first): {:#?}",
+                self.differ
+            );
+        }
+    }
+
     /// Asks the old and new versions of every view the same questions on one snapshot and
-    /// checks the answers are equal, field for field. Returns how many questions were asked.
-    fn compare(name: &str, snapshot: &Snapshot, analysis: &Analysis, thorough: bool) -> usize {
-        let mut asked = 0;
+    /// compares the answers, field for field.
+    fn compare(
+        name: &str,
+        snapshot: &Snapshot,
+        analysis: &Analysis,
+        thorough: bool,
+        tally: &mut Tally,
+    ) {
         for device in &analysis.devices {
-            let trace = snapshot.trace(device.device);
+            let d = device.device;
+            let trace = snapshot.trace(d);
             let events = trace.len();
             let roles = device.roles(snapshot, &UserRules::default());
             for window in windows(events.max(1), thorough) {
-                let new = json(&timeline(device, trace, window));
-                let old = json(&timeline_scanning(device, trace, window));
-                assert!(
-                    new == old,
-                    "{name} device {}: timeline {window:?}",
-                    device.device
+                let old = timeline_scanning(device, trace, window);
+                tally.capped += usize::from(old.bands.len() == MAX_BANDS);
+                tally.check("timeline", &timeline(device, trace, window), &old, || {
+                    format!("{name} device {d}: {window:?}")
+                });
+                tally.check(
+                    "roles window",
+                    &role_window(device, roles, trace, window),
+                    &role_window_scanning(device, roles, trace, window),
+                    || format!("{name} device {d}: {window:?}"),
                 );
-                let new = json(&role_window(device, roles, trace, window));
-                let old = json(&role_window_scanning(device, roles, trace, window));
-                assert!(
-                    new == old,
-                    "{name} device {}: roles {window:?}",
-                    device.device
-                );
-                asked += 2;
             }
             for at in moments(device, events, if thorough { 400 } else { 40 }) {
-                let new = json(&memory_map(snapshot, device, at));
-                let old = json(&memory_map_undoing_every_event(snapshot, device, at));
-                assert!(
-                    new == old,
-                    "{name} device {}: segment map at {at:?}",
-                    device.device
+                tally.check(
+                    "segment map",
+                    &memory_map(snapshot, device, at),
+                    &memory_map_undoing_every_event(snapshot, device, at),
+                    || format!("{name} device {d}: at {at:?}"),
                 );
-                asked += 1;
             }
             // Twice round, so the second round reads the match cache (which holds fewer
             // filters than there are: the first ones are evicted and scanned again).
@@ -534,35 +568,17 @@ mod tests {
                         (0, 1, Some(events.saturating_sub(1))),
                         (0, 5000, Some(events + 10)),
                     ] {
-                        let new = json(&page(
-                            snapshot,
-                            trace,
-                            &device.replay,
-                            &filter,
-                            offset,
-                            limit,
-                            find,
-                        ));
-                        let old = json(&page_scanning(
-                            snapshot,
-                            trace,
-                            &device.replay,
-                            &filter,
-                            offset,
-                            limit,
-                            find,
-                        ));
-                        assert!(
-                            new == old,
-                            "{name} device {} round {round}: events {filter:?} at {offset} ({limit}, {find:?})",
-                            device.device
+                        let replay = &device.replay;
+                        tally.check(
+                            "events page",
+                            &page(snapshot, trace, replay, &filter, offset, limit, find),
+                            &page_scanning(snapshot, trace, replay, &filter, offset, limit, find),
+                            || format!("{name} device {d} round {round}: {filter:?} at {offset} ({limit}, {find:?})"),
                         );
-                        asked += 1;
                     }
                 }
             }
         }
-        asked
     }
 
     fn pickles(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -587,7 +603,7 @@ mod tests {
         pickles(&dir, &mut paths);
         paths.sort();
         let mut compared = 0;
-        let mut asked = 0;
+        let mut tally = Tally::default();
         for path in &paths {
             let Ok(snapshot) = crate::snapshot::load_path(path, Default::default()) else {
                 continue;
@@ -598,11 +614,15 @@ mod tests {
                 .unwrap_or(path)
                 .display()
                 .to_string();
-            asked += compare(&name, &snapshot, &analysis, true);
+            compare(&name, &snapshot, &analysis, true, &mut tally);
             compared += 1;
         }
+        println!(
+            "{compared} fixtures, {} questions asked of both versions ({} timelines at the band cap)",
+            tally.asked, tally.capped
+        );
         assert!(compared >= 20, "only {compared} fixtures loaded");
-        println!("{compared} fixtures, {asked} questions asked of both versions");
+        tally.assert_none_differ();
     }
 
     /// The large files, when decompressed into `SNAPVIEW_LARGE_DIR` (skipped otherwise; the
@@ -619,8 +639,13 @@ mod tests {
             }
             let snapshot = crate::snapshot::load_path(&path, Default::default()).expect("loads");
             let analysis = Analysis::new(&snapshot);
-            let asked = compare(name, &snapshot, &analysis, false);
-            println!("{name}: {asked} questions asked of both versions");
+            let mut tally = Tally::default();
+            compare(name, &snapshot, &analysis, false, &mut tally);
+            println!(
+                "{name}: {} questions asked of both versions ({} timelines at the band cap)",
+                tally.asked, tally.capped
+            );
+            tally.assert_none_differ();
         }
     }
 }
