@@ -33,8 +33,8 @@ pub struct RoleWindow {
 
 /// Bytes per role per column of `window` (the same columns as the timeline's for the same
 /// window). Each column's peak is found in the view index and the bytes there from the nearest
-/// checkpoint before it (or the previous column's moment, when nearer), so a column costs at
-/// most [`CHECKPOINT_EVENTS`] events however many it spans.
+/// role checkpoint (or the previous column's moment, when nearer), so a column costs at most
+/// half of [`CHECKPOINT_EVENTS`] events however many it spans.
 pub fn role_window(
     device: &DeviceAnalysis,
     roles: &DeviceRoles,
@@ -100,8 +100,8 @@ pub fn role_window(
     }
 }
 
-/// log2 of the events between two role checkpoints: a `/roles` column replays at most this many
-/// events (each a read of a random allocation: ~128 keeps a whole-trace window of 1600 columns
+/// log2 of the events between two role checkpoints: a `/roles` column replays at most half this
+/// many events (each a read of a random allocation: ~128 keeps a whole-trace window of 1600 columns
 /// to a few ms), and the checkpoints cost `8 * roles / CHECKPOINT_EVENTS` bytes per event.
 const CHECKPOINT_EVENTS_LOG2: u32 = 7;
 const CHECKPOINT_EVENTS: usize = 1 << CHECKPOINT_EVENTS_LOG2;
@@ -177,6 +177,14 @@ enum Change {
 }
 
 impl Change {
+    /// The change that takes this one back.
+    fn undone(self) -> Self {
+        match self {
+            Change::Add(size) => Change::Remove(size),
+            Change::Remove(size) => Change::Add(size),
+        }
+    }
+
     fn apply(self, bytes: u64) -> u64 {
         match self {
             Change::Add(size) => bytes.wrapping_add(size),
@@ -198,8 +206,9 @@ fn event_change(replay: &Replay, event: usize) -> Option<(AllocationId, Change)>
     }
 }
 
-/// Bytes per role after any event, moving forward from the last answer or from the checkpoint
-/// before the asked event, whichever is nearer.
+/// Bytes per role after any event, reached from whichever is nearest of the last answer and the
+/// checkpoints either side of the event (forward by applying events, backward by undoing them:
+/// the sums wrap, so undoing is exact), so a column reads at most half a checkpoint interval.
 struct RoleCursor<'a> {
     device: &'a DeviceAnalysis,
     roles: &'a DeviceRoles,
@@ -223,18 +232,24 @@ impl<'a> RoleCursor<'a> {
     fn after(&mut self, at: Option<usize>) -> &[u64] {
         let replay = &self.device.replay;
         let target = at.map_or(0, |e| e + 1).min(replay.len());
-        // The last checkpoint is before the last event (one past it, `target` may be).
-        let k = (target >> CHECKPOINT_EVENTS_LOG2)
-            .min(replay.len().saturating_sub(1) >> CHECKPOINT_EVENTS_LOG2);
-        let checkpoint = k << CHECKPOINT_EVENTS_LOG2;
-        let near = self
-            .applied
-            .is_some_and(|applied| applied <= target && applied >= checkpoint);
-        if !near {
+        // The checkpoints at or before `target` and after it, where there are those (the last
+        // checkpoint is before the last event; `target` may be one past it).
+        let last = replay.len().saturating_sub(1) >> CHECKPOINT_EVENTS_LOG2;
+        let below = (target >> CHECKPOINT_EVENTS_LOG2).min(last);
+        let above = (below + 1).min(last);
+        let distance = |from: usize| from.abs_diff(target);
+        let mut start = self.applied.map(|applied| (distance(applied), None));
+        for k in [below, above] {
+            let checkpoint = distance(k << CHECKPOINT_EVENTS_LOG2);
+            if start.is_none_or(|(best, _)| checkpoint < best) {
+                start = Some((checkpoint, Some(k)));
+            }
+        }
+        if let Some((_, Some(k))) = start {
             match self.roles.checkpoints.get(k, self.bytes.len()) {
                 Some(bytes) => {
                     self.bytes.copy_from_slice(bytes);
-                    self.applied = Some(checkpoint);
+                    self.applied = Some(k << CHECKPOINT_EVENTS_LOG2);
                 }
                 None => {
                     // No checkpoints for these roles (not built from this replay): from the
@@ -253,6 +268,12 @@ impl<'a> RoleCursor<'a> {
                 self.add(id, change);
             }
             applied += 1;
+        }
+        while applied > target {
+            applied -= 1;
+            if let Some((id, change)) = event_change(replay, applied) {
+                self.add(id, change.undone());
+            }
         }
         self.applied = Some(applied);
         &self.bytes
