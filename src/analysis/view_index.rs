@@ -91,31 +91,49 @@ impl BandIndex {
     }
 
     fn new(allocations: &[Allocation], events: usize) -> Self {
-        // A counting sort by bucket (ids ascending within each), then each bucket by first
-        // event; the replay numbers traced allocations in the order of their allocs, so the
-        // buckets are nearly sorted already.
-        let mut bucket_first = vec![0u32; CLASSES * CLASSES + 1];
+        // A counting sort by bucket, ids ascending within each. Each bucket is kept as two
+        // parts, side by side: the allocations alive from the start (first event 0), then the
+        // traced ones, which the replay numbers in the order of their allocs, so both parts are
+        // in first-event order as placed; a part found out of order is sorted.
+        const PARTS: usize = 2 * CLASSES * CLASSES;
+        const NONE: u16 = u16::MAX;
+        let mut part_of = Vec::with_capacity(allocations.len());
+        let mut part_first = vec![0u32; PARTS + 1];
+        let mut last_start = vec![0u32; PARTS];
+        let mut unsorted = vec![false; PARTS];
         for allocation in allocations {
-            if let Some(bucket) = Self::bucket_of(allocation, events) {
-                bucket_first[bucket + 1] += 1;
+            let part = match Self::bucket_of(allocation, events) {
+                None => NONE,
+                Some(bucket) => {
+                    let part = 2 * bucket + usize::from(allocation.start.is_some());
+                    if let Some(start) = allocation.start {
+                        unsorted[part] |= start < last_start[part];
+                        last_start[part] = start;
+                    }
+                    part_first[part + 1] += 1;
+                    part as u16
+                }
+            };
+            part_of.push(part);
+        }
+        for p in 0..PARTS {
+            part_first[p + 1] += part_first[p];
+        }
+        let mut next = part_first.clone();
+        let mut ids = vec![0 as AllocationId; part_first[PARTS] as usize];
+        for (id, &part) in part_of.iter().enumerate() {
+            if part != NONE {
+                ids[next[part as usize] as usize] = id as AllocationId;
+                next[part as usize] += 1;
             }
         }
-        for b in 0..CLASSES * CLASSES {
-            bucket_first[b + 1] += bucket_first[b];
-        }
-        let mut next = bucket_first.clone();
-        let mut ids = vec![0 as AllocationId; bucket_first[CLASSES * CLASSES] as usize];
-        for (id, allocation) in allocations.iter().enumerate() {
-            if let Some(bucket) = Self::bucket_of(allocation, events) {
-                ids[next[bucket] as usize] = id as AllocationId;
-                next[bucket] += 1;
-            }
-        }
-        for b in 0..CLASSES * CLASSES {
-            let bucket = &mut ids[bucket_first[b] as usize..bucket_first[b + 1] as usize];
+        for p in (0..PARTS).filter(|&p| unsorted[p]) {
+            let part = &mut ids[part_first[p] as usize..part_first[p + 1] as usize];
             // Stable: ids stay ascending among equal first events.
-            bucket.sort_by_key(|&id| band_extent(&allocations[id as usize], events).0);
+            part.sort_by_key(|&id| band_extent(&allocations[id as usize], events).0);
         }
+        // Bucket `b` is parts `2b` and `2b + 1`.
+        let bucket_first = part_first.into_iter().step_by(2).collect();
         Self {
             events,
             bucket_first,
