@@ -1,11 +1,14 @@
 //! Benchmark: the views' queries on the large corpus files, server time without HTTP.
 //!
-//! `cargo bench --bench views` loads each large file once (decompressed by `benches/core.rs`, or
-//! from `SNAPVIEW_LARGE_DIR`), then times timeline windows at every zoom level for a 1600 px view
-//! (and their JSON size), the flame graph and the segment map at spread-out moments. Prints
-//! median and max per query kind.
+//! `cargo bench --bench views [-- NAME]` loads each large file once (decompressed by
+//! `benches/core.rs`, or from `SNAPVIEW_LARGE_DIR`), then times timeline windows at every zoom
+//! level for a 1600 px view (and their JSON size), the `/roles` window, the flame graph, the
+//! segment map at spread-out and at pseudo-random moments, and filtered pages of the event list.
+//! Prints median and max per query kind. With `NAME`, only that file (e.g.
+//! `gpt2_huge_trace_x10`, the ten-times file, which takes ~3 GB to load: one at a time).
 
 use snapview::analysis::Analysis;
+use snapview::analysis::events::{EventFilter, page};
 use snapview::analysis::flame::{FlameMode, flame};
 use snapview::analysis::memory_map::memory_map;
 use snapview::analysis::roles::{UserRules, role_window};
@@ -17,24 +20,49 @@ fn main() {
     let dir = std::env::var_os("SNAPVIEW_LARGE_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| std::env::temp_dir().join("snapview-large"));
+    // `cargo bench` passes `--bench`; any other argument names the one file to run.
+    let only: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with("--"));
     let mut any = false;
-    for name in ["gpt2_big_trace", "gpt2_huge_trace"] {
+    for name in ["gpt2_big_trace", "gpt2_huge_trace", "gpt2_huge_trace_x10"] {
+        if only.as_deref().is_some_and(|only| only != name) {
+            continue;
+        }
         let path = dir.join(format!("{name}.pickle"));
         if !path.exists() {
             continue;
         }
         any = true;
-        let snapshot = snapview::snapshot::load_path(&path, Default::default()).expect("load");
-        let analysis = Analysis::new(&snapshot);
+        let began = Instant::now();
+        let (snapshot, seed) =
+            snapview::analysis::load_path(&path, Default::default()).expect("load");
+        let analysis = Analysis::seeded(&snapshot, seed);
+        println!(
+            "{name}: loaded and analysed in {:.2} s, analysis holds {} MB",
+            began.elapsed().as_secs_f64(),
+            analysis.heap_bytes() >> 20
+        );
         let device = &analysis.devices[0];
         let trace = snapshot.trace(device.device);
         let n = trace.len();
-        println!("{name}: {n} events");
+        println!(
+            "{name}: {n} events, {} allocations, {} segment events, {} segments at the end",
+            device.replay.allocations.len(),
+            device.replay.reserved_steps.len(),
+            snapshot.device_segments(device.device).count()
+        );
+        let began = Instant::now();
+        let index = snapview::analysis::view_index::ViewIndex::new(&device.replay);
+        println!(
+            "  view index (built with the analysis) builds in {:.0} ms, holds {:.1} MB",
+            began.elapsed().as_secs_f64() * 1e3,
+            index.heap_bytes() as f64 / (1 << 20) as f64
+        );
+        drop(index);
+        println!("  the analysis holds {} MB", analysis.heap_bytes() >> 20);
 
         // Timeline: full view, then windows of 1/10 .. 1/100000 of the trace at spread positions.
         let mut times = Vec::new();
         let mut largest_json = 0;
-        let _ = device.allocations_by_size(); // built once per snapshot, on first use
         for zoom in [1usize, 10, 100, 1000, 10_000, 100_000] {
             let span = (n / zoom).max(10);
             for k in 0..5 {
@@ -108,6 +136,73 @@ fn main() {
             times.push(began.elapsed().as_secs_f64() * 1e3);
         }
         report("segment map at a moment", &mut times);
+
+        // Pseudo-random moments (a fixed LCG, so runs compare), mostly early in the trace where
+        // undoing what follows was the most work.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut times = Vec::new();
+        for _ in 0..30 {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            let at = (state >> 33) as usize % n;
+            let began = Instant::now();
+            let map = memory_map(&snapshot, device, Some(at));
+            let _ = serde_json::to_string(&map).expect("json");
+            times.push(began.elapsed().as_secs_f64() * 1e3);
+        }
+        report("segment map at random events", &mut times);
+
+        // Filtered pages of the event list: a new filter's first page, then paging through it
+        // and jumping to an event, as the list does.
+        let filters = [
+            EventFilter {
+                actions: vec!["alloc".to_owned()],
+                ..EventFilter::default()
+            },
+            EventFilter {
+                min_size: 1 << 20,
+                ..EventFilter::default()
+            },
+            EventFilter {
+                frame: Some("linear".to_owned()),
+                ..EventFilter::default()
+            },
+            EventFilter {
+                actions: vec!["free_completed".to_owned(), "alloc".to_owned()],
+                min_size: 4096,
+                frame: Some("forward".to_owned()),
+            },
+        ];
+        let mut first_pages = Vec::new();
+        let mut next_pages = Vec::new();
+        for filter in &filters {
+            let began = Instant::now();
+            let first = page(&snapshot, trace, &device.replay, filter, 0, 200, None);
+            let _ = serde_json::to_string(&first).expect("json");
+            first_pages.push(began.elapsed().as_secs_f64() * 1e3);
+            for k in 1..6 {
+                let began = Instant::now();
+                let p = if k % 2 == 0 {
+                    page(
+                        &snapshot,
+                        trace,
+                        &device.replay,
+                        filter,
+                        0,
+                        200,
+                        Some(n * k / 6),
+                    )
+                } else {
+                    let offset = first.matching * k / 6;
+                    page(&snapshot, trace, &device.replay, filter, offset, 200, None)
+                };
+                let _ = serde_json::to_string(&p).expect("json");
+                next_pages.push(began.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+        report("events page, new filter", &mut first_pages);
+        report("events page, same filter", &mut next_pages);
     }
     if !any {
         println!(
@@ -119,7 +214,7 @@ fn main() {
 fn report(what: &str, times: &mut [f64]) {
     times.sort_by(f64::total_cmp);
     println!(
-        "  {what:<30} median {:>7.2} ms   max {:>7.2} ms   ({} queries)",
+        "  {what:<32} median {:>7.2} ms   max {:>7.2} ms   ({} queries)",
         times[times.len() / 2],
         times[times.len() - 1],
         times.len()

@@ -37,7 +37,6 @@ fn timeline_windows_over_http_and_in_process() {
         snapview::analysis::load_path(&path, Default::default()).expect("load in process");
     let analysis = snapview::analysis::Analysis::seeded(&snapshot, seed);
     let device = &analysis.devices[0];
-    device.allocations_by_size();
     let trace = snapshot.trace(device.device);
     let n = trace.len();
     // The whole trace, a tenth and a ten-thousandth of it, from the middle: the page's first

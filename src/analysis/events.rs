@@ -50,8 +50,20 @@ pub struct EventPage {
 /// The matching event indices, or `None` when every event matches. One pass over the columns;
 /// the frame test is decided once per distinct stack.
 pub fn matching(snapshot: &Snapshot, trace: &Trace, filter: &EventFilter) -> Option<Vec<u32>> {
+    let mut out = Vec::new();
+    for_each_match(snapshot, trace, filter, |i| out.push(i as u32)).then_some(out)
+}
+
+/// Calls `found` with each event matching `filter`, in order; false (and no calls) when every
+/// event matches.
+fn for_each_match(
+    snapshot: &Snapshot,
+    trace: &Trace,
+    filter: &EventFilter,
+    mut found: impl FnMut(usize),
+) -> bool {
     if filter.is_empty() {
-        return None;
+        return false;
     }
     let codes: Vec<ActionCode> = filter
         .actions
@@ -67,7 +79,7 @@ pub fn matching(snapshot: &Snapshot, trace: &Trace, filter: &EventFilter) -> Opt
         })
         .collect();
     if !filter.actions.is_empty() && codes.is_empty() {
-        return Some(Vec::new());
+        return true;
     }
     let needle = filter.frame.as_ref().map(|f| f.to_lowercase());
     let mut stack_matches: Vec<Option<bool>> = vec![None; snapshot.stacks.len()];
@@ -82,7 +94,6 @@ pub fn matching(snapshot: &Snapshot, trace: &Trace, filter: &EventFilter) -> Opt
             })
         })
     };
-    let mut out = Vec::new();
     for i in 0..trace.len() {
         if (!codes.is_empty() && !codes.contains(&trace.action[i]))
             || trace.size.get(i) < filter.min_size
@@ -90,9 +101,171 @@ pub fn matching(snapshot: &Snapshot, trace: &Trace, filter: &EventFilter) -> Opt
         {
             continue;
         }
-        out.push(i as u32);
+        found(i);
     }
-    Some(out)
+    true
+}
+
+/// The events one filter matched: a bit per event, and the matches before every
+/// `WORDS_PER_COUNT * 64`-th event, so the page at any position (select) and the position of
+/// any event (rank) are found in O(log events) while it costs about an eighth of a byte per
+/// event however many match (a list of matches costs up to four).
+#[derive(Debug)]
+struct Matches {
+    bits: Vec<u64>,
+    /// `counts[k]`: set bits in `bits[..k * WORDS_PER_COUNT]`.
+    counts: Vec<u32>,
+    total: usize,
+}
+
+const WORDS_PER_COUNT: usize = 8;
+
+impl Matches {
+    /// The matches of `filter`, or `None` when every event matches.
+    fn of(snapshot: &Snapshot, trace: &Trace, filter: &EventFilter) -> Option<Self> {
+        let mut bits = vec![0u64; trace.len().div_ceil(64)];
+        let mut total = 0usize;
+        let filtered = for_each_match(snapshot, trace, filter, |i| {
+            bits[i / 64] |= 1 << (i % 64);
+            total += 1;
+        });
+        if !filtered {
+            return None;
+        }
+        let mut counts = Vec::with_capacity(bits.len() / WORDS_PER_COUNT + 1);
+        let mut before = 0u32;
+        for chunk in bits.chunks(WORDS_PER_COUNT) {
+            counts.push(before);
+            before += chunk.iter().map(|w| w.count_ones()).sum::<u32>();
+        }
+        Some(Self {
+            bits,
+            counts,
+            total,
+        })
+    }
+
+    fn heap_bytes(&self) -> u64 {
+        (self.bits.capacity() * std::mem::size_of::<u64>()
+            + self.counts.capacity() * std::mem::size_of::<u32>()) as u64
+    }
+
+    /// Matching events before event `event`.
+    fn rank(&self, event: usize) -> usize {
+        let word = event / 64;
+        if word >= self.bits.len() {
+            return self.total;
+        }
+        let k = word / WORDS_PER_COUNT;
+        let whole: u32 = self.bits[k * WORDS_PER_COUNT..word]
+            .iter()
+            .map(|w| w.count_ones())
+            .sum();
+        let partial = (self.bits[word] & ((1u64 << (event % 64)) - 1)).count_ones();
+        (self.counts[k] + whole + partial) as usize
+    }
+
+    /// The event of the match at `position` (0-based), if there is one.
+    fn nth(&self, position: usize) -> Option<usize> {
+        if position >= self.total {
+            return None;
+        }
+        let k = self
+            .counts
+            .partition_point(|&c| c as usize <= position)
+            .checked_sub(1)?;
+        let mut left = position - self.counts[k] as usize;
+        for (offset, &word) in self.bits[k * WORDS_PER_COUNT..].iter().enumerate() {
+            let ones = word.count_ones() as usize;
+            if left < ones {
+                let mut word = word;
+                for _ in 0..left {
+                    word &= word - 1;
+                }
+                return Some((k * WORDS_PER_COUNT + offset) * 64 + word.trailing_zeros() as usize);
+            }
+            left -= ones;
+        }
+        None
+    }
+}
+
+/// The matches of the last few filters asked of one device's trace, so paging through a
+/// filtered list (or jumping to an event in it) scans the trace once per filter, not once per
+/// page. At most `MATCH_CACHE_FILTERS` filters, each about `events / 7` bytes.
+#[derive(Debug, Default)]
+pub struct MatchCache {
+    /// Least recently used first.
+    recent: std::sync::Mutex<Vec<(FilterKey, std::sync::Arc<Matches>)>>,
+}
+
+const MATCH_CACHE_FILTERS: usize = 4;
+
+/// What decides a filter's matches: the set of actions, the size and the lowercased frame
+/// text, and the trace's length (a cache belongs to one device's trace).
+#[derive(Debug, PartialEq, Eq)]
+struct FilterKey {
+    actions: Vec<String>,
+    min_size: u64,
+    frame: Option<String>,
+    events: usize,
+}
+
+impl FilterKey {
+    fn new(filter: &EventFilter, events: usize) -> Self {
+        let mut actions = filter.actions.clone();
+        actions.sort_unstable();
+        actions.dedup();
+        Self {
+            actions,
+            min_size: filter.min_size,
+            frame: filter.frame.as_ref().map(|f| f.to_lowercase()),
+            events,
+        }
+    }
+}
+
+impl MatchCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(FilterKey, std::sync::Arc<Matches>)>> {
+        self.recent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The matches of `filter` (`None`: every event matches), from the cache or one scan.
+    fn matches(
+        &self,
+        snapshot: &Snapshot,
+        trace: &Trace,
+        filter: &EventFilter,
+    ) -> Option<std::sync::Arc<Matches>> {
+        if filter.is_empty() {
+            return None;
+        }
+        let key = FilterKey::new(filter, trace.len());
+        {
+            let mut recent = self.lock();
+            if let Some(at) = recent.iter().position(|(k, _)| *k == key) {
+                let entry = recent.remove(at);
+                let matches = entry.1.clone();
+                recent.push(entry);
+                return Some(matches);
+            }
+        }
+        // Scanned without the lock: another filter's page need not wait for this one.
+        let matches = std::sync::Arc::new(Matches::of(snapshot, trace, filter)?);
+        let mut recent = self.lock();
+        if recent.len() >= MATCH_CACHE_FILTERS {
+            recent.remove(0);
+        }
+        recent.push((key, matches.clone()));
+        Some(matches)
+    }
+
+    /// Heap bytes held by the cached matches.
+    pub fn heap_bytes(&self) -> u64 {
+        self.lock().iter().map(|(_, m)| m.heap_bytes()).sum()
+    }
 }
 
 pub fn row(snapshot: &Snapshot, trace: &Trace, replay: &Replay, index: usize) -> EventRow {
@@ -129,13 +302,13 @@ pub fn page(
     find: Option<usize>,
 ) -> EventPage {
     let limit = limit.clamp(1, 1000);
-    let matches = matching(snapshot, trace, filter);
-    let matching_count = matches.as_ref().map_or(trace.len(), Vec::len);
+    let matches = replay.event_matches.matches(snapshot, trace, filter);
+    let matching_count = matches.as_ref().map_or(trace.len(), |m| m.total);
     let offset = match find {
         Some(event) => {
             let position = match &matches {
                 None => event.min(trace.len().saturating_sub(1)),
-                Some(list) => list.partition_point(|&i| (i as usize) < event),
+                Some(matches) => matches.rank(event),
             };
             position.min(matching_count.saturating_sub(1)) / limit * limit
         }
@@ -143,13 +316,11 @@ pub fn page(
     };
     let end = (offset + limit).min(matching_count);
     let rows = (offset..end)
-        .map(|position| {
-            let index = match &matches {
-                None => position,
-                Some(list) => list[position] as usize,
-            };
-            row(snapshot, trace, replay, index)
+        .filter_map(|position| match &matches {
+            None => Some(position),
+            Some(matches) => matches.nth(position),
         })
+        .map(|index| row(snapshot, trace, replay, index))
         .collect();
     EventPage {
         total: trace.len(),

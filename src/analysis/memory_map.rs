@@ -91,6 +91,28 @@ pub fn memory_map(snapshot: &Snapshot, device: &DeviceAnalysis, at: Option<usize
     if at == last {
         return exact(snapshot, device);
     }
+    // Only segment events change the ranges, and the replay's reserved steps are one per
+    // segment event: undoing those after `at` (not every event after it) costs the segment
+    // events, not the trace.
+    let from = at.map_or(0, |a| a + 1);
+    let steps = &device.replay.reserved_steps[..];
+    let first_step = steps.partition_point(|&(event, _)| (event as usize) < from);
+    let undone = steps[first_step..]
+        .iter()
+        .rev()
+        .map(|&(event, _)| event as usize);
+    rebuilt(snapshot, device, at, undone)
+}
+
+/// The map after `at` rebuilt from the snapshot's by undoing the segment events among `undone`
+/// (the events after `at`, newest first; the others are passed over).
+fn rebuilt(
+    snapshot: &Snapshot,
+    device: &DeviceAnalysis,
+    at: Option<usize>,
+    undone: impl Iterator<Item = usize>,
+) -> MemoryMap {
+    let trace = snapshot.trace(device.device);
     let replay = &device.replay;
 
     // Reserved ranges at the snapshot, then segment events after `at` undone, newest first.
@@ -107,8 +129,7 @@ pub fn memory_map(snapshot: &Snapshot, device: &DeviceAnalysis, at: Option<usize
             },
         );
     }
-    let from = at.map_or(0, |a| a + 1);
-    for event in (from..trace.len()).rev() {
+    for event in undone {
         let (addr, size) = (trace.addr[event], trace.size.get(event));
         let range = Range {
             end: addr + size,
@@ -207,6 +228,28 @@ pub fn memory_map(snapshot: &Snapshot, device: &DeviceAnalysis, at: Option<usize
         totals,
         segments,
     }
+}
+
+/// [`memory_map`] as it was: undoing every event after `at`, one by one (the reference the
+/// tests compare it with).
+#[cfg(test)]
+pub(crate) fn memory_map_undoing_every_event(
+    snapshot: &Snapshot,
+    device: &DeviceAnalysis,
+    at: Option<usize>,
+) -> MemoryMap {
+    let trace = snapshot.trace(device.device);
+    let last = trace.len().checked_sub(1);
+    let at = match (at, last) {
+        (Some(at), Some(last)) => Some(at.min(last)),
+        (_, None) => None,
+        (None, Some(_)) => None,
+    };
+    if at == last {
+        return exact(snapshot, device);
+    }
+    let from = at.map_or(0, |a| a + 1);
+    rebuilt(snapshot, device, at, (from..trace.len()).rev())
 }
 
 /// The snapshot's own segments, with each allocated block linked to its replay allocation.

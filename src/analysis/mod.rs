@@ -2,11 +2,13 @@
 //!
 //! [`Analysis::new`] replays every device once and keeps the indexes that later questions need
 //! (memory after every event, an interval index of lifetimes for the live set, reserved-memory
-//! steps), each linear in the trace, so each question costs time proportional to its answer,
-//! not to the trace.
+//! steps, and [`view_index`]: the memory curve's min/max over any range and the timeline's band
+//! candidates), each built in time linear in the trace, so each question costs time
+//! proportional to its answer (and a window's pixel width), not to the trace.
 
 pub mod diff;
 pub mod events;
+mod extrema;
 pub mod findings;
 #[cfg(test)]
 pub(crate) mod fixtures;
@@ -23,6 +25,9 @@ pub mod segments;
 pub mod stacks;
 mod summary;
 pub mod timeline;
+pub mod view_index;
+#[cfg(test)]
+mod view_reference;
 
 pub use notes::{Note, notes};
 pub use replay::{Allocation, AllocationId, Origin, Peak, Replay, ReplaySeed};
@@ -65,28 +70,36 @@ pub struct Analysis {
 pub struct DeviceAnalysis {
     pub device: usize,
     pub replay: Replay,
-    by_size: std::sync::OnceLock<Vec<AllocationId>>,
+    /// What the views read instead of the trace (built with the replay, so the first request
+    /// is as fast as the rest).
+    views: view_index::ViewIndex,
     /// Every allocation's role, decided on first use (by [`Analysis::roles`]).
     roles: std::sync::OnceLock<roles::DeviceRoles>,
 }
 
 impl DeviceAnalysis {
     fn new(snapshot: &Snapshot, device: usize, pass: Option<EventPass>) -> Self {
+        let replay = Replay::seeded(snapshot, device, pass);
         Self {
             device,
-            replay: Replay::seeded(snapshot, device, pass),
-            by_size: std::sync::OnceLock::new(),
+            views: view_index::ViewIndex::new(&replay),
+            replay,
             roles: std::sync::OnceLock::new(),
         }
     }
 
     /// Heap bytes held: the replay and the indexes built so far.
     pub fn heap_bytes(&self) -> u64 {
-        let by_size = self.by_size.get().map_or(0, |ids| {
-            ids.capacity() * std::mem::size_of::<AllocationId>()
-        });
         let roles = self.roles.get().map_or(0, roles::DeviceRoles::heap_bytes);
-        self.replay.heap_bytes() + by_size as u64 + roles
+        self.replay.heap_bytes()
+            + self.replay.event_matches.heap_bytes()
+            + self.views.heap_bytes()
+            + roles
+    }
+
+    /// The indexes the views read (built with the replay).
+    pub fn views(&self) -> &view_index::ViewIndex {
+        &self.views
     }
 
     /// Every allocation's role, decided on the first call with these `rules` (later calls get
@@ -94,21 +107,6 @@ impl DeviceAnalysis {
     pub fn roles(&self, snapshot: &Snapshot, rules: &roles::UserRules) -> &roles::DeviceRoles {
         self.roles
             .get_or_init(|| roles::DeviceRoles::new(snapshot, &self.replay, self.device, rules))
-    }
-
-    /// Allocation ids, largest first (ties by id): the timeline picks its bands from the front.
-    pub fn allocations_by_size(&self) -> &[AllocationId] {
-        self.by_size.get_or_init(|| {
-            let allocations = &self.replay.allocations;
-            let mut ids: Vec<AllocationId> = (0..allocations.len() as AllocationId).collect();
-            ids.sort_unstable_by(|&a, &b| {
-                allocations[b as usize]
-                    .size
-                    .cmp(&allocations[a as usize].size)
-                    .then(a.cmp(&b))
-            });
-            ids
-        })
     }
 }
 

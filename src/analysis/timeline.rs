@@ -9,6 +9,7 @@
 
 use super::DeviceAnalysis;
 use super::replay::{AllocationId, Replay};
+use super::view_index::{ViewIndex, band_extent};
 use crate::snapshot::Trace;
 use serde::Serialize;
 
@@ -74,11 +75,11 @@ impl Bands {
 }
 
 /// Smallest band drawn on its own: square pixels, and columns wide.
-const MIN_BAND_AREA: f64 = 16.0;
-const MIN_BAND_COLUMNS: f64 = 2.0;
+pub(crate) const MIN_BAND_AREA: f64 = 16.0;
+pub(crate) const MIN_BAND_COLUMNS: f64 = 2.0;
 /// Most bands in one answer (about 100 bytes of JSON each); only a window over a very long run
 /// has more candidates, and then the ones covering the most pixels are kept.
-const MAX_BANDS: usize = 2000;
+pub(crate) const MAX_BANDS: usize = 2000;
 
 /// Most columns a request may ask for.
 pub const MAX_WIDTH: usize = 8192;
@@ -123,23 +124,21 @@ pub fn columns(window: &Window, trace: &Trace) -> Vec<usize> {
 }
 
 /// The column holding event `event` (clamped into the window).
-fn column_of(bounds: &[usize], event: usize) -> usize {
+pub(crate) fn column_of(bounds: &[usize], event: usize) -> usize {
     let c = bounds.partition_point(|&b| b <= event);
     c.saturating_sub(1).min(bounds.len().saturating_sub(2))
 }
 
-/// The highest reserved total right after any event in `from..=to`.
-fn reserved_max_between(replay: &Replay, from: usize, to: usize) -> u64 {
-    let mut max = replay.reserved_after(Some(from));
-    let steps = &replay.reserved_steps;
+/// The highest reserved total right after any event in `from..=to`: the total after `from`,
+/// and every step in `from + 1..=to` (read from the view index, not step by step).
+fn reserved_max_between(replay: &Replay, index: &ViewIndex, from: usize, to: usize) -> u64 {
+    let steps = &replay.reserved_steps[..];
     let first = steps.partition_point(|&(event, _)| (event as usize) <= from);
-    for &(event, bytes) in &steps[first..] {
-        if event as usize > to {
-            break;
-        }
-        max = max.max(bytes);
-    }
-    max
+    let last = steps.partition_point(|&(event, _)| (event as usize) <= to);
+    let step_bytes = |i: usize| steps[i].1;
+    replay
+        .reserved_after(Some(from))
+        .max(index.reserved.max(&step_bytes, first, last))
 }
 
 /// The timeline of one device for `window`.
@@ -166,20 +165,19 @@ pub fn timeline(device: &DeviceAnalysis, trace: &Trace, window: Window) -> Timel
     let bounds = columns(&window, trace);
     let width = bounds.len() - 1;
 
-    // Totals per column.
+    // Totals per column: the extremes of the total before the column and after each of its
+    // events (a column reads at least one event, even an empty one on the time axis).
+    let index = device.views();
+    let allocated_at = |i: usize| replay.allocated[i];
     let mut allocated_max = Vec::with_capacity(width);
     let mut allocated_min = Vec::with_capacity(width);
     let mut reserved = Vec::with_capacity(width);
     for c in 0..width {
         let (from, to) = (bounds[c], bounds[c + 1].max(bounds[c] + 1).min(trace.len()));
-        let slice = &replay.allocated[from..to.max(from)];
         let before = replay.allocated_after(from.checked_sub(1));
-        let (lo, hi) = slice
-            .iter()
-            .fold((before, before), |(lo, hi), &v| (lo.min(v), hi.max(v)));
-        allocated_max.push(hi);
-        allocated_min.push(lo);
-        reserved.push(reserved_max_between(replay, from, to - 1));
+        allocated_max.push(before.max(index.allocated.max(&allocated_at, from, to)));
+        allocated_min.push(before.min(index.allocated.min(&allocated_at, from, to)));
+        reserved.push(reserved_max_between(replay, index, from, to - 1));
     }
     let y_max = allocated_max
         .iter()
@@ -195,25 +193,53 @@ pub fn timeline(device: &DeviceAnalysis, trace: &Trace, window: Window) -> Timel
     // window's size however long the trace is; zooming in makes every allocation a band.
     let column_events = ((window.end + 1 - window.start) as f64 / width.max(1) as f64).max(1.0);
     let pixels_per_byte = window.height as f64 / y_max as f64;
-    let mut chosen: Vec<AllocationId> = device
-        .allocations_by_size()
-        .iter()
-        .copied()
-        .take_while(|&id| replay.allocations[id as usize].size >= threshold)
-        .filter(|&id| {
-            let a = &replay.allocations[id as usize];
-            let first = a.start.map_or(0, |s| s as usize);
-            let last = a.end.map_or(trace.len(), |e| e as usize);
-            let visible = last
-                .min(window.end + 1)
-                .saturating_sub(first.max(window.start));
-            let area = a.size as f64 * pixels_per_byte * (visible as f64 / column_events);
-            first <= window.end
-                && last >= window.start
-                && visible as f64 >= MIN_BAND_COLUMNS * column_events
-                && area >= MIN_BAND_AREA
-        })
-        .collect();
+    let events = trace.len();
+    let passes = |id: AllocationId| {
+        let a = &replay.allocations[id as usize];
+        let (first, last) = band_extent(a, events);
+        let visible = last
+            .min(window.end + 1)
+            .saturating_sub(first.max(window.start));
+        let area = a.size as f64 * pixels_per_byte * (visible as f64 / column_events);
+        a.size >= threshold
+            && first <= window.end
+            && last >= window.start
+            && visible as f64 >= MIN_BAND_COLUMNS * column_events
+            && area >= MIN_BAND_AREA
+    };
+    // The same tests on the largest size and the most visible events a bucket of the index can
+    // hold: every step of the area is monotonic, so a bucket failing them holds no band.
+    let bucket_may_pass = |size: u64, visible: usize| {
+        let area = size as f64 * pixels_per_byte * (visible as f64 / column_events);
+        visible as f64 >= MIN_BAND_COLUMNS * column_events && area >= MIN_BAND_AREA
+    };
+    let mut chosen: Vec<AllocationId> = Vec::new();
+    let indexed = index.bands.visit(
+        &replay.allocations[..],
+        events,
+        threshold,
+        (window.start, window.end),
+        bucket_may_pass,
+        |id| {
+            if passes(id) {
+                chosen.push(id);
+            }
+        },
+    );
+    if indexed.is_none() {
+        // Not the trace the index was built for: test every allocation.
+        chosen = (0..replay.allocations.len() as AllocationId)
+            .filter(|&id| passes(id))
+            .collect();
+    }
+    // Largest first, ties by id: the order the selection below has always seen, so that among
+    // equal areas it keeps the same bands.
+    chosen.sort_unstable_by(|&a, &b| {
+        replay.allocations[b as usize]
+            .size
+            .cmp(&replay.allocations[a as usize].size)
+            .then(a.cmp(&b))
+    });
     if chosen.len() > MAX_BANDS {
         // A window showing a long run at once: keep the bands that cover the most pixels.
         let area = |id: AllocationId| {

@@ -59,10 +59,6 @@ impl Loaded {
     pub fn new((snapshot, seed): (Snapshot, ReplaySeed), rules: &UserRules) -> Self {
         let analysis = Analysis::seeded(&snapshot, seed);
         let summary = Summary::with_rules(&snapshot, &analysis, rules);
-        // Built now, on the loading thread, so the first timeline request is as fast as the rest.
-        for device in &analysis.devices {
-            device.allocations_by_size();
-        }
         let marks = analysis
             .devices
             .iter()

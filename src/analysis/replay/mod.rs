@@ -96,6 +96,8 @@ pub struct Replay {
     /// Reserved bytes as a step function: `(event index, bytes after it)` at each change.
     pub reserved_steps: Vec<(u32, u64)>,
     pub reserved_at_start: u64,
+    /// The event list's matches of the last filters asked (see `events::page`).
+    pub(crate) event_matches: super::events::MatchCache,
     /// Per event, the allocation it opens or closes (or `NO_ALLOCATION`).
     event_allocation: Vec<AllocationId>,
     /// The lifetimes of the traced allocations, indexed so the ones alive at an event are found
@@ -189,6 +191,7 @@ impl Replay {
             allocations,
             allocated,
             allocated_at_start,
+            event_matches: Default::default(),
             reserved_steps,
             reserved_at_start,
             event_allocation,

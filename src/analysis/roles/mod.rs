@@ -134,6 +134,8 @@ pub struct DeviceRoles {
     /// Event of the first allocation of each forward pass (a training or inference step), in
     /// order.
     pub forward_starts: Vec<u32>,
+    /// Bytes per role at regular events, so the `/roles` window reads a few events per column.
+    checkpoints: window::RoleCheckpoints,
 }
 
 impl DeviceRoles {
@@ -362,6 +364,7 @@ impl DeviceRoles {
             &mut rule,
         );
 
+        let checkpoints = window::RoleCheckpoints::new(replay, &role, names.len());
         Self {
             role,
             rule,
@@ -369,6 +372,7 @@ impl DeviceRoles {
             extra_because,
             saw_backward,
             forward_starts,
+            checkpoints,
         }
     }
 
@@ -439,7 +443,7 @@ impl DeviceRoles {
 
     /// Heap bytes held.
     pub fn heap_bytes(&self) -> u64 {
-        (self.role.capacity() + self.rule.capacity() * 2) as u64
+        (self.role.capacity() + self.rule.capacity() * 2) as u64 + self.checkpoints.heap_bytes()
     }
 }
 

@@ -3,6 +3,7 @@
 
 use super::DeviceRoles;
 use crate::analysis::DeviceAnalysis;
+use crate::analysis::replay::{AllocationId, Replay};
 use crate::analysis::stacks::display_frames;
 use crate::analysis::timeline::{Window, columns};
 use crate::snapshot::{Snapshot, Trace};
@@ -31,8 +32,9 @@ pub struct RoleWindow {
 }
 
 /// Bytes per role per column of `window` (the same columns as the timeline's for the same
-/// window). Costs the live set at the window's start plus one step per event of the window, like
-/// the timeline's totals.
+/// window). Each column's peak is found in the view index and the bytes there from the nearest
+/// role checkpoint (or the previous column's moment, when nearer), so a column costs at most
+/// half of [`CHECKPOINT_EVENTS`] events however many it spans.
 pub fn role_window(
     device: &DeviceAnalysis,
     roles: &DeviceRoles,
@@ -61,14 +63,11 @@ pub fn role_window(
     let window = window.clamped(trace.len().min(events));
     let column_start = columns(&window, trace);
     let width = column_start.len() - 1;
-    let mut current = vec![0u64; names.len()];
-    for id in replay.live_after(window.start.checked_sub(1)) {
-        let slot = &mut current[roles.role_index_of(id) as usize];
-        *slot = slot.wrapping_add(replay.allocations[id as usize].size);
-    }
+    let index = device.views();
+    let allocated_at = |i: usize| replay.allocated[i];
+    let mut cursor = RoleCursor::new(device, roles);
     let mut bytes = vec![Vec::with_capacity(width); names.len()];
     let mut at = Vec::with_capacity(width);
-    let mut applied = window.start;
     for c in 0..width {
         let from = column_start[c];
         // The timeline reads one event even from an empty column (a time axis gap), so this
@@ -76,42 +75,20 @@ pub fn role_window(
         let to = column_start[c + 1].max(from + 1).min(events);
         let before = replay.allocated_after(from.checked_sub(1));
         // The first event where the column reaches its maximum; none when it never rises above
-        // what it started with (the timeline's fold starts from `before` too).
-        let mut peak: Option<usize> = None;
-        let mut high = before;
-        for (offset, &value) in replay.allocated[from..to].iter().enumerate() {
-            if value > high {
-                high = value;
-                peak = Some(from + offset);
-            }
+        // what it started with (the timeline's totals start from `before` too).
+        let high = index.allocated.max(&allocated_at, from, to);
+        let peak = (high > before)
+            .then(|| {
+                index
+                    .allocated
+                    .first_at_least(&allocated_at, from, to, high)
+            })
+            .flatten();
+        let moment = peak.or(from.checked_sub(1));
+        for (r, &value) in cursor.after(moment).iter().enumerate() {
+            bytes[r].push(value);
         }
-        let mut sample = |current: &[u64], event: Option<usize>| {
-            for (r, value) in current.iter().enumerate() {
-                bytes[r].push(*value);
-            }
-            at.push(event);
-        };
-        match peak {
-            None => sample(&current, from.checked_sub(1)),
-            Some(event) if event >= column_start[c + 1] => {
-                // An empty column's look-ahead: peek at the next column's first event without
-                // applying it (that column applies it).
-                let mut peek = current.clone();
-                apply_event(device, roles, event, &mut peek);
-                sample(&peek, Some(event));
-            }
-            Some(event) => {
-                while applied <= event {
-                    apply_event(device, roles, applied, &mut current);
-                    applied += 1;
-                }
-                sample(&current, Some(event));
-            }
-        }
-        while applied < column_start[c + 1] {
-            apply_event(device, roles, applied, &mut current);
-            applied += 1;
-        }
+        at.push(moment);
     }
     RoleWindow {
         start: window.start,
@@ -123,18 +100,189 @@ pub fn role_window(
     }
 }
 
-/// Adds or removes the allocation event `event` opens or closes.
-fn apply_event(device: &DeviceAnalysis, roles: &DeviceRoles, event: usize, current: &mut [u64]) {
-    let replay = &device.replay;
-    let Some(id) = replay.allocation_at(event) else {
-        return;
-    };
+/// log2 of the events between two role checkpoints: a `/roles` column replays at most half this
+/// many events (each a read of a random allocation: ~128 keeps a whole-trace window of 1600 columns
+/// to a few ms), and the checkpoints cost `8 * roles / CHECKPOINT_EVENTS` bytes per event.
+const CHECKPOINT_EVENTS_LOG2: u32 = 7;
+const CHECKPOINT_EVENTS: usize = 1 << CHECKPOINT_EVENTS_LOG2;
+
+/// Bytes per role live before every `CHECKPOINT_EVENTS`-th event (wrapping sums, as the live
+/// bytes are everywhere).
+#[derive(Debug, Default)]
+pub(super) struct RoleCheckpoints {
+    roles: usize,
+    /// `bytes[k * roles + r]`: bytes of role `r` live before event `k * CHECKPOINT_EVENTS`.
+    bytes: Vec<u64>,
+}
+
+impl RoleCheckpoints {
+    /// One read of `replay`'s allocations, in order; `role[id]` is allocation `id`'s role, below
+    /// `roles`. An allocation adds its bytes to every checkpoint after its alloc and takes them
+    /// from every checkpoint after its free (the events that open and close it, which
+    /// [`event_change`] reads one by one): recorded as differences between neighbouring
+    /// checkpoints, then summed, so no event is read at all.
+    pub(super) fn new(replay: &Replay, role: &[u8], roles: usize) -> Self {
+        let checkpoints = replay.len().div_ceil(CHECKPOINT_EVENTS);
+        let mut bytes = vec![0u64; checkpoints * roles];
+        // The checkpoint right after `event`, if there is one.
+        let slot_after = |event: u32, role: usize| {
+            let k = (event as usize >> CHECKPOINT_EVENTS_LOG2) + 1;
+            (k < checkpoints).then_some(k * roles + role)
+        };
+        for (id, allocation) in replay.allocations.iter().enumerate() {
+            let role = role.get(id).copied().unwrap_or(super::Role::Unknown as u8) as usize;
+            if role >= roles || checkpoints == 0 {
+                continue;
+            }
+            let size = allocation.size;
+            match allocation.start {
+                // Alive from the start: in the first checkpoint.
+                None => bytes[role] = bytes[role].wrapping_add(size),
+                Some(start) => {
+                    if let Some(slot) = slot_after(start, role) {
+                        bytes[slot] = bytes[slot].wrapping_add(size);
+                    }
+                }
+            }
+            if let Some(slot) = allocation.end.and_then(|end| slot_after(end, role)) {
+                bytes[slot] = bytes[slot].wrapping_sub(size);
+            }
+        }
+        for k in 1..checkpoints {
+            for r in 0..roles {
+                bytes[k * roles + r] =
+                    bytes[k * roles + r].wrapping_add(bytes[(k - 1) * roles + r]);
+            }
+        }
+        Self { roles, bytes }
+    }
+
+    pub(super) fn heap_bytes(&self) -> u64 {
+        (self.bytes.capacity() * std::mem::size_of::<u64>()) as u64
+    }
+
+    /// Checkpoint `k`'s bytes per role, if there is one for these roles.
+    fn get(&self, k: usize, roles: usize) -> Option<&[u64]> {
+        (self.roles == roles)
+            .then(|| self.bytes.get(k * roles..(k + 1) * roles))
+            .flatten()
+    }
+}
+
+/// Whether an event adds or removes its allocation's bytes.
+#[derive(Clone, Copy)]
+enum Change {
+    Add(u64),
+    Remove(u64),
+}
+
+impl Change {
+    /// The change that takes this one back.
+    fn undone(self) -> Self {
+        match self {
+            Change::Add(size) => Change::Remove(size),
+            Change::Remove(size) => Change::Add(size),
+        }
+    }
+
+    fn apply(self, bytes: u64) -> u64 {
+        match self {
+            Change::Add(size) => bytes.wrapping_add(size),
+            Change::Remove(size) => bytes.wrapping_sub(size),
+        }
+    }
+}
+
+/// The allocation event `event` opens or closes, and how.
+fn event_change(replay: &Replay, event: usize) -> Option<(AllocationId, Change)> {
+    let id = replay.allocation_at(event)?;
     let allocation = &replay.allocations[id as usize];
-    let slot = &mut current[roles.role_index_of(id) as usize];
     if allocation.start == Some(event as u32) {
-        *slot = slot.wrapping_add(allocation.size);
+        Some((id, Change::Add(allocation.size)))
     } else if allocation.end == Some(event as u32) {
-        *slot = slot.wrapping_sub(allocation.size);
+        Some((id, Change::Remove(allocation.size)))
+    } else {
+        None
+    }
+}
+
+/// Bytes per role after any event, reached from whichever is nearest of the last answer and the
+/// checkpoints either side of the event (forward by applying events, backward by undoing them:
+/// the sums wrap, so undoing is exact), so a column reads at most half a checkpoint interval.
+struct RoleCursor<'a> {
+    device: &'a DeviceAnalysis,
+    roles: &'a DeviceRoles,
+    bytes: Vec<u64>,
+    /// Events applied: `bytes` holds the bytes after event `applied - 1`; `None` before the
+    /// first answer.
+    applied: Option<usize>,
+}
+
+impl<'a> RoleCursor<'a> {
+    fn new(device: &'a DeviceAnalysis, roles: &'a DeviceRoles) -> Self {
+        Self {
+            device,
+            roles,
+            bytes: vec![0; roles.names().len()],
+            applied: None,
+        }
+    }
+
+    /// Bytes per role live after event `at` (`None`: before the first event).
+    fn after(&mut self, at: Option<usize>) -> &[u64] {
+        let replay = &self.device.replay;
+        let target = at.map_or(0, |e| e + 1).min(replay.len());
+        // The checkpoints at or before `target` and after it, where there are those (the last
+        // checkpoint is before the last event; `target` may be one past it).
+        let last = replay.len().saturating_sub(1) >> CHECKPOINT_EVENTS_LOG2;
+        let below = (target >> CHECKPOINT_EVENTS_LOG2).min(last);
+        let above = (below + 1).min(last);
+        let distance = |from: usize| from.abs_diff(target);
+        let mut start = self.applied.map(|applied| (distance(applied), None));
+        for k in [below, above] {
+            let checkpoint = distance(k << CHECKPOINT_EVENTS_LOG2);
+            if start.is_none_or(|(best, _)| checkpoint < best) {
+                start = Some((checkpoint, Some(k)));
+            }
+        }
+        if let Some((_, Some(k))) = start {
+            match self.roles.checkpoints.get(k, self.bytes.len()) {
+                Some(bytes) => {
+                    self.bytes.copy_from_slice(bytes);
+                    self.applied = Some(k << CHECKPOINT_EVENTS_LOG2);
+                }
+                None => {
+                    // No checkpoints for these roles (not built from this replay): from the
+                    // live set before the first event.
+                    self.bytes.fill(0);
+                    for id in replay.live_after(None) {
+                        self.add(id, Change::Add(replay.allocations[id as usize].size));
+                    }
+                    self.applied = Some(0);
+                }
+            }
+        }
+        let mut applied = self.applied.unwrap_or(0);
+        while applied < target {
+            if let Some((id, change)) = event_change(replay, applied) {
+                self.add(id, change);
+            }
+            applied += 1;
+        }
+        while applied > target {
+            applied -= 1;
+            if let Some((id, change)) = event_change(replay, applied) {
+                self.add(id, change.undone());
+            }
+        }
+        self.applied = Some(applied);
+        &self.bytes
+    }
+
+    fn add(&mut self, id: AllocationId, change: Change) {
+        if let Some(slot) = self.bytes.get_mut(self.roles.role_index_of(id) as usize) {
+            *slot = change.apply(*slot);
+        }
     }
 }
 
