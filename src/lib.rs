@@ -28,6 +28,7 @@
 pub mod analysis;
 pub mod cli;
 pub mod format;
+pub mod index;
 pub mod pickle;
 pub mod server;
 pub mod snapshot;

@@ -53,6 +53,40 @@ pub fn load_reader(
         .map(|(snapshot, followed)| (snapshot, ReplaySeed::new(followed)))
 }
 
+/// Reads a text that the program writes as a `&'static str` (a note's or finding's code, a
+/// severity) back from a stored summary. Those texts are a handful of constants, so each
+/// distinct one is kept once for the life of the process; past [`STATIC_TEXTS`] of them, or a
+/// text longer than a code, the stored summary is refused (and then computed again).
+pub(crate) fn static_text<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<&'static str, D::Error> {
+    use serde::Deserialize as _;
+    use serde::de::Error as _;
+    static KEPT: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let text = String::deserialize(deserializer)?;
+    let mut kept = KEPT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(&known) = kept.iter().find(|&&known| known == text) {
+        return Ok(known);
+    }
+    if kept.len() >= STATIC_TEXTS || text.len() > 64 {
+        return Err(D::Error::custom(
+            "more distinct codes than this program writes",
+        ));
+    }
+    let leaked: &'static str = Box::leak(text.into_boxed_str());
+    kept.push(leaked);
+    Ok(leaked)
+}
+
+/// `&'static str`, named so that serde's derive does not take it for text borrowed from its
+/// input (it is read by [`static_text`]).
+pub type StaticText = &'static str;
+
+/// Distinct codes and severities [`static_text`] keeps at most (there are about twenty).
+const STATIC_TEXTS: usize = 256;
+
 /// Everything computed once per snapshot.
 #[derive(Debug)]
 pub struct Analysis {
@@ -65,7 +99,8 @@ pub struct Analysis {
 pub struct DeviceAnalysis {
     pub device: usize,
     pub replay: Replay,
-    by_size: std::sync::OnceLock<Vec<AllocationId>>,
+    /// Allocation ids, largest first: built on first use, or mapped from a stored index.
+    by_size: std::sync::OnceLock<crate::snapshot::Column<AllocationId>>,
     /// Every allocation's role, decided on first use (by [`Analysis::roles`]).
     roles: std::sync::OnceLock<roles::DeviceRoles>,
 }
@@ -80,13 +115,29 @@ impl DeviceAnalysis {
         }
     }
 
-    /// Heap bytes held: the replay and the indexes built so far.
+    /// A device as a stored index keeps it: its replay and its allocations by size.
+    pub(crate) fn from_stored(
+        device: usize,
+        replay: Replay,
+        by_size: crate::snapshot::Column<AllocationId>,
+    ) -> Self {
+        Self {
+            device,
+            replay,
+            by_size: by_size.into(),
+            roles: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Heap bytes held: the replay and the indexes built so far (mapped columns count nothing:
+    /// their pages are the OS's).
     pub fn heap_bytes(&self) -> u64 {
-        let by_size = self.by_size.get().map_or(0, |ids| {
-            ids.capacity() * std::mem::size_of::<AllocationId>()
-        });
+        let by_size = self
+            .by_size
+            .get()
+            .map_or(0, crate::snapshot::Column::heap_bytes);
         let roles = self.roles.get().map_or(0, roles::DeviceRoles::heap_bytes);
-        self.replay.heap_bytes() + by_size as u64 + roles
+        self.replay.heap_bytes() + by_size + roles
     }
 
     /// Every allocation's role, decided on the first call with these `rules` (later calls get
@@ -107,7 +158,7 @@ impl DeviceAnalysis {
                     .cmp(&allocations[a as usize].size)
                     .then(a.cmp(&b))
             });
-            ids
+            ids.into()
         })
     }
 }

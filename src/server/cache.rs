@@ -65,15 +65,15 @@ fn snapshot_heap_bytes(snapshot: &Snapshot) -> u64 {
         .device_traces
         .iter()
         .map(|trace| {
-            vec_bytes(&trace.action)
-                + vec_bytes(&trace.addr)
-                + vec_bytes(&trace.size)
-                + vec_bytes(&trace.stream)
-                + vec_bytes(&trace.time_us)
-                + vec_bytes(&trace.stack)
-                + vec_bytes(&trace.compile_context)
-                + vec_bytes(&trace.user_metadata)
-                + vec_bytes(&trace.category)
+            trace.action.heap_bytes()
+                + trace.addr.heap_bytes()
+                + trace.size.heap_bytes()
+                + trace.stream.heap_bytes()
+                + trace.time_us.heap_bytes()
+                + trace.stack.heap_bytes()
+                + trace.compile_context.heap_bytes()
+                + trace.user_metadata.heap_bytes()
+                + trace.category.heap_bytes()
                 + (trace.strings.len() + trace.unknown_actions.len() + trace.categories.len())
                     as u64
                     * PER_TABLE_ENTRY

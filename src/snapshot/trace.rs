@@ -4,7 +4,7 @@
 //! and no heap objects. Rare fields (the `oom` event's `device_free`, unknown action names) live in
 //! side tables.
 
-use super::StackId;
+use super::{Column, StackId};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -27,7 +27,11 @@ pub enum Action {
 
 /// The compact form of an [`Action`] stored in a trace column: known actions are 0-8, unknown ones
 /// index the trace's table of unknown names from [`ActionCode::FIRST_UNKNOWN`] on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// Plain data (`Pod`), so a stored index maps the column as it is.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, bytemuck::Pod, bytemuck::Zeroable,
+)]
+#[repr(transparent)]
 pub struct ActionCode(pub u8);
 
 impl ActionCode {
@@ -81,22 +85,23 @@ pub struct TraceEntry {
     pub device_free: Option<u64>,
 }
 
-/// The events of one device, column-wise, in recorded order.
+/// The events of one device, column-wise, in recorded order. The numeric columns are
+/// [`Column`]s: owned when parsed, mapped when opened from a stored index.
 #[derive(Debug, Default, Clone)]
 pub struct Trace {
-    pub action: Vec<ActionCode>,
+    pub action: Column<ActionCode>,
     /// Block or segment address (0 for `oom`).
-    pub addr: Vec<u64>,
+    pub addr: Column<u64>,
     /// Requested bytes for `alloc`/frees; segment bytes for `segment_*`.
-    pub size: Vec<u64>,
-    pub stream: Vec<u64>,
+    pub size: Column<u64>,
+    pub stream: Column<u64>,
     /// Microseconds since the Unix epoch (torch >= 2.2); 0 when absent.
-    pub time_us: Vec<i64>,
-    pub stack: Vec<StackId>,
+    pub time_us: Column<i64>,
+    pub stack: Column<StackId>,
     /// Index into [`Trace::strings`] of `compile_context`; 0 = absent or `N/A`.
-    pub compile_context: Vec<u32>,
+    pub compile_context: Column<u32>,
     /// Index into [`Trace::strings`] of `user_metadata`; 0 = absent or empty.
-    pub user_metadata: Vec<u32>,
+    pub user_metadata: Column<u32>,
     /// Distinct `compile_context` / `user_metadata` texts; entry 0 is the empty string.
     pub strings: Vec<String>,
     /// `device_free` of `oom` events, by event index.
@@ -107,7 +112,7 @@ pub struct Trace {
     /// labels each entry with one; 0 = none). Empty when no entry carries one, as in every
     /// snapshot `_record_memory_history` writes, so it costs nothing there; shorter than the
     /// trace when only earlier entries carry one.
-    pub category: Vec<u8>,
+    pub category: Column<u8>,
     /// Distinct `category` texts; entry 0 is "none".
     pub categories: Vec<String>,
     /// Whether any entry carried `time_us`.
