@@ -271,11 +271,14 @@ fn analysis(sections: &Sections, meta: &Meta, snapshot: &Snapshot) -> Result<Ana
                 sections.column(Kind::Allocations, part, count)?;
             // One pass over the records: the replay's `Vec<Allocation>` keeps its `Option`
             // fields for every reader, at the price of this copy on the heap (see layout.rs).
-            let allocations = records
-                .iter()
-                .map(|record| record.to_allocation())
-                .collect::<Option<Vec<Allocation>>>()
-                .ok_or_else(|| IndexError::malformed("an allocation of no known origin"))?;
+            // (Sized up front: collecting through `Option` would grow it by doubling.)
+            let mut allocations: Vec<Allocation> = Vec::with_capacity(records.len());
+            for record in records.iter() {
+                let allocation = record
+                    .to_allocation()
+                    .ok_or_else(|| IndexError::malformed("an allocation of no known origin"))?;
+                allocations.push(allocation);
+            }
             let steps: Column<StoredStep> = sections.column(Kind::ReservedSteps, part, None)?;
             let replay = Replay {
                 allocations,

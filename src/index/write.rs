@@ -7,22 +7,22 @@ use super::layout::{
     ALIGN, ENTRY_BYTES, HEADER_BYTES, Header, Kind, MAGIC, Meta, SectionEntry, StoredAllocation,
     StoredStep, TraceMeta,
 };
-use crate::analysis::roles::UserRules;
 use crate::analysis::{Analysis, Summary};
 use crate::snapshot::Snapshot;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
 
-/// Writes the index of `snapshot`, analysed as `analysis` and summarised as `summary` with
-/// `rules`, made from the blob `blob`, to `path` (atomically: see the module's doc). Returns the
-/// bytes written.
+/// Writes the index of `snapshot`, analysed as `analysis` and summarised as `summary` with the
+/// role rules whose [`UserRules::fingerprint`](crate::analysis::roles::UserRules::fingerprint)
+/// is `rules_fingerprint`, made from the blob `blob`, to `path` (atomically: see the module's
+/// doc). Returns the bytes written.
 pub fn write(
     path: &Path,
     blob: BlobIdentity<'_>,
     snapshot: &Snapshot,
     analysis: &Analysis,
     summary: &Summary,
-    rules: &UserRules,
+    rules_fingerprint: u64,
 ) -> std::io::Result<u64> {
     let blob_id: [u8; 16] = blob
         .id
@@ -33,7 +33,7 @@ pub fn write(
     std::fs::create_dir_all(folder)?;
     let temp = temp_path(path);
     let written = write_file(
-        &temp, blob_id, blob.bytes, snapshot, analysis, summary, rules,
+        &temp, blob_id, blob.bytes, snapshot, analysis, summary, rules_fingerprint,
     )
     .and_then(|bytes| {
         std::fs::rename(&temp, path)?;
@@ -121,7 +121,7 @@ fn write_file(
     snapshot: &Snapshot,
     analysis: &Analysis,
     summary: &Summary,
-    rules: &UserRules,
+    rules_fingerprint: u64,
 ) -> std::io::Result<u64> {
     let file = std::fs::OpenOptions::new()
         .write(true)
@@ -138,7 +138,7 @@ fn write_file(
         open: None,
     };
 
-    let meta = serde_json::to_vec(&meta(snapshot, analysis, summary, rules))?;
+    let meta = serde_json::to_vec(&meta(snapshot, analysis, summary, rules_fingerprint))?;
     sections.add(Kind::Meta, 0, &meta)?;
     for (part, trace) in snapshot.device_traces.iter().enumerate() {
         sections.add(Kind::TraceAction, part, trace.action.as_bytes())?;
@@ -236,10 +236,15 @@ pub(super) fn header_checksum(header: &Header, table: &[SectionEntry]) -> u64 {
     hasher.digest()
 }
 
-fn meta(snapshot: &Snapshot, analysis: &Analysis, summary: &Summary, rules: &UserRules) -> Meta {
+fn meta(
+    snapshot: &Snapshot,
+    analysis: &Analysis,
+    summary: &Summary,
+    rules_fingerprint: u64,
+) -> Meta {
     Meta {
         snapview_version: env!("CARGO_PKG_VERSION").to_owned(),
-        rules_fingerprint: rules.fingerprint(),
+        rules_fingerprint,
         segments: snapshot.segments.clone(),
         allocator_settings: snapshot.allocator_settings.clone(),
         external_annotations: snapshot.external_annotations.clone(),

@@ -9,7 +9,7 @@ use crate::analysis::roles::UserRules;
 use crate::analysis::{Analysis, ReplaySeed, Summary};
 use crate::snapshot::Snapshot;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::OnceCell;
 
@@ -19,6 +19,12 @@ pub struct Loaded {
     pub snapshot: Snapshot,
     pub analysis: Analysis,
     pub summary: Summary,
+    /// [`UserRules::fingerprint`] of the rules `summary` was made with (the stored index
+    /// keeps it, to know when its summary applies).
+    pub rules_fingerprint: u64,
+    /// Parsed from the pickle and its stored index not yet written (see
+    /// [`Loaded::take_index_write`]).
+    index_pending: AtomicBool,
 }
 
 impl Loaded {
@@ -35,7 +41,39 @@ impl Loaded {
             snapshot,
             analysis,
             summary,
+            rules_fingerprint: rules.fingerprint(),
+            index_pending: AtomicBool::new(true),
         }
+    }
+
+    /// A snapshot opened from its stored index (`crate::index`): the stored summary when it
+    /// was made with `rules`, else one made now from the mapped replay.
+    pub fn from_index(opened: crate::index::Opened, rules: &UserRules) -> Self {
+        let crate::index::Opened {
+            snapshot,
+            analysis,
+            summary,
+            rules_fingerprint,
+        } = opened;
+        let summary = if rules_fingerprint == rules.fingerprint() {
+            summary
+        } else {
+            tracing::info!("the stored summary was made with other role rules: summarising again");
+            Summary::with_rules(&snapshot, &analysis, rules)
+        };
+        Self {
+            snapshot,
+            analysis,
+            summary,
+            rules_fingerprint: rules.fingerprint(),
+            index_pending: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the caller should write this snapshot's stored index: true once for a snapshot
+    /// parsed from its pickle, so that of many requests waiting on one parse, one writes it.
+    pub fn take_index_write(&self) -> bool {
+        self.index_pending.swap(false, Ordering::AcqRel)
     }
 
     /// The memory this holds, for the cache's byte budget: the trace columns, segments and

@@ -81,10 +81,12 @@ impl StoredSnapshot {
         }
     }
 
-    /// Parsed and analysed, from the cache or now.
+    /// Parsed and analysed, from the cache, else from its stored index, else from its file
+    /// (whose index is then written, after answering).
     pub async fn load(self, state: &AppState) -> Result<LoadedSnapshot, ApiError> {
         let id = self.id.clone();
         let path = state.store.blob_path(&id);
+        let index = state.store.index_path(&id);
         // The snapshot's own rules (`PUT .../rules`) over the server's; they were checked when
         // stored, so failing here means the index was edited by hand.
         let rules = match self.record.roles.as_deref() {
@@ -93,17 +95,17 @@ impl StoredSnapshot {
             })?),
             None => state.config.roles.clone(),
         };
+        let target = id.clone();
         let loaded = state
             .cache
             .get_or_load(&id, move || {
-                crate::analysis::load_path(&path, Default::default())
-                    .map(|parsed| Loaded::new(parsed, &rules))
-                    .map_err(|e| e.to_string())
+                super::stored_index::load(&target, &path, &index, &rules)
             })
             .await
             // The cause (which may name a server path) goes to the log, with the snapshot it
             // concerns; the client gets a generic 500.
             .map_err(|e| ApiError::Internal(format!("snapshot {id}: {e}")))?;
+        super::stored_index::write_in_background(state, &id, &loaded);
         Ok(LoadedSnapshot {
             stored: self,
             loaded,

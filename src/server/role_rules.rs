@@ -8,7 +8,6 @@
 use super::AppState;
 use super::access::Actor;
 use super::api::actor_name;
-use super::cache::Loaded;
 use super::error::{ApiError, blocking};
 use super::extract::{StoredSnapshot, lookup, not_live};
 use super::wire::{SnapshotView, SummaryRow};
@@ -60,11 +59,10 @@ async fn replace_rules(
     rules: Arc<UserRules>,
 ) -> Result<Json<SnapshotView>, ApiError> {
     let path = state.store.blob_path(&id);
-    let loaded = blocking(move || {
-        crate::analysis::load_path(&path, Default::default())
-            .map(|parsed| Loaded::new(parsed, &rules))
-            .map_err(|e| e.to_string())
-    })
+    let index = state.store.index_path(&id);
+    let target = id.clone();
+    // From the stored index when it is there (its summary is made again with these rules).
+    let loaded = blocking(move || super::stored_index::load(&target, &path, &index, &rules))
     .await?
     .map_err(|e| ApiError::Internal(format!("snapshot {id}: {e}")))?;
     let summary = SummaryRow::new(&loaded.summary).to_stored();
