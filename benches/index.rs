@@ -61,8 +61,8 @@ fn run(path: &std::path::Path) {
     let read = seconds(started);
     let events: usize = snapshot.device_traces.iter().map(|t| t.len()).sum();
 
-    let dir = tempfile::tempdir_in(path.parent().unwrap_or(std::path::Path::new(".")))
-        .expect("temp dir");
+    let dir =
+        tempfile::tempdir_in(path.parent().unwrap_or(std::path::Path::new("."))).expect("temp dir");
     let index = dir.path().join("bench.snapidx");
     let blob = BlobIdentity {
         id: "0123456789abcdef",

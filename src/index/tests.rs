@@ -40,11 +40,23 @@ fn an_index_reads_back_as_the_snapshot_and_analysis_it_was_made_from() {
         assert_eq!(opened.snapshot.segments, snapshot.segments, "{name}");
         assert_eq!(opened.snapshot.frames.len(), snapshot.frames.len());
         assert_eq!(opened.snapshot.stacks.len(), snapshot.stacks.len());
-        for (stored, made) in opened.snapshot.device_traces.iter().zip(&snapshot.device_traces) {
-            assert!(stored.addr.is_mapped() || stored.is_empty(), "{name}: mapped");
+        for (stored, made) in opened
+            .snapshot
+            .device_traces
+            .iter()
+            .zip(&snapshot.device_traces)
+        {
+            assert!(
+                stored.addr.is_mapped() || stored.is_empty(),
+                "{name}: mapped"
+            );
             assert_eq!(stored.len(), made.len());
             for event in 0..made.len() {
-                assert_eq!(stored.entry(event), made.entry(event), "{name} event {event}");
+                assert_eq!(
+                    stored.entry(event),
+                    made.entry(event),
+                    "{name} event {event}"
+                );
             }
         }
         assert_eq!(opened.analysis.devices.len(), analysis.devices.len());
@@ -61,7 +73,11 @@ fn an_index_reads_back_as_the_snapshot_and_analysis_it_was_made_from() {
                 .into_iter()
                 .chain((made.len() > 0).then(|| Some(made.len() - 1)))
             {
-                assert_eq!(stored.live_after(at), made.live_after(at), "{name} at {at:?}");
+                assert_eq!(
+                    stored.live_after(at),
+                    made.live_after(at),
+                    "{name} at {at:?}"
+                );
             }
         }
     }
@@ -135,7 +151,10 @@ fn a_corrupt_short_older_or_foreign_index_is_refused_with_its_reason() {
 
     let path = fresh();
     let length = std::fs::metadata(&path).expect("meta").len();
-    let file = std::fs::OpenOptions::new().write(true).open(&path).expect("open");
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open");
     file.set_len(length - 100).expect("truncate");
     assert!(refusal(&path, Verify::Structure).contains("cut short"));
     std::fs::write(&path, b"SNAPIDX").expect("write");

@@ -33,7 +33,13 @@ pub fn write(
     std::fs::create_dir_all(folder)?;
     let temp = temp_path(path);
     let written = write_file(
-        &temp, blob_id, blob.bytes, snapshot, analysis, summary, rules_fingerprint,
+        &temp,
+        blob_id,
+        blob.bytes,
+        snapshot,
+        analysis,
+        summary,
+        rules_fingerprint,
     )
     .and_then(|bytes| {
         std::fs::rename(&temp, path)?;

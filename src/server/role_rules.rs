@@ -63,8 +63,8 @@ async fn replace_rules(
     let target = id.clone();
     // From the stored index when it is there (its summary is made again with these rules).
     let loaded = blocking(move || super::stored_index::load(&target, &path, &index, &rules))
-    .await?
-    .map_err(|e| ApiError::Internal(format!("snapshot {id}: {e}")))?;
+        .await?
+        .map_err(|e| ApiError::Internal(format!("snapshot {id}: {e}")))?;
     let summary = SummaryRow::new(&loaded.summary).to_stored();
     let store = state.store.clone();
     let target = id.clone();

@@ -70,7 +70,12 @@ pub fn write_in_background(state: &AppState, id: &SnapshotId, loaded: &Arc<Loade
 }
 
 /// Writes the index now (the caller's thread): what [`write_in_background`] runs.
-pub fn write_now(id: &SnapshotId, blob: &Path, index: &Path, loaded: &Loaded) -> std::io::Result<()> {
+pub fn write_now(
+    id: &SnapshotId,
+    blob: &Path,
+    index: &Path,
+    loaded: &Loaded,
+) -> std::io::Result<()> {
     let started = std::time::Instant::now();
     let identity = BlobIdentity {
         id: id.as_str(),
