@@ -59,7 +59,11 @@ fn run(path: &std::path::Path) {
         device.allocations_by_size();
     }
     let read = seconds(started);
-    let events: usize = snapshot.device_traces.iter().map(|t| t.len()).sum();
+    let events: usize = snapshot
+        .device_traces
+        .iter()
+        .map(snapview::snapshot::Trace::len)
+        .sum();
 
     let dir =
         tempfile::tempdir_in(path.parent().unwrap_or(std::path::Path::new("."))).expect("temp dir");

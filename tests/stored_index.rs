@@ -268,7 +268,7 @@ async fn racing_cold_loads_and_writers_end_with_one_valid_index() {
     wait_for_valid_index(&a.state, &id);
     let leftovers: Vec<_> = std::fs::read_dir(index.parent().expect("folder"))
         .expect("folder")
-        .filter_map(|e| e.ok())
+        .filter_map(Result::ok)
         .filter(|e| e.path() != index)
         .collect();
     assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");

@@ -273,7 +273,7 @@ fn analysis(sections: &Sections, meta: &Meta, snapshot: &Snapshot) -> Result<Ana
             // fields for every reader, at the price of this copy on the heap (see layout.rs).
             // (Sized up front: collecting through `Option` would grow it by doubling.)
             let mut allocations: Vec<Allocation> = Vec::with_capacity(records.len());
-            for record in records.iter() {
+            for record in &records {
                 let allocation = record
                     .to_allocation()
                     .ok_or_else(|| IndexError::malformed("an allocation of no known origin"))?;

@@ -71,7 +71,7 @@ fn an_index_reads_back_as_the_snapshot_and_analysis_it_was_made_from() {
             }
             for at in [None, Some(0), Some(made.len() / 3), Some(made.len() / 2)]
                 .into_iter()
-                .chain((made.len() > 0).then(|| Some(made.len() - 1)))
+                .chain((!made.is_empty()).then(|| Some(made.len() - 1)))
             {
                 assert_eq!(
                     stored.live_after(at),

@@ -74,7 +74,7 @@ impl<T: Pod> Column<T> {
                 file: map.len(),
             });
         };
-        if bytes % size != 0 {
+        if !bytes.is_multiple_of(size) {
             return Err(WindowError::Ragged { bytes, size });
         }
         if bytemuck::try_cast_slice::<u8, T>(window).is_err() {
