@@ -300,3 +300,31 @@ async fn purging_a_snapshot_removes_its_index_and_start_up_sweeps_strays() {
         .expect("purge");
     assert!(!index.exists(), "purged with its snapshot");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_summary_made_with_other_role_rules_is_made_again() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let first = server_on(dir.path());
+    let id = first.upload_fixture("gpt2_adamw", "").await;
+    wait_for_valid_index(&first.state, &id);
+    let path = format!("/api/snapshots/{id}");
+    let before = first.get(&path).await["analysis"]["devices"][0]["roles_at_peak"].clone();
+    assert!(before.get("gpt2_model").is_none(), "{before}");
+    make_blob_unreadable(&first.state, &id);
+    drop(first);
+
+    // The same folder, served with rules that name GPT-2's blocks: the stored summary was made
+    // without them, so the summary comes from the mapped replay with them (the pickle is
+    // unreadable, so it is not read again).
+    let rules = "[[rule]]\nframe = \"modeling_gpt2\\\\.py\"\nrole = \"gpt2_model\"\n";
+    let mut config = config_in(dir.path());
+    config.roles = std::sync::Arc::new(
+        snapview::analysis::roles::UserRules::parse(rules).expect("rules"),
+    );
+    let ruled = TestServer::on_state(AppState::open(config).expect("open"));
+    let after = ruled.get(&path).await["analysis"]["devices"][0]["roles_at_peak"].clone();
+    assert!(
+        after["gpt2_model"].as_u64().is_some_and(|bytes| bytes > 0),
+        "{after}"
+    );
+}
