@@ -12,12 +12,14 @@ use crate::format::bytes as human_bytes;
 use crate::snapshot::{ActionCode, Snapshot};
 use serde::Serialize;
 
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct Finding {
     /// Stable identifier, e.g. `activations_kept_without_backward`.
-    pub code: &'static str,
+    #[serde(deserialize_with = "super::static_text")]
+    pub code: super::StaticText,
     /// `warning` (memory is wasted) or `info` (worth knowing, often intended).
-    pub severity: &'static str,
+    #[serde(deserialize_with = "super::static_text")]
+    pub severity: super::StaticText,
     /// The bytes it is about.
     pub bytes: u64,
     pub message: String,

@@ -142,7 +142,7 @@ mod tests {
 
     fn trace_with_times(times: &[i64]) -> Trace {
         Trace {
-            action: vec![ActionCode::ALLOC; times.len()],
+            action: vec![ActionCode::ALLOC; times.len()].into(),
             size: vec![512; times.len()].into(),
             time_us: times.to_vec().into(),
             has_time: true,

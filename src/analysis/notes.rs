@@ -7,12 +7,13 @@ use crate::snapshot::{ActionCode, Snapshot, StackTable};
 use serde::Serialize;
 
 /// One thing a user should know before trusting the numbers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Note {
     /// A stable identifier: `no_history`, `state_only`, `trace_incomplete`,
     /// `allocations_without_frames`, `unknown_actions`, `unknown_keys`, `legacy_format`.
-    pub code: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "super::static_text")]
+    pub code: super::StaticText,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<usize>,
     pub message: String,
 }

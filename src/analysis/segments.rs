@@ -4,7 +4,7 @@ use crate::snapshot::{BlockState, Segment};
 use serde::Serialize;
 
 /// Byte counts of one segment (or a sum of segments).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct SegmentStats {
     /// `total_size`: what cudaMalloc reserved.
     pub reserved: u64,

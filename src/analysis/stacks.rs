@@ -5,7 +5,8 @@ use crate::snapshot::{Snapshot, StackId};
 use serde::Serialize;
 
 /// Bytes held by allocations with one stack.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// (The stored index keeps `stack`, which the JSON skips, beside the summary.)
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct StackBytes {
     pub bytes: u64,
     pub allocations: usize,

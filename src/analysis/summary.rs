@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 /// How many stacks the summary lists at the peak.
 const TOP_STACKS: usize = 10;
 
-#[derive(Debug, Clone, Serialize)]
+/// `Deserialize` is for the stored index (`crate::index`), which keeps the summary it made.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Summary {
     pub devices: Vec<DeviceSummary>,
     /// Segments and blocks over all devices.
@@ -22,7 +23,7 @@ pub struct Summary {
     pub findings: Vec<Finding>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct DeviceSummary {
     pub device: usize,
     pub trace_entries: usize,
@@ -56,7 +57,7 @@ pub struct DeviceSummary {
 }
 
 /// An `oom` event: the allocator could not serve a request.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct OomEvent {
     pub event_index: usize,
     pub requested_bytes: u64,

@@ -12,7 +12,7 @@ use crate::analysis::roles::UserRules;
 use crate::analysis::{Analysis, DeviceAnalysis, ReplaySeed, Summary};
 use crate::snapshot::Snapshot;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{Semaphore, watch};
@@ -26,6 +26,12 @@ pub struct Loaded {
     /// Per device (in the order of `analysis.devices`), what every timeline answer carries
     /// whatever its window.
     marks: Vec<TimelineMarks>,
+    /// [`UserRules::fingerprint`] of the rules `summary` was made with (the stored index
+    /// keeps it, to know when its summary applies).
+    pub rules_fingerprint: u64,
+    /// Parsed from the pickle and its stored index not yet written (see
+    /// [`Loaded::take_index_write`]).
+    index_pending: AtomicBool,
 }
 
 /// The parts of a timeline answer that do not depend on its window: each is a pass over the
@@ -69,7 +75,45 @@ impl Loaded {
             analysis,
             summary,
             marks,
+            rules_fingerprint: rules.fingerprint(),
+            index_pending: AtomicBool::new(true),
         }
+    }
+
+    /// A snapshot opened from its stored index (`crate::index`): the stored summary when it
+    /// was made with `rules`, else one made now from the mapped replay.
+    pub fn from_index(opened: crate::index::Opened, rules: &UserRules) -> Self {
+        let crate::index::Opened {
+            snapshot,
+            analysis,
+            summary,
+            rules_fingerprint,
+        } = opened;
+        let summary = if rules_fingerprint == rules.fingerprint() {
+            summary
+        } else {
+            tracing::info!("the stored summary was made with other role rules: summarising again");
+            Summary::with_rules(&snapshot, &analysis, rules)
+        };
+        let marks = analysis
+            .devices
+            .iter()
+            .map(|device| TimelineMarks::new(&snapshot, device))
+            .collect();
+        Self {
+            snapshot,
+            analysis,
+            summary,
+            marks,
+            rules_fingerprint: rules.fingerprint(),
+            index_pending: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the caller should write this snapshot's stored index: true once for a snapshot
+    /// parsed from its pickle, so that of many requests waiting on one parse, one writes it.
+    pub fn take_index_write(&self) -> bool {
+        self.index_pending.swap(false, Ordering::AcqRel)
     }
 
     /// The window-independent parts of `device`'s timeline answers.
@@ -112,15 +156,15 @@ fn snapshot_heap_bytes(snapshot: &Snapshot) -> u64 {
         .device_traces
         .iter()
         .map(|trace| {
-            vec_bytes(&trace.action)
-                + vec_bytes(&trace.addr)
+            trace.action.heap_bytes()
+                + trace.addr.heap_bytes()
                 + trace.size.heap_bytes()
                 + trace.stream.heap_bytes()
                 + trace.time_us.heap_bytes()
-                + vec_bytes(&trace.stack)
+                + trace.stack.heap_bytes()
                 + trace.compile_context.heap_bytes()
                 + trace.user_metadata.heap_bytes()
-                + vec_bytes(&trace.category)
+                + trace.category.heap_bytes()
                 + (trace.strings.len() + trace.unknown_actions.len() + trace.categories.len())
                     as u64
                     * PER_TABLE_ENTRY

@@ -82,12 +82,14 @@ impl StoredSnapshot {
         }
     }
 
-    /// What loads this snapshot for the cache: parses the stored file, reporting the bytes
-    /// read, then analyses it with the snapshot's role rules. Its error is for a person (the
+    /// What loads this snapshot for the cache: opens its stored index when it is
+    /// sound (`stored_index.rs`), else parses the stored file, reporting the bytes read, then
+    /// analyses it with the snapshot's role rules. Its error is for a person (the
     /// status endpoint and the page show it): the cause with a server path goes to the log.
     fn loader(&self, state: &AppState) -> Result<impl Loader + use<>, ApiError> {
         let id = self.id.clone();
         let path = state.store.blob_path(&id);
+        let index = state.store.index_path(&id);
         // The snapshot's own rules (`PUT .../rules`) over the server's; they were checked when
         // stored, so failing here means the index was edited by hand.
         let rules = match self.record.roles.as_deref() {
@@ -97,20 +99,22 @@ impl StoredSnapshot {
             None => state.config.roles.clone(),
         };
         Ok(move |progress: &LoadProgress| {
-            let report = |read: u64| progress.read(read);
-            let options = LoadOptions {
-                progress: Some(&report),
-                ..LoadOptions::default()
-            };
-            let parsed = crate::analysis::load_path(&path, options).map_err(|e| match e {
+            super::stored_index::load(&id, &path, &index, &rules, || {
+                let report = |read: u64| progress.read(read);
+                let options = LoadOptions {
+                    progress: Some(&report),
+                    ..LoadOptions::default()
+                };
+                let parsed = crate::analysis::load_path(&path, options).map_err(|e| match e {
                 LoadError::Open { source, .. } => {
                     tracing::warn!(%id, path = %path.display(), error = %source, "a stored snapshot cannot be opened");
                     format!("the server cannot open its stored file ({})", source.kind())
                 }
                 other => format!("its stored file does not read as a snapshot: {other}"),
             })?;
-            progress.analysing();
-            Ok(Loaded::new(parsed, &rules))
+                progress.analysing();
+                Ok(Loaded::new(parsed, &rules))
+            })
         })
     }
 
@@ -124,6 +128,8 @@ impl StoredSnapshot {
             // Every request that waited on a failed load gets a 500 (the page and the status
             // endpoint say why); the log says it once per request, with the snapshot.
             .map_err(|e| ApiError::Internal(format!("snapshot {}: {e}", self.id)))?;
+        // Parsed from its pickle: its stored index is written after answering.
+        super::stored_index::write_in_background(state, &self.id, &loaded);
         Ok(LoadedSnapshot {
             stored: self,
             loaded,

@@ -16,6 +16,7 @@ pub mod extract;
 pub mod pages;
 pub mod role_rules;
 pub mod store;
+pub mod stored_index;
 pub mod upload;
 pub mod views;
 pub mod wire;
@@ -112,6 +113,7 @@ impl AppState {
             orphans_removed = report.orphans_removed,
             summaries_repaired = report.summaries_repaired,
             purged = report.purge.purged.len(),
+            indexes_removed = report.indexes_removed,
             "the store is consistent"
         );
         Ok(Self {

@@ -60,10 +60,15 @@ async fn replace_rules(
     rules: Arc<UserRules>,
 ) -> Result<Json<SnapshotView>, ApiError> {
     let path = state.store.blob_path(&id);
+    let index = state.store.index_path(&id);
+    let target = id.clone();
+    // From the stored index when it is there (its summary is made again with these rules).
     let loaded = blocking(move || {
-        crate::analysis::load_path(&path, Default::default())
-            .map(|parsed| Loaded::new(parsed, &rules))
-            .map_err(|e| e.to_string())
+        super::stored_index::load(&target, &path, &index, &rules, || {
+            crate::analysis::load_path(&path, Default::default())
+                .map(|parsed| Loaded::new(parsed, &rules))
+                .map_err(|e| e.to_string())
+        })
     })
     .await?
     .map_err(|e| ApiError::Internal(format!("snapshot {id}: {e}")))?;

@@ -10,6 +10,7 @@
 //! the pickle is decoded); the JSON form in `json`.
 
 mod build;
+mod column;
 mod compact;
 mod convert;
 mod follow;
@@ -19,6 +20,7 @@ mod load;
 mod narrow;
 mod trace;
 
+pub use column::{Column, SharedMap, WindowError};
 pub use convert::ShapeError;
 pub use follow::{Followed, TraceFollower};
 pub(crate) use frames::short_frame_label;
@@ -27,10 +29,11 @@ pub use load::{
     LoadError, LoadOptions, WithFollowed, load_path, load_path_following, load_reader,
     load_reader_following,
 };
+pub(crate) use narrow::blocked_times;
 pub use narrow::{SizeColumn, SparseIds, StreamColumn, TimeColumn};
 pub use trace::{Action, ActionCode, Trace, TraceEntry};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One decoded snapshot.
 #[derive(Debug, Default)]
@@ -49,7 +52,7 @@ pub struct Snapshot {
 }
 
 /// Where a snapshot came from: encoding details that explain its shape.
-#[derive(Debug, Default, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct SourceInfo {
     /// Pickle protocol (2-5), or `None` for the JSON form.
     pub pickle_protocol: Option<u8>,
@@ -60,7 +63,7 @@ pub struct SourceInfo {
     pub legacy_block_history: bool,
 }
 
-#[derive(Debug, Default, Clone, Copy, Serialize, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Compression {
     #[default]
@@ -70,7 +73,8 @@ pub enum Compression {
 }
 
 /// One `cudaMalloc`'d range (or one expandable range) with the blocks carved out of it.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// (`Serialize`/`Deserialize` are for the stored index's small section.)
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Segment {
     pub device: i64,
     pub address: u64,
@@ -92,7 +96,7 @@ pub struct Segment {
 }
 
 /// A piece of a segment: handed to a tensor, waiting to be freed, or cached free space.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Block {
     pub address: u64,
     /// Rounded size, as the allocator carved it.
@@ -103,7 +107,9 @@ pub struct Block {
     pub stack: StackId,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Stored by its name (see [`BlockState::name`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
 pub enum BlockState {
     /// Held by a tensor.
     ActiveAllocated,
@@ -113,6 +119,18 @@ pub enum BlockState {
     Inactive,
     /// A state name this version does not know, kept verbatim.
     Unknown(String),
+}
+
+impl From<String> for BlockState {
+    fn from(name: String) -> Self {
+        Self::parse_known(&name).unwrap_or(Self::Unknown(name))
+    }
+}
+
+impl From<BlockState> for String {
+    fn from(state: BlockState) -> Self {
+        state.name().to_owned()
+    }
 }
 
 impl BlockState {
@@ -142,7 +160,7 @@ impl BlockState {
 }
 
 /// An `external_annotations` entry, e.g. the START/END of a `record_function` range.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Annotation {
     pub device: i64,
     pub time_us: i64,

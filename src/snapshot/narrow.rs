@@ -4,20 +4,24 @@
 //! and an `i64` time per event (32 of the 45 bytes an event took) paid for little. These
 //! columns keep every value exact and fall back to the wide form where a file needs it.
 
+use super::Column;
 use std::ops::Range;
 
 /// The CUDA stream of each event: one byte per event indexing the distinct streams while there
 /// are at most 256 of them (a program uses a handful), the raw values past that.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum StreamColumn {
-    Coded { codes: Vec<u8>, streams: Vec<u64> },
-    Raw(Vec<u64>),
+    Coded {
+        codes: Column<u8>,
+        streams: Vec<u64>,
+    },
+    Raw(Column<u64>),
 }
 
 impl Default for StreamColumn {
     fn default() -> Self {
         Self::Coded {
-            codes: Vec::new(),
+            codes: Column::default(),
             streams: Vec::new(),
         }
     }
@@ -28,7 +32,11 @@ impl StreamColumn {
     #[inline]
     pub fn get(&self, event: usize) -> u64 {
         match self {
-            Self::Coded { codes, streams } => streams[usize::from(codes[event])],
+            // A code past the table can only come from a damaged stored index (the parser
+            // never writes one): it reads as stream 0 rather than failing the request.
+            Self::Coded { codes, streams } => {
+                streams.get(usize::from(codes[event])).copied().unwrap_or(0)
+            }
             Self::Raw(values) => values[event],
         }
     }
@@ -60,10 +68,10 @@ impl StreamColumn {
                     codes.push(streams.len() as u8);
                     streams.push(stream);
                 } else {
-                    let mut raw: Vec<u64> = Vec::with_capacity(codes.capacity());
+                    let mut raw: Vec<u64> = Vec::with_capacity(codes.len() * 2);
                     raw.extend(codes.iter().map(|&c| streams[usize::from(c)]));
                     raw.push(stream);
-                    *self = Self::Raw(raw);
+                    *self = Self::Raw(raw.into());
                 }
             }
             Self::Raw(values) => values.push(stream),
@@ -102,16 +110,16 @@ impl StreamColumn {
     /// Heap bytes held (by capacity).
     pub fn heap_bytes(&self) -> u64 {
         match self {
-            Self::Coded { codes, streams } => (codes.capacity() + streams.capacity() * 8) as u64,
-            Self::Raw(values) => (values.capacity() * 8) as u64,
+            Self::Coded { codes, streams } => codes.heap_bytes() + (streams.capacity() * 8) as u64,
+            Self::Raw(values) => values.heap_bytes(),
         }
     }
 }
 
 /// A text id per event (into `Trace::strings`, 0: none), stored only up to the last event that
 /// has one: empty, and free, in the snapshots torch writes without them.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct SparseIds(Vec<u32>);
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct SparseIds(Column<u32>);
 
 impl SparseIds {
     /// The id of event `event` (0: none).
@@ -150,15 +158,25 @@ impl SparseIds {
 
     /// Heap bytes held (by capacity).
     pub fn heap_bytes(&self) -> u64 {
-        (self.0.capacity() * 4) as u64
+        self.0.heap_bytes()
+    }
+
+    /// The ids as stored: up to the last event that has one.
+    pub(crate) fn column(&self) -> &Column<u32> {
+        &self.0
+    }
+
+    /// Ids as a stored index keeps them (see [`SparseIds::column`]).
+    pub(crate) fn from_column(ids: Column<u32>) -> Self {
+        Self(ids)
     }
 }
 
 /// Requested or segment bytes per event: 4 bytes each; the rare size of 4 GiB or more is kept
 /// aside, in event order.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq)]
 pub struct SizeColumn {
-    small: Vec<u32>,
+    small: Column<u32>,
     /// `(event, bytes)` of every size that does not fit a `u32` (marked `LARGE` in `small`).
     large: Vec<(usize, u64)>,
 }
@@ -239,29 +257,51 @@ impl SizeColumn {
     }
 
     pub fn heap_bytes(&self) -> u64 {
-        (self.small.capacity() * 4 + self.large.capacity() * 16) as u64
+        self.small.heap_bytes() + (self.large.capacity() * 16) as u64
+    }
+
+    /// The column as a stored index keeps it: 4 bytes per event, and the large sizes aside.
+    pub(crate) fn parts(&self) -> (&Column<u32>, &[(usize, u64)]) {
+        (&self.small, &self.large)
+    }
+
+    /// A column from [`SizeColumn::parts`]; `None` unless the large sizes are in event order
+    /// and within the column.
+    pub(crate) fn from_parts(small: Column<u32>, large: Vec<(usize, u64)>) -> Option<Self> {
+        let ordered = large.windows(2).all(|pair| pair[0].0 < pair[1].0);
+        let within = large.last().is_none_or(|&(event, _)| event < small.len());
+        (ordered && within).then_some(Self { small, large })
     }
 }
 
 /// Event times in microseconds: per block of 65,536 events a base, per event a `u32` offset
 /// from it (a block would have to span over an hour to overflow, and then the column keeps
 /// `i64`s instead). Frame-of-reference coding keeps random access O(1), which the views need.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum TimeColumn {
-    Blocked { bases: Vec<i64>, offsets: Vec<u32> },
-    Wide(Vec<i64>),
+    Blocked {
+        bases: Vec<i64>,
+        offsets: Column<u32>,
+    },
+    Wide(Column<i64>),
 }
 
 impl Default for TimeColumn {
     fn default() -> Self {
         Self::Blocked {
             bases: Vec::new(),
-            offsets: Vec::new(),
+            offsets: Column::default(),
         }
     }
 }
 
 const TIME_BLOCK_LOG2: u32 = 16;
+/// A blocked time column from a stored index: `None` unless there is a base for every block.
+pub(crate) fn blocked_times(bases: Vec<i64>, offsets: Column<u32>) -> Option<TimeColumn> {
+    (bases.len() == offsets.len().div_ceil(1 << TIME_BLOCK_LOG2))
+        .then_some(TimeColumn::Blocked { bases, offsets })
+}
+
 /// An offset is stored shifted by this, so times a little before the block's first one (clocks
 /// of different threads) fit too.
 const TIME_BIAS: i64 = 1 << 31;
@@ -319,11 +359,11 @@ impl TimeColumn {
                 offsets.push(offset);
                 return;
             }
-            let mut wide: Vec<i64> = Vec::with_capacity(offsets.capacity());
+            let mut wide: Vec<i64> = Vec::with_capacity(offsets.len() * 2);
             wide.extend(
                 (0..event).map(|e| bases[e >> TIME_BLOCK_LOG2] + i64::from(offsets[e]) - TIME_BIAS),
             );
-            *self = Self::Wide(wide);
+            *self = Self::Wide(wide.into());
         }
         if let Self::Wide(times) = self {
             times.push(time);
@@ -379,9 +419,9 @@ impl TimeColumn {
     pub fn heap_bytes(&self) -> u64 {
         match self {
             Self::Blocked { bases, offsets } => {
-                (bases.capacity() * 8 + offsets.capacity() * 4) as u64
+                (bases.capacity() * 8) as u64 + offsets.heap_bytes()
             }
-            Self::Wide(times) => (times.capacity() * 8) as u64,
+            Self::Wide(times) => times.heap_bytes(),
         }
     }
 }

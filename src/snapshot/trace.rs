@@ -4,8 +4,8 @@
 //! and no heap objects. Rare fields (the `oom` event's `device_free`, unknown action names) live in
 //! side tables.
 
-use super::StackId;
 use super::narrow::{SizeColumn, SparseIds, StreamColumn, TimeColumn};
+use super::{Column, StackId};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -28,7 +28,11 @@ pub enum Action {
 
 /// The compact form of an [`Action`] stored in a trace column: known actions are 0-8, unknown ones
 /// index the trace's table of unknown names from [`ActionCode::FIRST_UNKNOWN`] on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// Plain data (`Pod`), so a stored index maps the column as it is.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, bytemuck::Pod, bytemuck::Zeroable,
+)]
+#[repr(transparent)]
 pub struct ActionCode(pub u8);
 
 impl ActionCode {
@@ -82,12 +86,13 @@ pub struct TraceEntry {
     pub device_free: Option<u64>,
 }
 
-/// The events of one device, column-wise, in recorded order.
+/// The events of one device, column-wise, in recorded order. The numeric columns are
+/// [`Column`]s: owned when parsed, mapped when opened from a stored index.
 #[derive(Debug, Default, Clone)]
 pub struct Trace {
-    pub action: Vec<ActionCode>,
+    pub action: Column<ActionCode>,
     /// Block or segment address (0 for `oom`).
-    pub addr: Vec<u64>,
+    pub addr: Column<u64>,
     /// Requested bytes for `alloc`/frees; segment bytes for `segment_*`.
     pub size: SizeColumn,
     /// The CUDA stream (raw `cudaStream_t`; 0 is the default stream): read it with
@@ -95,7 +100,7 @@ pub struct Trace {
     pub stream: StreamColumn,
     /// Microseconds since the Unix epoch (torch >= 2.2); 0 when absent.
     pub time_us: TimeColumn,
-    pub stack: Vec<StackId>,
+    pub stack: Column<StackId>,
     /// Index into [`Trace::strings`] of `compile_context`; 0 = absent or `N/A`.
     pub compile_context: SparseIds,
     /// Index into [`Trace::strings`] of `user_metadata`; 0 = absent or empty.
@@ -110,7 +115,7 @@ pub struct Trace {
     /// labels each entry with one; 0 = none). Empty when no entry carries one, as in every
     /// snapshot `_record_memory_history` writes, so it costs nothing there; shorter than the
     /// trace when only earlier entries carry one.
-    pub category: Vec<u8>,
+    pub category: Column<u8>,
     /// Distinct `category` texts; entry 0 is "none".
     pub categories: Vec<String>,
     /// Whether any entry carried `time_us`.

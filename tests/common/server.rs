@@ -28,7 +28,8 @@ pub fn config_in(data_dir: &Path) -> ServeConfig {
 
 pub struct TestServer {
     pub state: AppState,
-    _dir: tempfile::TempDir,
+    /// The data folder, when this server owns it (removed with it).
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl TestServer {
@@ -47,8 +48,13 @@ impl TestServer {
         edit(&mut config);
         Self {
             state: AppState::open(config).expect("open"),
-            _dir: dir,
+            _dir: Some(dir),
         }
+    }
+
+    /// A server over `state`, whose data folder the caller keeps (to restart on it).
+    pub fn on_state(state: AppState) -> Self {
+        Self { state, _dir: None }
     }
 
     pub async fn send(&self, request: Request<Body>) -> (StatusCode, Vec<u8>, HeaderMap) {

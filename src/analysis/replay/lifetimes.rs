@@ -2,7 +2,8 @@
 //! at any event without copying live sets.
 
 use super::pass::NO_ALLOCATION;
-use super::{Allocation, AllocationId, vec_bytes};
+use super::{Allocation, AllocationId};
+use crate::snapshot::Column;
 
 /// log2 of the events per leaf of [`LifetimeIndex`]. A query scans the lifetimes that start and
 /// end within its leaf (at most this many, one per event), so this bounds its extra work; the
@@ -22,14 +23,14 @@ pub(super) const LEAF_EVENTS_LOG2: u32 = 6;
 /// those started by then (a prefix of the bucket by start), from the middle on, the ones not
 /// yet freed (a suffix of the bucket by end).
 #[derive(Debug, Default)]
-pub(super) struct LifetimeIndex {
+pub(crate) struct LifetimeIndex {
     /// The first bucket of each level; level `L` has a bucket per node, nodes in event order.
-    level_first: Vec<u32>,
+    pub(crate) level_first: Column<u32>,
     /// Bucket `k`'s allocations are `by_start[bucket_first[k]..bucket_first[k + 1]]`, by start,
     /// and the same ones in `by_end`, by end (the never freed last).
-    bucket_first: Vec<u32>,
-    by_start: Vec<AllocationId>,
-    by_end: Vec<AllocationId>,
+    pub(crate) bucket_first: Column<u32>,
+    pub(crate) by_start: Column<AllocationId>,
+    pub(crate) by_end: Column<AllocationId>,
 }
 
 impl LifetimeIndex {
@@ -118,10 +119,10 @@ impl LifetimeIndex {
             next[b] += 1;
         }
         Self {
-            level_first,
-            bucket_first,
-            by_start,
-            by_end,
+            level_first: level_first.into(),
+            bucket_first: bucket_first.into(),
+            by_start: by_start.into(),
+            by_end: by_end.into(),
         }
     }
 
@@ -170,11 +171,11 @@ impl LifetimeIndex {
         }
     }
 
-    pub(super) fn heap_bytes(&self) -> usize {
-        vec_bytes(&self.level_first)
-            + vec_bytes(&self.bucket_first)
-            + vec_bytes(&self.by_start)
-            + vec_bytes(&self.by_end)
+    pub(super) fn heap_bytes(&self) -> u64 {
+        self.level_first.heap_bytes()
+            + self.bucket_first.heap_bytes()
+            + self.by_start.heap_bytes()
+            + self.by_end.heap_bytes()
     }
 }
 

@@ -27,8 +27,8 @@ mod tests;
 pub(crate) use pass::EventPass;
 pub use pass::ReplaySeed;
 
-use crate::snapshot::{ActionCode, BlockState, Snapshot, StackId, Trace, TraceFollower};
-use lifetimes::LifetimeIndex;
+use crate::snapshot::{ActionCode, BlockState, Column, Snapshot, StackId, Trace, TraceFollower};
+pub(crate) use lifetimes::LifetimeIndex;
 use pass::NO_ALLOCATION;
 
 /// Why an allocation is in the replay.
@@ -90,7 +90,7 @@ pub type AllocationId = u32;
 pub struct Replay {
     pub allocations: Vec<Allocation>,
     /// Requested bytes live after each event.
-    pub allocated: Vec<u64>,
+    pub allocated: Column<u64>,
     /// Live before the first event: allocations freed without alloc, and ghosts.
     pub allocated_at_start: u64,
     /// Reserved bytes as a step function: `(event index, bytes after it)` at each change.
@@ -99,14 +99,14 @@ pub struct Replay {
     /// The event list's matches of the last filters asked (see `events::page`).
     pub(crate) event_matches: super::events::MatchCache,
     /// Per event, the allocation it opens or closes (or `NO_ALLOCATION`).
-    event_allocation: Vec<AllocationId>,
+    pub(crate) event_allocation: Column<AllocationId>,
     /// The lifetimes of the traced allocations, indexed so the ones alive at an event are found
     /// without a scan; the allocations alive from the start are added when a live set is asked for.
-    lifetimes: LifetimeIndex,
+    pub(crate) lifetimes: LifetimeIndex,
     /// Allocations freed without alloc, in the order of their frees (so of their `end`).
-    freed_without_alloc: Vec<AllocationId>,
+    pub(crate) freed_without_alloc: Column<AllocationId>,
     /// Allocations alive throughout.
-    ghosts: Vec<AllocationId>,
+    pub(crate) ghosts: Column<AllocationId>,
 }
 
 /// A maximum of a memory curve.
@@ -180,7 +180,7 @@ impl Replay {
             });
         // Every allocation the trace frees without its alloc is in the start total, so the sum
         // never goes below zero (and the vector is reused in place).
-        let mut allocated: Vec<u64> = allocated_change
+        let mut allocated: Column<u64> = allocated_change
             .into_iter()
             .map(|change| allocated_at_start.wrapping_add(change))
             .collect();
@@ -194,10 +194,10 @@ impl Replay {
             event_matches: Default::default(),
             reserved_steps,
             reserved_at_start,
-            event_allocation,
+            event_allocation: event_allocation.into(),
             lifetimes,
-            freed_without_alloc,
-            ghosts,
+            freed_without_alloc: freed_without_alloc.into(),
+            ghosts: ghosts.into(),
         }
     }
 
@@ -297,13 +297,13 @@ impl Replay {
     /// Heap bytes this replay holds (capacities, not lengths: what the process pays), so a
     /// cache of replays can keep to a byte budget.
     pub fn heap_bytes(&self) -> u64 {
-        (vec_bytes(&self.allocations)
-            + vec_bytes(&self.allocated)
-            + vec_bytes(&self.reserved_steps)
-            + vec_bytes(&self.event_allocation)
+        vec_bytes(&self.allocations) as u64
+            + self.allocated.heap_bytes()
+            + vec_bytes(&self.reserved_steps) as u64
+            + self.event_allocation.heap_bytes()
             + self.lifetimes.heap_bytes()
-            + vec_bytes(&self.freed_without_alloc)
-            + vec_bytes(&self.ghosts)) as u64
+            + self.freed_without_alloc.heap_bytes()
+            + self.ghosts.heap_bytes()
     }
 
     /// The allocations alive from the start that are still alive after event `at` (`None`:

@@ -71,6 +71,20 @@ struct RuleEntry {
 }
 
 impl UserRules {
+    /// A hash of the rules (each pattern and role, in order): what a stored summary records
+    /// so that it is trusted only with the rules it was made with (see `crate::index`).
+    pub fn fingerprint(&self) -> u64 {
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        for rule in &self.rules {
+            // Lengths first, so that no two lists of texts hash alike by where they split.
+            hasher.update(&(rule.pattern.len() as u64).to_le_bytes());
+            hasher.update(rule.pattern.as_bytes());
+            hasher.update(&(rule.role.len() as u64).to_le_bytes());
+            hasher.update(rule.role.as_bytes());
+        }
+        hasher.digest()
+    }
+
     /// Parses a rules file: JSON when it starts with `{`, TOML otherwise.
     pub fn parse(text: &str) -> Result<Self, RulesError> {
         if text.len() > MAX_RULES_FILE_BYTES {

@@ -4,12 +4,13 @@
 //! in `audit.rs` and the start-up repairs in `start_up.rs`.
 
 use super::audit::audit;
-use super::blobs::{BLOB_SUFFIX, sync_dir};
+use super::blobs::{BLOB_SUFFIX, INDEX_DIR, sync_dir};
 use super::*;
 use rusqlite::{Connection, OptionalExtension, params};
 use std::sync::Mutex;
 
-/// Blobs in a folder, metadata in SQLite: `DIR/blobs/ab/abcdef….snapshot`, `DIR/snapview.db`.
+/// Blobs in a folder, metadata in SQLite: `DIR/blobs/ab/abcdef….snapshot`, `DIR/snapview.db`;
+/// each blob's stored index in `DIR/indexes/abcdef….snapidx`.
 pub struct FileStore {
     pub(super) dir: PathBuf,
     db: Mutex<Connection>,
@@ -22,6 +23,7 @@ impl FileStore {
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
         std::fs::create_dir_all(dir.join("blobs"))?;
         std::fs::create_dir_all(dir.join("tmp"))?;
+        std::fs::create_dir_all(dir.join(INDEX_DIR))?;
         // Leftovers of uploads interrupted by a crash or a kill.
         for entry in std::fs::read_dir(dir.join("tmp"))?.flatten() {
             let _ = std::fs::remove_file(entry.path());
@@ -399,6 +401,13 @@ impl Store for FileStore {
             .join("blobs")
             .join(&id.as_str()[..2])
             .join(format!("{}{BLOB_SUFFIX}", id.as_str()))
+    }
+
+    fn index_path(&self, id: &SnapshotId) -> PathBuf {
+        // Ids are validated hex, so joining them is safe.
+        self.dir
+            .join(INDEX_DIR)
+            .join(format!("{}{}", id.as_str(), crate::index::FILE_SUFFIX))
     }
 
     fn temp_dir(&self) -> PathBuf {

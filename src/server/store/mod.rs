@@ -169,6 +169,8 @@ pub struct StartUpReport {
     /// Rows whose stored summary was unreadable, summarised again from their blob.
     pub summaries_repaired: usize,
     pub purge: Purge,
+    /// Stored indexes whose blob is gone, and dead writers' temporary files, removed.
+    pub indexes_removed: usize,
 }
 
 /// Parses a blob and returns its summary row; the store calls it to rebuild an index without
@@ -251,6 +253,11 @@ pub trait Store: Send + Sync {
     fn audit_log(&self, limit: usize) -> Result<Vec<AuditEntry>, StoreError>;
     /// Where the bytes of a stored snapshot are.
     fn blob_path(&self, id: &SnapshotId) -> PathBuf;
+    /// Where a snapshot's stored index (`crate::index`) is kept: a local file, derived from the
+    /// blob and rebuilt whenever it is missing or not to be trusted, so a store whose blobs are
+    /// remote (object storage) would point this at a local cache folder. Purging a snapshot
+    /// removes it; start-up removes those whose blob is gone.
+    fn index_path(&self, id: &SnapshotId) -> PathBuf;
     /// A folder for uploads in progress, on the same filesystem as the blobs (so the final
     /// rename is atomic).
     fn temp_dir(&self) -> PathBuf;

@@ -36,6 +36,7 @@ impl FileStore {
             report.summaries_repaired = self.repair_summaries(summarize)?;
         }
         report.purge = self.purge_trashed_before(now_ms() - trash_ms, None)?;
+        report.indexes_removed = self.sweep_indexes()?;
         Ok(report)
     }
 

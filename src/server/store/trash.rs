@@ -87,6 +87,8 @@ impl FileStore {
             match remove_if_there(&self.blob_path(&id)) {
                 Ok(()) => {
                     tx.commit()?;
+                    // Derived from the blob just removed; a failure leaves it to start-up's sweep.
+                    let _ = remove_if_there(&self.index_path(&id));
                     tracing::info!(%id, "purged from the trash");
                     purge.purged.push(id);
                 }

@@ -1,0 +1,337 @@
+//! Opening an index: map the file, check it, and hand out the columns as windows of the map.
+
+use super::layout::{
+    ENTRY_BYTES, HEADER_BYTES, Header, Kind, MAGIC, MAX_SECTIONS, Meta, SectionEntry,
+    StoredAllocation, StoredStep,
+};
+use super::write::header_checksum;
+use super::{BlobIdentity, IndexError, Verify};
+use crate::analysis::replay::{LifetimeIndex, Replay};
+use crate::analysis::{Allocation, Analysis, DeviceAnalysis, Summary};
+use crate::snapshot::{
+    Column, Frame, FrameTable, SharedMap, SizeColumn, Snapshot, SparseIds, StackTable,
+    StreamColumn, TimeColumn, Trace, blocked_times,
+};
+use bytemuck::Pod;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+/// A snapshot opened from its index: its numeric columns mapped, the rest on the heap.
+#[derive(Debug)]
+pub struct Opened {
+    pub snapshot: Snapshot,
+    pub analysis: Analysis,
+    /// The summary as stored: made with the rules whose fingerprint is `rules_fingerprint`.
+    pub summary: Summary,
+    pub rules_fingerprint: u64,
+}
+
+/// Opens the index at `path` made from `blob`, checking it as `verify` says. Any error means
+/// the file is not to be trusted: the caller reads the snapshot again (and writes a new one).
+pub fn open(path: &Path, blob: BlobIdentity<'_>, verify: Verify) -> Result<Opened, IndexError> {
+    let file = match std::fs::File::open(path) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return Err(IndexError::Missing);
+        }
+        opened => opened?,
+    };
+    // SAFETY: a map is sound while nobody changes the file under it. This file is ours: it is
+    // written under a temporary name, fsync'd and renamed into place (see `write.rs`), and
+    // never written in place afterwards; a new index replaces it by rename, which leaves this
+    // map on the old inode. If someone truncates it anyway (by hand, a full disk's repair),
+    // reading a page past the new end raises SIGBUS and the process dies: no wrong answer is
+    // served, and the next start checks the file's length against its header and rebuilds it.
+    let map: SharedMap = Arc::new(unsafe { memmap2::Mmap::map(&file) }?);
+    let sections = Sections::check(map, blob, verify)?;
+    let meta: Meta = serde_json::from_slice(sections.bytes(Kind::Meta, 0)?)
+        .map_err(|e| IndexError::malformed(format!("its JSON section: {e}")))?;
+    if meta.snapview_version != env!("CARGO_PKG_VERSION") {
+        return Err(IndexError::Build {
+            found: meta.snapview_version,
+        });
+    }
+    let snapshot = snapshot(&sections, &meta)?;
+    let analysis = analysis(&sections, &meta, &snapshot)?;
+    let mut summary = meta.summary;
+    if summary.devices.len() != meta.top_stack_ids.len() {
+        return Err(IndexError::malformed("the summary's stacks"));
+    }
+    for (device, ids) in summary.devices.iter_mut().zip(meta.top_stack_ids) {
+        if device.top_stacks_at_peak.len() != ids.len() {
+            return Err(IndexError::malformed("the summary's stacks"));
+        }
+        for (stack, id) in device.top_stacks_at_peak.iter_mut().zip(ids) {
+            stack.stack = id;
+        }
+    }
+    Ok(Opened {
+        snapshot,
+        analysis,
+        summary,
+        rules_fingerprint: meta.rules_fingerprint,
+    })
+}
+
+/// The mapped file with its header and section table checked.
+struct Sections {
+    map: SharedMap,
+    table: HashMap<(u32, u32), SectionEntry>,
+}
+
+impl Sections {
+    fn check(map: SharedMap, blob: BlobIdentity<'_>, verify: Verify) -> Result<Self, IndexError> {
+        let header_bytes = map.get(..HEADER_BYTES as usize).ok_or(IndexError::Length {
+            expected: HEADER_BYTES,
+            actual: map.len() as u64,
+        })?;
+        let header: Header = bytemuck::pod_read_unaligned(header_bytes);
+        if header.magic != MAGIC {
+            return Err(IndexError::BadMagic);
+        }
+        if header.version != super::FORMAT_VERSION {
+            return Err(IndexError::Version {
+                found: header.version,
+            });
+        }
+        if header.file_bytes != map.len() as u64 {
+            return Err(IndexError::Length {
+                expected: header.file_bytes,
+                actual: map.len() as u64,
+            });
+        }
+        if header.sections > MAX_SECTIONS {
+            return Err(IndexError::malformed("too many sections"));
+        }
+        let table_end = HEADER_BYTES + u64::from(header.sections) * ENTRY_BYTES;
+        let table_bytes = map
+            .get(HEADER_BYTES as usize..table_end as usize)
+            .ok_or_else(|| IndexError::malformed("the section table lies past the end"))?;
+        let table: Vec<SectionEntry> = table_bytes
+            .chunks_exact(ENTRY_BYTES as usize)
+            .map(bytemuck::pod_read_unaligned)
+            .collect();
+        if header_checksum(&header, &table) != header.checksum {
+            return Err(IndexError::Checksum("the header".into()));
+        }
+        if header.blob_id != blob.id.as_bytes() || header.blob_bytes != blob.bytes {
+            return Err(IndexError::OtherBlob {
+                found: format!(
+                    "{} of {} bytes",
+                    String::from_utf8_lossy(&header.blob_id),
+                    header.blob_bytes
+                ),
+            });
+        }
+        let mut by_kind = HashMap::with_capacity(table.len());
+        for entry in table {
+            let in_file = entry
+                .offset
+                .checked_add(entry.bytes)
+                .is_some_and(|end| entry.offset >= table_end && end <= header.file_bytes);
+            if !in_file {
+                return Err(IndexError::malformed(format!(
+                    "section {} of part {} lies outside the file",
+                    entry.kind, entry.part
+                )));
+            }
+            // The JSON section is checked always, as it is read whole on open anyway.
+            if verify == Verify::Everything || entry.kind == Kind::Meta as u32 {
+                let bytes = &map[entry.offset as usize..(entry.offset + entry.bytes) as usize];
+                if xxhash_rust::xxh3::xxh3_64(bytes) != entry.checksum {
+                    return Err(IndexError::Checksum(format!(
+                        "section {} of part {}",
+                        entry.kind, entry.part
+                    )));
+                }
+            }
+            by_kind.insert((entry.kind, entry.part), entry);
+        }
+        Ok(Self {
+            map,
+            table: by_kind,
+        })
+    }
+
+    fn entry(&self, kind: Kind, part: usize) -> Result<SectionEntry, IndexError> {
+        u32::try_from(part)
+            .ok()
+            .and_then(|part| self.table.get(&(kind as u32, part)))
+            .copied()
+            .ok_or_else(|| IndexError::malformed(format!("no section {kind:?} for part {part}")))
+    }
+
+    fn bytes(&self, kind: Kind, part: usize) -> Result<&[u8], IndexError> {
+        let entry = self.entry(kind, part)?;
+        // In the file: checked in `Sections::check`.
+        Ok(&self.map[entry.offset as usize..(entry.offset + entry.bytes) as usize])
+    }
+
+    /// The column `kind` of `part`, mapped; `len`, when given, is the count it must hold.
+    fn column<T: Pod>(
+        &self,
+        kind: Kind,
+        part: usize,
+        len: Option<usize>,
+    ) -> Result<Column<T>, IndexError> {
+        let entry = self.entry(kind, part)?;
+        let column = Column::mapped(
+            self.map.clone(),
+            entry.offset as usize,
+            entry.bytes as usize,
+        )
+        .map_err(|e| IndexError::malformed(format!("{kind:?} of part {part}: {e}")))?;
+        match len {
+            Some(len) if column.len() != len => Err(IndexError::malformed(format!(
+                "{kind:?} of part {part} holds {} values, not {len}",
+                column.len()
+            ))),
+            _ => Ok(column),
+        }
+    }
+}
+
+fn snapshot(sections: &Sections, meta: &Meta) -> Result<Snapshot, IndexError> {
+    let mut frames = FrameTable::default();
+    for (id, (filename, line, name)) in meta.frames.iter().enumerate() {
+        let frame = Frame {
+            filename: filename.as_str().into(),
+            line: *line,
+            name: name.as_str().into(),
+        };
+        if frames.intern(frame) as usize != id {
+            return Err(IndexError::malformed("a frame is stored twice"));
+        }
+    }
+    let mut stacks = StackTable::default();
+    for (i, frame_ids) in meta.stacks.iter().enumerate() {
+        if frame_ids.iter().any(|&f| f as usize >= frames.len()) {
+            return Err(IndexError::malformed(
+                "a stack names a frame that is not there",
+            ));
+        }
+        if stacks.intern(frame_ids) as usize != i + 1 {
+            return Err(IndexError::malformed("a stack is stored twice"));
+        }
+    }
+    let device_traces = meta
+        .traces
+        .iter()
+        .enumerate()
+        .map(|(part, stored)| trace(sections, part, stored))
+        .collect::<Result<_, _>>()?;
+    Ok(Snapshot {
+        segments: meta.segments.clone(),
+        device_traces,
+        allocator_settings: meta.allocator_settings.clone(),
+        external_annotations: meta.external_annotations.clone(),
+        unknown_keys: meta.unknown_keys.clone(),
+        frames,
+        stacks,
+        source: meta.source.clone(),
+    })
+}
+
+fn trace(
+    sections: &Sections,
+    part: usize,
+    stored: &super::layout::TraceMeta,
+) -> Result<Trace, IndexError> {
+    let events = Some(stored.events);
+    let category = sections.column(Kind::TraceCategory, part, None)?;
+    if category.len() > stored.events {
+        return Err(IndexError::malformed(
+            "a category column longer than its trace",
+        ));
+    }
+    let size = SizeColumn::from_parts(
+        sections.column(Kind::TraceSize, part, events)?,
+        stored.large_sizes.clone(),
+    )
+    .ok_or_else(|| IndexError::malformed("large sizes out of order or past the trace"))?;
+    let stream = match &stored.streams {
+        Some(streams) => StreamColumn::Coded {
+            codes: sections.column(Kind::TraceStream, part, events)?,
+            streams: streams.clone(),
+        },
+        None => StreamColumn::Raw(sections.column(Kind::TraceStream, part, events)?),
+    };
+    let time_us = match &stored.time_bases {
+        Some(bases) => blocked_times(
+            bases.clone(),
+            sections.column(Kind::TraceTime, part, events)?,
+        )
+        .ok_or_else(|| IndexError::malformed("a time column without a base per block"))?,
+        None => TimeColumn::Wide(sections.column(Kind::TraceTime, part, events)?),
+    };
+    // Text ids are stored up to the last event that has one.
+    let sparse = |kind| -> Result<SparseIds, IndexError> {
+        let ids: Column<u32> = sections.column(kind, part, None)?;
+        if ids.len() > stored.events {
+            return Err(IndexError::malformed(
+                "text ids past the end of their trace",
+            ));
+        }
+        Ok(SparseIds::from_column(ids))
+    };
+    Ok(Trace {
+        action: sections.column(Kind::TraceAction, part, events)?,
+        addr: sections.column(Kind::TraceAddr, part, events)?,
+        size,
+        stream,
+        time_us,
+        stack: sections.column(Kind::TraceStack, part, events)?,
+        compile_context: sparse(Kind::TraceCompileContext)?,
+        user_metadata: sparse(Kind::TraceUserMetadata)?,
+        strings: stored.strings.clone(),
+        device_free: stored.device_free.iter().copied().collect(),
+        unknown_actions: stored.unknown_actions.clone(),
+        category,
+        categories: stored.categories.clone(),
+        has_time: stored.has_time,
+    })
+}
+
+fn analysis(sections: &Sections, meta: &Meta, snapshot: &Snapshot) -> Result<Analysis, IndexError> {
+    let devices = meta
+        .devices
+        .iter()
+        .enumerate()
+        .map(|(part, stored)| {
+            let events = Some(snapshot.trace(stored.device).len());
+            let count = Some(stored.allocations);
+            let records: Column<StoredAllocation> =
+                sections.column(Kind::Allocations, part, count)?;
+            // One pass over the records: the replay's `Vec<Allocation>` keeps its `Option`
+            // fields for every reader, at the price of this copy on the heap (see layout.rs).
+            // (Sized up front: collecting through `Option` would grow it by doubling.)
+            let mut allocations: Vec<Allocation> = Vec::with_capacity(records.len());
+            for record in &records {
+                let allocation = record
+                    .to_allocation()
+                    .ok_or_else(|| IndexError::malformed("an allocation of no known origin"))?;
+                allocations.push(allocation);
+            }
+            let steps: Column<StoredStep> = sections.column(Kind::ReservedSteps, part, None)?;
+            let replay = Replay {
+                allocations,
+                allocated: sections.column(Kind::Allocated, part, events)?,
+                allocated_at_start: stored.allocated_at_start,
+                reserved_steps: steps.iter().map(|step| (step.event, step.bytes)).collect(),
+                reserved_at_start: stored.reserved_at_start,
+                event_allocation: sections.column(Kind::EventAllocation, part, events)?,
+                lifetimes: LifetimeIndex {
+                    level_first: sections.column(Kind::LevelFirst, part, None)?,
+                    bucket_first: sections.column(Kind::BucketFirst, part, None)?,
+                    by_start: sections.column(Kind::ByStart, part, None)?,
+                    by_end: sections.column(Kind::ByEnd, part, None)?,
+                },
+                freed_without_alloc: sections.column(Kind::FreedWithoutAlloc, part, None)?,
+                ghosts: sections.column(Kind::Ghosts, part, None)?,
+                event_matches: Default::default(),
+            };
+            Ok(DeviceAnalysis::from_stored(stored.device, replay))
+        })
+        .collect::<Result<_, IndexError>>()?;
+    Ok(Analysis { devices })
+}
