@@ -318,9 +318,8 @@ async fn a_stored_summary_made_with_other_role_rules_is_made_again() {
     // unreadable, so it is not read again).
     let rules = "[[rule]]\nframe = \"modeling_gpt2\\\\.py\"\nrole = \"gpt2_model\"\n";
     let mut config = config_in(dir.path());
-    config.roles = std::sync::Arc::new(
-        snapview::analysis::roles::UserRules::parse(rules).expect("rules"),
-    );
+    config.roles =
+        std::sync::Arc::new(snapview::analysis::roles::UserRules::parse(rules).expect("rules"));
     let ruled = TestServer::on_state(AppState::open(config).expect("open"));
     let after = ruled.get(&path).await["analysis"]["devices"][0]["roles_at_peak"].clone();
     assert!(
