@@ -86,6 +86,17 @@ async fn answers(server: &TestServer, id: &str) -> Vec<(String, serde_json::Valu
     answered
 }
 
+/// The loaded snapshot `id` in `server`'s cache (it must be there).
+async fn cached(server: &TestServer, id: &str) -> std::sync::Arc<snapview::server::cache::Loaded> {
+    let id = SnapshotId::parse(id).expect("id");
+    server
+        .state
+        .cache
+        .get_or_load(&id, || Err("not cached".into()))
+        .await
+        .expect("cached")
+}
+
 /// Overwrites the blob with zeros of its size: reading it would fail, so an answer after this
 /// came from the index.
 fn make_blob_unreadable(state: &AppState, id: &str) {
@@ -104,12 +115,18 @@ async fn restart_answers_as_fresh_read(name: &str, bytes: Vec<u8>) {
     let id = json["id"].as_str().expect("id").to_owned();
     // Answered from the upload's own parse: a fresh read.
     let fresh = answers(&first, &id).await;
+    let fresh_heap = cached(&first, &id).await.approx_bytes();
     wait_for_valid_index(&first.state, &id);
     make_blob_unreadable(&first.state, &id);
     drop(first);
 
     let restarted = server_on(dir.path());
     let stored = answers(&restarted, &id).await;
+    let loaded = cached(&restarted, &id).await;
+    if loaded.snapshot.device_traces.iter().any(|t| !t.is_empty()) {
+        // The cache's budget counts heap only: mapped columns are the OS's pages.
+        assert!(loaded.approx_bytes() < fresh_heap, "{name}: heap counted");
+    }
     assert_eq!(fresh.len(), stored.len());
     for ((path, fresh), (_, stored)) in fresh.iter().zip(&stored) {
         assert!(path.ends_with("200 OK"), "{name}: {path}: {fresh}");
