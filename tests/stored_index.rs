@@ -92,7 +92,7 @@ async fn cached(server: &TestServer, id: &str) -> std::sync::Arc<snapview::serve
     server
         .state
         .cache
-        .get_or_load(&id, || Err("not cached".into()))
+        .get_or_load(&id, 0, |_: &_| Err("not cached".into()))
         .await
         .expect("cached")
 }
