@@ -9,8 +9,9 @@
 // `views.flame.rects` and `.data`, `views.segments.pieces`), so a script asserts on what was
 // drawn where instead of reading pixels. A page that needs another hook adds its fields there.
 
-import { mkdirSync, readFileSync, statSync } from "node:fs";
+import { createReadStream, mkdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
+import { Readable } from "node:stream";
 import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
 
@@ -97,9 +98,12 @@ export async function api(path, options = {}) {
 
 /** Uploads a file through the API; returns the answer ({id, url, …}). */
 export async function upload(path, name) {
-  const bytes = readFileSync(path);
+  // A file over 1 GiB is streamed (Node cannot read one over 2 GiB into a buffer).
+  const streamed = statSync(path).size > 1 << 30;
+  const bytes = streamed ? Readable.toWeb(createReadStream(path)) : readFileSync(path);
   const query = new URLSearchParams({ filename: path.split("/").pop(), ...(name ? { name } : {}) });
-  const { status, body, text } = await api(`/api/snapshots?${query}`, { method: "POST", body: bytes });
+  const options = { method: "POST", body: bytes, ...(streamed ? { duplex: "half" } : {}) };
+  const { status, body, text } = await api(`/api/snapshots?${query}`, options);
   assert(status === 201 || status === 200, `upload of ${path} answered ${status}: ${text}`);
   return body;
 }
