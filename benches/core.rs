@@ -6,6 +6,8 @@
 //! It prints the median, minimum and maximum wall time and the peak RSS. With no large files it
 //! says so and exits 0.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -102,7 +104,7 @@ fn main() {
                 "{name}: target median <= {seconds} s{rss}: {verdict}"
             ));
         }
-        if let Some((python_seconds, python_mb)) = python_baseline(&path) {
+        if let Some((python_seconds, python_mb)) = common::python_baseline(&path) {
             summary.push(format!(
                 "{name}: Python's pickle.load takes {python_seconds:.2} s and {python_mb} MB: snapview is {:.1}x faster with {:.1}x less memory",
                 python_seconds / median,
@@ -115,26 +117,6 @@ fn main() {
     }
 }
 
-/// The baseline the issue names, measured here: `pickle.load` of the file by `python3` in a
-/// fresh process (seconds, peak RSS in MB); `None` without `python3`.
-fn python_baseline(path: &Path) -> Option<(f64, u64)> {
-    let script = "import pickle, resource, sys, time\n\
-        start = time.perf_counter()\n\
-        pickle.load(open(sys.argv[1], 'rb'))\n\
-        print(time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)";
-    let output = Command::new("python3")
-        .args(["-c", script])
-        .arg(path)
-        .output()
-        .ok()
-        .filter(|output| output.status.success())?;
-    let text = String::from_utf8_lossy(&output.stdout);
-    let mut fields = text.split_whitespace();
-    let seconds = fields.next()?.parse().ok()?;
-    let rss_kib: u64 = fields.next()?.parse().ok()?;
-    Some((seconds, rss_kib / 1024))
-}
-
 /// One measured load in this process: prints seconds and peak RSS in KiB.
 fn one_run(path: &Path) {
     let started = Instant::now();
@@ -143,19 +125,10 @@ fn one_run(path: &Path) {
     let analysis = snapview::analysis::Analysis::seeded(&snapshot, seed);
     let elapsed = started.elapsed().as_secs_f64();
     assert!(!analysis.devices.is_empty());
-    println!("{elapsed} {}", peak_rss_kib());
-}
-
-fn peak_rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-        })
-        .unwrap_or(0)
+    println!(
+        "{elapsed} {}",
+        common::peak_rss_kib(std::process::id()).unwrap_or(0)
+    );
 }
 
 /// The folder with the decompressed large files.

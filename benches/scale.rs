@@ -15,6 +15,8 @@
 //! It skips cleanly without the large corpus; `SNAPVIEW_SCALE_FILES=huge` leaves out the 10x
 //! file. Figures are wall-clock on whatever else the machine is doing: run it on a quiet box.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -92,7 +94,7 @@ fn measure(bench: &str, path: &Path, runs: usize) -> Figures {
         figures.summary_s = Some(median(&mut times));
         figures.summary_mb = Some(peak);
     }
-    if let Some((s, mb)) = python_baseline(path) {
+    if let Some((s, mb)) = common::python_baseline(path) {
         figures.python_s = Some(s);
         figures.python_mb = Some(mb);
     }
@@ -402,33 +404,11 @@ fn spread(values: &mut [f64]) -> Option<(f64, f64)> {
 
 /// Peak RSS (`VmHWM`) of a process, in MB.
 fn peak_rss_mb(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024)
+    common::peak_rss_kib(pid).map(|kib| kib / 1024)
 }
 
 fn file_mb(path: &Path) -> u64 {
     std::fs::metadata(path).map_or(0, |m| m.len() >> 20)
-}
-
-/// `pickle.load` of the file by `python3` in a fresh process: seconds and peak RSS in MB.
-fn python_baseline(path: &Path) -> Option<(f64, u64)> {
-    let script = "import pickle, resource, sys, time\n\
-        start = time.perf_counter()\n\
-        pickle.load(open(sys.argv[1], 'rb'))\n\
-        print(time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)";
-    let output = Command::new("python3")
-        .args(["-c", script])
-        .arg(path)
-        .output()
-        .ok()
-        .filter(|output| output.status.success())?;
-    let text = String::from_utf8_lossy(&output.stdout);
-    let mut fields = text.split_whitespace();
-    let seconds = fields.next()?.parse().ok()?;
-    let rss_kib: u64 = fields.next()?.parse().ok()?;
-    Some((seconds, rss_kib / 1024))
 }
 
 /// The folder with the decompressed huge file (`benches/core.rs` makes it).

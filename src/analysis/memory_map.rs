@@ -79,15 +79,16 @@ fn state_name(state: &BlockState) -> &'static str {
     }
 }
 
+/// `at` within a trace whose last event is `last` (`None`: before the first, or no events).
+fn clamped(at: Option<usize>, last: Option<usize>) -> Option<usize> {
+    at.zip(last).map(|(at, last)| at.min(last))
+}
+
 /// The map of `device` after event `at` (`None`: before the first event).
 pub fn memory_map(snapshot: &Snapshot, device: &DeviceAnalysis, at: Option<usize>) -> MemoryMap {
     let trace = snapshot.trace(device.device);
     let last = trace.len().checked_sub(1);
-    let at = match (at, last) {
-        (Some(at), Some(last)) => Some(at.min(last)),
-        (_, None) => None,
-        (None, Some(_)) => None,
-    };
+    let at = clamped(at, last);
     if at == last {
         return exact(snapshot, device);
     }
@@ -240,11 +241,7 @@ pub(crate) fn memory_map_undoing_every_event(
 ) -> MemoryMap {
     let trace = snapshot.trace(device.device);
     let last = trace.len().checked_sub(1);
-    let at = match (at, last) {
-        (Some(at), Some(last)) => Some(at.min(last)),
-        (_, None) => None,
-        (None, Some(_)) => None,
-    };
+    let at = clamped(at, last);
     if at == last {
         return exact(snapshot, device);
     }

@@ -240,15 +240,41 @@ pub fn timeline(device: &DeviceAnalysis, trace: &Trace, window: Window) -> Timel
             .cmp(&replay.allocations[a as usize].size)
             .then(a.cmp(&b))
     });
+    let (bands, big_top) = stack_bands(replay, trace.len(), &window, &bounds, chosen);
+    Timeline {
+        start: window.start,
+        end: window.end,
+        width,
+        axis: window.axis,
+        events: trace.len(),
+        column_start: bounds,
+        allocated_max,
+        allocated_min,
+        reserved,
+        big_top,
+        threshold,
+        y_max,
+        bands,
+    }
+}
+
+/// The bands of `chosen` (candidates largest first, ties by id), at most [`MAX_BANDS`] of them,
+/// stacked in the order PyTorch's viewer stacks them over the columns `bounds`, and the top of
+/// the stack per column. `events` is the trace's length.
+pub(super) fn stack_bands(
+    replay: &Replay,
+    events: usize,
+    window: &Window,
+    bounds: &[usize],
+    mut chosen: Vec<AllocationId>,
+) -> (Bands, Vec<u64>) {
+    let width = bounds.len() - 1;
     if chosen.len() > MAX_BANDS {
         // A window showing a long run at once: keep the bands that cover the most pixels.
         let area = |id: AllocationId| {
             let a = &replay.allocations[id as usize];
             let first = a.start.map_or(0, |s| s as usize).max(window.start);
-            let last = a
-                .end
-                .map_or(trace.len(), |e| e as usize)
-                .min(window.end + 1);
+            let last = a.end.map_or(events, |e| e as usize).min(window.end + 1);
             a.size as u128 * last.saturating_sub(first) as u128
         };
         chosen.select_nth_unstable_by_key(MAX_BANDS, |&id| std::cmp::Reverse(area(id)));
@@ -263,7 +289,7 @@ pub fn timeline(device: &DeviceAnalysis, trace: &Trace, window: Window) -> Timel
     let first_column = |id: AllocationId| {
         let a = &replay.allocations[id as usize];
         column_of(
-            &bounds,
+            bounds,
             a.start
                 .map_or(window.start, |s| (s as usize).max(window.start)),
         )
@@ -272,7 +298,7 @@ pub fn timeline(device: &DeviceAnalysis, trace: &Trace, window: Window) -> Timel
         let a = &replay.allocations[id as usize];
         match a.end {
             // Freed at event e: gone from the column holding e on (it was live before).
-            Some(e) => column_of(&bounds, (e as usize).min(window.end)),
+            Some(e) => column_of(bounds, (e as usize).min(window.end)),
             None => width - 1,
         }
     };
@@ -320,19 +346,5 @@ pub fn timeline(device: &DeviceAnalysis, trace: &Trace, window: Window) -> Timel
                 .collect(),
         );
     }
-    Timeline {
-        start: window.start,
-        end: window.end,
-        width,
-        axis: window.axis,
-        events: trace.len(),
-        column_start: bounds,
-        allocated_max,
-        allocated_min,
-        reserved,
-        big_top,
-        threshold,
-        y_max,
-        bands,
-    }
+    (bands, big_top)
 }

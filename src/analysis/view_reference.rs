@@ -6,9 +6,9 @@
 use super::DeviceAnalysis;
 use super::events::{EventFilter, EventPage, matching, row};
 use super::replay::{AllocationId, Replay};
-use super::roles::{DeviceRoles, RoleWindow};
+use super::roles::{DeviceRoles, RoleWindow, without_events};
 use super::timeline::{
-    Bands, MAX_BANDS, MIN_BAND_AREA, MIN_BAND_COLUMNS, Timeline, Window, column_of, columns,
+    Bands, MAX_BANDS, MIN_BAND_AREA, MIN_BAND_COLUMNS, Timeline, Window, columns, stack_bands,
 };
 use crate::snapshot::{Snapshot, Trace};
 
@@ -93,7 +93,7 @@ pub(crate) fn timeline_scanning(
             .cmp(&allocations[a as usize].size)
             .then(a.cmp(&b))
     });
-    let mut chosen: Vec<AllocationId> = by_size
+    let chosen: Vec<AllocationId> = by_size
         .into_iter()
         .take_while(|&id| replay.allocations[id as usize].size >= threshold)
         .filter(|&id| {
@@ -110,86 +110,8 @@ pub(crate) fn timeline_scanning(
                 && area >= MIN_BAND_AREA
         })
         .collect();
-    if chosen.len() > MAX_BANDS {
-        // A window showing a long run at once: keep the bands that cover the most pixels.
-        let area = |id: AllocationId| {
-            let a = &replay.allocations[id as usize];
-            let first = a.start.map_or(0, |s| s as usize).max(window.start);
-            let last = a
-                .end
-                .map_or(trace.len(), |e| e as usize)
-                .min(window.end + 1);
-            a.size as u128 * last.saturating_sub(first) as u128
-        };
-        chosen.select_nth_unstable_by_key(MAX_BANDS, |&id| std::cmp::Reverse(area(id)));
-        chosen.truncate(MAX_BANDS);
-    }
-    // Stacking order: alive-from-start first (as PyTorch's viewer), then by allocation order.
-    chosen.sort_unstable_by_key(|&id| {
-        let a = &replay.allocations[id as usize];
-        (a.start.is_some(), a.start, id)
-    });
-
-    let first_column = |id: AllocationId| {
-        let a = &replay.allocations[id as usize];
-        column_of(
-            &bounds,
-            a.start
-                .map_or(window.start, |s| (s as usize).max(window.start)),
-        )
-    };
-    let last_column = |id: AllocationId| {
-        let a = &replay.allocations[id as usize];
-        match a.end {
-            // Freed at event e: gone from the column holding e on (it was live before).
-            Some(e) => column_of(&bounds, (e as usize).min(window.end)),
-            None => width - 1,
-        }
-    };
-    let spans: Vec<(usize, usize)> = chosen
-        .iter()
-        .map(|&id| (first_column(id), last_column(id)))
-        .collect();
-
-    // Sweep columns; a band's offset is the sum of the chosen bands below it that are live.
-    let mut points: Vec<Vec<(usize, u64)>> = vec![Vec::new(); chosen.len()];
-    let mut last_offset: Vec<Option<u64>> = vec![None; chosen.len()];
-    let mut starting: Vec<Vec<usize>> = vec![Vec::new(); width];
-    for (i, &(first, _)) in spans.iter().enumerate() {
-        starting[first].push(i);
-    }
-    let mut live: Vec<usize> = Vec::new();
-    let mut big_top = Vec::with_capacity(width);
-    for (c, starts) in starting.iter().enumerate() {
-        live.retain(|&i| spans[i].1 >= c);
-        for &i in starts {
-            let at = live.partition_point(|&j| j < i);
-            live.insert(at, i);
-        }
-        let mut offset = 0u64;
-        for &i in &live {
-            if last_offset[i] != Some(offset) {
-                points[i].push((c, offset));
-                last_offset[i] = Some(offset);
-            }
-            offset += replay.allocations[chosen[i] as usize].size;
-        }
-        big_top.push(offset);
-    }
-    let mut bands = Bands::default();
-    for (&id, points) in chosen.iter().zip(points) {
-        let a = &replay.allocations[id as usize];
-        bands.id.push(id);
-        bands.size.push(a.size);
-        bands.start.push(a.start);
-        bands.end.push(a.end);
-        bands.points.push(
-            points
-                .into_iter()
-                .flat_map(|(c, o)| [c as u64, o])
-                .collect(),
-        );
-    }
+    // Selection aside, the bands are stacked as they always were (the stacking did not change).
+    let (bands, big_top) = stack_bands(replay, trace.len(), &window, &bounds, chosen);
     Timeline {
         start: window.start,
         end: window.end,
@@ -218,20 +140,7 @@ pub(crate) fn role_window_scanning(
     let names = roles.names().to_vec();
     let events = replay.len();
     if events == 0 || trace.is_empty() {
-        let live = replay.live_after(None);
-        let mut bytes = vec![vec![0u64; 1]; names.len()];
-        for id in live {
-            let b = &mut bytes[roles.role_index_of(id) as usize][0];
-            *b = b.wrapping_add(replay.allocations[id as usize].size);
-        }
-        return RoleWindow {
-            start: 0,
-            end: 0,
-            column_start: vec![0, 1],
-            roles: names,
-            bytes,
-            at: vec![None],
-        };
+        return without_events(replay, roles, names);
     }
     let window = window.clamped(trace.len().min(events));
     let column_start = columns(&window, trace);

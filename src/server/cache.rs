@@ -65,19 +65,8 @@ impl Loaded {
     pub fn new((snapshot, seed): (Snapshot, ReplaySeed), rules: &UserRules) -> Self {
         let analysis = Analysis::seeded(&snapshot, seed);
         let summary = Summary::with_rules(&snapshot, &analysis, rules);
-        let marks = analysis
-            .devices
-            .iter()
-            .map(|device| TimelineMarks::new(&snapshot, device))
-            .collect();
-        Self {
-            snapshot,
-            analysis,
-            summary,
-            marks,
-            rules_fingerprint: rules.fingerprint(),
-            index_pending: AtomicBool::new(true),
-        }
+        // Parsed from its pickle: its stored index is still to be written.
+        Self::assemble(snapshot, analysis, summary, rules, true)
     }
 
     /// A snapshot opened from its stored index (`crate::index`): the stored summary when it
@@ -95,6 +84,17 @@ impl Loaded {
             tracing::info!("the stored summary was made with other role rules: summarising again");
             Summary::with_rules(&snapshot, &analysis, rules)
         };
+        Self::assemble(snapshot, analysis, summary, rules, false)
+    }
+
+    /// The parts, with what every timeline answer carries found once per device.
+    fn assemble(
+        snapshot: Snapshot,
+        analysis: Analysis,
+        summary: Summary,
+        rules: &UserRules,
+        index_pending: bool,
+    ) -> Self {
         let marks = analysis
             .devices
             .iter()
@@ -106,7 +106,7 @@ impl Loaded {
             summary,
             marks,
             rules_fingerprint: rules.fingerprint(),
-            index_pending: AtomicBool::new(false),
+            index_pending: AtomicBool::new(index_pending),
         }
     }
 

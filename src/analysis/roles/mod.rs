@@ -18,6 +18,9 @@ pub use user_rules::{MAX_RULES_FILE_BYTES, RulesError, UserRules};
 pub use window::{
     LiveAllocation, LiveReport, RoleWindow, live_report, render_live_text, role_window,
 };
+// The test-only reference of the role window (view_reference.rs) answers an empty device alike.
+#[cfg(test)]
+pub(crate) use window::without_events;
 
 use super::replay::{AllocationId, Origin, Replay};
 use crate::snapshot::{ActionCode, Snapshot, StackId, Trace};

@@ -31,6 +31,27 @@ pub struct RoleWindow {
     pub at: Vec<Option<usize>>,
 }
 
+/// The window of a device with no events: one column, what is live from the start.
+pub(crate) fn without_events(
+    replay: &Replay,
+    roles: &DeviceRoles,
+    names: Vec<String>,
+) -> RoleWindow {
+    let mut bytes = vec![vec![0u64; 1]; names.len()];
+    for id in replay.live_after(None) {
+        let b = &mut bytes[roles.role_index_of(id) as usize][0];
+        *b = b.wrapping_add(replay.allocations[id as usize].size);
+    }
+    RoleWindow {
+        start: 0,
+        end: 0,
+        column_start: vec![0, 1],
+        roles: names,
+        bytes,
+        at: vec![None],
+    }
+}
+
 /// Bytes per role per column of `window` (the same columns as the timeline's for the same
 /// window). Each column's peak is found in the view index and the bytes there from the nearest
 /// role checkpoint (or the previous column's moment, when nearer), so a column costs at most
@@ -45,20 +66,7 @@ pub fn role_window(
     let names = roles.names().to_vec();
     let events = replay.len();
     if events == 0 || trace.is_empty() {
-        let live = replay.live_after(None);
-        let mut bytes = vec![vec![0u64; 1]; names.len()];
-        for id in live {
-            let b = &mut bytes[roles.role_index_of(id) as usize][0];
-            *b = b.wrapping_add(replay.allocations[id as usize].size);
-        }
-        return RoleWindow {
-            start: 0,
-            end: 0,
-            column_start: vec![0, 1],
-            roles: names,
-            bytes,
-            at: vec![None],
-        };
+        return without_events(replay, roles, names);
     }
     let window = window.clamped(trace.len().min(events));
     let column_start = columns(&window, trace);
