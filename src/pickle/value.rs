@@ -495,15 +495,28 @@ impl Heap {
 /// (0, 1, 2, ... as CPython writes them) go to a dense vector; any other index to a sparse map, so
 /// a hostile `LONG_BINPUT 4000000000`, or indices far apart, cost one map entry each rather than
 /// a vector grown to reach them. No index is in both.
+///
+/// A dense entry takes five bytes, not a [`Value`]'s eight: a long trace memoizes more objects
+/// than it has events (37 million in a 32-million-event file) and the memo lives until the
+/// last byte is read, so it is a large part of the reader's peak memory. An entry packs when
+/// its payload fits 32 bits, or when it is a record whose index does (a compactor's tag bits
+/// 56-58 go beside the kind); any other value is kept whole in `wide`.
 #[derive(Debug, Default)]
 pub struct Memo {
-    dense: Vec<Value>,
+    low: Vec<u32>,
+    /// Bits 0-3: the kind; bits 4-6: a record's tag; [`Memo::WIDE`]: the value is in `wide`.
+    high: Vec<u8>,
+    wide: FxHashMap<u32, Value>,
     sparse: FxHashMap<u32, Value>,
 }
 
 impl Memo {
+    const WIDE: u8 = u8::MAX;
+    const RECORD_TAG_SHIFT: u32 = 56;
+    const RECORD_TAGS: u64 = 7 << Self::RECORD_TAG_SHIFT;
+
     pub fn len(&self) -> usize {
-        self.dense.len() + self.sparse.len()
+        self.low.len() + self.sparse.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -516,26 +529,60 @@ impl Memo {
     }
 
     #[inline]
+    fn pack(value: Value) -> Option<(u32, u8)> {
+        let kind = (value.0 >> KIND_SHIFT) as u8;
+        let payload = value.payload();
+        let (tag, rest) = if value.is(Kind::Record) {
+            (
+                (payload & Self::RECORD_TAGS) >> Self::RECORD_TAG_SHIFT,
+                payload & !Self::RECORD_TAGS,
+            )
+        } else {
+            (0, payload)
+        };
+        Some((u32::try_from(rest).ok()?, kind | (tag as u8) << 4))
+    }
+
+    #[inline]
+    fn unpack(low: u32, high: u8) -> Value {
+        let kind = u64::from(high & 0xf);
+        let tag = u64::from(high >> 4) << Self::RECORD_TAG_SHIFT;
+        Value((kind << KIND_SHIFT) | tag | u64::from(low))
+    }
+
+    #[inline]
     pub fn set(&mut self, index: u32, value: Value) {
         let i = index as usize;
-        if i < self.dense.len() {
-            self.dense[i] = value;
-        } else if i == self.dense.len() {
-            self.dense.push(value);
+        let (low, high) = Self::pack(value).unwrap_or((0, Self::WIDE));
+        if i < self.low.len() {
+            if self.high[i] == Self::WIDE {
+                self.wide.remove(&index);
+            }
+            self.low[i] = low;
+            self.high[i] = high;
+        } else if i == self.low.len() {
+            self.low.push(low);
+            self.high.push(high);
             if !self.sparse.is_empty() {
                 self.sparse.remove(&index);
             }
         } else {
             self.sparse.insert(index, value);
+            return;
+        }
+        if high == Self::WIDE {
+            self.wide.insert(index, value);
         }
     }
 
     #[inline]
     pub fn get(&self, index: u32) -> Option<Value> {
-        self.dense
-            .get(index as usize)
-            .copied()
-            .or_else(|| self.sparse.get(&index).copied())
+        let i = index as usize;
+        match (self.low.get(i), self.high.get(i)) {
+            (Some(_), Some(&Self::WIDE)) => self.wide.get(&index).copied(),
+            (Some(&low), Some(&high)) => Some(Self::unpack(low, high)),
+            _ => self.sparse.get(&index).copied(),
+        }
     }
 }
 
@@ -576,5 +623,41 @@ mod tests {
         assert_eq!(memo.get(3), None);
         memo.set(0, Value::bool(false));
         assert_eq!(memo.next_index(), 3);
+    }
+
+    #[test]
+    fn memo_entries_pack_and_the_others_stay_whole() {
+        let mut memo = Memo::default();
+        let int = |v: i64| Value::small_int(v).expect("fits");
+        let values = [
+            Value::NONE,
+            Value::bool(true),
+            int(7),
+            int(-7),
+            Value::record((1 << 56) | 12_345),
+            Value::record((1 << 58) | u64::from(u32::MAX)),
+            Value::record((1 << 57) | (1 << 40)),
+            Value::of(Kind::Str, 3),
+            Value::of(Kind::Dict, 1 << 33),
+        ];
+        for (i, &value) in values.iter().enumerate() {
+            memo.set(i as u32, value);
+        }
+        for (i, &value) in values.iter().enumerate() {
+            assert_eq!(memo.get(i as u32), Some(value), "entry {i}");
+        }
+        assert_eq!(
+            memo.wide.len(),
+            3,
+            "a negative int, a record index past 32 bits, a big index"
+        );
+        // Overwriting moves an entry between the packed and the whole form.
+        memo.set(3, Value::bool(false));
+        memo.set(4, int(-1));
+        assert_eq!(
+            (memo.get(3), memo.get(4)),
+            (Some(Value::bool(false)), Some(int(-1)))
+        );
+        assert_eq!(memo.wide.len(), 3);
     }
 }
