@@ -63,7 +63,7 @@ fn live_set_at_the_peak_sums_to_the_peak() {
             let live = device.replay.live_after(peak.event_index);
             let sum: u64 = live
                 .iter()
-                .map(|&id| device.replay.allocations[id as usize].size)
+                .map(|&id| device.replay.allocations.size(id as usize))
                 .sum();
             assert_eq!(sum, peak.bytes, "{name}: live set at the peak");
             // And at a few other moments, against the running total.
@@ -74,7 +74,7 @@ fn live_set_at_the_peak_sums_to_the_peak() {
                 let live = device.replay.live_after(Some(at));
                 let sum: u64 = live
                     .iter()
-                    .map(|&id| device.replay.allocations[id as usize].size)
+                    .map(|&id| device.replay.allocations.size(id as usize))
                     .sum();
                 assert_eq!(
                     sum,
@@ -105,7 +105,7 @@ fn live_sets_equal_a_scan_of_lifetimes() {
             );
             for at in moments {
                 let scanned: Vec<u32> = (0..replay.allocations.len() as u32)
-                    .filter(|&id| replay.allocations[id as usize].is_live_after(at))
+                    .filter(|&id| replay.allocations.at(id as usize).is_live_after(at))
                     .collect();
                 assert_eq!(replay.live_after(at), scanned, "{name}: live after {at:?}");
             }

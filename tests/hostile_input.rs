@@ -1093,7 +1093,7 @@ fn numbers(snapshot: &Snapshot) -> Numbers {
             .iter()
             .flat_map(|t| t.action.iter().map(|&code| t.action_name(code).to_owned()))
             .collect(),
-        addresses: traces.iter().flat_map(|t| t.addr.iter().copied()).collect(),
+        addresses: traces.iter().flat_map(|t| t.addr.iter()).collect(),
         sizes: traces.iter().flat_map(|t| t.size.iter()).collect(),
         times: traces.iter().flat_map(|t| t.time_us.iter()).collect(),
     }

@@ -192,7 +192,7 @@ fn trace_lists_in_any_order_keep_their_entries() {
     let addrs: Vec<Vec<u64>> = snapshot
         .device_traces
         .iter()
-        .map(|t| t.addr.to_vec())
+        .map(|t| t.addr.iter().collect::<Vec<u64>>())
         .collect();
     assert_eq!(addrs, [vec![1, 2, 3, 5], vec![4]]);
 }

@@ -34,7 +34,7 @@ fn score(path: &Path) -> (u64, u64, BTreeMap<(String, String), u64>) {
     let live = replay.live_after(replay.len().checked_sub(1));
     let by_addr: BTreeMap<u64, u32> = live
         .iter()
-        .map(|&id| (replay.allocations[id as usize].addr, id))
+        .map(|&id| (replay.allocations.addr(id as usize), id))
         .collect();
     let (mut right, mut total) = (0u64, 0u64);
     let mut confusion = BTreeMap::new();
@@ -46,7 +46,7 @@ fn score(path: &Path) -> (u64, u64, BTreeMap<(String, String), u64>) {
                 storage.addr
             )
         });
-        let size = replay.allocations[id as usize].size;
+        let size = replay.allocations.size(id as usize);
         let ours = roles.role_of(id).to_owned();
         let expected = if storage.role == "buffer" {
             "parameter"
@@ -136,7 +136,7 @@ fn profiler_categories_decide_roles() {
     let live = replay.live_after(replay.len().checked_sub(1));
     let by_addr: BTreeMap<u64, u32> = live
         .iter()
-        .map(|&id| (replay.allocations[id as usize].addr, id))
+        .map(|&id| (replay.allocations.addr(id as usize), id))
         .collect();
     let mib = 1u64 << 20;
     let base = 0x7F00_0000_0000u64;

@@ -168,7 +168,7 @@ fn live_by_stack(
     let replay = &device.replay;
     let mut by_id: BTreeMap<StackId, (u64, u64)> = BTreeMap::new();
     for id in replay.live_after(at) {
-        let a = &replay.allocations[id as usize];
+        let a = replay.allocations.at(id as usize);
         let entry = by_id.entry(a.stack).or_default();
         entry.0 += a.size;
         entry.1 += 1;

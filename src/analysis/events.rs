@@ -280,13 +280,13 @@ pub fn row(snapshot: &Snapshot, trace: &Trace, replay: &Replay, index: usize) ->
     EventRow {
         index,
         action: trace.action_name(trace.action[index]).to_owned(),
-        addr: trace.addr[index],
+        addr: trace.addr.get(index),
         size: trace.size.get(index),
         stream: trace.stream(index),
         time_us: trace.has_time.then(|| trace.time_us.get(index)),
         top_frame,
         allocation,
-        block_id: allocation.map(|id| replay.allocations[id as usize].id()),
+        block_id: allocation.map(|id| replay.allocations.at(id as usize).id()),
     }
 }
 

@@ -83,7 +83,7 @@ fn activations_kept_without_backward(
         .collect();
     let mut stacks: Vec<u32> = kept
         .iter()
-        .map(|&id| replay.allocations[id as usize].stack)
+        .map(|&id| replay.allocations.stack(id as usize))
         .collect();
     stacks.sort_unstable();
     stacks.dedup();
@@ -92,7 +92,7 @@ fn activations_kept_without_backward(
     }
     let bytes: u64 = kept
         .iter()
-        .map(|&id| replay.allocations[id as usize].size)
+        .map(|&id| replay.allocations.size(id as usize))
         .sum();
     Some(Finding {
         code: "activations_kept_without_backward",
@@ -145,7 +145,7 @@ fn live_memory_grows_per_step(
     );
     let mut by_stack: rustc_hash::FxHashMap<u32, u64> = Default::default();
     for id in replay.live_after(Some(to as usize).and_then(|t| t.checked_sub(1))) {
-        let allocation = &replay.allocations[id as usize];
+        let allocation = replay.allocations.at(id as usize);
         if allocation.start.is_some_and(|s| s >= from && s < until) {
             *by_stack.entry(allocation.stack).or_default() += allocation.size;
         }
@@ -229,7 +229,7 @@ fn gradients_kept_between_steps(device: &DeviceAnalysis, roles: &DeviceRoles) ->
         .live_after(before)
         .into_iter()
         .filter(|&id| roles.role_index_of(id) == Role::Gradient as u8)
-        .map(|id| replay.allocations[id as usize].size)
+        .map(|id| replay.allocations.size(id as usize))
         .sum();
     (bytes > 0).then(|| Finding {
         code: "gradients_kept_between_steps",
@@ -332,11 +332,11 @@ fn optimizer_state_raises_peak(
         .live_after(Some(at))
         .into_iter()
         .filter(|&id| {
-            let allocation = &replay.allocations[id as usize];
+            let allocation = replay.allocations.at(id as usize);
             roles.role_index_of(id) == state
                 && allocation.start.is_some_and(|s| s as usize >= first_state)
         })
-        .map(|id| replay.allocations[id as usize].size)
+        .map(|id| replay.allocations.size(id as usize))
         .sum();
     if (state_bytes as f64) < STATE_SHARE_OF_PEAK * peak.bytes as f64 {
         return None;

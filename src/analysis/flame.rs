@@ -191,7 +191,7 @@ pub fn flame(
                             0,
                         ),
                         (state, Some(id)) => {
-                            let allocation = &replay.allocations[id as usize];
+                            let allocation = replay.allocations.at(id as usize);
                             let state_node =
                                 tree.child(segment_node, Label::Text(state.to_owned()));
                             tree.add_stack(
@@ -248,7 +248,7 @@ pub fn flame(
         _ => {
             let mut by_stack: BTreeMap<StackId, (u64, u64)> = BTreeMap::new();
             for &id in &live {
-                let allocation = &replay.allocations[id as usize];
+                let allocation = replay.allocations.at(id as usize);
                 let entry = by_stack.entry(allocation.stack).or_default();
                 entry.0 += allocation.size;
                 entry.1 += 1;
@@ -285,7 +285,7 @@ pub fn flame_by_role(
     let replay = &device.replay;
     let mut by_role_and_stack: BTreeMap<(u8, StackId), (u64, u64)> = BTreeMap::new();
     for id in replay.live_after(at) {
-        let allocation = &replay.allocations[id as usize];
+        let allocation = replay.allocations.at(id as usize);
         let entry = by_role_and_stack
             .entry((roles.role_index_of(id), allocation.stack))
             .or_default();

@@ -131,7 +131,7 @@ fn rebuilt(
         );
     }
     for event in undone {
-        let (addr, size) = (trace.addr[event], trace.size.get(event));
+        let (addr, size) = (trace.addr.get(event), trace.size.get(event));
         let range = Range {
             end: addr + size,
             stream: trace.stream(event),
@@ -171,7 +171,7 @@ fn rebuilt(
         .live_after(at)
         .into_iter()
         .map(|id| {
-            let a = &replay.allocations[id as usize];
+            let a = replay.allocations.at(id as usize);
             let rounded = match (a.end, exact_size.get(&a.addr)) {
                 (None, Some(&size)) if size >= a.size => size,
                 _ => a.size.div_ceil(ROUNDING).max(1) * ROUNDING,
@@ -257,7 +257,7 @@ fn exact(snapshot: &Snapshot, device: &DeviceAnalysis) -> MemoryMap {
     let open: BTreeMap<u64, AllocationId> = replay
         .live_after(last)
         .into_iter()
-        .map(|id| (replay.allocations[id as usize].addr, id))
+        .map(|id| (replay.allocations.addr(id as usize), id))
         .collect();
     let mut totals = Totals::default();
     let segments: Vec<MapSegment> = snapshot

@@ -1,6 +1,6 @@
 //! Stacks of live memory: which code holds the bytes.
 
-use super::replay::{Allocation, AllocationId};
+use super::replay::{AllocationId, Allocations};
 use crate::snapshot::{Snapshot, StackId};
 use serde::Serialize;
 
@@ -39,13 +39,13 @@ pub fn display_frames(snapshot: &Snapshot, stack: StackId) -> Vec<String> {
 /// output is stable).
 pub fn top_stacks(
     snapshot: &Snapshot,
-    allocations: &[Allocation],
+    allocations: &Allocations,
     live: &[AllocationId],
     limit: usize,
 ) -> Vec<StackBytes> {
     let mut by_stack: rustc_hash::FxHashMap<StackId, (u64, usize)> = Default::default();
     for &id in live {
-        let allocation = &allocations[id as usize];
+        let allocation = allocations.at(id as usize);
         let entry = by_stack.entry(allocation.stack).or_default();
         entry.0 += allocation.size;
         entry.1 += 1;

@@ -195,8 +195,8 @@ pub fn timeline(device: &DeviceAnalysis, trace: &Trace, window: Window) -> Timel
     let pixels_per_byte = window.height as f64 / y_max as f64;
     let events = trace.len();
     let passes = |id: AllocationId| {
-        let a = &replay.allocations[id as usize];
-        let (first, last) = band_extent(a, events);
+        let a = replay.allocations.at(id as usize);
+        let (first, last) = band_extent(a.start, a.end, events);
         let visible = last
             .min(window.end + 1)
             .saturating_sub(first.max(window.start));
@@ -215,7 +215,7 @@ pub fn timeline(device: &DeviceAnalysis, trace: &Trace, window: Window) -> Timel
     };
     let mut chosen: Vec<AllocationId> = Vec::new();
     let indexed = index.bands.visit(
-        &replay.allocations[..],
+        &replay.allocations,
         events,
         threshold,
         (window.start, window.end),
@@ -235,9 +235,10 @@ pub fn timeline(device: &DeviceAnalysis, trace: &Trace, window: Window) -> Timel
     // Largest first, ties by id: the order the selection below has always seen, so that among
     // equal areas it keeps the same bands.
     chosen.sort_unstable_by(|&a, &b| {
-        replay.allocations[b as usize]
-            .size
-            .cmp(&replay.allocations[a as usize].size)
+        replay
+            .allocations
+            .size(b as usize)
+            .cmp(&replay.allocations.size(a as usize))
             .then(a.cmp(&b))
     });
     let (bands, big_top) = stack_bands(replay, trace.len(), &window, &bounds, chosen);
@@ -272,7 +273,7 @@ pub(super) fn stack_bands(
     if chosen.len() > MAX_BANDS {
         // A window showing a long run at once: keep the bands that cover the most pixels.
         let area = |id: AllocationId| {
-            let a = &replay.allocations[id as usize];
+            let a = replay.allocations.at(id as usize);
             let first = a.start.map_or(0, |s| s as usize).max(window.start);
             let last = a.end.map_or(events, |e| e as usize).min(window.end + 1);
             a.size as u128 * last.saturating_sub(first) as u128
@@ -282,12 +283,12 @@ pub(super) fn stack_bands(
     }
     // Stacking order: alive-from-start first (as PyTorch's viewer), then by allocation order.
     chosen.sort_unstable_by_key(|&id| {
-        let a = &replay.allocations[id as usize];
+        let a = replay.allocations.at(id as usize);
         (a.start.is_some(), a.start, id)
     });
 
     let first_column = |id: AllocationId| {
-        let a = &replay.allocations[id as usize];
+        let a = replay.allocations.at(id as usize);
         column_of(
             bounds,
             a.start
@@ -295,7 +296,7 @@ pub(super) fn stack_bands(
         )
     };
     let last_column = |id: AllocationId| {
-        let a = &replay.allocations[id as usize];
+        let a = replay.allocations.at(id as usize);
         match a.end {
             // Freed at event e: gone from the column holding e on (it was live before).
             Some(e) => column_of(bounds, (e as usize).min(window.end)),
@@ -328,13 +329,13 @@ pub(super) fn stack_bands(
                 points[i].push((c, offset));
                 last_offset[i] = Some(offset);
             }
-            offset += replay.allocations[chosen[i] as usize].size;
+            offset += replay.allocations.size(chosen[i] as usize);
         }
         big_top.push(offset);
     }
     let mut bands = Bands::default();
     for (&id, points) in chosen.iter().zip(points) {
-        let a = &replay.allocations[id as usize];
+        let a = replay.allocations.at(id as usize);
         bands.id.push(id);
         bands.size.push(a.size);
         bands.start.push(a.start);

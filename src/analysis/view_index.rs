@@ -11,7 +11,7 @@
 //! event, which is all it undoes.
 
 use super::extrema::RangeExtrema;
-use super::replay::{Allocation, AllocationId, Replay};
+use super::replay::{Allocation, AllocationId, Allocations, Replay};
 
 #[derive(Debug, Default)]
 pub struct ViewIndex {
@@ -30,7 +30,7 @@ impl ViewIndex {
         Self {
             allocated: RangeExtrema::new(allocated.len(), |i| allocated[i]),
             reserved: RangeExtrema::new(steps.len(), |i| steps[i].1),
-            bands: BandIndex::new(&replay.allocations[..], allocated.len()),
+            bands: BandIndex::new(&replay.allocations, allocated.len()),
         }
     }
 
@@ -76,21 +76,21 @@ pub(crate) struct BandIndex {
 }
 
 /// An allocation's first event and the event ending its lifetime, as the timeline counts them.
-pub(crate) fn band_extent(allocation: &Allocation, events: usize) -> (usize, usize) {
-    let first = allocation.start.map_or(0, |s| s as usize);
-    let last = allocation.end.map_or(events, |e| e as usize);
+pub(crate) fn band_extent(start: Option<u32>, end: Option<u32>, events: usize) -> (usize, usize) {
+    let first = start.map_or(0, |s| s as usize);
+    let last = end.map_or(events, |e| e as usize);
     (first, last)
 }
 
 impl BandIndex {
     fn bucket_of(allocation: &Allocation, events: usize) -> Option<usize> {
-        let (first, last) = band_extent(allocation, events);
+        let (first, last) = band_extent(allocation.start, allocation.end, events);
         let lifetime = last.saturating_sub(first) as u64;
         (allocation.size > 0 && lifetime >= 2)
             .then(|| class_of(allocation.size) * CLASSES + class_of(lifetime))
     }
 
-    fn new(allocations: &[Allocation], events: usize) -> Self {
+    fn new(allocations: &Allocations, events: usize) -> Self {
         // A counting sort by bucket, ids ascending within each. Each bucket is kept as two
         // parts, side by side: the allocations alive from the start (first event 0), then the
         // traced ones, which the replay numbers in the order of their allocs, so both parts are
@@ -101,8 +101,8 @@ impl BandIndex {
         let mut part_first = vec![0u32; PARTS + 1];
         let mut last_start = vec![0u32; PARTS];
         let mut unsorted = vec![false; PARTS];
-        for allocation in allocations {
-            let part = match Self::bucket_of(allocation, events) {
+        for allocation in allocations.iter() {
+            let part = match Self::bucket_of(&allocation, events) {
                 None => NONE,
                 Some(bucket) => {
                     let part = 2 * bucket + usize::from(allocation.start.is_some());
@@ -130,7 +130,7 @@ impl BandIndex {
         for p in (0..PARTS).filter(|&p| unsorted[p]) {
             let part = &mut ids[part_first[p] as usize..part_first[p + 1] as usize];
             // Stable: ids stay ascending among equal first events.
-            part.sort_by_key(|&id| band_extent(&allocations[id as usize], events).0);
+            part.sort_by_key(|&id| allocations.start(id as usize).unwrap_or(0));
         }
         // Bucket `b` is parts `2b` and `2b + 1`.
         let bucket_first = part_first.into_iter().step_by(2).collect();
@@ -152,7 +152,7 @@ impl BandIndex {
     /// (then nothing can be told from the index).
     pub(crate) fn visit(
         &self,
-        allocations: &[Allocation],
+        allocations: &Allocations,
         events: usize,
         min_size: u64,
         (window_start, window_end): (usize, usize),
@@ -178,7 +178,7 @@ impl BandIndex {
                 // A lifetime of at most `longest` events that reaches the window started at
                 // most `longest` events before it.
                 let first_of =
-                    |id: &AllocationId| band_extent(&allocations[*id as usize], events).0;
+                    |id: &AllocationId| allocations.start(*id as usize).map_or(0, |s| s as usize);
                 let from = bucket
                     .partition_point(|id| first_of(id) < window_start.saturating_sub(longest));
                 let to = bucket.partition_point(|id| first_of(id) <= window_end);

@@ -88,16 +88,16 @@ pub(crate) fn timeline_scanning(
     let allocations = &replay.allocations;
     let mut by_size: Vec<AllocationId> = (0..allocations.len() as AllocationId).collect();
     by_size.sort_unstable_by(|&a, &b| {
-        allocations[b as usize]
-            .size
-            .cmp(&allocations[a as usize].size)
+        allocations
+            .size(b as usize)
+            .cmp(&allocations.size(a as usize))
             .then(a.cmp(&b))
     });
     let chosen: Vec<AllocationId> = by_size
         .into_iter()
-        .take_while(|&id| replay.allocations[id as usize].size >= threshold)
+        .take_while(|&id| replay.allocations.size(id as usize) >= threshold)
         .filter(|&id| {
-            let a = &replay.allocations[id as usize];
+            let a = replay.allocations.at(id as usize);
             let first = a.start.map_or(0, |s| s as usize);
             let last = a.end.map_or(trace.len(), |e| e as usize);
             let visible = last
@@ -148,7 +148,7 @@ pub(crate) fn role_window_scanning(
     let mut current = vec![0u64; names.len()];
     for id in replay.live_after(window.start.checked_sub(1)) {
         let slot = &mut current[roles.role_index_of(id) as usize];
-        *slot = slot.wrapping_add(replay.allocations[id as usize].size);
+        *slot = slot.wrapping_add(replay.allocations.size(id as usize));
     }
     let mut bytes = vec![Vec::with_capacity(width); names.len()];
     let mut at = Vec::with_capacity(width);
@@ -213,7 +213,7 @@ fn apply_event(device: &DeviceAnalysis, roles: &DeviceRoles, event: usize, curre
     let Some(id) = replay.allocation_at(event) else {
         return;
     };
-    let allocation = &replay.allocations[id as usize];
+    let allocation = replay.allocations.at(id as usize);
     let slot = &mut current[roles.role_index_of(id) as usize];
     if allocation.start == Some(event as u32) {
         *slot = slot.wrapping_add(allocation.size);

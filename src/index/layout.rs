@@ -3,7 +3,6 @@
 //! parts. `write.rs` and `read.rs` share them, so the two cannot drift apart.
 
 use crate::analysis::Summary;
-use crate::analysis::replay::{Allocation, Origin};
 use crate::snapshot::{Annotation, Segment, SourceInfo, StackId};
 use bytemuck::{Pod, Zeroable};
 use serde::{Deserialize, Serialize};
@@ -76,78 +75,15 @@ pub(super) enum Kind {
     ByEnd,
     FreedWithoutAlloc,
     Ghosts,
-    Allocations,
     ReservedSteps,
-}
-
-/// An [`Allocation`] as a fixed-size record: its `Option`s and enum as a flags word. The
-/// replay's `Vec<Allocation>` is rebuilt from these on open (one pass; see `read.rs`) rather
-/// than mapped, so every reader of `replay.allocations` keeps its `Option` fields.
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-#[repr(C)]
-pub(super) struct StoredAllocation {
-    addr: u64,
-    size: u64,
-    stream: u64,
-    stack: StackId,
-    start: u32,
-    end: u32,
-    version: u32,
-    /// Bits 0-1: the origin; bit 2: `start` is set; bit 3: `end` is set.
-    flags: u32,
-    padding: u32,
-}
-
-const HAS_START: u32 = 1 << 2;
-const HAS_END: u32 = 1 << 3;
-
-impl From<&Allocation> for StoredAllocation {
-    fn from(allocation: &Allocation) -> Self {
-        let origin = match allocation.origin {
-            Origin::Traced => 0,
-            Origin::FreedWithoutAlloc => 1,
-            Origin::Ghost => 2,
-        };
-        let flags = origin
-            | if allocation.start.is_some() {
-                HAS_START
-            } else {
-                0
-            }
-            | if allocation.end.is_some() { HAS_END } else { 0 };
-        Self {
-            addr: allocation.addr,
-            size: allocation.size,
-            stream: allocation.stream,
-            stack: allocation.stack,
-            start: allocation.start.unwrap_or(0),
-            end: allocation.end.unwrap_or(0),
-            version: allocation.version,
-            flags,
-            padding: 0,
-        }
-    }
-}
-
-impl StoredAllocation {
-    pub(super) fn to_allocation(self) -> Option<Allocation> {
-        let origin = match self.flags & 3 {
-            0 => Origin::Traced,
-            1 => Origin::FreedWithoutAlloc,
-            2 => Origin::Ghost,
-            _ => return None,
-        };
-        Some(Allocation {
-            addr: self.addr,
-            size: self.size,
-            stream: self.stream,
-            stack: self.stack,
-            start: (self.flags & HAS_START != 0).then_some(self.start),
-            end: (self.flags & HAS_END != 0).then_some(self.end),
-            version: self.version,
-            origin,
-        })
-    }
+    AllocationAddr,
+    AllocationSize,
+    AllocationStream,
+    AllocationStack,
+    AllocationStart,
+    AllocationEnd,
+    AllocationVersion,
+    AllocationOrigin,
 }
 
 /// One step of the reserved-memory curve (`(event, bytes)` in the replay).
@@ -192,6 +128,10 @@ pub(super) struct TraceMeta {
     pub(super) streams: Option<Vec<u64>>,
     /// `(event, bytes)` of the sizes of 4 GiB or more (the size section holds `u32`s).
     pub(super) large_sizes: Vec<(usize, u64)>,
+    /// A base address per 65,536 events (the address section holds `i32` offsets from them in
+    /// 512-byte units), and `(event, address)` of the addresses that do not fit one.
+    pub(super) addr_bases: Vec<u64>,
+    pub(super) addrs_aside: Vec<(usize, u64)>,
     /// A base per 65,536 events when the time section holds `u32` offsets from them; `None`
     /// when it holds the raw `i64`s.
     pub(super) time_bases: Option<Vec<i64>>,
@@ -209,4 +149,8 @@ pub(super) struct DeviceMeta {
     pub(super) allocated_at_start: u64,
     pub(super) reserved_at_start: u64,
     pub(super) allocations: usize,
+    /// The allocations' distinct streams, or `None` for raw `u64`s (as in [`TraceMeta`]).
+    pub(super) allocation_streams: Option<Vec<u64>>,
+    /// `(allocation, bytes)` of the sizes of 4 GiB or more.
+    pub(super) allocation_large_sizes: Vec<(usize, u64)>,
 }

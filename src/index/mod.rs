@@ -34,7 +34,7 @@ pub use write::write;
 
 /// Bump when anything stored changes shape or meaning (a column's type, the replay's rules,
 /// what the summary holds): an index of another version is rebuilt, never read.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 /// Where a snapshot's index is, for a blob id: the store decides the folder.
 pub const FILE_SUFFIX: &str = ".snapidx";

@@ -1,15 +1,14 @@
 //! Opening an index: map the file, check it, and hand out the columns as windows of the map.
 
 use super::layout::{
-    ENTRY_BYTES, HEADER_BYTES, Header, Kind, MAGIC, MAX_SECTIONS, Meta, SectionEntry,
-    StoredAllocation, StoredStep,
+    ENTRY_BYTES, HEADER_BYTES, Header, Kind, MAGIC, MAX_SECTIONS, Meta, SectionEntry, StoredStep,
 };
 use super::write::header_checksum;
 use super::{BlobIdentity, IndexError, Verify};
-use crate::analysis::replay::{LifetimeIndex, Replay};
-use crate::analysis::{Allocation, Analysis, DeviceAnalysis, Summary};
+use crate::analysis::replay::{Allocations, LifetimeIndex, Replay};
+use crate::analysis::{Analysis, DeviceAnalysis, Summary};
 use crate::snapshot::{
-    Column, Frame, FrameTable, SharedMap, SizeColumn, Snapshot, SparseIds, StackTable,
+    AddrColumn, Column, Frame, FrameTable, SharedMap, SizeColumn, Snapshot, SparseIds, StackTable,
     StreamColumn, TimeColumn, Trace, blocked_times,
 };
 use bytemuck::Pod;
@@ -249,6 +248,14 @@ fn trace(
         stored.large_sizes.clone(),
     )
     .ok_or_else(|| IndexError::malformed("large sizes out of order or past the trace"))?;
+    let addr = AddrColumn::from_parts(
+        stored.addr_bases.clone(),
+        sections.column(Kind::TraceAddr, part, events)?,
+        stored.addrs_aside.clone(),
+    )
+    .ok_or_else(|| {
+        IndexError::malformed("address bases or addresses aside do not fit the trace")
+    })?;
     let stream = match &stored.streams {
         Some(streams) => StreamColumn::Coded {
             codes: sections.column(Kind::TraceStream, part, events)?,
@@ -276,7 +283,7 @@ fn trace(
     };
     Ok(Trace {
         action: sections.column(Kind::TraceAction, part, events)?,
-        addr: sections.column(Kind::TraceAddr, part, events)?,
+        addr,
         size,
         stream,
         time_us,
@@ -300,18 +307,31 @@ fn analysis(sections: &Sections, meta: &Meta, snapshot: &Snapshot) -> Result<Ana
         .map(|(part, stored)| {
             let events = Some(snapshot.trace(stored.device).len());
             let count = Some(stored.allocations);
-            let records: Column<StoredAllocation> =
-                sections.column(Kind::Allocations, part, count)?;
-            // One pass over the records: the replay's `Vec<Allocation>` keeps its `Option`
-            // fields for every reader, at the price of this copy on the heap (see layout.rs).
-            // (Sized up front: collecting through `Option` would grow it by doubling.)
-            let mut allocations: Vec<Allocation> = Vec::with_capacity(records.len());
-            for record in &records {
-                let allocation = record
-                    .to_allocation()
-                    .ok_or_else(|| IndexError::malformed("an allocation of no known origin"))?;
-                allocations.push(allocation);
-            }
+            // Mapped, as the trace is: a restart keeps none of them on the heap.
+            let allocations = Allocations {
+                addr: sections.column(Kind::AllocationAddr, part, count)?,
+                size: SizeColumn::from_parts(
+                    sections.column(Kind::AllocationSize, part, count)?,
+                    stored.allocation_large_sizes.clone(),
+                )
+                .ok_or_else(|| {
+                    IndexError::malformed("large allocation sizes out of order or past the end")
+                })?,
+                stream: match &stored.allocation_streams {
+                    Some(streams) => StreamColumn::Coded {
+                        codes: sections.column(Kind::AllocationStream, part, count)?,
+                        streams: streams.clone(),
+                    },
+                    None => {
+                        StreamColumn::Raw(sections.column(Kind::AllocationStream, part, count)?)
+                    }
+                },
+                stack: sections.column(Kind::AllocationStack, part, count)?,
+                start: sections.column(Kind::AllocationStart, part, count)?,
+                end: sections.column(Kind::AllocationEnd, part, count)?,
+                version: sections.column(Kind::AllocationVersion, part, count)?,
+                origin: sections.column(Kind::AllocationOrigin, part, count)?,
+            };
             let steps: Column<StoredStep> = sections.column(Kind::ReservedSteps, part, None)?;
             let replay = Replay {
                 allocations,

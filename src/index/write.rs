@@ -4,8 +4,8 @@
 
 use super::BlobIdentity;
 use super::layout::{
-    ALIGN, ENTRY_BYTES, HEADER_BYTES, Header, Kind, MAGIC, Meta, SectionEntry, StoredAllocation,
-    StoredStep, TraceMeta,
+    ALIGN, ENTRY_BYTES, HEADER_BYTES, Header, Kind, MAGIC, Meta, SectionEntry, StoredStep,
+    TraceMeta,
 };
 use crate::analysis::{Analysis, Summary};
 use crate::snapshot::{Snapshot, StreamColumn, TimeColumn};
@@ -116,10 +116,6 @@ impl<W: Write + Seek> Sections<W> {
     }
 }
 
-/// Allocations converted to records per chunk, so writing a 16-million-allocation replay
-/// does not hold a second copy of it.
-const ALLOCATIONS_PER_CHUNK: usize = 1 << 16;
-
 fn write_file(
     temp: &Path,
     blob_id: [u8; 16],
@@ -133,7 +129,7 @@ fn write_file(
         .write(true)
         .create_new(true)
         .open(temp)?;
-    let section_count = 1 + snapshot.device_traces.len() * 9 + analysis.devices.len() * 10;
+    let section_count = 1 + snapshot.device_traces.len() * 9 + analysis.devices.len() * 17;
     let table_end = HEADER_BYTES + section_count as u64 * ENTRY_BYTES;
     let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
     out.seek(SeekFrom::Start(table_end))?;
@@ -148,7 +144,7 @@ fn write_file(
     sections.add(Kind::Meta, 0, &meta)?;
     for (part, trace) in snapshot.device_traces.iter().enumerate() {
         sections.add(Kind::TraceAction, part, trace.action.as_bytes())?;
-        sections.add(Kind::TraceAddr, part, trace.addr.as_bytes())?;
+        sections.add(Kind::TraceAddr, part, trace.addr.parts().1.as_bytes())?;
         sections.add(Kind::TraceSize, part, trace.size.parts().0.as_bytes())?;
         let streams = match &trace.stream {
             StreamColumn::Coded { codes, .. } => codes.as_bytes(),
@@ -192,14 +188,24 @@ fn write_file(
             replay.freed_without_alloc.as_bytes(),
         )?;
         sections.add(Kind::Ghosts, part, replay.ghosts.as_bytes())?;
-        sections.begin(Kind::Allocations, part)?;
-        let mut records = Vec::with_capacity(ALLOCATIONS_PER_CHUNK);
-        for chunk in replay.allocations.chunks(ALLOCATIONS_PER_CHUNK) {
-            records.clear();
-            records.extend(chunk.iter().map(StoredAllocation::from));
-            sections.put(bytemuck::cast_slice(&records))?;
-        }
-        sections.end();
+        let allocations = &replay.allocations;
+        sections.add(Kind::AllocationAddr, part, allocations.addr.as_bytes())?;
+        let sizes = allocations.size.parts().0;
+        sections.add(Kind::AllocationSize, part, sizes.as_bytes())?;
+        let streams = match &allocations.stream {
+            StreamColumn::Coded { codes, .. } => codes.as_bytes(),
+            StreamColumn::Raw(values) => values.as_bytes(),
+        };
+        sections.add(Kind::AllocationStream, part, streams)?;
+        sections.add(Kind::AllocationStack, part, allocations.stack.as_bytes())?;
+        sections.add(Kind::AllocationStart, part, allocations.start.as_bytes())?;
+        sections.add(Kind::AllocationEnd, part, allocations.end.as_bytes())?;
+        sections.add(
+            Kind::AllocationVersion,
+            part,
+            allocations.version.as_bytes(),
+        )?;
+        sections.add(Kind::AllocationOrigin, part, allocations.origin.as_bytes())?;
         let steps: Vec<StoredStep> = replay
             .reserved_steps
             .iter()
@@ -283,6 +289,8 @@ fn meta(
                     StreamColumn::Raw(_) => None,
                 },
                 large_sizes: trace.size.parts().1.to_vec(),
+                addr_bases: trace.addr.parts().0.to_vec(),
+                addrs_aside: trace.addr.parts().2.to_vec(),
                 time_bases: match &trace.time_us {
                     TimeColumn::Blocked { bases, .. } => Some(bases.clone()),
                     TimeColumn::Wide(_) => None,
@@ -302,6 +310,11 @@ fn meta(
                 allocated_at_start: device.replay.allocated_at_start,
                 reserved_at_start: device.replay.reserved_at_start,
                 allocations: device.replay.allocations.len(),
+                allocation_streams: match &device.replay.allocations.stream {
+                    StreamColumn::Coded { streams, .. } => Some(streams.clone()),
+                    StreamColumn::Raw(_) => None,
+                },
+                allocation_large_sizes: device.replay.allocations.size.parts().1.to_vec(),
             })
             .collect(),
         summary: summary.clone(),

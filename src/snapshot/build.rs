@@ -500,7 +500,7 @@ fn gather(events: &Trace, rows: &Rows) -> Trace {
     for row in rows.iter() {
         trace.push(
             events.action[row],
-            events.addr[row],
+            events.addr.get(row),
             events.size.get(row),
             events.stream(row),
             events.has_time.then_some(events.time_us.get(row)),

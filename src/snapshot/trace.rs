@@ -4,7 +4,7 @@
 //! and no heap objects. Rare fields (the `oom` event's `device_free`, unknown action names) live in
 //! side tables.
 
-use super::narrow::{SizeColumn, SparseIds, StreamColumn, TimeColumn};
+use super::narrow::{AddrColumn, SizeColumn, SparseIds, StreamColumn, TimeColumn};
 use super::{Column, StackId};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -91,8 +91,8 @@ pub struct TraceEntry {
 #[derive(Debug, Default, Clone)]
 pub struct Trace {
     pub action: Column<ActionCode>,
-    /// Block or segment address (0 for `oom`).
-    pub addr: Column<u64>,
+    /// Block or segment address (0 for `oom`): read it with `addr.get(i)`.
+    pub addr: AddrColumn,
     /// Requested bytes for `alloc`/frees; segment bytes for `segment_*`.
     pub size: SizeColumn,
     /// The CUDA stream (raw `cudaStream_t`; 0 is the default stream): read it with
@@ -132,7 +132,7 @@ impl Trace {
     pub(crate) fn reserve_rows(&mut self, rows: usize) {
         let extra = rows.saturating_sub(self.len());
         let _ = self.action.try_reserve(extra);
-        let _ = self.addr.try_reserve(extra);
+        self.addr.reserve(extra);
         self.size.reserve(extra);
         self.stream.reserve(extra);
         self.time_us.reserve(extra);
@@ -261,7 +261,7 @@ impl Trace {
     pub fn entry(&self, index: usize) -> TraceEntry {
         TraceEntry {
             action: self.action(index),
-            addr: self.addr[index],
+            addr: self.addr.get(index),
             size: self.size.get(index),
             stream: self.stream.get(index),
             time_us: self.time_us.get(index),

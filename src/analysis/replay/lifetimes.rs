@@ -2,7 +2,7 @@
 //! at any event without copying live sets.
 
 use super::pass::NO_ALLOCATION;
-use super::{Allocation, AllocationId};
+use super::{AllocationId, Allocations};
 use crate::snapshot::Column;
 
 /// log2 of the events per leaf of [`LifetimeIndex`]. A query scans the lifetimes that start and
@@ -36,7 +36,7 @@ pub(crate) struct LifetimeIndex {
 impl LifetimeIndex {
     /// Indexes the allocations with a `start` (the others are alive from the start and kept
     /// apart); `event_allocation` lists the frees in the order of their events.
-    pub(super) fn new(allocations: &[Allocation], event_allocation: &[AllocationId]) -> Self {
+    pub(super) fn new(allocations: &Allocations, event_allocation: &[AllocationId]) -> Self {
         let events = event_allocation.len();
         if events == 0 {
             return Self::default();
@@ -130,17 +130,17 @@ impl LifetimeIndex {
     pub(super) fn alive_at(
         &self,
         at: usize,
-        allocations: &[Allocation],
+        allocations: &Allocations,
         out: &mut Vec<AllocationId>,
     ) {
         let started = |id: &&AllocationId| {
-            allocations[**id as usize]
-                .start
+            allocations
+                .start(**id as usize)
                 .is_some_and(|start| start as usize <= at)
         };
         let not_freed = |id: &&AllocationId| {
-            allocations[**id as usize]
-                .end
+            allocations
+                .end(**id as usize)
                 .is_none_or(|end| end as usize > at)
         };
         let leaf = at >> LEAF_EVENTS_LOG2;

@@ -19,11 +19,13 @@
 //! trace, which the loader may run while reading), this file turns it into a [`Replay`] and
 //! answers its queries, `lifetimes.rs` is the interval index behind the live sets.
 
+mod allocations;
 mod lifetimes;
 mod pass;
 #[cfg(test)]
 mod tests;
 
+pub use allocations::Allocations;
 pub(crate) use pass::EventPass;
 pub use pass::ReplaySeed;
 
@@ -45,7 +47,7 @@ pub enum Origin {
 }
 
 /// One allocation's lifetime.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Allocation {
     pub addr: u64,
     /// Requested bytes.
@@ -88,7 +90,7 @@ pub type AllocationId = u32;
 /// The replay of one device.
 #[derive(Debug, Default)]
 pub struct Replay {
-    pub allocations: Vec<Allocation>,
+    pub allocations: Allocations,
     /// Requested bytes live after each event.
     pub allocated: Column<u64>,
     /// Live before the first event: allocations freed without alloc, and ghosts.
@@ -176,7 +178,7 @@ impl Replay {
             .iter()
             .chain(&ghosts)
             .fold(0u64, |sum, &id| {
-                sum.wrapping_add(allocations[id as usize].size)
+                sum.wrapping_add(allocations.size(id as usize))
             });
         // Every allocation the trace frees without its alloc is in the start total, so the sum
         // never goes below zero (and the vector is reused in place).
@@ -297,7 +299,7 @@ impl Replay {
     /// Heap bytes this replay holds (capacities, not lengths: what the process pays), so a
     /// cache of replays can keep to a byte budget.
     pub fn heap_bytes(&self) -> u64 {
-        vec_bytes(&self.allocations) as u64
+        self.allocations.heap_bytes()
             + self.allocated.heap_bytes()
             + vec_bytes(&self.reserved_steps) as u64
             + self.event_allocation.heap_bytes()
@@ -312,8 +314,8 @@ impl Replay {
         let freed_later = match at {
             None => 0,
             Some(at) => self.freed_without_alloc.partition_point(|&id| {
-                self.allocations[id as usize]
-                    .end
+                self.allocations
+                    .end(id as usize)
                     .is_some_and(|end| end as usize <= at)
             }),
         };

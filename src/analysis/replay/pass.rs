@@ -2,7 +2,7 @@
 //! per address, and records the memory curve. It is the replay's hot loop, and a
 //! [`TraceFollower`] so the loader can run it batch by batch while the trace is still read.
 
-use super::{Allocation, AllocationId, Origin};
+use super::{Allocation, AllocationId, Allocations, Origin};
 use crate::snapshot::{ActionCode, Followed, Trace, TraceFollower};
 
 /// Replay state of one address.
@@ -37,50 +37,51 @@ impl Addresses {
     }
 
     /// The last allocation made at `addr`, if any.
-    fn last_at(&self, allocations: &[Allocation], addr: u64) -> Option<AllocationId> {
+    fn last_at(&self, allocations: &Allocations, addr: u64) -> Option<AllocationId> {
         self.last
             .find(Self::hash(addr), |&id| {
-                allocations[id as usize].addr == addr
+                allocations.addr(id as usize) == addr
             })
             .copied()
     }
 
     /// The state of `addr`.
-    pub(super) fn state(&self, allocations: &[Allocation], addr: u64) -> Address {
+    pub(super) fn state(&self, allocations: &Allocations, addr: u64) -> Address {
         match self.last_at(allocations, addr) {
             None => Address::default(),
-            Some(id) => state_after(&allocations[id as usize], id),
+            Some(id) => state_after(allocations, id),
         }
     }
 
     /// Records `id`, already in `allocations`, as the last allocation at its address.
-    fn set_last(&mut self, allocations: &[Allocation], id: AllocationId) {
-        let addr = allocations[id as usize].addr;
+    fn set_last(&mut self, allocations: &Allocations, id: AllocationId) {
+        let addr = allocations.addr(id as usize);
         let hash = Self::hash(addr);
         match self
             .last
-            .find_mut(hash, |&other| allocations[other as usize].addr == addr)
+            .find_mut(hash, |&other| allocations.addr(other as usize) == addr)
         {
             Some(slot) => *slot = id,
             None => {
                 self.last.insert_unique(hash, id, |&other| {
-                    Self::hash(allocations[other as usize].addr)
+                    Self::hash(allocations.addr(other as usize))
                 });
             }
         }
     }
 }
 
-/// The state of an address whose last allocation is `last` (with id `id`).
-fn state_after(last: &Allocation, id: AllocationId) -> Address {
-    match last.end {
+/// The state of an address whose last allocation is `id`.
+fn state_after(allocations: &Allocations, id: AllocationId) -> Address {
+    let version = allocations.version(id as usize);
+    match allocations.end(id as usize) {
         None => Address {
             open: id,
-            frees: last.version,
+            frees: version,
         },
         Some(_) => Address {
             open: NO_ALLOCATION,
-            frees: last.version + 1,
+            frees: version + 1,
         },
     }
 }
@@ -94,7 +95,7 @@ pub(super) const NO_ALLOCATION: AllocationId = AllocationId::MAX;
 /// on its column thread); the rest of [`super::Replay::new`] needs the segments.
 #[derive(Debug, Default)]
 pub(crate) struct EventPass {
-    pub(super) allocations: Vec<Allocation>,
+    pub(super) allocations: Allocations,
     /// Per event, the allocation it opens or closes (or `NO_ALLOCATION`).
     pub(super) event_allocation: Vec<AllocationId>,
     /// Per address: the allocation open there (if any) and how many frees it has seen.
@@ -118,7 +119,7 @@ impl TraceFollower for EventPass {
         let mut i = self.events();
         while i < n {
             let action = trace.action[i];
-            let addr = trace.addr[i];
+            let addr = trace.addr.get(i);
             match action {
                 ActionCode::ALLOC => {
                     let id = self.allocations.len() as AllocationId;
@@ -144,13 +145,13 @@ impl TraceFollower for EventPass {
                     let merged = action == ActionCode::FREE_REQUESTED
                         && i + 1 < n
                         && trace.action[i + 1] == ActionCode::FREE_COMPLETED
-                        && trace.addr[i + 1] == addr;
+                        && trace.addr.get(i + 1) == addr;
                     if action == ActionCode::FREE_COMPLETED || merged {
                         let address = self.addresses.state(&self.allocations, addr);
                         let id = match address.open {
                             // Still the last allocation at `addr`, now freed.
                             id if id != NO_ALLOCATION => {
-                                self.allocations[id as usize].end = Some(i as u32);
+                                self.allocations.set_end(id as usize, i as u32);
                                 id
                             }
                             _ => {
@@ -170,7 +171,7 @@ impl TraceFollower for EventPass {
                                 id
                             }
                         };
-                        let size = self.allocations[id as usize].size;
+                        let size = self.allocations.size(id as usize);
                         self.change = self.change.wrapping_sub(size);
                         self.record(id);
                         if merged {

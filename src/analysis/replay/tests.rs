@@ -151,12 +151,12 @@ fn live_sets_across_checkpoints_keep_allocations_from_before_the_trace() {
     );
     for at in (0..n).step_by(37).chain([4095, 4096, 8191, 8192, n - 1]) {
         let scanned: Vec<AllocationId> = (0..replay.allocations.len() as AllocationId)
-            .filter(|&id| replay.allocations[id as usize].is_live_after(Some(at)))
+            .filter(|&id| replay.allocations.at(id as usize).is_live_after(Some(at)))
             .collect();
         assert_eq!(replay.live_after(Some(at)), scanned, "live after {at}");
         let bytes: u64 = scanned
             .iter()
-            .map(|&id| replay.allocations[id as usize].size)
+            .map(|&id| replay.allocations.size(id as usize))
             .sum();
         assert_eq!(
             replay.allocated_after(Some(at)),
@@ -182,7 +182,7 @@ impl Dice {
 /// must agree with.
 fn scanned(replay: &Replay, at: Option<usize>) -> Vec<AllocationId> {
     (0..replay.allocations.len() as AllocationId)
-        .filter(|&id| replay.allocations[id as usize].is_live_after(at))
+        .filter(|&id| replay.allocations.at(id as usize).is_live_after(at))
         .collect()
 }
 
@@ -274,7 +274,7 @@ fn live_sets_of_a_leak_trace_equal_a_scan_of_lifetimes() {
             "live after {at:?}"
         );
         let bytes = live.iter().fold(0u64, |sum, &id| {
-            sum.wrapping_add(replay.allocations[id as usize].size)
+            sum.wrapping_add(replay.allocations.size(id as usize))
         });
         assert_eq!(replay.allocated_after(at), bytes, "allocated after {at:?}");
     }

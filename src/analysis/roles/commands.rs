@@ -98,7 +98,7 @@ pub fn folded_by_role(snapshot: &Snapshot, rules: &UserRules) -> String {
         let roles = device.roles(snapshot, rules);
         let replay = &device.replay;
         for id in replay.live_after(replay.len().checked_sub(1)) {
-            let allocation = &replay.allocations[id as usize];
+            let allocation = replay.allocations.at(id as usize);
             let mut line = format!("device_{};{}", device.device, roles.role_of(id));
             for frame in display_frames(snapshot, allocation.stack).iter().rev() {
                 line.push(';');

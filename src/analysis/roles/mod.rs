@@ -180,7 +180,7 @@ impl DeviceRoles {
         let mut saw_backward = false;
         // By stack id (a few thousand stacks; a vector, not a map, in this hot loop).
         let mut stack_history: Vec<(u32, u32)> = vec![(0, 0); snapshot.stacks.len()];
-        for allocation in allocations {
+        for allocation in allocations.iter() {
             let kind = match allocation.start {
                 Some(start) => kind_at(&mut kinds, allocation.stack, start),
                 None => kinds.kind(allocation.stack),
@@ -432,7 +432,7 @@ impl DeviceRoles {
     pub fn bytes_by_role(&self, replay: &Replay, ids: &[AllocationId]) -> BTreeMap<String, u64> {
         let mut bytes = vec![0u64; self.names.len()];
         for &id in ids {
-            let size = replay.allocations[id as usize].size;
+            let size = replay.allocations.size(id as usize);
             let slot = &mut bytes[self.role_index_of(id) as usize];
             *slot = slot.wrapping_add(size);
         }
@@ -557,7 +557,7 @@ fn apply_annotations(
         if label.is_empty() {
             continue;
         }
-        let addr = trace.addr[event];
+        let addr = trace.addr.get(event);
         let Some(id) = replay
             .allocations
             .iter()

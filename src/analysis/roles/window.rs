@@ -40,7 +40,7 @@ pub(crate) fn without_events(
     let mut bytes = vec![vec![0u64; 1]; names.len()];
     for id in replay.live_after(None) {
         let b = &mut bytes[roles.role_index_of(id) as usize][0];
-        *b = b.wrapping_add(replay.allocations[id as usize].size);
+        *b = b.wrapping_add(replay.allocations.size(id as usize));
     }
     RoleWindow {
         start: 0,
@@ -204,7 +204,7 @@ impl Change {
 /// The allocation event `event` opens or closes, and how.
 fn event_change(replay: &Replay, event: usize) -> Option<(AllocationId, Change)> {
     let id = replay.allocation_at(event)?;
-    let allocation = &replay.allocations[id as usize];
+    let allocation = replay.allocations.at(id as usize);
     if allocation.start == Some(event as u32) {
         Some((id, Change::Add(allocation.size)))
     } else if allocation.end == Some(event as u32) {
@@ -264,7 +264,7 @@ impl<'a> RoleCursor<'a> {
                     // live set before the first event.
                     self.bytes.fill(0);
                     for id in replay.live_after(None) {
-                        self.add(id, Change::Add(replay.allocations[id as usize].size));
+                        self.add(id, Change::Add(replay.allocations.size(id as usize)));
                     }
                     self.applied = Some(0);
                 }
@@ -323,11 +323,11 @@ pub fn live_report(
 ) -> LiveReport {
     let replay = &device.replay;
     let mut live = replay.live_after(event);
-    live.sort_by_key(|&id| (std::cmp::Reverse(replay.allocations[id as usize].size), id));
+    live.sort_by_key(|&id| (std::cmp::Reverse(replay.allocations.size(id as usize)), id));
     let allocations = live
         .iter()
         .map(|&id| {
-            let allocation = &replay.allocations[id as usize];
+            let allocation = replay.allocations.at(id as usize);
             LiveAllocation {
                 address: allocation.addr,
                 size: allocation.size,
