@@ -503,9 +503,10 @@ impl Heap {
 /// 56-58 go beside the kind); any other value is kept whole in `wide`.
 #[derive(Debug, Default)]
 pub struct Memo {
-    low: Vec<u32>,
-    /// Bits 0-3: the kind; bits 4-6: a record's tag; [`Memo::WIDE`]: the value is in `wide`.
-    high: Vec<u8>,
+    /// Per index, the low 32 bits of the payload (little-endian), then a byte: bits 0-3 the
+    /// kind, bits 4-6 a record's tag, or [`Memo::WIDE`] when the value is in `wide`. (One
+    /// vector of 5-byte entries: one bounds check and one cache line per read.)
+    dense: Vec<[u8; 5]>,
     wide: FxHashMap<u32, Value>,
     sparse: FxHashMap<u32, Value>,
 }
@@ -516,7 +517,7 @@ impl Memo {
     const RECORD_TAGS: u64 = 7 << Self::RECORD_TAG_SHIFT;
 
     pub fn len(&self) -> usize {
-        self.low.len() + self.sparse.len()
+        self.dense.len() + self.sparse.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -529,7 +530,7 @@ impl Memo {
     }
 
     #[inline]
-    fn pack(value: Value) -> Option<(u32, u8)> {
+    fn pack(value: Value) -> Option<[u8; 5]> {
         let kind = (value.0 >> KIND_SHIFT) as u8;
         let payload = value.payload();
         let (tag, rest) = if value.is(Kind::Record) {
@@ -540,11 +541,13 @@ impl Memo {
         } else {
             (0, payload)
         };
-        Some((u32::try_from(rest).ok()?, kind | (tag as u8) << 4))
+        let [a, b, c, d] = u32::try_from(rest).ok()?.to_le_bytes();
+        Some([a, b, c, d, kind | (tag as u8) << 4])
     }
 
     #[inline]
-    fn unpack(low: u32, high: u8) -> Value {
+    fn unpack([a, b, c, d, high]: [u8; 5]) -> Value {
+        let low = u32::from_le_bytes([a, b, c, d]);
         let kind = u64::from(high & 0xf);
         let tag = u64::from(high >> 4) << Self::RECORD_TAG_SHIFT;
         Value((kind << KIND_SHIFT) | tag | u64::from(low))
@@ -553,16 +556,14 @@ impl Memo {
     #[inline]
     pub fn set(&mut self, index: u32, value: Value) {
         let i = index as usize;
-        let (low, high) = Self::pack(value).unwrap_or((0, Self::WIDE));
-        if i < self.low.len() {
-            if self.high[i] == Self::WIDE {
+        let entry = Self::pack(value).unwrap_or([0, 0, 0, 0, Self::WIDE]);
+        if let Some(slot) = self.dense.get_mut(i) {
+            if slot[4] == Self::WIDE {
                 self.wide.remove(&index);
             }
-            self.low[i] = low;
-            self.high[i] = high;
-        } else if i == self.low.len() {
-            self.low.push(low);
-            self.high.push(high);
+            *slot = entry;
+        } else if i == self.dense.len() {
+            self.dense.push(entry);
             if !self.sparse.is_empty() {
                 self.sparse.remove(&index);
             }
@@ -570,18 +571,17 @@ impl Memo {
             self.sparse.insert(index, value);
             return;
         }
-        if high == Self::WIDE {
+        if entry[4] == Self::WIDE {
             self.wide.insert(index, value);
         }
     }
 
     #[inline]
     pub fn get(&self, index: u32) -> Option<Value> {
-        let i = index as usize;
-        match (self.low.get(i), self.high.get(i)) {
-            (Some(_), Some(&Self::WIDE)) => self.wide.get(&index).copied(),
-            (Some(&low), Some(&high)) => Some(Self::unpack(low, high)),
-            _ => self.sparse.get(&index).copied(),
+        match self.dense.get(index as usize) {
+            Some(&[.., Self::WIDE]) => self.wide.get(&index).copied(),
+            Some(&entry) => Some(Self::unpack(entry)),
+            None => self.sparse.get(&index).copied(),
         }
     }
 }
