@@ -29,7 +29,7 @@ mod read;
 mod tests;
 mod write;
 
-pub use read::{Opened, open};
+pub use read::{Opened, open, verify_sections};
 pub use write::write;
 
 /// Bump when anything stored changes shape or meaning (a column's type, the replay's rules,

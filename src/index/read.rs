@@ -72,6 +72,102 @@ pub fn open(path: &Path, blob: BlobIdentity<'_>, verify: Verify) -> Result<Opene
     })
 }
 
+/// The header and section table at the start of `bytes` (the start of a file of `file_bytes`
+/// bytes), checked: magic, version, length, table bounds and the header's checksum.
+fn header_and_table(
+    bytes: &[u8],
+    file_bytes: u64,
+) -> Result<(Header, Vec<SectionEntry>), IndexError> {
+    let header_bytes = bytes
+        .get(..HEADER_BYTES as usize)
+        .ok_or(IndexError::Length {
+            expected: HEADER_BYTES,
+            actual: file_bytes,
+        })?;
+    let header: Header = bytemuck::pod_read_unaligned(header_bytes);
+    if header.magic != MAGIC {
+        return Err(IndexError::BadMagic);
+    }
+    if header.version != super::FORMAT_VERSION {
+        return Err(IndexError::Version {
+            found: header.version,
+        });
+    }
+    if header.file_bytes != file_bytes {
+        return Err(IndexError::Length {
+            expected: header.file_bytes,
+            actual: file_bytes,
+        });
+    }
+    if header.sections > MAX_SECTIONS {
+        return Err(IndexError::malformed("too many sections"));
+    }
+    let table_end = HEADER_BYTES + u64::from(header.sections) * ENTRY_BYTES;
+    let table_bytes = bytes
+        .get(HEADER_BYTES as usize..table_end as usize)
+        .ok_or_else(|| IndexError::malformed("the section table lies past the end"))?;
+    let table: Vec<SectionEntry> = table_bytes
+        .chunks_exact(ENTRY_BYTES as usize)
+        .map(bytemuck::pod_read_unaligned)
+        .collect();
+    if header_checksum(&header, &table) != header.checksum {
+        return Err(IndexError::Checksum("the header".into()));
+    }
+    Ok((header, table))
+}
+
+/// Checks every section of the index at `path` against its checksum, reading the file in
+/// order through a small buffer rather than mapping it, so the check does not add the file to
+/// this process's resident memory (the page cache holds it; the OS may drop it). The server
+/// runs it in the background after opening an index with [`Verify::Structure`].
+pub fn verify_sections(path: &Path) -> Result<(), IndexError> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(path)?;
+    let file_bytes = file.metadata()?.len();
+    let mut start = vec![0u8; HEADER_BYTES as usize];
+    file.read_exact(&mut start)
+        .map_err(|_| IndexError::Length {
+            expected: HEADER_BYTES,
+            actual: file_bytes,
+        })?;
+    let header: Header = bytemuck::pod_read_unaligned(&start);
+    let table_bytes = (u64::from(header.sections.min(MAX_SECTIONS)) * ENTRY_BYTES)
+        .min(file_bytes.saturating_sub(HEADER_BYTES));
+    start.resize((HEADER_BYTES + table_bytes) as usize, 0);
+    file.read_exact(&mut start[HEADER_BYTES as usize..])?;
+    let (_, mut table) = header_and_table(&start, file_bytes)?;
+    table.sort_by_key(|entry| entry.offset);
+    let mut buffer = vec![0u8; 1 << 20];
+    for entry in table {
+        let in_file = entry
+            .offset
+            .checked_add(entry.bytes)
+            .is_some_and(|end| end <= file_bytes);
+        if !in_file {
+            return Err(IndexError::malformed(format!(
+                "section {} of part {} lies outside the file",
+                entry.kind, entry.part
+            )));
+        }
+        file.seek(SeekFrom::Start(entry.offset))?;
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        let mut left = entry.bytes;
+        while left > 0 {
+            let chunk = &mut buffer[..left.min(1 << 20) as usize];
+            file.read_exact(chunk)?;
+            hasher.update(chunk);
+            left -= chunk.len() as u64;
+        }
+        if hasher.digest() != entry.checksum {
+            return Err(IndexError::Checksum(format!(
+                "section {} of part {}",
+                entry.kind, entry.part
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The mapped file with its header and section table checked.
 struct Sections {
     map: SharedMap,
@@ -80,39 +176,8 @@ struct Sections {
 
 impl Sections {
     fn check(map: SharedMap, blob: BlobIdentity<'_>, verify: Verify) -> Result<Self, IndexError> {
-        let header_bytes = map.get(..HEADER_BYTES as usize).ok_or(IndexError::Length {
-            expected: HEADER_BYTES,
-            actual: map.len() as u64,
-        })?;
-        let header: Header = bytemuck::pod_read_unaligned(header_bytes);
-        if header.magic != MAGIC {
-            return Err(IndexError::BadMagic);
-        }
-        if header.version != super::FORMAT_VERSION {
-            return Err(IndexError::Version {
-                found: header.version,
-            });
-        }
-        if header.file_bytes != map.len() as u64 {
-            return Err(IndexError::Length {
-                expected: header.file_bytes,
-                actual: map.len() as u64,
-            });
-        }
-        if header.sections > MAX_SECTIONS {
-            return Err(IndexError::malformed("too many sections"));
-        }
+        let (header, table) = header_and_table(&map, map.len() as u64)?;
         let table_end = HEADER_BYTES + u64::from(header.sections) * ENTRY_BYTES;
-        let table_bytes = map
-            .get(HEADER_BYTES as usize..table_end as usize)
-            .ok_or_else(|| IndexError::malformed("the section table lies past the end"))?;
-        let table: Vec<SectionEntry> = table_bytes
-            .chunks_exact(ENTRY_BYTES as usize)
-            .map(bytemuck::pod_read_unaligned)
-            .collect();
-        if header_checksum(&header, &table) != header.checksum {
-            return Err(IndexError::Checksum("the header".into()));
-        }
         if header.blob_id != blob.id.as_bytes() || header.blob_bytes != blob.bytes {
             return Err(IndexError::OtherBlob {
                 found: format!(

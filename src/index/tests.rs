@@ -133,6 +133,16 @@ fn a_corrupt_short_older_or_foreign_index_is_refused_with_its_reason() {
     assert!(refusal(&path, Verify::Everything).contains("checksum mismatch in section"));
     // Checking the structure only does not read the columns (the trade-off `Verify` states).
     assert!(open(&path, blob(1234), Verify::Structure).is_ok());
+    // ... which the server's background check then does, through a buffer.
+    let reason = verify_sections(&path).expect_err("caught").to_string();
+    assert!(reason.contains("checksum mismatch in section"), "{reason}");
+    assert!(verify_sections(&fresh()).is_ok(), "a sound index passes");
+    for kind in [layout::Kind::AllocationStart, layout::Kind::TraceAction] {
+        let path = fresh();
+        let column = section(&path, kind);
+        flip_byte(&path, column.offset);
+        assert!(verify_sections(&path).is_err(), "{kind:?}");
+    }
 
     let path = fresh();
     let meta = section(&path, layout::Kind::Meta);
@@ -157,6 +167,7 @@ fn a_corrupt_short_older_or_foreign_index_is_refused_with_its_reason() {
         .expect("open");
     file.set_len(length - 100).expect("truncate");
     assert!(refusal(&path, Verify::Structure).contains("cut short"));
+    assert!(verify_sections(&path).is_err(), "cut short");
     std::fs::write(&path, b"SNAPIDX").expect("write");
     assert!(refusal(&path, Verify::Structure).contains("cut short"));
 

@@ -12,7 +12,7 @@ use crate::analysis::roles::UserRules;
 use crate::analysis::{Analysis, DeviceAnalysis, ReplaySeed, Summary};
 use crate::snapshot::Snapshot;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{Semaphore, watch};
@@ -29,9 +29,8 @@ pub struct Loaded {
     /// [`UserRules::fingerprint`] of the rules `summary` was made with (the stored index
     /// keeps it, to know when its summary applies).
     pub rules_fingerprint: u64,
-    /// Parsed from the pickle and its stored index not yet written (see
-    /// [`Loaded::take_index_write`]).
-    index_pending: AtomicBool,
+    /// The [`IndexWork`] still to do, as its `u8` (see [`Loaded::take_index_work`]).
+    index_work: AtomicU8,
 }
 
 /// The parts of a timeline answer that do not depend on its window: each is a pass over the
@@ -59,6 +58,16 @@ impl TimelineMarks {
     }
 }
 
+/// What a loaded snapshot's stored index needs after the load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexWork {
+    None,
+    /// Parsed from its pickle: write the index.
+    Write,
+    /// Opened from its index, whose columns were not checksummed: check them.
+    Check,
+}
+
 impl Loaded {
     /// Analyses `snapshot`, starting from the replay's first pass that loading made alongside
     /// the parse (see [`crate::analysis::load_path`]); `rules` are the server's role rules.
@@ -66,7 +75,7 @@ impl Loaded {
         let analysis = Analysis::seeded(&snapshot, seed);
         let summary = Summary::with_rules(&snapshot, &analysis, rules);
         // Parsed from its pickle: its stored index is still to be written.
-        Self::assemble(snapshot, analysis, summary, rules, true)
+        Self::assemble(snapshot, analysis, summary, rules, IndexWork::Write)
     }
 
     /// A snapshot opened from its stored index (`crate::index`): the stored summary when it
@@ -84,7 +93,8 @@ impl Loaded {
             tracing::info!("the stored summary was made with other role rules: summarising again");
             Summary::with_rules(&snapshot, &analysis, rules)
         };
-        Self::assemble(snapshot, analysis, summary, rules, false)
+        // Opened with its columns' checksums unread: they are checked in the background.
+        Self::assemble(snapshot, analysis, summary, rules, IndexWork::Check)
     }
 
     /// The parts, with what every timeline answer carries found once per device.
@@ -93,7 +103,7 @@ impl Loaded {
         analysis: Analysis,
         summary: Summary,
         rules: &UserRules,
-        index_pending: bool,
+        index_work: IndexWork,
     ) -> Self {
         let marks = analysis
             .devices
@@ -106,14 +116,22 @@ impl Loaded {
             summary,
             marks,
             rules_fingerprint: rules.fingerprint(),
-            index_pending: AtomicBool::new(index_pending),
+            index_work: AtomicU8::new(index_work as u8),
         }
     }
 
-    /// Whether the caller should write this snapshot's stored index: true once for a snapshot
-    /// parsed from its pickle, so that of many requests waiting on one parse, one writes it.
-    pub fn take_index_write(&self) -> bool {
-        self.index_pending.swap(false, Ordering::AcqRel)
+    /// What the caller should do about this snapshot's stored index, once: of many requests
+    /// waiting on one load, one writes the index (parsed from its pickle) or checks it (opened
+    /// from it); the others get [`IndexWork::None`].
+    pub fn take_index_work(&self) -> IndexWork {
+        match self
+            .index_work
+            .swap(IndexWork::None as u8, Ordering::AcqRel)
+        {
+            code if code == IndexWork::Write as u8 => IndexWork::Write,
+            code if code == IndexWork::Check as u8 => IndexWork::Check,
+            _ => IndexWork::None,
+        }
     }
 
     /// The window-independent parts of `device`'s timeline answers.

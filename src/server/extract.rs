@@ -129,7 +129,7 @@ impl StoredSnapshot {
             // endpoint say why); the log says it once per request, with the snapshot.
             .map_err(|e| ApiError::Internal(format!("snapshot {}: {e}", self.id)))?;
         // Parsed from its pickle: its stored index is written after answering.
-        super::stored_index::write_in_background(state, &self.id, &loaded);
+        super::stored_index::maintain_in_background(state, &self.id, &loaded);
         Ok(LoadedSnapshot {
             stored: self,
             loaded,

@@ -1,10 +1,10 @@
 //! The server's use of stored indexes (`crate::index`): a cold load opens the snapshot's index
 //! when it is there and sound, else parses the pickle; a snapshot parsed from its pickle (a
 //! cold load, an upload) gets its index written afterwards, on a blocking thread, so the answer
-//! does not wait for it.
+//! does not wait for it; one opened from its index gets its columns checked the same way.
 
 use super::AppState;
-use super::cache::Loaded;
+use super::cache::{IndexWork, Loaded};
 use super::store::SnapshotId;
 use crate::analysis::roles::UserRules;
 use crate::index::{BlobIdentity, IndexError, Verify};
@@ -21,7 +21,7 @@ const VERIFY_ON_LOAD: Verify = Verify::Structure;
 
 /// The snapshot `id`, from its stored index at `index` when that is sound, else by `parse`
 /// (which reads the blob at `blob`; what it loads is marked for its index to be written: see
-/// [`write_in_background`]). Runs on a blocking thread.
+/// [`maintain_in_background`]). Runs on a blocking thread.
 pub fn load(
     id: &SnapshotId,
     blob: &Path,
@@ -54,24 +54,46 @@ pub fn load(
     parse()
 }
 
-/// Writes `loaded`'s stored index on a blocking thread, if it was parsed from its pickle and
-/// nobody has started writing it yet. A failure is logged: the index is a cache, and the next
-/// cold load tries again.
-pub fn write_in_background(state: &AppState, id: &SnapshotId, loaded: &Arc<Loaded>) {
-    if !loaded.take_index_write() {
+/// After a load, on a blocking thread, what its stored index needs, if nobody has started it
+/// yet: written when the snapshot was parsed from its pickle; when it was opened from the
+/// index, its columns checked against their checksums (which the open skipped, see
+/// [`VERIFY_ON_LOAD`]), and a corrupt index deleted and the snapshot dropped from the cache,
+/// so the next request reads the pickle and writes a sound index. A failed write is logged:
+/// the index is a cache, and the next cold load tries again.
+pub fn maintain_in_background(state: &AppState, id: &SnapshotId, loaded: &Arc<Loaded>) {
+    let work = loaded.take_index_work();
+    if work == IndexWork::None {
         return;
     }
-    let blob = state.store.blob_path(id);
-    let index = state.store.index_path(id);
-    let (id, loaded) = (id.clone(), loaded.clone());
-    tokio::task::spawn_blocking(move || {
-        if let Err(error) = write_now(&id, &blob, &index, &loaded) {
-            tracing::warn!(%id, %error, "writing the stored index failed; the next cold load reads the snapshot again");
+    let (state, id, loaded) = (state.clone(), id.clone(), loaded.clone());
+    let blob = state.store.blob_path(&id);
+    let index = state.store.index_path(&id);
+    tokio::task::spawn_blocking(move || match work {
+        IndexWork::Write => {
+            if let Err(error) = write_now(&id, &blob, &index, &loaded) {
+                tracing::warn!(%id, %error, "writing the stored index failed; the next cold load reads the snapshot again");
+            }
         }
+        IndexWork::Check => {
+            let started = std::time::Instant::now();
+            match crate::index::verify_sections(&index) {
+                Ok(()) => {
+                    tracing::debug!(%id, ms = started.elapsed().as_millis() as u64, "stored index checked");
+                }
+                Err(error) => {
+                    tracing::warn!(%id, %error, "the stored index is corrupt: deleting it and reading the snapshot again on the next request");
+                    if let Err(error) = std::fs::remove_file(&index) {
+                        tracing::warn!(%id, %error, "deleting the corrupt stored index failed");
+                    }
+                    state.cache.remove(&id);
+                }
+            }
+        }
+        IndexWork::None => {}
     });
 }
 
-/// Writes the index now (the caller's thread): what [`write_in_background`] runs.
+/// Writes the index now (the caller's thread): what [`maintain_in_background`] runs.
 pub fn write_now(
     id: &SnapshotId,
     blob: &Path,

@@ -469,7 +469,7 @@ async fn ingest(
     })
     .await?;
     let (record, created) = stored?;
-    super::stored_index::write_in_background(state, &record.id, &loaded);
+    super::stored_index::maintain_in_background(state, &record.id, &loaded);
     state.cache.insert(&record.id, loaded);
     tracing::info!(id = %record.id, size = record.size_bytes, created, "snapshot uploaded");
     Ok((
