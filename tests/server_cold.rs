@@ -156,3 +156,82 @@ fn a_stored_file_that_does_not_parse_is_reported_and_not_parsed_again() {
     );
     assert_eq!(loads_of(&server, &id), 1, "{}", server.log_text());
 }
+
+#[test]
+fn a_graceful_shutdown_waits_for_the_stored_index_being_written() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    // The test hook holds each index write until the gate exists (src/server/stored_index.rs).
+    let gate = dir.path().join("gate");
+    let mut waiting = gate.clone().into_os_string();
+    waiting.push(".waiting");
+    let waiting = std::path::PathBuf::from(waiting);
+    let mut server = Served::builder()
+        .data_dir(&data)
+        .env(snapview::server::stored_index::TEST_INDEX_WRITE_GATE, &gate)
+        .start();
+    // Uploading parses it, and its index is written after the answer.
+    let id = upload(&server, "mlp_small.pickle");
+    wait_until("the index write starts", Duration::from_secs(20), || {
+        waiting.exists()
+    });
+    let index = data.join("indexes").join(format!("{id}.snapidx"));
+    assert!(!index.exists(), "held at the gate");
+
+    let stopped = std::process::Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(stopped.success());
+    wait_until(
+        "the server says it waits for the write",
+        Duration::from_secs(20),
+        || {
+            server
+                .log_text()
+                .contains("waiting for stored index writes to finish")
+        },
+    );
+    let log = server.log_text();
+    assert!(log.contains(&format!("ids={id}")), "names it: {log}");
+    assert!(
+        server.child.try_wait().expect("wait").is_none(),
+        "still running while the write is held: {log}"
+    );
+    std::fs::write(&gate, b"").expect("open the gate");
+    let mut exited = None;
+    wait_until("the server exits", Duration::from_secs(20), || {
+        exited = server.child.try_wait().expect("wait");
+        exited.is_some()
+    });
+    assert!(
+        exited.is_some_and(|status| status.success()),
+        "{exited:?}\n{}",
+        server.log_text()
+    );
+    assert!(
+        index.exists(),
+        "the index was written before exiting:\n{}",
+        server.log_text()
+    );
+    assert!(
+        server.log_text().contains("stored index writes finished"),
+        "{}",
+        server.log_text()
+    );
+    let temps: Vec<_> = std::fs::read_dir(data.join("indexes"))
+        .expect("indexes")
+        .flatten()
+        .filter(|entry| entry.file_name().to_string_lossy().contains(".tmp-"))
+        .collect();
+    assert!(temps.is_empty(), "no temporary file left: {temps:?}");
+
+    // The next start opens the snapshot from that index: it is whole and sound.
+    let server = Served::start(&data, &[]);
+    wait_until("it is ready", Duration::from_secs(20), || {
+        status(&server, &id)["state"] == "ready"
+    });
+    let log = server.log_text();
+    assert!(log.contains("opened from its stored index"), "{log}");
+    assert!(!log.contains("the stored index is not used"), "{log}");
+}

@@ -101,6 +101,8 @@ pub struct AppState {
     pub config: Arc<ServeConfig>,
     /// One permit per upload being received (`--max-uploads`).
     pub upload_slots: Arc<tokio::sync::Semaphore>,
+    /// Stored index writes in flight, which a graceful shutdown waits for.
+    pub index_writes: Arc<stored_index::IndexWrites>,
 }
 
 impl AppState {
@@ -120,6 +122,7 @@ impl AppState {
             store: Arc::new(store),
             cache: Arc::new(cache::AnalysisCache::new(config.cache_budget_bytes)),
             upload_slots: Arc::new(tokio::sync::Semaphore::new(config.limits.max_uploads)),
+            index_writes: Arc::default(),
             config: Arc::new(config),
         })
     }
@@ -253,12 +256,20 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// Runs the server until Ctrl-C or SIGTERM, then gives the requests in flight
-/// `--shutdown-grace` to finish and returns.
+/// `--shutdown-grace` to finish, and the stored index writes in flight up to
+/// [`stored_index::INDEX_WRITE_GRACE`] (a second Ctrl-C or SIGTERM stops waiting), and returns.
 pub async fn serve(state: AppState, listener: tokio::net::TcpListener) -> std::io::Result<()> {
     let limits = state.config.limits.clone();
+    let index_writes = state.index_writes.clone();
     let trash = tokio::spawn(empty_trash_periodically(state.clone()));
     let served = connections::serve(listener, router(state), &limits, shutdown_signal()).await;
     trash.abort();
+    tokio::select! {
+        _ = index_writes.finish(stored_index::INDEX_WRITE_GRACE) => {},
+        () = shutdown_signal() => {
+            tracing::warn!("asked again to stop: not waiting for the stored index writes");
+        },
+    }
     served
 }
 
