@@ -1,7 +1,7 @@
 //! `/compare/{a}` (pick the other snapshot) and `/compare/{a}/{b}` (what changed).
 
 use super::index::Row;
-use super::loading::{LoadCard, not_ready};
+use super::loading::{LoadCard, not_ready, render_loads};
 use super::{Assets, CompareAssets, error_page, render};
 use crate::server::AppState;
 use crate::server::compare::{CompareQuery, flag};
@@ -11,7 +11,6 @@ use crate::server::store::Record;
 use crate::server::wire::SnapshotView;
 use askama::Template;
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
 use axum::response::Response;
 
 /// One side of a comparison as the page header shows it.
@@ -92,11 +91,7 @@ pub async fn compare(
     match page.await {
         Ok(page) => {
             let failed = page.load_card.as_ref().is_some_and(LoadCard::failed);
-            let mut response = render(page);
-            if failed {
-                *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-            }
-            response
+            render_loads(page, failed)
         }
         Err(e) => error_page(e),
     }

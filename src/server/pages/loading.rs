@@ -4,11 +4,15 @@
 //! until its snapshot is ready; the compare page (`/compare/{a}/{b}`) shows it above the
 //! comparison it is waiting for.
 
+use super::render;
 use crate::format::bytes;
 use crate::server::AppState;
 use crate::server::cache::LoadState;
 use crate::server::error::ApiError;
 use crate::server::extract::StoredSnapshot;
+use askama::Template;
+use axum::http::StatusCode;
+use axum::response::Response;
 
 /// One snapshot being read, as the card first shows it (the script takes over from there).
 pub(crate) struct LoadView {
@@ -46,7 +50,7 @@ impl LoadView {
                 ),
                 String::new(),
             ),
-            // Ready between the two looks at the cache: the script reloads at its first poll.
+            // Ready between the two looks at the cache: the script's first poll says so.
             LoadState::Analysing | LoadState::Ready => (
                 "analysing",
                 record.size_bytes,
@@ -95,10 +99,19 @@ pub(crate) struct LoadCard {
 }
 
 impl LoadCard {
-    /// Whether a load failed: the page answers 500, as the views' requests would.
+    /// Whether a load failed.
     pub(crate) fn failed(&self) -> bool {
         self.loads.iter().any(LoadView::failed)
     }
+}
+
+/// `page`, answered 500 when a load it shows `failed`, as the views' requests are.
+pub(crate) fn render_loads(page: impl Template, failed: bool) -> Response {
+    let mut response = render(page);
+    if failed {
+        *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+    }
+    response
 }
 
 /// The snapshots of `stored` not in memory, each load started (in the background, once however

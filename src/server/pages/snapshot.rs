@@ -1,6 +1,6 @@
 //! `/s/{id}`: one snapshot's summary and its interactive views; this URL is the one to share.
 
-use super::loading::{LoadCard, LoadView};
+use super::loading::{LoadCard, LoadView, render_loads};
 use super::{Assets, assets, error_page, render};
 use crate::analysis::DeviceSummary;
 use crate::analysis::findings::Finding;
@@ -12,7 +12,6 @@ use crate::server::extract::StoredSnapshot;
 use crate::snapshot::short_frame_label;
 use askama::Template;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
 use axum::response::Response;
 
 #[derive(Template)]
@@ -328,19 +327,18 @@ fn loading_page(stored: StoredSnapshot, progress: LoadState) -> Response {
     };
     let failed = card.failed();
     let record = stored.record;
-    let mut response = render(LoadingPage {
-        assets: Assets::new(),
-        loading_js: assets::url("loading.js"),
-        name: record.name,
-        filename: record.filename,
-        size: bytes(record.size_bytes),
-        uploaded_at_ms: record.uploaded_at_ms,
-        card,
-    });
-    if failed {
-        *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-    }
-    response
+    render_loads(
+        LoadingPage {
+            assets: Assets::new(),
+            loading_js: assets::url("loading.js"),
+            name: record.name,
+            filename: record.filename,
+            size: bytes(record.size_bytes),
+            uploaded_at_ms: record.uploaded_at_ms,
+            card,
+        },
+        failed,
+    )
 }
 
 /// The full page of a parsed snapshot.
