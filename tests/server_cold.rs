@@ -156,3 +156,191 @@ fn a_stored_file_that_does_not_parse_is_reported_and_not_parsed_again() {
     );
     assert_eq!(loads_of(&server, &id), 1, "{}", server.log_text());
 }
+
+#[test]
+fn a_compare_of_cold_snapshots_answers_at_once_with_their_loads_then_the_comparison() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let server = Served::start(&data, &[]);
+    let mlp = upload(&server, "mlp_small.pickle");
+    let oom = upload(&server, "oom.pickle");
+    let server = restart(server, &data);
+
+    // Both cold: the page answers without waiting, names both with where each stands, and has
+    // started both loads.
+    let (code, page) = server.call("GET", &format!("/compare/{mlp}/{oom}"), None);
+    assert_eq!(code, 200, "{page}");
+    assert!(page.contains("id=\"load-card\""), "the loads' card: {page}");
+    assert!(page.contains("Opening both snapshots"), "{page}");
+    for (id, file) in [(&mlp, "mlp_small.pickle"), (&oom, "oom.pickle")] {
+        assert!(
+            page.contains(&format!(
+                "class=\"load\" data-id=\"{id}\" data-filename=\"{file}\""
+            )),
+            "{file} listed: {page}"
+        );
+    }
+    assert!(
+        page.contains("id=\"compare\""),
+        "the comparison's page: {page}"
+    );
+    assert!(page.contains("/static/compare/main."), "its script: {page}");
+    wait_until("both are ready", Duration::from_secs(20), || {
+        status(&server, &mlp)["state"] == "ready" && status(&server, &oom)["state"] == "ready"
+    });
+    assert_eq!(loads_of(&server, &mlp), 1, "{}", server.log_text());
+    assert_eq!(loads_of(&server, &oom), 1, "{}", server.log_text());
+
+    // Ready: the comparison alone, and its data answers.
+    let (code, page) = server.call("GET", &format!("/compare/{mlp}/{oom}"), None);
+    assert_eq!(code, 200, "{page}");
+    assert!(
+        !page.contains("id=\"load-card\""),
+        "no card once ready: {page}"
+    );
+    let (code, body) = server.call("GET", &format!("/api/compare/{mlp}/{oom}"), None);
+    assert_eq!(code, 200, "{body}");
+
+    // One side cold (a restart, then one opened): only that one is listed.
+    let server = restart(server, &data);
+    let (code, _) = server.call("GET", &format!("/api/snapshots/{mlp}"), None);
+    assert_eq!(code, 200);
+    let (code, page) = server.call("GET", &format!("/compare/{mlp}/{oom}"), None);
+    assert_eq!(code, 200, "{page}");
+    assert!(page.contains("Opening one of the snapshots"), "{page}");
+    assert!(page.contains("<p class=\"load-name\">"), "named: {page}");
+    assert!(page.contains(&format!("data-id=\"{oom}\"")), "{page}");
+    assert!(
+        !page.contains(&format!("class=\"load\" data-id=\"{mlp}\"")),
+        "{page}"
+    );
+    // A snapshot compared with itself is read (and listed) once.
+    let server = restart(server, &data);
+    let (code, page) = server.call("GET", &format!("/compare/{mlp}/{mlp}"), None);
+    assert_eq!(code, 200, "{page}");
+    assert_eq!(page.matches("class=\"load\" data-id=").count(), 1, "{page}");
+}
+
+#[test]
+fn a_compare_with_a_snapshot_that_does_not_parse_says_why() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let server = Served::start(&data, &[]);
+    let broken = upload(&server, "mlp_small.pickle");
+    drop(server);
+    // The stored file damaged on disk, before the second upload (so it is the only blob).
+    let blobs = blobs_and_temps(&data);
+    assert_eq!(blobs.len(), 1, "{blobs:?}");
+    let bytes = std::fs::read(&blobs[0]).expect("blob");
+    std::fs::write(&blobs[0], &bytes[..bytes.len() / 2]).expect("truncate");
+    let server = Served::start(&data, &[]);
+    let sound = upload(&server, "oom.pickle");
+
+    let (code, page) = server.call("GET", &format!("/compare/{broken}/{sound}"), None);
+    assert!(code == 200 || code == 500, "{code} {page}");
+    wait_until("the load fails", Duration::from_secs(20), || {
+        status(&server, &broken)["state"] == "failed"
+    });
+    let (code, page) = server.call("GET", &format!("/compare/{broken}/{sound}"), None);
+    assert_eq!(code, 500, "{page}");
+    assert!(
+        page.contains("These snapshots cannot be compared"),
+        "{page}"
+    );
+    assert!(
+        page.contains("does not read as a snapshot"),
+        "the reason: {page}"
+    );
+    assert!(
+        page.contains("The server could not read mlp_small.pickle"),
+        "which one: {page}"
+    );
+    assert!(
+        page.contains("Back to the snapshot list"),
+        "a way back: {page}"
+    );
+    assert!(
+        !page.contains(&format!("data-id=\"{sound}\"")),
+        "the sound one is ready: {page}"
+    );
+    assert_eq!(loads_of(&server, &broken), 1, "{}", server.log_text());
+}
+
+#[test]
+fn a_graceful_shutdown_waits_for_the_stored_index_being_written() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    // The test hook holds each index write until the gate exists (src/server/stored_index.rs).
+    let gate = dir.path().join("gate");
+    let mut waiting = gate.clone().into_os_string();
+    waiting.push(".waiting");
+    let waiting = std::path::PathBuf::from(waiting);
+    let mut server = Served::builder()
+        .data_dir(&data)
+        .env(snapview::server::stored_index::TEST_INDEX_WRITE_GATE, &gate)
+        .start();
+    // Uploading parses it, and its index is written after the answer.
+    let id = upload(&server, "mlp_small.pickle");
+    wait_until("the index write starts", Duration::from_secs(20), || {
+        waiting.exists()
+    });
+    let index = data.join("indexes").join(format!("{id}.snapidx"));
+    assert!(!index.exists(), "held at the gate");
+
+    let stopped = std::process::Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(stopped.success());
+    wait_until(
+        "the server says it waits for the write",
+        Duration::from_secs(20),
+        || {
+            server
+                .log_text()
+                .contains("waiting for stored index writes to finish")
+        },
+    );
+    let log = server.log_text();
+    assert!(log.contains(&format!("ids={id}")), "names it: {log}");
+    assert!(
+        server.child.try_wait().expect("wait").is_none(),
+        "still running while the write is held: {log}"
+    );
+    std::fs::write(&gate, b"").expect("open the gate");
+    let mut exited = None;
+    wait_until("the server exits", Duration::from_secs(20), || {
+        exited = server.child.try_wait().expect("wait");
+        exited.is_some()
+    });
+    assert!(
+        exited.is_some_and(|status| status.success()),
+        "{exited:?}\n{}",
+        server.log_text()
+    );
+    assert!(
+        index.exists(),
+        "the index was written before exiting:\n{}",
+        server.log_text()
+    );
+    assert!(
+        server.log_text().contains("stored index writes finished"),
+        "{}",
+        server.log_text()
+    );
+    let temps: Vec<_> = std::fs::read_dir(data.join("indexes"))
+        .expect("indexes")
+        .flatten()
+        .filter(|entry| entry.file_name().to_string_lossy().contains(".tmp-"))
+        .collect();
+    assert!(temps.is_empty(), "no temporary file left: {temps:?}");
+
+    // The next start opens the snapshot from that index: it is whole and sound.
+    let server = Served::start(&data, &[]);
+    wait_until("it is ready", Duration::from_secs(20), || {
+        status(&server, &id)["state"] == "ready"
+    });
+    let log = server.log_text();
+    assert!(log.contains("opened from its stored index"), "{log}");
+    assert!(!log.contains("the stored index is not used"), "{log}");
+}

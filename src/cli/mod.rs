@@ -161,8 +161,12 @@ fn serve(config: ServeConfig, files: Vec<PathBuf>) -> Result<(), String> {
         }
         tracing::info!(data_dir = %data_dir.display(), "snapshots are kept here");
         log_access(&config);
+        // Listening for Ctrl-C and SIGTERM before saying where it serves: a script that stops
+        // the server once it read that line gets the graceful shutdown.
+        let signals = crate::server::StopSignals::listen()
+            .map_err(|e| format!("cannot listen for Ctrl-C and SIGTERM: {e}"))?;
         println!("snapview is serving at {}/", config.public_url);
-        crate::server::serve(state, listener)
+        crate::server::serve(state, listener, signals)
             .await
             .map_err(|e| format!("the server failed: {e}"))
     });

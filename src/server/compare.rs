@@ -2,7 +2,7 @@
 
 use super::AppState;
 use super::error::{ApiError, blocking};
-use super::extract::LoadedSnapshot;
+use super::extract::{LoadedSnapshot, StoredSnapshot};
 use super::wire::{GroupAnswer, GroupMember, SnapshotView};
 use crate::analysis::diff::{DiffOptions, SnapshotDiff, diff};
 use crate::analysis::groups::{GroupStats, MemberPeak, group_stats};
@@ -50,14 +50,27 @@ fn diff_moment(moment: Option<Moment>) -> Option<Option<usize>> {
     }
 }
 
+/// The two snapshots of a comparison, loaded at once: two cold ones are read side by side (as
+/// the compare page shows them), and each is held from the moment it is ready, so a cache too
+/// small for both cannot drop the first while the second is read and make it be read again.
+async fn both(
+    state: &AppState,
+    a: &str,
+    b: &str,
+) -> Result<(LoadedSnapshot, LoadedSnapshot), ApiError> {
+    // Found one after the other, so a link with two bad ids names the first.
+    let before = StoredSnapshot::find(state, a).await?;
+    let after = StoredSnapshot::find(state, b).await?;
+    tokio::try_join!(before.load(state), after.load(state))
+}
+
 /// `GET /api/compare/{a}/{b}`.
 pub async fn compare(
     State(state): State<AppState>,
     Path((a, b)): Path<(String, String)>,
     Query(query): Query<CompareQuery>,
 ) -> Result<Json<CompareAnswer>, ApiError> {
-    let before = LoadedSnapshot::find(&state, &a).await?;
-    let after = LoadedSnapshot::find(&state, &b).await?;
+    let (before, after) = both(&state, &a, &b).await?;
     let options = DiffOptions {
         ignore_lines: flag(&query.ignore_lines),
         at_before: diff_moment(query.at_a),
@@ -87,8 +100,7 @@ pub async fn torch_compare_text(
     State(state): State<AppState>,
     Path((a, b)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let before = LoadedSnapshot::find(&state, &a).await?;
-    let after = LoadedSnapshot::find(&state, &b).await?;
+    let (before, after) = both(&state, &a, &b).await?;
     let (a, b) = (before.loaded.clone(), after.loaded.clone());
     let text = blocking(move || crate::torch_text::compare(&a.snapshot, &b.snapshot)).await?;
     let filename = format!(

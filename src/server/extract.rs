@@ -143,9 +143,15 @@ impl StoredSnapshot {
         state: &AppState,
     ) -> Result<Result<Arc<Loaded>, LoadState>, ApiError> {
         let load = self.loader(state)?;
-        Ok(state
+        let answer = state
             .cache
-            .ready_or_start(&self.id, self.record.size_bytes, load))
+            .ready_or_start(&self.id, self.record.size_bytes, load);
+        // A load followed by its status and pages alone (no view asked yet) gets its stored
+        // index written too, by the first request that finds it ready.
+        if let Ok(loaded) = &answer {
+            super::stored_index::maintain_in_background(state, &self.id, loaded);
+        }
+        Ok(answer)
     }
 }
 

@@ -101,6 +101,8 @@ pub struct AppState {
     pub config: Arc<ServeConfig>,
     /// One permit per upload being received (`--max-uploads`).
     pub upload_slots: Arc<tokio::sync::Semaphore>,
+    /// Stored index writes in flight, which a graceful shutdown waits for.
+    pub index_writes: Arc<stored_index::IndexWrites>,
 }
 
 impl AppState {
@@ -120,6 +122,7 @@ impl AppState {
             store: Arc::new(store),
             cache: Arc::new(cache::AnalysisCache::new(config.cache_budget_bytes)),
             upload_slots: Arc::new(tokio::sync::Semaphore::new(config.limits.max_uploads)),
+            index_writes: Arc::default(),
             config: Arc::new(config),
         })
     }
@@ -252,34 +255,62 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Runs the server until Ctrl-C or SIGTERM, then gives the requests in flight
-/// `--shutdown-grace` to finish and returns.
-pub async fn serve(state: AppState, listener: tokio::net::TcpListener) -> std::io::Result<()> {
+/// Runs the server until Ctrl-C or SIGTERM (`signals`), then gives the requests in flight
+/// `--shutdown-grace` to finish, and the stored index writes in flight up to
+/// [`stored_index::INDEX_WRITE_GRACE`] (a second Ctrl-C or SIGTERM stops waiting), and returns.
+pub async fn serve(
+    state: AppState,
+    listener: tokio::net::TcpListener,
+    mut signals: StopSignals,
+) -> std::io::Result<()> {
     let limits = state.config.limits.clone();
+    let index_writes = state.index_writes.clone();
     let trash = tokio::spawn(empty_trash_periodically(state.clone()));
-    let served = connections::serve(listener, router(state), &limits, shutdown_signal()).await;
+    let served = connections::serve(listener, router(state), &limits, signals.next()).await;
     trash.abort();
+    tokio::select! {
+        _ = index_writes.finish(stored_index::INDEX_WRITE_GRACE) => {},
+        () = signals.next() => {
+            tracing::warn!("asked again to stop: not waiting for the stored index writes");
+        },
+    }
     served
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Ctrl-C and SIGTERM, listened for from the moment this is made. The server makes it before it
+/// says where it serves: a signal sent as soon as that line is read then stops it gracefully,
+/// where before a listener exists the signal's default action kills it mid-write.
+pub struct StopSignals {
     #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    /// Starts listening (inside the runtime).
+    pub fn listen() -> std::io::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(Self {
+                interrupt: signal(SignalKind::interrupt())?,
+                terminate: signal(SignalKind::terminate())?,
+            })
         }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = terminate => {},
+        #[cfg(not(unix))]
+        Ok(Self {})
     }
-    tracing::info!("shutting down");
+
+    /// The next Ctrl-C or SIGTERM (one received since the last call counts).
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.interrupt.recv() => {},
+            _ = self.terminate.recv() => {},
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down");
+    }
 }

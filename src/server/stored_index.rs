@@ -1,15 +1,19 @@
 //! The server's use of stored indexes (`crate::index`): a cold load opens the snapshot's index
 //! when it is there and sound, else parses the pickle; a snapshot parsed from its pickle (a
 //! cold load, an upload) gets its index written afterwards, on a blocking thread, so the answer
-//! does not wait for it; one opened from its index gets its columns checked the same way.
+//! does not wait for it; one opened from its index gets its columns checked the same way. A
+//! graceful shutdown waits for the writes in flight ([`IndexWrites`]), so a snapshot read just
+//! before a restart is not read again after it.
 
 use super::AppState;
 use super::cache::{IndexWork, Loaded};
 use super::store::SnapshotId;
 use crate::analysis::roles::UserRules;
 use crate::index::{BlobIdentity, IndexError, Verify};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
 
 /// How much of an index a load checks. The header, section table and JSON section always; the
 /// columns only by their bounds and lengths: checksumming them would read the whole file (as
@@ -65,11 +69,15 @@ pub fn maintain_in_background(state: &AppState, id: &SnapshotId, loaded: &Arc<Lo
     if work == IndexWork::None {
         return;
     }
+    let blob = state.store.blob_path(id);
+    let index = state.store.index_path(id);
+    // Counted before the thread starts, so a shutdown that begins now already waits for it.
+    let running = (work == IndexWork::Write).then(|| state.index_writes.begin(id));
     let (state, id, loaded) = (state.clone(), id.clone(), loaded.clone());
-    let blob = state.store.blob_path(&id);
-    let index = state.store.index_path(&id);
     tokio::task::spawn_blocking(move || match work {
         IndexWork::Write => {
+            let _running = running;
+            wait_at_test_gate();
             if let Err(error) = write_now(&id, &blob, &index, &loaded) {
                 tracing::warn!(%id, %error, "writing the stored index failed; the next cold load reads the snapshot again");
             }
@@ -91,6 +99,117 @@ pub fn maintain_in_background(state: &AppState, id: &SnapshotId, loaded: &Arc<Lo
         }
         IndexWork::None => {}
     });
+}
+
+/// How long a graceful shutdown waits for the stored index writes in flight: a write is the
+/// size of the snapshot's columns (about 53 bytes per event, 1.7 GB for 32M events), written and
+/// fsync'd in a few seconds, so this is room for a slow disk, not a wait anyone should see.
+pub const INDEX_WRITE_GRACE: Duration = Duration::from_secs(30);
+
+/// The stored index writes running, by snapshot, so a graceful shutdown can wait for them
+/// ([`IndexWrites::finish`]): stopped during a write, the server would leave no index (the write
+/// goes to a temporary name, renamed when whole) and read that snapshot again at its next start.
+#[derive(Debug)]
+pub struct IndexWrites {
+    running: watch::Sender<Vec<SnapshotId>>,
+}
+
+impl Default for IndexWrites {
+    fn default() -> Self {
+        Self {
+            running: watch::Sender::new(Vec::new()),
+        }
+    }
+}
+
+/// One write in flight; it ends (for [`IndexWrites::finish`]) when this is dropped, whether the
+/// write succeeded, failed or panicked.
+#[derive(Debug)]
+pub struct RunningWrite {
+    writes: Arc<IndexWrites>,
+    id: SnapshotId,
+}
+
+impl Drop for RunningWrite {
+    fn drop(&mut self) {
+        self.writes.running.send_modify(|running| {
+            if let Some(at) = running.iter().position(|id| *id == self.id) {
+                running.swap_remove(at);
+            }
+        });
+    }
+}
+
+impl IndexWrites {
+    /// Counts a write of `id`'s index until the returned guard is dropped.
+    pub fn begin(self: &Arc<Self>, id: &SnapshotId) -> RunningWrite {
+        self.running.send_modify(|running| running.push(id.clone()));
+        RunningWrite {
+            writes: self.clone(),
+            id: id.clone(),
+        }
+    }
+
+    /// The snapshots whose index is being written now.
+    pub fn running(&self) -> Vec<SnapshotId> {
+        self.running.borrow().clone()
+    }
+
+    /// Waits until no write runs, at most `limit`, saying in the log what it waits for; true
+    /// when none is left. Writes started meanwhile are waited for too.
+    pub async fn finish(&self, limit: Duration) -> bool {
+        let running = self.running();
+        if running.is_empty() {
+            return true;
+        }
+        let ids: Vec<&str> = running.iter().map(SnapshotId::as_str).collect();
+        tracing::info!(
+            writes = running.len(),
+            ids = %ids.join(","),
+            limit_s = limit.as_secs_f64(),
+            "waiting for stored index writes to finish before stopping"
+        );
+        let started = Instant::now();
+        let mut changes = self.running.subscribe();
+        match tokio::time::timeout(limit, changes.wait_for(Vec::is_empty)).await {
+            Ok(_) => {
+                tracing::info!(
+                    ms = started.elapsed().as_millis() as u64,
+                    "stored index writes finished"
+                );
+                true
+            }
+            Err(_) => {
+                let left: Vec<String> = self.running().iter().map(ToString::to_string).collect();
+                tracing::warn!(
+                    ids = %left.join(","),
+                    "stopping with stored index writes unfinished: those snapshots are read from their pickle at the next start"
+                );
+                false
+            }
+        }
+    }
+}
+
+/// The environment variable of a test hook: with `SNAPVIEW_TEST_INDEX_WRITE_GATE=PATH`, each
+/// index write first creates `PATH.waiting`, then waits (a minute at most) until `PATH` exists,
+/// so a test can stop the server while a write is in flight without racing it (see
+/// tests/server_cold.rs). Unset, as it is outside that test, it costs one lookup per write.
+pub const TEST_INDEX_WRITE_GATE: &str = "SNAPVIEW_TEST_INDEX_WRITE_GATE";
+
+fn wait_at_test_gate() {
+    let Some(gate) = std::env::var_os(TEST_INDEX_WRITE_GATE).map(PathBuf::from) else {
+        return;
+    };
+    let mut waiting = gate.clone().into_os_string();
+    waiting.push(".waiting");
+    if let Err(error) = std::fs::write(&waiting, b"") {
+        tracing::warn!(%error, "the index write gate (a test hook) cannot be marked");
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !gate.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// Writes the index now (the caller's thread): what [`maintain_in_background`] runs.
@@ -115,4 +234,41 @@ pub fn write_now(
     )?;
     tracing::info!(%id, bytes, ms = started.elapsed().as_millis() as u64, "stored index written");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(n: u8) -> SnapshotId {
+        SnapshotId::parse(&format!("{n:016x}")).expect("id")
+    }
+
+    #[tokio::test]
+    async fn finishing_waits_for_every_write_in_flight_and_no_longer_than_its_limit() {
+        let writes = Arc::new(IndexWrites::default());
+        assert!(writes.finish(Duration::ZERO).await, "nothing to wait for");
+        let first = writes.begin(&id(1));
+        let second = writes.begin(&id(2));
+        // The same snapshot twice (an upload and a cold load): each write counts.
+        let again = writes.begin(&id(1));
+        assert_eq!(writes.running().len(), 3);
+        assert!(
+            !writes.finish(Duration::from_millis(20)).await,
+            "gives up after its limit"
+        );
+        drop(again);
+        assert_eq!(writes.running(), vec![id(1), id(2)]);
+        let ending = tokio::spawn(async move {
+            drop(first);
+            tokio::task::yield_now().await;
+            drop(second);
+        });
+        assert!(
+            writes.finish(Duration::from_secs(20)).await,
+            "ends when the last write does"
+        );
+        ending.await.expect("join");
+        assert!(writes.running().is_empty());
+    }
 }

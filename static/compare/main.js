@@ -9,6 +9,7 @@
 
 import { bytes } from "../lib/units.js";
 import { getJSON, h, onThemeChange } from "../views/common.js";
+import { followLoads } from "../views/loads.js";
 import { copyLink, isShortcut, keyboardHelp, showTimes } from "../views/page.js";
 import { momentText, signedBytes } from "./change.js";
 import { Curves, momentForm } from "./curves.js";
@@ -230,6 +231,22 @@ async function comparePage(root) {
   ]);
 
   const loading = document.getElementById("compare-loading");
+  // Snapshots not in memory: the server started reading them and listed them on a card; the
+  // data request below waits for them meanwhile, and the card shows how far each one is.
+  const card = document.getElementById("load-card");
+  const loads = card ? followLoads(card) : null;
+  if (loads) {
+    loads.settled.then((outcome) => {
+      if (outcome === "ready") {
+        card.hidden = true;
+        if (!root.dataset.ready) loading.hidden = false;
+      } else if (outcome === "gone") {
+        window.location.reload();
+      }
+    });
+    // Failed already: the card says why, and the data request would only answer 500.
+    if (loads.state() === "stop") return;
+  }
   const apiParams = new URLSearchParams();
   if (ignore) apiParams.set("ignore_lines", "1");
   if (moments.at[0] !== null) apiParams.set("at_a", String(moments.at[0]));
@@ -239,11 +256,18 @@ async function comparePage(root) {
     answer = await getJSON(`/api/compare/${a}/${b}${apiParams.size ? `?${apiParams}` : ""}`);
   } catch (error) {
     loading.hidden = true;
+    // A load that failed while the request waited: the card's next poll says why (the
+    // server remembers the failure), which says more than the request's 500.
+    const waited = loads && (await Promise.race([loads.settled, new Promise((resolve) => setTimeout(resolve, 2000))]));
+    if (waited === "failed") return;
+    loads?.stop();
     const errorBox = document.getElementById("compare-error");
     errorBox.textContent = `Could not compare these snapshots. ${error.message}`;
     errorBox.hidden = false;
     return;
   }
+  loads?.stop();
+  if (card) card.hidden = true;
   loading.hidden = true;
   const names = [answer.before.name, answer.after.name];
   const devices = document.getElementById("devices");

@@ -1,6 +1,7 @@
-// What the page of a snapshot being read shows for each answer of
+// What a page waiting for snapshots being read shows for each answer of
 // `GET /api/snapshots/{id}/status` ({state: queued | reading | analysing | ready | failed}),
-// and when it asks again. No DOM: static/loading.js draws it.
+// and when it asks again. No DOM: static/views/loads.js draws it (on the snapshot page's
+// loading page and on the compare page).
 
 import { bytes } from "./units.js";
 
@@ -42,6 +43,21 @@ export function describe(status, filename, size) {
       // An answer this page does not know (a newer server): keep asking, say nothing new.
       return { line: "Loading…", percent: null, stage: "Loading", error: "", next: "poll" };
   }
+}
+
+/**
+ * Where a page waiting for several loads stands, from each one's `next`: "stop" once one failed
+ * (the page cannot be shown), "reload" when every one is ready, else "poll".
+ */
+export function overall(nexts) {
+  if (nexts.includes("stop")) return "stop";
+  if (nexts.every((next) => next === "reload")) return "reload";
+  return "poll";
+}
+
+/** The line of a snapshot that is ready while the page still waits for `others` more. */
+export function readyWaiting(others) {
+  return others === 1 ? "Ready; waiting for the other snapshot…" : `Ready; waiting for ${others} other snapshots…`;
 }
 
 /** The line above a failed load's reason (the server's page words it the same). */

@@ -1,9 +1,9 @@
-// node --test: the words and timing of the page shown while a snapshot is read
-// (static/loading.js over GET /api/snapshots/{id}/status).
+// node --test: the words and timing of the pages shown while snapshots are read
+// (static/views/loads.js over GET /api/snapshots/{id}/status).
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { describe, failedLine, POLL_MS, RETRY_MAX_MS, retryDelay } from "./load-status.js";
+import { describe, failedLine, overall, POLL_MS, RETRY_MAX_MS, readyWaiting, retryDelay } from "./load-status.js";
 
 test("reading says the file, the bytes read of the total, and the bar's share", () => {
   const shown = describe({ state: "reading", read: 1288490189, total: 2684354560 }, "snapshot.pickle");
@@ -62,4 +62,14 @@ test("polls four times a second, and backs off to a few seconds while the server
   assert.ok(retryDelay(1) > POLL_MS);
   assert.ok(retryDelay(2) > retryDelay(1));
   assert.equal(retryDelay(50), RETRY_MAX_MS);
+});
+
+test("a page waiting for several loads stops at the first failure and reloads when all are ready", () => {
+  assert.equal(overall(["reload", "poll"]), "poll");
+  assert.equal(overall(["reload", "reload"]), "reload");
+  assert.equal(overall(["poll", "stop"]), "stop");
+  assert.equal(overall(["reload", "stop"]), "stop");
+  assert.equal(overall(["reload"]), "reload");
+  assert.equal(readyWaiting(1), "Ready; waiting for the other snapshot…");
+  assert.equal(readyWaiting(2), "Ready; waiting for 2 other snapshots…");
 });

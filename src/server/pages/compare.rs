@@ -1,6 +1,7 @@
 //! `/compare/{a}` (pick the other snapshot) and `/compare/{a}/{b}` (what changed).
 
 use super::index::Row;
+use super::loading::{LoadCard, not_ready, render_loads};
 use super::{Assets, CompareAssets, error_page, render};
 use crate::server::AppState;
 use crate::server::compare::{CompareQuery, flag};
@@ -44,29 +45,54 @@ struct ComparePage {
     ignore_lines: bool,
     /// The picker's candidates: every other snapshot, newest first.
     candidates: Vec<Row>,
+    /// The snapshots of the comparison still being read, if any.
+    load_card: Option<LoadCard>,
 }
 
 /// `GET /compare/{a}/{b}`: what changed from `a` to `b`. The data comes from
-/// `/api/compare/{a}/{b}`; the page checks the ids so a bad link gets the error page.
+/// `/api/compare/{a}/{b}`; the page checks the ids so a bad link gets the error page. It never
+/// waits for a parse: a snapshot not in memory has its load started here and shown on the page
+/// (the card of `loading.rs`) while the data request waits for it; a load that failed makes
+/// the page a 500 that says why.
 pub async fn compare(
     State(state): State<AppState>,
     Path((a, b)): Path<(String, String)>,
     Query(query): Query<CompareQuery>,
 ) -> Response {
     let page = async {
-        let before = StoredSnapshot::find(&state, &a).await?.record;
-        let after = StoredSnapshot::find(&state, &b).await?.record;
+        let before = StoredSnapshot::find(&state, &a).await?;
+        let after = StoredSnapshot::find(&state, &b).await?;
+        let loads = not_ready(&state, &[&before, &after])?;
+        let load_card = if loads.is_empty() {
+            None
+        } else {
+            Some(LoadCard {
+                heading: if loads.len() > 1 {
+                    "Opening both snapshots"
+                } else {
+                    "Opening one of the snapshots"
+                },
+                failed_heading: "These snapshots cannot be compared",
+                why: "The server reads a snapshot once after it starts, or after it made room for others; the comparison shows here when they are ready.",
+                name_each: true,
+                loads,
+            })
+        };
         Ok::<_, ApiError>(ComparePage {
             assets: Assets::new(),
             extra: CompareAssets::new(),
-            before: Side::new(&before),
-            after: Some(Side::new(&after)),
+            before: Side::new(&before.record),
+            after: Some(Side::new(&after.record)),
             ignore_lines: flag(&query.ignore_lines),
             candidates: Vec::new(),
+            load_card,
         })
     };
     match page.await {
-        Ok(page) => render(page),
+        Ok(page) => {
+            let failed = page.load_card.as_ref().is_some_and(LoadCard::failed);
+            render_loads(page, failed)
+        }
         Err(e) => error_page(e),
     }
 }
@@ -92,6 +118,7 @@ pub async fn compare_picker(State(state): State<AppState>, Path(a): Path<String>
             after: None,
             ignore_lines: false,
             candidates,
+            load_card: None,
         })
     };
     match page.await {

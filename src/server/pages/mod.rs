@@ -6,6 +6,7 @@ mod compare;
 mod errors;
 mod group;
 mod index;
+mod loading;
 mod snapshot;
 
 pub use compare::{compare, compare_picker};

@@ -1,5 +1,6 @@
 //! `/s/{id}`: one snapshot's summary and its interactive views; this URL is the one to share.
 
+use super::loading::{LoadCard, LoadView, render_loads};
 use super::{Assets, assets, error_page, render};
 use crate::analysis::DeviceSummary;
 use crate::analysis::findings::Finding;
@@ -11,7 +12,6 @@ use crate::server::extract::StoredSnapshot;
 use crate::snapshot::short_frame_label;
 use askama::Template;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
 use axum::response::Response;
 
 #[derive(Template)]
@@ -302,87 +302,43 @@ pub async fn snapshot(State(state): State<AppState>, Path(id): Path<String>) -> 
     }
 }
 
-/// The page of a snapshot being parsed: its stored name and size, where the parse stands, and
-/// a script (`static/loading.js`) that polls `GET /api/snapshots/{id}/status` and reloads into
-/// the full page when it is ready.
+/// The page of a snapshot being parsed: its stored name and size, and the card of its load
+/// (`LoadCard`), whose script (`static/loading.js`) reloads into the full page when it is ready.
 #[derive(Template)]
 #[template(path = "loading.html")]
 struct LoadingPage {
     assets: Assets,
     loading_js: String,
-    id: String,
     name: String,
     filename: String,
     size: String,
-    size_bytes: u64,
     uploaded_at_ms: i64,
-    /// `queued`, `reading`, `analysing` or `failed` (as the status endpoint says it).
-    state: &'static str,
-    read_bytes: u64,
-    /// What the page says first, as the script words it on each poll.
-    line: String,
-    /// Why the load failed (for `failed`).
-    error: String,
+    card: LoadCard,
 }
 
 fn loading_page(stored: StoredSnapshot, progress: LoadState) -> Response {
-    let record = stored.record;
-    let (state, read_bytes, line, error) = match progress {
-        LoadState::Queued => (
-            "queued",
-            0,
-            "Waiting for other snapshots to finish loading…".to_owned(),
-            String::new(),
-        ),
-        LoadState::Reading { read, total } => (
-            "reading",
-            read,
-            format!(
-                "Reading {}: {} of {}",
-                record.filename,
-                bytes(read),
-                bytes(total)
-            ),
-            String::new(),
-        ),
-        // Ready between the two looks at the cache: the script reloads at its first poll.
-        LoadState::Analysing | LoadState::Ready => (
-            "analysing",
-            record.size_bytes,
-            "Analysing…".to_owned(),
-            String::new(),
-        ),
-        LoadState::Failed(why) => (
-            "failed",
-            0,
-            failed_line(&record.filename, record.size_bytes),
-            why,
-        ),
+    let card = LoadCard {
+        heading: "Opening this snapshot",
+        failed_heading: "This snapshot could not be opened",
+        why: "The server reads a snapshot once after it starts, or after it made room for others; this page becomes the snapshot's page when it is ready.",
+        // Its name is the page's heading.
+        name_each: false,
+        loads: vec![LoadView::new(&stored, progress)],
     };
-    let failed = state == "failed";
-    let mut response = render(LoadingPage {
-        assets: Assets::new(),
-        loading_js: assets::url("loading.js"),
-        id: stored.id.to_string(),
-        name: record.name,
-        filename: record.filename,
-        size: bytes(record.size_bytes),
-        size_bytes: record.size_bytes,
-        uploaded_at_ms: record.uploaded_at_ms,
-        state,
-        read_bytes,
-        line,
-        error,
-    });
-    if failed {
-        *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-    }
-    response
-}
-
-/// The line above a failed load's reason (static/lib/load-status.js words it the same).
-fn failed_line(filename: &str, size: u64) -> String {
-    format!("The server could not read {filename} ({}).", bytes(size))
+    let failed = card.failed();
+    let record = stored.record;
+    render_loads(
+        LoadingPage {
+            assets: Assets::new(),
+            loading_js: assets::url("loading.js"),
+            name: record.name,
+            filename: record.filename,
+            size: bytes(record.size_bytes),
+            uploaded_at_ms: record.uploaded_at_ms,
+            card,
+        },
+        failed,
+    )
 }
 
 /// The full page of a parsed snapshot.
