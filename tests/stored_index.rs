@@ -1,6 +1,6 @@
 //! The stored index beside each blob (`snapview::index`): a server restarted on the same folder
 //! answers from it exactly as from a fresh read, without reading the pickle; a damaged index is
-//! refused and rebuilt; racing loads and writers end with one valid index.
+//! refused (or, for a column, found by the check after opening) and rebuilt; racing loads and writers end with one valid index.
 
 mod common;
 
@@ -210,6 +210,26 @@ async fn a_damaged_index_is_never_trusted_and_is_rebuilt_from_the_pickle() {
         matches!(refused, Err(snapview::index::IndexError::Checksum(_))),
         "{refused:?}"
     );
+    // The server opens it (the structure is sound) and answers at once; its background check
+    // then reads every column, deletes the index and drops the snapshot from the cache, so the
+    // next answers come from the pickle and a sound index is written again.
+    let restarted = server_on(dir.path());
+    let _from_the_damaged_index = answers(&restarted, &id).await;
+    let started = Instant::now();
+    while index.exists() && std::fs::read(&index).expect("index") != good {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the damaged column was not found by the background check"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        answers(&restarted, &id).await,
+        fresh,
+        "answers after the check"
+    );
+    wait_for_valid_index(&restarted.state, &id);
+    assert_eq!(std::fs::read(&index).expect("index"), good, "rebuilt");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
