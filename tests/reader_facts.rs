@@ -92,9 +92,9 @@ fn shared_frames_are_interned_once() {
     // none), in 43 distinct stacks counting the empty one.
     assert_eq!(snapshot.frames.len(), 75);
     let trace = snapshot.trace(0);
-    let with_stack = trace.stack.iter().filter(|&&s| s != 0).count();
+    let with_stack = trace.stack.iter().filter(|&s| s != 0).count();
     assert_eq!(with_stack, 3319);
-    let distinct: std::collections::BTreeSet<u32> = trace.stack.iter().copied().collect();
+    let distinct: std::collections::BTreeSet<u32> = trace.stack.iter().collect();
     assert_eq!(distinct.len(), 43);
 }
 

@@ -97,7 +97,7 @@ fn for_each_match(
     for i in 0..trace.len() {
         if (!codes.is_empty() && !codes.contains(&trace.action[i]))
             || trace.size.get(i) < filter.min_size
-            || !stack_test(trace.stack[i])
+            || !stack_test(trace.stack.get(i))
         {
             continue;
         }
@@ -271,7 +271,7 @@ impl MatchCache {
 pub fn row(snapshot: &Snapshot, trace: &Trace, replay: &Replay, index: usize) -> EventRow {
     let top_frame = snapshot
         .stacks
-        .get(trace.stack[index])
+        .get(trace.stack.get(index))
         .iter()
         .map(|&f| snapshot.frames.get(f))
         .find(|f| !f.is_hidden())

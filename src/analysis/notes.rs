@@ -83,8 +83,8 @@ pub fn notes(snapshot: &Snapshot, analysis: &Analysis) -> Vec<Note> {
         let frameless = trace
             .action
             .iter()
-            .zip(&trace.stack)
-            .filter(|&(&a, &s)| a == ActionCode::ALLOC && s == StackTable::EMPTY)
+            .zip(trace.stack.iter())
+            .filter(|&(&a, s)| a == ActionCode::ALLOC && s == StackTable::EMPTY)
             .count();
         if frameless > 0 {
             notes.push(Note {

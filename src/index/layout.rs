@@ -131,6 +131,8 @@ pub(super) struct TraceMeta {
     /// A base address per 65,536 events (the address section holds `i32` offsets from them in
     /// 512-byte units), and `(event, address)` of the addresses that do not fit one.
     pub(super) addr_bases: Vec<u64>,
+    /// Whether the stack section holds `u32` ids rather than `u16`s.
+    pub(super) wide_stacks: bool,
     pub(super) addrs_aside: Vec<(usize, u64)>,
     /// A base per 65,536 events when the time section holds `u32` offsets from them; `None`
     /// when it holds the raw `i64`s.

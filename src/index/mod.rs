@@ -21,7 +21,9 @@
 //! ```
 //!
 //! Checksums: [`open`] checks the header, the section table and the JSON section always; the
-//! columns' checksums with [`Verify::Everything`] (see [`Verify`] for what that costs).
+//! columns' checksums with [`Verify::Everything`] (see [`Verify`] for what that costs), or
+//! afterwards with [`verify_sections`], which the server runs in the background after a cold
+//! open (`server/stored_index.rs`).
 
 mod layout;
 mod read;

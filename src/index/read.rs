@@ -8,8 +8,8 @@ use super::{BlobIdentity, IndexError, Verify};
 use crate::analysis::replay::{Allocations, LifetimeIndex, Replay};
 use crate::analysis::{Analysis, DeviceAnalysis, Summary};
 use crate::snapshot::{
-    AddrColumn, Column, Frame, FrameTable, SharedMap, SizeColumn, Snapshot, SparseIds, StackTable,
-    StreamColumn, TimeColumn, Trace, blocked_times,
+    AddrColumn, Column, Frame, FrameTable, SharedMap, SizeColumn, Snapshot, SparseIds, StackColumn,
+    StackTable, StreamColumn, TimeColumn, Trace, blocked_times,
 };
 use bytemuck::Pod;
 use std::collections::HashMap;
@@ -352,7 +352,11 @@ fn trace(
         size,
         stream,
         time_us,
-        stack: sections.column(Kind::TraceStack, part, events)?,
+        stack: if stored.wide_stacks {
+            StackColumn::Wide(sections.column(Kind::TraceStack, part, events)?)
+        } else {
+            StackColumn::Narrow(sections.column(Kind::TraceStack, part, events)?)
+        },
         compile_context: sparse(Kind::TraceCompileContext)?,
         user_metadata: sparse(Kind::TraceUserMetadata)?,
         strings: stored.strings.clone(),

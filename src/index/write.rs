@@ -8,7 +8,7 @@ use super::layout::{
     TraceMeta,
 };
 use crate::analysis::{Analysis, Summary};
-use crate::snapshot::{Snapshot, StreamColumn, TimeColumn};
+use crate::snapshot::{Snapshot, StackColumn, StreamColumn, TimeColumn};
 use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
 
@@ -156,7 +156,11 @@ fn write_file(
             TimeColumn::Wide(values) => values.as_bytes(),
         };
         sections.add(Kind::TraceTime, part, times)?;
-        sections.add(Kind::TraceStack, part, trace.stack.as_bytes())?;
+        let stacks = match &trace.stack {
+            StackColumn::Narrow(ids) => ids.as_bytes(),
+            StackColumn::Wide(ids) => ids.as_bytes(),
+        };
+        sections.add(Kind::TraceStack, part, stacks)?;
         sections.add(
             Kind::TraceCompileContext,
             part,
@@ -289,6 +293,7 @@ fn meta(
                     StreamColumn::Raw(_) => None,
                 },
                 large_sizes: trace.size.parts().1.to_vec(),
+                wide_stacks: matches!(trace.stack, StackColumn::Wide(_)),
                 addr_bases: trace.addr.parts().0.to_vec(),
                 addrs_aside: trace.addr.parts().2.to_vec(),
                 time_bases: match &trace.time_us {

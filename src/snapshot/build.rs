@@ -504,7 +504,7 @@ fn gather(events: &Trace, rows: &Rows) -> Trace {
             events.size.get(row),
             events.stream(row),
             events.has_time.then_some(events.time_us.get(row)),
-            events.stack[row],
+            events.stack.get(row),
             events.compile_context.get(row),
             events.user_metadata.get(row),
         );

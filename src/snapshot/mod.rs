@@ -30,7 +30,7 @@ pub use load::{
     load_reader_following,
 };
 pub(crate) use narrow::blocked_times;
-pub use narrow::{AddrColumn, SizeColumn, SparseIds, StreamColumn, TimeColumn};
+pub use narrow::{AddrColumn, SizeColumn, SparseIds, StackColumn, StreamColumn, TimeColumn};
 pub use trace::{Action, ActionCode, Trace, TraceEntry};
 
 use serde::{Deserialize, Serialize};

@@ -4,7 +4,7 @@
 //! and no heap objects. Rare fields (the `oom` event's `device_free`, unknown action names) live in
 //! side tables.
 
-use super::narrow::{AddrColumn, SizeColumn, SparseIds, StreamColumn, TimeColumn};
+use super::narrow::{AddrColumn, SizeColumn, SparseIds, StackColumn, StreamColumn, TimeColumn};
 use super::{Column, StackId};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -100,7 +100,8 @@ pub struct Trace {
     pub stream: StreamColumn,
     /// Microseconds since the Unix epoch (torch >= 2.2); 0 when absent.
     pub time_us: TimeColumn,
-    pub stack: Column<StackId>,
+    /// Read it with `stack.get(i)`.
+    pub stack: StackColumn,
     /// Index into [`Trace::strings`] of `compile_context`; 0 = absent or `N/A`.
     pub compile_context: SparseIds,
     /// Index into [`Trace::strings`] of `user_metadata`; 0 = absent or empty.
@@ -136,7 +137,7 @@ impl Trace {
         self.size.reserve(extra);
         self.stream.reserve(extra);
         self.time_us.reserve(extra);
-        let _ = self.stack.try_reserve(extra);
+        self.stack.reserve(extra);
     }
 
     pub fn is_empty(&self) -> bool {
@@ -265,7 +266,7 @@ impl Trace {
             size: self.size.get(index),
             stream: self.stream.get(index),
             time_us: self.time_us.get(index),
-            stack: self.stack[index],
+            stack: self.stack.get(index),
             compile_context: self
                 .string(self.compile_context.get(index))
                 .map(str::to_owned),

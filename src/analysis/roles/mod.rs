@@ -170,7 +170,7 @@ impl DeviceRoles {
         // order of their alloc events), which stacks' blocks forward freed itself or left to
         // backward, where backward began, and the parameters' sizes.
         let free_kind = |kinds: &mut StackKinds, end: Option<u32>| {
-            end.map(|e| kind_at(kinds, trace.stack.get(e as usize).copied().unwrap_or(0), e))
+            end.map(|e| kind_at(kinds, trace.stack.at(e as usize).unwrap_or(0), e))
         };
         let mut alloc_kind: Vec<StackKind> = Vec::with_capacity(n);
         let mut in_forward_region: Vec<bool> = Vec::with_capacity(n);

@@ -49,9 +49,9 @@ impl<F> std::fmt::Debug for Columns<'_, F> {
 pub(super) fn append_rows(trace: &mut Trace, rows: &[Row]) {
     let first = trace.len();
     trace.action.extend(rows.iter().map(|r| r.action));
-    trace.stack.extend(rows.iter().map(|r| r.stack));
     for (event, row) in (first..).zip(rows) {
         trace.addr.push(row.addr);
+        trace.stack.push(row.stack);
         trace.size.push(row.size);
         trace.stream.push(row.stream);
         trace.time_us.push(row.time_us);
