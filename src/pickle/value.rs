@@ -496,14 +496,19 @@ impl Heap {
 /// a hostile `LONG_BINPUT 4000000000`, or indices far apart, cost one map entry each rather than
 /// a vector grown to reach them. No index is in both.
 ///
-/// A dense entry takes five bytes, not a [`Value`]'s eight: a long trace memoizes more objects
-/// than it has events (37 million in a 32-million-event file) and the memo lives until the
-/// last byte is read, so it is a large part of the reader's peak memory. An entry packs when
-/// its payload fits 32 bits, or when it is a record whose index does (a compactor's tag bits
-/// 56-58 go beside the kind); any other value is kept whole in `wide`.
+/// Past the first [`Memo::HOT`] indices, a dense entry takes five bytes, not a [`Value`]'s
+/// eight: a long trace memoizes more objects than it has events (37 million in a
+/// 32-million-event file) and the memo lives until the last byte is read, so it is a large
+/// part of the reader's peak memory. An entry packs when its payload fits 32 bits, or when it
+/// is a record whose index does (a compactor's tag bits 56-58 go beside the kind); any other
+/// value is kept whole in `wide`. The first indices stay whole `Value`s: they hold what a
+/// trace names again and again (the keys of every event, the common frames), read tens of
+/// times per event, and unpacking those reads cost 8% of a read.
 #[derive(Debug, Default)]
 pub struct Memo {
-    /// Per index, the low 32 bits of the payload (little-endian), then a byte: bits 0-3 the
+    /// Indices `0..HOT`.
+    hot: Vec<Value>,
+    /// Per index from `HOT` on, the low 32 bits of the payload (little-endian), then a byte: bits 0-3 the
     /// kind, bits 4-6 a record's tag, or [`Memo::WIDE`] when the value is in `wide`. (One
     /// vector of 5-byte entries: one bounds check and one cache line per read.)
     dense: Vec<[u8; 5]>,
@@ -512,12 +517,13 @@ pub struct Memo {
 }
 
 impl Memo {
+    const HOT: usize = 1 << 16;
     const WIDE: u8 = u8::MAX;
     const RECORD_TAG_SHIFT: u32 = 56;
     const RECORD_TAGS: u64 = 7 << Self::RECORD_TAG_SHIFT;
 
     pub fn len(&self) -> usize {
-        self.dense.len() + self.sparse.len()
+        self.hot.len() + self.dense.len() + self.sparse.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -556,6 +562,27 @@ impl Memo {
     #[inline]
     pub fn set(&mut self, index: u32, value: Value) {
         let i = index as usize;
+        if let Some(slot) = self.hot.get_mut(i) {
+            *slot = value;
+            return;
+        }
+        if i < Self::HOT {
+            if i == self.hot.len() {
+                self.hot.push(value);
+                if !self.sparse.is_empty() {
+                    self.sparse.remove(&index);
+                }
+            } else {
+                self.sparse.insert(index, value);
+            }
+            return;
+        }
+        if self.hot.len() < Self::HOT {
+            // Out of order: the hot part is not full yet.
+            self.sparse.insert(index, value);
+            return;
+        }
+        let i = i - Self::HOT;
         let entry = Self::pack(value).unwrap_or([0, 0, 0, 0, Self::WIDE]);
         if let Some(slot) = self.dense.get_mut(i) {
             if slot[4] == Self::WIDE {
@@ -576,9 +603,13 @@ impl Memo {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn get(&self, index: u32) -> Option<Value> {
-        match self.dense.get(index as usize) {
+        let i = index as usize;
+        if let Some(&value) = self.hot.get(i) {
+            return Some(value);
+        }
+        match i.checked_sub(Self::HOT).and_then(|i| self.dense.get(i)) {
             Some(&[.., Self::WIDE]) => self.wide.get(&index).copied(),
             Some(&entry) => Some(Self::unpack(entry)),
             None => self.sparse.get(&index).copied(),
@@ -625,9 +656,18 @@ mod tests {
         assert_eq!(memo.next_index(), 3);
     }
 
+    fn int_value(v: i64) -> Value {
+        Value::small_int(v).expect("fits")
+    }
+
     #[test]
     fn memo_entries_pack_and_the_others_stay_whole() {
         let mut memo = Memo::default();
+        for index in 0..Memo::HOT as u32 {
+            memo.set(index, int_value(i64::from(index)));
+        }
+        assert_eq!(memo.get(7), Some(int_value(7)), "a hot entry");
+        let at = |i: usize| (Memo::HOT + i) as u32;
         let int = |v: i64| Value::small_int(v).expect("fits");
         let values = [
             Value::NONE,
@@ -641,10 +681,10 @@ mod tests {
             Value::of(Kind::Dict, 1 << 33),
         ];
         for (i, &value) in values.iter().enumerate() {
-            memo.set(i as u32, value);
+            memo.set(at(i), value);
         }
         for (i, &value) in values.iter().enumerate() {
-            assert_eq!(memo.get(i as u32), Some(value), "entry {i}");
+            assert_eq!(memo.get(at(i)), Some(value), "entry {i}");
         }
         assert_eq!(
             memo.wide.len(),
@@ -652,12 +692,17 @@ mod tests {
             "a negative int, a record index past 32 bits, a big index"
         );
         // Overwriting moves an entry between the packed and the whole form.
-        memo.set(3, Value::bool(false));
-        memo.set(4, int(-1));
+        memo.set(at(3), Value::bool(false));
+        memo.set(at(4), int(-1));
         assert_eq!(
-            (memo.get(3), memo.get(4)),
+            (memo.get(at(3)), memo.get(at(4))),
             (Some(Value::bool(false)), Some(int(-1)))
         );
         assert_eq!(memo.wide.len(), 3);
+        assert_eq!(memo.next_index() as usize, Memo::HOT + values.len());
+        // Past the hot part before it is full: out of order, so sparse.
+        let mut early = Memo::default();
+        early.set(at(0), int(1));
+        assert_eq!((early.get(at(0)), early.next_index()), (Some(int(1)), 1));
     }
 }
