@@ -217,7 +217,7 @@ fn print_table(columns: &[(String, Figures)]) {
     println!("|---|{}---|", "---|".repeat(columns.len()));
     let ms =
         |v: Option<(f64, f64)>| v.map_or("-".into(), |(m, x)| format!("{m:.1} ms (max {x:.0})"));
-    let mb = |v: Option<u64>| v.map_or("-".into(), |v| format!("{v} MB"));
+    let mb = |v: Option<u64>| v.map_or("-".into(), |v| format!("{v} MiB"));
     let s = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2} s"));
     let rows: Vec<Row> = vec![
         (

@@ -102,7 +102,7 @@ pub fn maintain_in_background(state: &AppState, id: &SnapshotId, loaded: &Arc<Lo
 }
 
 /// How long a graceful shutdown waits for the stored index writes in flight: a write is the
-/// size of the snapshot's columns (about 53 bytes per event, 1.7 GB for 32M events), written and
+/// size of the snapshot's columns (about 41 bytes per event, 1.3 GB for 32M events), written and
 /// fsync'd in a few seconds, so this is room for a slow disk, not a wait anyone should see.
 pub const INDEX_WRITE_GRACE: Duration = Duration::from_secs(30);
 
