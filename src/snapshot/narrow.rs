@@ -110,6 +110,15 @@ impl StreamColumn {
     }
 
     /// Heap bytes held (by capacity).
+    /// The column as a stored index keeps it: the per-event bytes (codes, or raw `u64`s), and
+    /// the distinct streams the codes index (`None` for raw values).
+    pub(crate) fn parts(&self) -> (&[u8], Option<&[u64]>) {
+        match self {
+            Self::Coded { codes, streams } => (codes.as_bytes(), Some(streams)),
+            Self::Raw(values) => (values.as_bytes(), None),
+        }
+    }
+
     pub fn shrink_to_fit(&mut self) {
         match self {
             Self::Coded { codes, .. } => codes.shrink_to_fit(),
@@ -181,13 +190,81 @@ impl SparseIds {
     }
 }
 
+/// The values a narrow column keeps aside, exactly: `(event, value)` in event order, each
+/// marked in the column by a reserved code. Shared by [`SizeColumn`] (sizes of 4 GiB or more)
+/// and [`AddrColumn`] (addresses that fit no offset).
+#[derive(Debug, Default, Clone, PartialEq)]
+struct Aside(Vec<(usize, u64)>);
+
+impl Aside {
+    fn get(&self, event: usize) -> Option<u64> {
+        self.0
+            .binary_search_by_key(&event, |&(e, _)| e)
+            .ok()
+            .map(|i| self.0[i].1)
+    }
+
+    /// Adds the value of event `event`, past every event already aside.
+    fn push(&mut self, event: usize, value: u64) {
+        self.0.push((event, value));
+    }
+
+    /// Sets (or, with `None`, removes) the value of event `event`, anywhere.
+    fn set(&mut self, event: usize, value: Option<u64>) {
+        let at = self.0.partition_point(|&(e, _)| e < event);
+        match (self.0.get(at).is_some_and(|&(e, _)| e == event), value) {
+            (true, Some(value)) => self.0[at].1 = value,
+            (true, None) => {
+                self.0.remove(at);
+            }
+            (false, Some(value)) => self.0.insert(at, (event, value)),
+            (false, None) => {}
+        }
+    }
+
+    fn truncate(&mut self, len: usize) {
+        let keep = self.0.partition_point(|&(e, _)| e < len);
+        self.0.truncate(keep);
+    }
+
+    /// Moves events `start..` into an `Aside` of their own, counted from `start`.
+    fn split_off(&mut self, start: usize) -> Self {
+        let at = self.0.partition_point(|&(e, _)| e < start);
+        Self(
+            self.0
+                .split_off(at)
+                .into_iter()
+                .map(|(e, value)| (e - start, value))
+                .collect(),
+        )
+    }
+
+    /// Whether these are in event order and all before `len` (as read from a stored index).
+    fn fits(&self, len: usize) -> bool {
+        let ordered = self.0.windows(2).all(|pair| pair[0].0 < pair[1].0);
+        ordered && self.0.last().is_none_or(|&(event, _)| event < len)
+    }
+
+    fn events(&self) -> impl Iterator<Item = usize> + '_ {
+        self.0.iter().map(|&(e, _)| e)
+    }
+
+    fn shrink_to_fit(&mut self) {
+        self.0.shrink_to_fit();
+    }
+
+    fn heap_bytes(&self) -> u64 {
+        (self.0.capacity() * std::mem::size_of::<(usize, u64)>()) as u64
+    }
+}
+
 /// Requested or segment bytes per event: 4 bytes each; the rare size of 4 GiB or more is kept
 /// aside, in event order.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct SizeColumn {
     small: Column<u32>,
-    /// `(event, bytes)` of every size that does not fit a `u32` (marked `LARGE` in `small`).
-    large: Vec<(usize, u64)>,
+    /// Every size that does not fit a `u32` (marked `LARGE` in `small`).
+    large: Aside,
 }
 
 impl SizeColumn {
@@ -197,10 +274,7 @@ impl SizeColumn {
     #[inline]
     pub fn get(&self, event: usize) -> u64 {
         match self.small[event] {
-            Self::LARGE => self
-                .large
-                .binary_search_by_key(&event, |&(e, _)| e)
-                .map_or(u64::from(Self::LARGE), |i| self.large[i].1),
+            Self::LARGE => self.large.get(event).unwrap_or(u64::from(Self::LARGE)),
             small => u64::from(small),
         }
     }
@@ -223,7 +297,7 @@ impl SizeColumn {
         match u32::try_from(bytes) {
             Ok(small) if small != Self::LARGE => self.small.push(small),
             _ => {
-                self.large.push((self.small.len(), bytes));
+                self.large.push(self.small.len(), bytes);
                 self.small.push(Self::LARGE);
             }
         }
@@ -231,12 +305,13 @@ impl SizeColumn {
 
     /// Sets the size at event `event` (tests build odd traces this way).
     pub fn set(&mut self, event: usize, bytes: u64) {
-        self.large.retain(|&(e, _)| e != event);
         match u32::try_from(bytes) {
-            Ok(small) if small != Self::LARGE => self.small[event] = small,
+            Ok(small) if small != Self::LARGE => {
+                self.large.set(event, None);
+                self.small[event] = small;
+            }
             _ => {
-                let at = self.large.partition_point(|&(e, _)| e < event);
-                self.large.insert(at, (event, bytes));
+                self.large.set(event, Some(bytes));
                 self.small[event] = Self::LARGE;
             }
         }
@@ -248,20 +323,14 @@ impl SizeColumn {
 
     pub fn truncate(&mut self, len: usize) {
         self.small.truncate(len);
-        self.large.retain(|&(e, _)| e < len);
+        self.large.truncate(len);
     }
 
     /// Moves events `start..` into a column of their own.
     pub(crate) fn split_off(&mut self, start: usize) -> Self {
-        let at = self.large.partition_point(|&(e, _)| e < start);
         Self {
             small: self.small.split_off(start),
-            large: self
-                .large
-                .split_off(at)
-                .into_iter()
-                .map(|(e, bytes)| (e - start, bytes))
-                .collect(),
+            large: self.large.split_off(start),
         }
     }
 
@@ -271,20 +340,19 @@ impl SizeColumn {
     }
 
     pub fn heap_bytes(&self) -> u64 {
-        self.small.heap_bytes() + (self.large.capacity() * 16) as u64
+        self.small.heap_bytes() + self.large.heap_bytes()
     }
 
     /// The column as a stored index keeps it: 4 bytes per event, and the large sizes aside.
     pub(crate) fn parts(&self) -> (&Column<u32>, &[(usize, u64)]) {
-        (&self.small, &self.large)
+        (&self.small, &self.large.0)
     }
 
     /// A column from [`SizeColumn::parts`]; `None` unless the large sizes are in event order
     /// and within the column.
     pub(crate) fn from_parts(small: Column<u32>, large: Vec<(usize, u64)>) -> Option<Self> {
-        let ordered = large.windows(2).all(|pair| pair[0].0 < pair[1].0);
-        let within = large.last().is_none_or(|&(event, _)| event < small.len());
-        (ordered && within).then_some(Self { small, large })
+        let large = Aside(large);
+        large.fits(small.len()).then_some(Self { small, large })
     }
 }
 
@@ -296,8 +364,8 @@ impl SizeColumn {
 pub struct AddrColumn {
     bases: Vec<u64>,
     offsets: Column<i32>,
-    /// `(event, address)` of every address kept aside (marked `ASIDE` in `offsets`).
-    aside: Vec<(usize, u64)>,
+    /// Every address kept aside (marked `ASIDE` in `offsets`).
+    aside: Aside,
 }
 
 const ADDR_BLOCK_LOG2: u32 = 16;
@@ -310,10 +378,7 @@ impl AddrColumn {
     #[inline]
     pub fn get(&self, event: usize) -> u64 {
         match self.offsets[event] {
-            Self::ASIDE => self
-                .aside
-                .binary_search_by_key(&event, |&(e, _)| e)
-                .map_or(0, |i| self.aside[i].1),
+            Self::ASIDE => self.aside.get(event).unwrap_or(0),
             offset => self.bases[event >> ADDR_BLOCK_LOG2]
                 .wrapping_add_signed(i64::from(offset) << ADDR_UNIT_LOG2),
         }
@@ -346,7 +411,7 @@ impl AddrColumn {
         match offset {
             Some(offset) => self.offsets.push(offset),
             None => {
-                self.aside.push((event, addr));
+                self.aside.push(event, addr);
                 self.offsets.push(Self::ASIDE);
             }
         }
@@ -359,7 +424,7 @@ impl AddrColumn {
     pub fn truncate(&mut self, len: usize) {
         self.offsets.truncate(len);
         self.bases.truncate(len.div_ceil(1 << ADDR_BLOCK_LOG2));
-        self.aside.retain(|&(e, _)| e < len);
+        self.aside.truncate(len);
     }
 
     /// Moves events `start..` into a column of their own.
@@ -373,12 +438,12 @@ impl AddrColumn {
     }
 
     pub fn heap_bytes(&self) -> u64 {
-        (self.bases.capacity() * 8 + self.aside.capacity() * 16) as u64 + self.offsets.heap_bytes()
+        (self.bases.capacity() * 8) as u64 + self.aside.heap_bytes() + self.offsets.heap_bytes()
     }
 
     /// The bases, the offsets and the addresses kept aside, as the stored index holds them.
     pub(crate) fn parts(&self) -> (&[u64], &Column<i32>, &[(usize, u64)]) {
-        (&self.bases, &self.offsets, &self.aside)
+        (&self.bases, &self.offsets, &self.aside.0)
     }
 
     /// A column from a stored index's parts: `None` unless there is a base for every block
@@ -388,12 +453,10 @@ impl AddrColumn {
         offsets: Column<i32>,
         aside: Vec<(usize, u64)>,
     ) -> Option<Self> {
+        let aside = Aside(aside);
         let blocks = bases.len() == offsets.len().div_ceil(1 << ADDR_BLOCK_LOG2);
-        let ordered = aside.windows(2).all(|pair| pair[0].0 < pair[1].0);
-        let marked = aside
-            .iter()
-            .all(|&(e, _)| offsets.get(e) == Some(&Self::ASIDE));
-        (blocks && ordered && marked).then_some(Self {
+        let marked = aside.events().all(|e| offsets.get(e) == Some(&Self::ASIDE));
+        (blocks && aside.fits(offsets.len()) && marked).then_some(Self {
             bases,
             offsets,
             aside,
