@@ -231,6 +231,23 @@ impl Sections {
         Ok(&self.map[entry.offset as usize..(entry.offset + entry.bytes) as usize])
     }
 
+    /// A stream column: codes indexing `table` when there is one, else raw values.
+    fn streams(
+        &self,
+        kind: Kind,
+        part: usize,
+        len: Option<usize>,
+        table: &Option<Vec<u64>>,
+    ) -> Result<StreamColumn, IndexError> {
+        Ok(match table {
+            Some(streams) => StreamColumn::Coded {
+                codes: self.column(kind, part, len)?,
+                streams: streams.clone(),
+            },
+            None => StreamColumn::Raw(self.column(kind, part, len)?),
+        })
+    }
+
     /// The column `kind` of `part`, mapped; `len`, when given, is the count it must hold.
     fn column<T: Pod>(
         &self,
@@ -321,13 +338,7 @@ fn trace(
     .ok_or_else(|| {
         IndexError::malformed("address bases or addresses aside do not fit the trace")
     })?;
-    let stream = match &stored.streams {
-        Some(streams) => StreamColumn::Coded {
-            codes: sections.column(Kind::TraceStream, part, events)?,
-            streams: streams.clone(),
-        },
-        None => StreamColumn::Raw(sections.column(Kind::TraceStream, part, events)?),
-    };
+    let stream = sections.streams(Kind::TraceStream, part, events, &stored.streams)?;
     let time_us = match &stored.time_bases {
         Some(bases) => blocked_times(
             bases.clone(),
@@ -386,15 +397,12 @@ fn analysis(sections: &Sections, meta: &Meta, snapshot: &Snapshot) -> Result<Ana
                 .ok_or_else(|| {
                     IndexError::malformed("large allocation sizes out of order or past the end")
                 })?,
-                stream: match &stored.allocation_streams {
-                    Some(streams) => StreamColumn::Coded {
-                        codes: sections.column(Kind::AllocationStream, part, count)?,
-                        streams: streams.clone(),
-                    },
-                    None => {
-                        StreamColumn::Raw(sections.column(Kind::AllocationStream, part, count)?)
-                    }
-                },
+                stream: sections.streams(
+                    Kind::AllocationStream,
+                    part,
+                    count,
+                    &stored.allocation_streams,
+                )?,
                 stack: sections.column(Kind::AllocationStack, part, count)?,
                 start: sections.column(Kind::AllocationStart, part, count)?,
                 end: sections.column(Kind::AllocationEnd, part, count)?,

@@ -8,7 +8,7 @@ use super::layout::{
     TraceMeta,
 };
 use crate::analysis::{Analysis, Summary};
-use crate::snapshot::{Snapshot, StackColumn, StreamColumn, TimeColumn};
+use crate::snapshot::{Snapshot, StackColumn, TimeColumn};
 use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
 
@@ -146,11 +146,7 @@ fn write_file(
         sections.add(Kind::TraceAction, part, trace.action.as_bytes())?;
         sections.add(Kind::TraceAddr, part, trace.addr.parts().1.as_bytes())?;
         sections.add(Kind::TraceSize, part, trace.size.parts().0.as_bytes())?;
-        let streams = match &trace.stream {
-            StreamColumn::Coded { codes, .. } => codes.as_bytes(),
-            StreamColumn::Raw(values) => values.as_bytes(),
-        };
-        sections.add(Kind::TraceStream, part, streams)?;
+        sections.add(Kind::TraceStream, part, trace.stream.parts().0)?;
         let times = match &trace.time_us {
             TimeColumn::Blocked { offsets, .. } => offsets.as_bytes(),
             TimeColumn::Wide(values) => values.as_bytes(),
@@ -196,11 +192,7 @@ fn write_file(
         sections.add(Kind::AllocationAddr, part, allocations.addr.as_bytes())?;
         let sizes = allocations.size.parts().0;
         sections.add(Kind::AllocationSize, part, sizes.as_bytes())?;
-        let streams = match &allocations.stream {
-            StreamColumn::Coded { codes, .. } => codes.as_bytes(),
-            StreamColumn::Raw(values) => values.as_bytes(),
-        };
-        sections.add(Kind::AllocationStream, part, streams)?;
+        sections.add(Kind::AllocationStream, part, allocations.stream.parts().0)?;
         sections.add(Kind::AllocationStack, part, allocations.stack.as_bytes())?;
         sections.add(Kind::AllocationStart, part, allocations.start.as_bytes())?;
         sections.add(Kind::AllocationEnd, part, allocations.end.as_bytes())?;
@@ -288,10 +280,7 @@ fn meta(
             .iter()
             .map(|trace| TraceMeta {
                 events: trace.len(),
-                streams: match &trace.stream {
-                    StreamColumn::Coded { streams, .. } => Some(streams.clone()),
-                    StreamColumn::Raw(_) => None,
-                },
+                streams: trace.stream.parts().1.map(<[u64]>::to_vec),
                 large_sizes: trace.size.parts().1.to_vec(),
                 wide_stacks: matches!(trace.stack, StackColumn::Wide(_)),
                 addr_bases: trace.addr.parts().0.to_vec(),
@@ -315,10 +304,13 @@ fn meta(
                 allocated_at_start: device.replay.allocated_at_start,
                 reserved_at_start: device.replay.reserved_at_start,
                 allocations: device.replay.allocations.len(),
-                allocation_streams: match &device.replay.allocations.stream {
-                    StreamColumn::Coded { streams, .. } => Some(streams.clone()),
-                    StreamColumn::Raw(_) => None,
-                },
+                allocation_streams: device
+                    .replay
+                    .allocations
+                    .stream
+                    .parts()
+                    .1
+                    .map(<[u64]>::to_vec),
                 allocation_large_sizes: device.replay.allocations.size.parts().1.to_vec(),
             })
             .collect(),
