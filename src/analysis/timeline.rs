@@ -141,15 +141,14 @@ fn reserved_max_between(replay: &Replay, index: &ViewIndex, from: usize, to: usi
         .max(index.reserved.max(&step_bytes, first, last))
 }
 
-/// The timeline of one device for `window`.
-pub fn timeline(device: &DeviceAnalysis, trace: &Trace, window: Window) -> Timeline {
-    let replay = &device.replay;
-    if trace.is_empty() {
-        return Timeline {
+impl Timeline {
+    /// The timeline of a device with no events: nothing but the memory alive from the start.
+    pub(crate) fn empty(axis: Axis, y_max: u64) -> Self {
+        Self {
             start: 0,
             end: 0,
             width: 0,
-            axis: window.axis,
+            axis,
             events: 0,
             column_start: Vec::new(),
             allocated_max: Vec::new(),
@@ -157,9 +156,17 @@ pub fn timeline(device: &DeviceAnalysis, trace: &Trace, window: Window) -> Timel
             reserved: Vec::new(),
             big_top: Vec::new(),
             threshold: 0,
-            y_max: replay.allocated_at_start,
+            y_max,
             bands: Bands::default(),
-        };
+        }
+    }
+}
+
+/// The timeline of one device for `window`.
+pub fn timeline(device: &DeviceAnalysis, trace: &Trace, window: Window) -> Timeline {
+    let replay = &device.replay;
+    if trace.is_empty() {
+        return Timeline::empty(window.axis, replay.allocated_at_start);
     }
     let window = window.clamped(trace.len());
     let bounds = columns(&window, trace);

@@ -8,7 +8,7 @@ use super::events::{EventFilter, EventPage, matching, row};
 use super::replay::{AllocationId, Replay};
 use super::roles::{DeviceRoles, RoleWindow, without_events};
 use super::timeline::{
-    Bands, MAX_BANDS, MIN_BAND_AREA, MIN_BAND_COLUMNS, Timeline, Window, columns, stack_bands,
+    MAX_BANDS, MIN_BAND_AREA, MIN_BAND_COLUMNS, Timeline, Window, columns, stack_bands,
 };
 use crate::snapshot::{Snapshot, Trace};
 
@@ -35,21 +35,7 @@ pub(crate) fn timeline_scanning(
 ) -> Timeline {
     let replay = &device.replay;
     if trace.is_empty() {
-        return Timeline {
-            start: 0,
-            end: 0,
-            width: 0,
-            axis: window.axis,
-            events: 0,
-            column_start: Vec::new(),
-            allocated_max: Vec::new(),
-            allocated_min: Vec::new(),
-            reserved: Vec::new(),
-            big_top: Vec::new(),
-            threshold: 0,
-            y_max: replay.allocated_at_start,
-            bands: Bands::default(),
-        };
+        return Timeline::empty(window.axis, replay.allocated_at_start);
     }
     let window = window.clamped(trace.len());
     let bounds = columns(&window, trace);
