@@ -562,41 +562,31 @@ impl Memo {
     #[inline]
     pub fn set(&mut self, index: u32, value: Value) {
         let i = index as usize;
-        if let Some(slot) = self.hot.get_mut(i) {
-            *slot = value;
+        // The index MEMOIZE would use next; dense entries exist only once the hot part is full.
+        let next = self.hot.len() + self.dense.len();
+        if i > next {
+            self.sparse.insert(index, value);
             return;
+        }
+        if i == next && !self.sparse.is_empty() {
+            self.sparse.remove(&index);
         }
         if i < Self::HOT {
-            if i == self.hot.len() {
-                self.hot.push(value);
-                if !self.sparse.is_empty() {
-                    self.sparse.remove(&index);
-                }
-            } else {
-                self.sparse.insert(index, value);
+            match self.hot.get_mut(i) {
+                Some(slot) => *slot = value,
+                None => self.hot.push(value),
             }
             return;
         }
-        if self.hot.len() < Self::HOT {
-            // Out of order: the hot part is not full yet.
-            self.sparse.insert(index, value);
-            return;
-        }
-        let i = i - Self::HOT;
         let entry = Self::pack(value).unwrap_or([0, 0, 0, 0, Self::WIDE]);
-        if let Some(slot) = self.dense.get_mut(i) {
-            if slot[4] == Self::WIDE {
-                self.wide.remove(&index);
+        match self.dense.get_mut(i - Self::HOT) {
+            Some(slot) => {
+                if slot[4] == Self::WIDE {
+                    self.wide.remove(&index);
+                }
+                *slot = entry;
             }
-            *slot = entry;
-        } else if i == self.dense.len() {
-            self.dense.push(entry);
-            if !self.sparse.is_empty() {
-                self.sparse.remove(&index);
-            }
-        } else {
-            self.sparse.insert(index, value);
-            return;
+            None => self.dense.push(entry),
         }
         if entry[4] == Self::WIDE {
             self.wide.insert(index, value);
