@@ -116,6 +116,14 @@ fn a_cold_snapshot_answers_its_page_at_once_and_loads_once() {
     assert_eq!(code, 400);
 }
 
+/// Damages the one stored file under `data` on disk (it stays there, so its snapshot is live).
+fn cut_the_only_blob_in_half(data: &Path) {
+    let blobs = blobs_and_temps(data);
+    assert_eq!(blobs.len(), 1, "{blobs:?}");
+    let bytes = std::fs::read(&blobs[0]).expect("blob");
+    std::fs::write(&blobs[0], &bytes[..bytes.len() / 2]).expect("truncate");
+}
+
 #[test]
 fn a_stored_file_that_does_not_parse_is_reported_and_not_parsed_again() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -124,10 +132,7 @@ fn a_stored_file_that_does_not_parse_is_reported_and_not_parsed_again() {
     let id = upload(&server, "mlp_small.pickle");
     drop(server);
     // The stored file damaged on disk (it is there, so the snapshot is live).
-    let blobs = blobs_and_temps(&data);
-    assert_eq!(blobs.len(), 1, "{blobs:?}");
-    let bytes = std::fs::read(&blobs[0]).expect("blob");
-    std::fs::write(&blobs[0], &bytes[..bytes.len() / 2]).expect("truncate");
+    cut_the_only_blob_in_half(&data);
     let server = Served::start(&data, &[]);
 
     let mut answer = status(&server, &id);
@@ -229,10 +234,7 @@ fn a_compare_with_a_snapshot_that_does_not_parse_says_why() {
     let broken = upload(&server, "mlp_small.pickle");
     drop(server);
     // The stored file damaged on disk, before the second upload (so it is the only blob).
-    let blobs = blobs_and_temps(&data);
-    assert_eq!(blobs.len(), 1, "{blobs:?}");
-    let bytes = std::fs::read(&blobs[0]).expect("blob");
-    std::fs::write(&blobs[0], &bytes[..bytes.len() / 2]).expect("truncate");
+    cut_the_only_blob_in_half(&data);
     let server = Served::start(&data, &[]);
     let sound = upload(&server, "oom.pickle");
 
