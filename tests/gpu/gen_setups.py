@@ -37,9 +37,10 @@ parameter, a saved tensor the program also keeps in a list is an output. Roles:
 - input: the batch (token ids, targets, images).
 - output: tensors the program keeps on purpose: logits appended to a list, a summed loss, the
   generated ids.
-- activation: tensors autograd saved for backward, from `saved_tensors_hooks` weakrefs (kept for
-  every step of a set-up that keeps graphs alive), or, under torch.compile (whose compiled region
-  should not be traced with Python pack hooks), from walking the autograd graph from the loss.
+- activation: tensors autograd saved for backward, from `saved_tensors_hooks` (the pack hook
+  saves a detached alias and keeps a weakref to it; weakrefs are kept for every step of a set-up
+  that keeps graphs alive), or, under torch.compile (whose compiled region should not be traced
+  with Python pack hooks), from walking the autograd graph from the loss.
 
 Storages the script cannot attribute (temporaries, library workspaces, the caching allocator's own
 blocks) are left out: the scorer scores labelled storages only. Besides the format above, a truth
@@ -231,8 +232,12 @@ class Recorder:
         torch.cuda.memory._record_memory_history(**options)
 
     def pack(self, tensor):
-        self.saved.append(weakref.ref(tensor))
-        return tensor
+        # Keep a detached alias (same storage), not the tensor itself: a saved tensor can be the
+        # output of the node that saves it, and handing it back as is ties node and tensor into
+        # a cycle through C++ that Python's gc never frees, so every graph would stay alive.
+        saved = tensor.detach()
+        self.saved.append(weakref.ref(saved))
+        return saved
 
     def saving(self):
         """Note every tensor autograd saves for backward inside this block."""
@@ -508,8 +513,10 @@ def train(
     model); `describe(batch, loss)` gives the Truth (default: training_truth). `hooks`: note saved
     tensors with saved_tensors_hooks; `walk_graph`: find them from the loss's graph instead.
     """
-    forward = forward or model
-    hook_module = hook_module or getattr(model, "lm_head", None)
+    if forward is None:  # (not `or`: a compiled module has no truth value)
+        forward = model
+    if hook_module is None:
+        hook_module = getattr(model, "lm_head", None)
     if describe is None:
 
         def describe(batch, loss):
