@@ -44,10 +44,10 @@ parameter, a saved tensor the program also keeps in a list is an output. Roles:
 
 Storages the script cannot attribute (temporaries, library workspaces, the caching allocator's own
 blocks) are left out: the scorer scores labelled storages only. Besides the format above, a truth
-file may carry `setup`, `torch`, `role_order`, `bytes_by_role`, `unmatched`, `unlabelled` (live
-blocks left out: count, bytes, the frameless ones), `notes`, `findings_expected` and
-`findings_forbidden` (finding codes that must / must not fire on the file), and `host_storages`
-(pinned host memory, `s_pinned_host`).
+file may carry `setup`, `torch`, `role_order`, `bytes_by_role`, `unmatched` (with the block each
+falls in), `unlabelled` (live blocks left out: count, bytes, the largest with their innermost
+frame), `notes`, `findings_expected` and `findings_forbidden` (finding codes that must / must not
+fire on the file), and `host_storages` (pinned host memory, `s_pinned_host`).
 """
 
 from __future__ import annotations
@@ -256,13 +256,40 @@ class Recorder:
         write_truth(self, moment, describe(), fields)
 
 
-def live_blocks(blocks_of_segments):
+def live_blocks(segments):
     return {
         block["address"]: block
-        for segment in blocks_of_segments
+        for segment in segments
         for block in segment.get("blocks", [])
         if block.get("state") == "active_allocated"
     }
+
+
+def innermost_frame(block):
+    frames = block.get("frames") or []
+    if not frames:
+        return "<non-python>"
+    frame = frames[0]
+    return f"{os.path.basename(frame['filename'])}:{frame['line']}:{frame['name']}"
+
+
+def where_unmatched(addr, segments):
+    """For a storage that starts no live block: the block it falls in, its state and pool.
+
+    (Under CUDA graphs, outputs of a replay live in the graph's private pool, in blocks the
+    allocator itself calls inactive.)
+    """
+    for segment in segments:
+        if segment["address"] <= addr < segment["address"] + segment["total_size"]:
+            for block in segment.get("blocks", []):
+                if block["address"] <= addr < block["address"] + block["size"]:
+                    return {
+                        "block": block["address"],
+                        "block_state": block.get("state"),
+                        "offset": addr - block["address"],
+                        "segment_pool_id": list(segment.get("segment_pool_id", ())),
+                    }
+    return {"block": None}
 
 
 def write_truth(recorder, moment, truth, fields):
@@ -270,13 +297,20 @@ def write_truth(recorder, moment, truth, fields):
     with open(recorder.pickle_path, "rb") as f:  # our own file, written a moment ago
         snapshot = pickle.load(f)
     device = torch.cuda.current_device()
-    live = live_blocks(s for s in snapshot.get("segments", []) if s.get("device") == device)
+    segments = [s for s in snapshot.get("segments", []) if s.get("device") == device]
+    live = live_blocks(segments)
     storages, unmatched = [], []
     for addr, (nbytes, role) in sorted(truth.roles.items()):
         entry = {"addr": addr, "nbytes": nbytes, "role": role}
-        (storages if addr in live else unmatched).append(entry)
+        if addr in live:
+            storages.append(entry)
+        else:
+            unmatched.append(dict(entry, **where_unmatched(addr, segments)))
     labelled = {entry["addr"] for entry in storages}
-    rest = [block for addr, block in sorted(live.items()) if addr not in labelled]
+    rest = sorted(
+        (block for addr, block in live.items() if addr not in labelled),
+        key=lambda block: -block["size"],
+    )
     bytes_by_role = {}
     for entry in storages:
         bytes_by_role[entry["role"]] = bytes_by_role.get(entry["role"], 0) + entry["nbytes"]
@@ -292,11 +326,10 @@ def write_truth(recorder, moment, truth, fields):
         "unlabelled": {
             "blocks": len(rest),
             "bytes": sum(block["size"] for block in rest),
-            "frameless": [
-                {"addr": block["address"], "size": block["size"]}
-                for block in rest
-                if not block.get("frames")
-            ][:32],
+            "largest": [
+                {"addr": block["address"], "size": block["size"], "frame": innermost_frame(block)}
+                for block in rest[:32]
+            ],
         },
     }
     if recorder.host_recording is not None or truth.host:
@@ -773,8 +806,13 @@ def compile_train(rec, moment, mode=None, steps=3):
     compiled = torch.compile(model, mode=mode)
     optimizer = adamw(model.parameters())
     before_step = None
+    notes = {"compile_mode": mode or "default", "activations": "walked from the loss's graph"}
     if mode == "reduce-overhead":
         before_step = torch.compiler.cudagraph_mark_step_begin
+        notes["cuda_graphs"] = (
+            "tensors the graphs output (the gradients) live in the graphs' private pool, in "
+            "blocks the allocator marks inactive: they are in unmatched, with their block"
+        )
     train(
         rec,
         model,
@@ -785,7 +823,7 @@ def compile_train(rec, moment, mode=None, steps=3):
         hooks=False,
         walk_graph=True,
         before_step=before_step,
-        notes={"compile_mode": mode or "default", "activations": "walked from the loss's graph"},
+        notes=notes,
     )
 
 
@@ -1129,7 +1167,7 @@ def s_workspace(rec):
             "the probe's Python line, the backward thread's has no Python frame",
             "env": {name: os.environ.get(name) for name in env_names},
             "device_capability": list(torch.cuda.get_device_capability()),
-            "workspace_blocks": "live blocks of those sizes, left out of storages: see unlabelled",
+            "workspace_blocks": "left out of storages; see unlabelled.largest (32 MiB blocks)",
         },
     )
 
