@@ -74,9 +74,12 @@ fn admit(size: usize) -> bool {
     true
 }
 
+// SAFETY: every method forwards to `System` with the caller's own arguments, so `System`'s
+// guarantees are this allocator's; the counting beside it touches only atomics.
 unsafe impl GlobalAlloc for Budgeted {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         admit(layout.size());
+        // SAFETY: the caller's layout and pointer, as `GlobalAlloc` requires them, passed on.
         let p = unsafe { System.alloc(layout) };
         if p.is_null() {
             LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
@@ -86,6 +89,7 @@ unsafe impl GlobalAlloc for Budgeted {
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         admit(layout.size());
+        // SAFETY: the caller's layout and pointer, as `GlobalAlloc` requires them, passed on.
         let p = unsafe { System.alloc_zeroed(layout) };
         if p.is_null() {
             LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
@@ -94,6 +98,7 @@ unsafe impl GlobalAlloc for Budgeted {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's layout and pointer, as `GlobalAlloc` requires them, passed on.
         unsafe { System.dealloc(ptr, layout) };
         LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
     }
@@ -104,6 +109,7 @@ unsafe impl GlobalAlloc for Budgeted {
         } else {
             LIVE.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
         }
+        // SAFETY: the caller's layout and pointer, as `GlobalAlloc` requires them, passed on.
         let p = unsafe { System.realloc(ptr, layout, new_size) };
         if p.is_null() && new_size > layout.size() {
             LIVE.fetch_sub(new_size - layout.size(), Ordering::Relaxed);
