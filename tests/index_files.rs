@@ -40,9 +40,7 @@ fn timeline(server: &Served, id: &str) -> (u16, Duration) {
         .into();
     let started = Instant::now();
     let status = agent
-        .get(&server.url(&format!(
-            "/api/snapshots/{id}/timeline?device=0&width=100"
-        )))
+        .get(&server.url(&format!("/api/snapshots/{id}/timeline?device=0&width=100")))
         .call()
         .map(|r| r.status().as_u16())
         .unwrap_or_else(|e| {
