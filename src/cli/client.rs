@@ -126,12 +126,19 @@ pub(super) fn upload(
                 "the server at {target} answered {status} without a Location: nothing was stored"
             ));
         };
-        let keeps_the_body = matches!(status.as_u16(), 307 | 308);
-        if !keeps_the_body {
-            return Err(format!(
-                "the server at {target} answered {status} with Location: {location}; nothing was stored (a {} would resend the upload as a GET). Upload to the address it names instead (--server, SNAPVIEW_SERVER)",
-                status.as_u16()
-            ));
+        match status.as_u16() {
+            307 | 308 => {}
+            301..=303 => {
+                return Err(format!(
+                    "the server at {target} answered {status} with Location: {location}; nothing was stored (a {} would resend the upload as a GET). Upload to the address it names instead (--server, SNAPVIEW_SERVER)",
+                    status.as_u16()
+                ));
+            }
+            _ => {
+                return Err(format!(
+                    "the server at {target} answered {status} with Location: {location}, which an upload cannot follow; nothing was stored"
+                ));
+            }
         }
         if redirects == max_redirects {
             return Err(format!(
@@ -266,5 +273,50 @@ fn json_answer(
         ))
     } else {
         Err(message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_resolve_against_the_request_and_only_to_http() {
+        let base = "http://box:7878/api/snapshots?filename=a.pickle";
+        let cases = [
+            (
+                "https://box/api/snapshots?x",
+                Some("https://box/api/snapshots?x"),
+            ),
+            ("//other:1/up", Some("http://other:1/up")),
+            (
+                "/api/v2/snapshots?y",
+                Some("http://box:7878/api/v2/snapshots?y"),
+            ),
+            ("upload?z", Some("http://box:7878/api/upload?z")),
+            ("ftp://box/x", None),
+            ("https:box/x", None),
+            ("mailto:a@b", None),
+        ];
+        for (location, resolved) in cases {
+            assert_eq!(
+                resolve_location(base, location).as_deref(),
+                resolved,
+                "{location}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_token_goes_only_to_its_own_host_and_never_down_to_http() {
+        let first = "http://Box:7878/api/snapshots";
+        assert!(token_may_go(first, "https://box/api/snapshots"));
+        assert!(token_may_go(first, "http://box:9999/x"));
+        assert!(token_may_go(first, "http://user@box:1/x"));
+        assert!(!token_may_go(first, "http://box.evil.example/x"));
+        assert!(!token_may_go(first, "http://evil.example/?box"));
+        assert!(!token_may_go("https://box/x", "http://box/x"));
+        assert!(token_may_go("http://[::1]:1/x", "https://[::1]:2/x"));
+        assert!(!token_may_go("http://[::1]:1/x", "https://[::2]:1/x"));
     }
 }
