@@ -13,7 +13,9 @@
 //! either in their compressed bytes or inside (then compressed again). Each input goes through
 //! what the server and CLI do with a file: load, analysis, summary (and its JSON), notes, the
 //! views (timeline, flame graphs, segment map, an events page, OOM reports), and torch's text
-//! reports (`stats`, both folded-stack kinds, `compare`).
+//! reports (`stats`, both folded-stack kinds, `compare`). A second run (`fuzz_the_rules_parser`,
+//! a quarter of the time) mutates role rules files, TOML and JSON, on a thread with a small
+//! stack, so that nesting the parser would recurse into past the bound overflows there first.
 //!
 //! Findings: a panic (caught, recorded, the run goes on), an input that runs longer than
 //! `SNAPVIEW_FUZZ_INPUT_SECS` (default 5 s; a watchdog thread notices), and one whose live heap
@@ -72,9 +74,12 @@ fn admit(size: usize) -> bool {
     true
 }
 
+// SAFETY: every method forwards to `System` with the caller's own arguments, so `System`'s
+// guarantees are this allocator's; the counting beside it touches only atomics.
 unsafe impl GlobalAlloc for Budgeted {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         admit(layout.size());
+        // SAFETY: the caller's layout and pointer, as `GlobalAlloc` requires them, passed on.
         let p = unsafe { System.alloc(layout) };
         if p.is_null() {
             LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
@@ -84,6 +89,7 @@ unsafe impl GlobalAlloc for Budgeted {
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         admit(layout.size());
+        // SAFETY: the caller's layout and pointer, as `GlobalAlloc` requires them, passed on.
         let p = unsafe { System.alloc_zeroed(layout) };
         if p.is_null() {
             LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
@@ -92,6 +98,7 @@ unsafe impl GlobalAlloc for Budgeted {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's layout and pointer, as `GlobalAlloc` requires them, passed on.
         unsafe { System.dealloc(ptr, layout) };
         LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
     }
@@ -102,6 +109,7 @@ unsafe impl GlobalAlloc for Budgeted {
         } else {
             LIVE.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
         }
+        // SAFETY: the caller's layout and pointer, as `GlobalAlloc` requires them, passed on.
         let p = unsafe { System.realloc(ptr, layout, new_size) };
         if p.is_null() && new_size > layout.size() {
             LIVE.fetch_sub(new_size - layout.size(), Ordering::Relaxed);
@@ -719,5 +727,160 @@ fn fuzz_the_reader_analysis_and_reports() {
         slowest.1,
         peak_max >> 20
     );
+    assert!(panics.is_empty(), "panics:\n{}", panics.join("\n"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The role rules parser (`UserRules::parse`: `--roles FILE`, `PUT /api/snapshots/{id}/rules`).
+
+/// Rules files to start from: both forms, every string kind TOML has, comments, the limits'
+/// edges (a nesting just under the cap), and pieces that a mutation can splice in.
+fn rules_seeds() -> Vec<Vec<u8>> {
+    let mut seeds: Vec<String> = vec![
+        "[[rule]]\nframe = \"my_project/cache\\\\.py:.*allocate\"\nrole = \"kv_cache\"\n".into(),
+        "# comment [[[\n[[rule]]\nframe = 'data/loader\\.py' # [[ also a comment\nrole = 'input'\n\n[[rule]]\nframe = '''multi\n[line]'''\nrole = \"x\"\n".into(),
+        "rules = [{frame = \"\"\"a\"b\"\"\"\"\", role = \"q\"}, {frame = 'b', role = 'r'}]\n".into(),
+        r#"{"rule": [{"frame": "my_project/cache\\.py:.*allocate", "role": "kv_cache"}, {"frame": "[x]{2}", "role": "y"}]}"#.into(),
+        r#"{"rules": [{"frame": "a\"[[[", "role": "b"}]}"#.into(),
+        format!("x = {}{}", "[".repeat(31), "]".repeat(31)),
+        format!("{{\"rule\": {}{}}}", "[".repeat(30), "]".repeat(30)),
+        format!("x = {}1{}", "{a = ".repeat(20), "}".repeat(20)),
+        "[[rule]]\nframe = '(((((a)))))'\nrole = 'x'\n".repeat(20),
+    ];
+    seeds.push("[[rule]]\nframe = '\\w{100}\\w{100}'\nrole = 'big'\n".into());
+    seeds.into_iter().map(String::into_bytes).collect()
+}
+
+/// One edit of a rules file: the delimiters the nesting scan must follow (brackets, quotes of
+/// each kind, comment marks, escapes, line breaks) inserted singly or in runs, and the usual
+/// byte-level edits.
+fn mutate_rules(rng: &mut Rng, bytes: &mut Vec<u8>, donors: &[Vec<u8>]) {
+    const PIECES: &[&[u8]] = &[
+        b"[",
+        b"]",
+        b"{",
+        b"}",
+        b"\"",
+        b"'",
+        b"\"\"\"",
+        b"'''",
+        b"#",
+        b"\\",
+        b"\n",
+        b"=",
+        b",",
+        b"[[rule]]\n",
+        b"x = ",
+        b"frame = ",
+        b"role = ",
+        b"\\\"",
+        b"\"\"\"\"\"",
+    ];
+    let at = rng.below(bytes.len() + 1);
+    match rng.below(7) {
+        0 => {
+            let piece = PIECES[rng.below(PIECES.len())];
+            let times = if rng.chance(4) {
+                1 + rng.below(4000)
+            } else {
+                1
+            };
+            let run: Vec<u8> = piece.repeat(times);
+            bytes.splice(at..at, run);
+        }
+        1 if !bytes.is_empty() => {
+            let at = rng.below(bytes.len());
+            bytes[at] ^= 1 << rng.below(8);
+        }
+        2 if !bytes.is_empty() => {
+            let (from, to) = region(rng, bytes.len());
+            bytes.drain(from..to);
+        }
+        3 if !bytes.is_empty() => {
+            let (from, to) = region(rng, bytes.len());
+            let copy = bytes[from..to].to_vec();
+            bytes.splice(at..at, copy);
+        }
+        4 => {
+            let donor = &donors[rng.below(donors.len())];
+            let (from, to) = region(rng, donor.len().max(1));
+            let piece = donor.get(from..to.min(donor.len())).unwrap_or_default();
+            bytes.splice(at..at, piece.iter().copied());
+        }
+        5 => {
+            // Brackets opened in one place and closed in another, around whatever is there.
+            let depth = 1 + rng.below(200);
+            let close = at + rng.below(bytes.len() - at + 1);
+            bytes.splice(close..close, b"]".repeat(depth));
+            bytes.splice(at..at, b"[".repeat(depth));
+        }
+        _ => bytes.insert(at, rng.byte()),
+    }
+}
+
+/// Stack for the thread that parses the mutated rules files: far less than any thread the
+/// server or the CLI parses on (2 MiB for tokio's blocking threads, 8 MiB for the main one),
+/// so nesting that slips past the scan overflows here first, and aborts the run.
+const RULES_FUZZ_STACK: usize = 256 * 1024;
+
+#[test]
+#[ignore = "a time-bounded fuzzing run: cargo test --release --test fuzz -- --ignored"]
+fn fuzz_the_rules_parser() {
+    // A quarter of the run's time: the rules parser is small and each input takes microseconds.
+    let seconds = env_u64("SNAPVIEW_FUZZ_SECS", 60).div_ceil(4);
+    let seed = env_u64("SNAPVIEW_FUZZ_SEED", 1);
+    eprintln!(
+        "fuzzing the rules parser for {seconds} s (seed {seed}); a stack overflow aborts the run: rerun with the same seed, input numbers are printed every 10,000"
+    );
+    let worker = std::thread::Builder::new()
+        .name("rules-fuzz".into())
+        .stack_size(RULES_FUZZ_STACK)
+        .spawn(move || {
+            let seeds = rules_seeds();
+            let mut rng = Rng::new(seed);
+            let deadline = Instant::now() + Duration::from_secs(seconds);
+            let (mut executions, mut accepted) = (0u64, 0u64);
+            let mut panics = Vec::new();
+            let mut slowest = Duration::ZERO;
+            while Instant::now() < deadline {
+                let mut bytes = seeds[rng.below(seeds.len())].clone();
+                for _ in 0..1 + rng.below(4) {
+                    mutate_rules(&mut rng, &mut bytes, &seeds);
+                }
+                // The parser takes text, as every caller has it: the server's `String` body,
+                // the CLI's UTF-8 check.
+                let text = String::from_utf8_lossy(&bytes).into_owned();
+                if executions % 10_000 == 0 {
+                    eprintln!("rules fuzz: input {executions}");
+                }
+                let started = Instant::now();
+                let outcome = catch_unwind(AssertUnwindSafe(|| {
+                    snapview::analysis::roles::UserRules::parse(&text)
+                        .map(|rules| rules.rules().len())
+                        .map_err(|e| e.to_string())
+                }));
+                slowest = slowest.max(started.elapsed());
+                match outcome {
+                    Ok(Ok(_)) => accepted += 1,
+                    Ok(Err(message)) => assert!(!message.trim().is_empty(), "input {executions}"),
+                    Err(_) => {
+                        let path = save_finding("rules-panic", executions, text.as_bytes());
+                        panics.push(format!("input {executions}: {}", path.display()));
+                    }
+                }
+                executions += 1;
+            }
+            eprintln!(
+                "rules fuzz: {executions} executions ({accepted} accepted), {} panics, slowest {slowest:?}",
+                panics.len()
+            );
+            assert!(
+                slowest < Duration::from_secs(2),
+                "a rules file took {slowest:?}"
+            );
+            panics
+        })
+        .expect("rules fuzz thread");
+    let panics = worker.join().expect("the rules fuzz thread");
     assert!(panics.is_empty(), "panics:\n{}", panics.join("\n"));
 }

@@ -41,8 +41,11 @@ fn note(delta: isize) {
     });
 }
 
+// SAFETY: every method forwards to `System` with the caller's own arguments, so `System`'s
+// guarantees are this allocator's; the counting beside it touches only atomics.
 unsafe impl GlobalAlloc for CountingAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's layout and pointer, as `GlobalAlloc` requires them, passed on.
         let p = unsafe { System.alloc(layout) };
         if !p.is_null() {
             note(layout.size() as isize);
@@ -51,6 +54,7 @@ unsafe impl GlobalAlloc for CountingAllocator {
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's layout and pointer, as `GlobalAlloc` requires them, passed on.
         let p = unsafe { System.alloc_zeroed(layout) };
         if !p.is_null() {
             note(layout.size() as isize);
@@ -59,11 +63,13 @@ unsafe impl GlobalAlloc for CountingAllocator {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's layout and pointer, as `GlobalAlloc` requires them, passed on.
         unsafe { System.dealloc(ptr, layout) };
         note(-(layout.size() as isize));
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller's layout and pointer, as `GlobalAlloc` requires them, passed on.
         let p = unsafe { System.realloc(ptr, layout, new_size) };
         if !p.is_null() {
             note(new_size as isize - layout.size() as isize);

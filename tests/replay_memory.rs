@@ -17,8 +17,11 @@ struct Counting;
 
 static HELD: AtomicUsize = AtomicUsize::new(0);
 
+// SAFETY: every method forwards to `System` with the caller's own arguments, so `System`'s
+// guarantees are this allocator's; the counting beside it touches only atomics.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's layout and pointer, as `GlobalAlloc` requires them, passed on.
         let block = unsafe { System.alloc(layout) };
         if !block.is_null() {
             HELD.fetch_add(layout.size(), Ordering::Relaxed);
@@ -27,6 +30,7 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's layout and pointer, as `GlobalAlloc` requires them, passed on.
         let block = unsafe { System.alloc_zeroed(layout) };
         if !block.is_null() {
             HELD.fetch_add(layout.size(), Ordering::Relaxed);
@@ -35,11 +39,13 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn dealloc(&self, block: *mut u8, layout: Layout) {
+        // SAFETY: the caller's layout and pointer, as `GlobalAlloc` requires them, passed on.
         unsafe { System.dealloc(block, layout) };
         HELD.fetch_sub(layout.size(), Ordering::Relaxed);
     }
 
     unsafe fn realloc(&self, block: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller's layout and pointer, as `GlobalAlloc` requires them, passed on.
         let moved = unsafe { System.realloc(block, layout, new_size) };
         if !moved.is_null() {
             HELD.fetch_add(new_size, Ordering::Relaxed);

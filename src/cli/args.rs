@@ -187,6 +187,10 @@ enum Command {
         /// The server's write token, if it needs one (sent as `Authorization: Bearer`).
         #[arg(long, env = "SNAPVIEW_TOKEN", hide_env_values = true)]
         token: Option<String>,
+        /// Most redirects followed (307 and 308 only, which resend the file; a 301, 302 or
+        /// 303 is an error, as it would drop the upload).
+        #[arg(long, env = "SNAPVIEW_MAX_REDIRECTS", default_value_t = 5)]
+        max_redirects: usize,
     },
 }
 
@@ -235,6 +239,7 @@ pub(super) enum Config {
         file: PathBuf,
         url: String,
         token: Option<String>,
+        max_redirects: usize,
     },
     Diff {
         source: DiffSource,
@@ -438,6 +443,7 @@ impl Config {
                 name,
                 group,
                 token,
+                max_redirects,
             } => {
                 check(&file)?;
                 let filename = file
@@ -456,7 +462,12 @@ impl Config {
                     url.push_str(&format!("&group={}", query_escape(&group)));
                 }
                 check_server_url(&server)?;
-                Config::Upload { file, url, token }
+                Config::Upload {
+                    file,
+                    url,
+                    token,
+                    max_redirects,
+                }
             }
         })
     }

@@ -30,6 +30,10 @@ pub(super) fn check_server_url(server: &str) -> Result<(), String> {
 /// the system's trust store, so a team's own certificate authority is trusted as the
 /// browser trusts it.
 fn http_agent() -> ureq::Agent {
+    http_agent_config().build().into()
+}
+
+fn http_agent_config() -> ureq::config::ConfigBuilder<ureq::typestate::AgentScope> {
     use ureq::tls::{RootCerts, TlsConfig};
     ureq::Agent::config_builder()
         .http_status_as_error(false)
@@ -38,8 +42,6 @@ fn http_agent() -> ureq::Agent {
                 .root_certs(RootCerts::PlatformVerifier)
                 .build(),
         )
-        .build()
-        .into()
 }
 
 /// Why the server could not be reached, in words a user can act on.
@@ -71,26 +73,164 @@ pub(super) fn http_get_json(url: &str, token: Option<&str>) -> Result<serde_json
     json_answer(response, 256 << 20, bearer(token).is_some())
 }
 
-/// `snapview upload`: streams the file to the server and returns the line to print.
-pub(super) fn upload(file: &Path, url: &str, token: Option<&str>) -> Result<String, String> {
-    let reader =
-        std::fs::File::open(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
-    let mut request = http_agent()
-        .post(url)
-        .header("Content-Type", "application/octet-stream")
-        // The server answers a refusal (no token, say) before reading the body: without this,
-        // the refusal is lost in a broken pipe while the file is still being sent.
-        .header("Expect", "100-continue");
-    if let Some(authorization) = bearer(token) {
-        request = request.header("Authorization", authorization);
+/// `snapview upload`: streams the file to the server and returns the line to print: the new
+/// snapshot's URL, once the answer says one was stored.
+///
+/// Redirects are followed only when they keep the method and the body (307, 308), at most
+/// `max_redirects` of them, sending the file again from its start each time; a 301, 302 or
+/// 303 would turn the upload into a GET that stores nothing (what an http -> https redirect
+/// or a proxy answers), so it is an error naming the status and where it points. The token
+/// goes only to the host it was given for (any port, never from https down to http).
+pub(super) fn upload(
+    file: &Path,
+    url: &str,
+    token: Option<&str>,
+    max_redirects: usize,
+) -> Result<String, String> {
+    // Every redirect comes back here, to be followed only when it keeps the body.
+    let agent: ureq::Agent = http_agent_config().max_redirects(0).build().into();
+    let mut target = url.to_owned();
+    let mut redirects = 0;
+    loop {
+        // Opened for each request: a redirect sends the whole file again.
+        let reader = std::fs::File::open(file)
+            .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+        let mut request = agent
+            .post(&target)
+            .header("Content-Type", "application/octet-stream")
+            // The server answers a refusal (no token, say) before reading the body: without
+            // this, the refusal is lost in a broken pipe while the file is still being sent.
+            .header("Expect", "100-continue");
+        let authorization = bearer(token).filter(|_| token_may_go(url, &target));
+        let sent_token = authorization.is_some();
+        if let Some(authorization) = authorization {
+            request = request.header("Authorization", authorization);
+        }
+        let response = request
+            // A file body is sent with its Content-Length, so a server refuses one over its
+            // limit (413) before the body, instead of cutting the upload off mid-stream.
+            .send(&reader)
+            .map_err(unreachable)?;
+        let status = response.status();
+        if !status.is_redirection() {
+            let json = json_answer(response, 16 << 20, sent_token)?;
+            return stored_snapshot_url(&json, status);
+        }
+        let location = response
+            .headers()
+            .get("location")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let Some(location) = location else {
+            return Err(format!(
+                "the server at {target} answered {status} without a Location: nothing was stored"
+            ));
+        };
+        match status.as_u16() {
+            307 | 308 => {}
+            301..=303 => {
+                return Err(format!(
+                    "the server at {target} answered {status} with Location: {location}; nothing was stored (a {} would resend the upload as a GET). Upload to the address it names instead (--server, SNAPVIEW_SERVER)",
+                    status.as_u16()
+                ));
+            }
+            _ => {
+                return Err(format!(
+                    "the server at {target} answered {status} with Location: {location}, which an upload cannot follow; nothing was stored"
+                ));
+            }
+        }
+        if redirects == max_redirects {
+            return Err(format!(
+                "the server redirected the upload more than {max_redirects} times (--max-redirects), last to {location}; nothing was stored"
+            ));
+        }
+        redirects += 1;
+        target = resolve_location(&target, &location).ok_or_else(|| {
+            format!("the server at {target} answered {status} with a Location that is not an http:// or https:// address: {location:?}; nothing was stored")
+        })?;
     }
-    let response = request
-        // A file body is sent with its Content-Length, so a server refuses one over its limit
-        // (413) before the body, instead of cutting the upload off mid-stream.
-        .send(&reader)
-        .map_err(unreachable)?;
-    let json = json_answer(response, 16 << 20, bearer(token).is_some())?;
-    Ok(format!("{}\n", json["url"].as_str().unwrap_or_default()))
+}
+
+/// The line `upload` prints, from the server's answer: it must name the stored snapshot (its
+/// `id` and `url`), else the server (or whatever answered in its place) did not store it.
+fn stored_snapshot_url(
+    json: &serde_json::Value,
+    status: ureq::http::StatusCode,
+) -> Result<String, String> {
+    let id = json["id"].as_str().filter(|id| !id.is_empty());
+    let url = json["url"]
+        .as_str()
+        .filter(|url| url.starts_with("http://") || url.starts_with("https://"));
+    match (id, url) {
+        (Some(_), Some(url)) => Ok(format!("{url}\n")),
+        _ => Err(format!(
+            "the server answered {status} but named no stored snapshot (no id and url in its answer: {}); is --server a snapview server?",
+            json.to_string().chars().take(200).collect::<String>()
+        )),
+    }
+}
+
+/// `scheme://authority` and the rest of an http(s) URL.
+fn split_url(url: &str) -> Option<(&str, &str, &str)> {
+    let (scheme, rest) = url.split_once("://")?;
+    if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
+        return None;
+    }
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    Some((scheme, &rest[..end], &rest[end..]))
+}
+
+/// Where a `Location` sends a request made to `base`: absolute http(s) URLs as they are,
+/// `//host/…`, `/path` and relative paths resolved against `base`; `None` for anything else
+/// (another scheme).
+fn resolve_location(base: &str, location: &str) -> Option<String> {
+    let (scheme, authority, path) = split_url(base)?;
+    if location.contains("://") {
+        return split_url(location).map(|_| location.to_owned());
+    }
+    if let Some(rest) = location.strip_prefix("//") {
+        return Some(format!("{scheme}://{rest}"));
+    }
+    if location.starts_with('/') {
+        return Some(format!("{scheme}://{authority}{location}"));
+    }
+    if location
+        .split('/')
+        .next()
+        .is_some_and(|first| first.contains(':'))
+    {
+        // `mailto:…`, `https:host` (no slashes): a scheme of its own.
+        return None;
+    }
+    let path = path.split(['?', '#']).next().unwrap_or_default();
+    let folder = path.rfind('/').map_or("/", |end| &path[..=end]);
+    Some(format!("{scheme}://{authority}{folder}{location}"))
+}
+
+/// The host of an authority, without user info or port, lowercased.
+fn host_of(authority: &str) -> String {
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    let host = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(v6),
+        None => host.split(':').next().unwrap_or(host),
+    };
+    host.to_ascii_lowercase()
+}
+
+/// Whether the token given for `first` may go with a request to `target`: the same host, and
+/// not from https down to plain http.
+fn token_may_go(first: &str, target: &str) -> bool {
+    match (split_url(first), split_url(target)) {
+        (Some((first_scheme, first_authority, _)), Some((scheme, authority, _))) => {
+            let downgrade =
+                first_scheme.eq_ignore_ascii_case("https") && scheme.eq_ignore_ascii_case("http");
+            !downgrade && host_of(first_authority) == host_of(authority)
+        }
+        _ => false,
+    }
 }
 
 /// The JSON body of a server's answer (at most `limit` bytes), or the error it reports;
@@ -133,5 +273,50 @@ fn json_answer(
         ))
     } else {
         Err(message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_resolve_against_the_request_and_only_to_http() {
+        let base = "http://box:7878/api/snapshots?filename=a.pickle";
+        let cases = [
+            (
+                "https://box/api/snapshots?x",
+                Some("https://box/api/snapshots?x"),
+            ),
+            ("//other:1/up", Some("http://other:1/up")),
+            (
+                "/api/v2/snapshots?y",
+                Some("http://box:7878/api/v2/snapshots?y"),
+            ),
+            ("upload?z", Some("http://box:7878/api/upload?z")),
+            ("ftp://box/x", None),
+            ("https:box/x", None),
+            ("mailto:a@b", None),
+        ];
+        for (location, resolved) in cases {
+            assert_eq!(
+                resolve_location(base, location).as_deref(),
+                resolved,
+                "{location}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_token_goes_only_to_its_own_host_and_never_down_to_http() {
+        let first = "http://Box:7878/api/snapshots";
+        assert!(token_may_go(first, "https://box/api/snapshots"));
+        assert!(token_may_go(first, "http://box:9999/x"));
+        assert!(token_may_go(first, "http://user@box:1/x"));
+        assert!(!token_may_go(first, "http://box.evil.example/x"));
+        assert!(!token_may_go(first, "http://evil.example/?box"));
+        assert!(!token_may_go("https://box/x", "http://box/x"));
+        assert!(token_may_go("http://[::1]:1/x", "https://[::1]:2/x"));
+        assert!(!token_may_go("http://[::1]:1/x", "https://[::2]:1/x"));
     }
 }

@@ -64,7 +64,12 @@ fn run_other(config: Config) -> Result<(), String> {
         // Handled by `run`.
         Config::Diff { .. } => String::new(),
         Config::Serve { config, files } => return serve(*config, files),
-        Config::Upload { file, url, token } => upload(&file, &url, token.as_deref())?,
+        Config::Upload {
+            file,
+            url,
+            token,
+            max_redirects,
+        } => upload(&file, &url, token.as_deref(), max_redirects)?,
         Config::Summary { file, json, roles } => {
             let rules = roles_commands::read_rules(roles.as_deref())?;
             let (snapshot, seed) = load_with_progress(&file, crate::analysis::load_path)?;

@@ -31,7 +31,7 @@ mod read;
 mod tests;
 mod write;
 
-pub use read::{Opened, open, verify_sections};
+pub use read::{Opened, open, open_regular, verify_sections};
 pub use write::write;
 
 /// Bump when anything stored changes shape or meaning (a column's type, the replay's rules,
@@ -80,6 +80,9 @@ pub enum IndexError {
     Build { found: String },
     #[error("the index was made from other bytes ({found})")]
     OtherBlob { found: String },
+    /// Something else sits at the index's path (put there by hand, or by someone else).
+    #[error("the index path holds {0}, not a regular file")]
+    NotRegular(&'static str),
     #[error("the file is {actual} bytes, its header says {expected}: cut short or grown")]
     Length { expected: u64, actual: u64 },
     #[error("checksum mismatch in {0}")]

@@ -28,19 +28,26 @@ pub struct Opened {
 
 /// Opens the index at `path` made from `blob`, checking it as `verify` says. Any error means
 /// the file is not to be trusted: the caller reads the snapshot again (and writes a new one).
-pub fn open(path: &Path, blob: BlobIdentity<'_>, verify: Verify) -> Result<Opened, IndexError> {
-    let file = match std::fs::File::open(path) {
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            return Err(IndexError::Missing);
-        }
-        opened => opened?,
-    };
-    // SAFETY: a map is sound while nobody changes the file under it. This file is ours: it is
-    // written under a temporary name, fsync'd and renamed into place (see `write.rs`), and
-    // never written in place afterwards; a new index replaces it by rename, which leaves this
-    // map on the old inode. If someone truncates it anyway (by hand, a full disk's repair),
-    // reading a page past the new end raises SIGBUS and the process dies: no wrong answer is
-    // served, and the next start checks the file's length against its header and rebuilds it.
+/// Only a regular file is opened ([`open_regular`]): a symlink, FIFO or device at `path` is
+/// refused with [`IndexError::NotRegular`].
+///
+/// # Safety
+///
+/// The file is memory-mapped, and the columns of the returned snapshot are windows of that
+/// map for as long as it lives. Nothing may truncate or write the file in place while they do:
+/// reading a page past a new end raises SIGBUS, which kills the process (a shared map cannot
+/// be protected from that), and bytes changed under the map change answers that were checked.
+/// Replacing the file by rename (what [`write`](super::write) does) or deleting it is safe: the
+/// map keeps the old inode.
+pub unsafe fn open(
+    path: &Path,
+    blob: BlobIdentity<'_>,
+    verify: Verify,
+) -> Result<Opened, IndexError> {
+    let file = open_regular(path)?;
+    // SAFETY: the caller promises (this function's contract) that nobody truncates or edits
+    // the file in place while the map lives; `file` is a regular file (checked on the open
+    // descriptor), so the map is of that file's pages and nothing else.
     let map: SharedMap = Arc::new(unsafe { memmap2::Mmap::map(&file) }?);
     let sections = Sections::check(map, blob, verify)?;
     let meta: Meta = serde_json::from_slice(sections.bytes(Kind::Meta, 0)?)
@@ -70,6 +77,46 @@ pub fn open(path: &Path, blob: BlobIdentity<'_>, verify: Verify) -> Result<Opene
         summary,
         rules_fingerprint: meta.rules_fingerprint,
     })
+}
+
+/// Opens `path` for reading if it is a regular file: never through a symlink (`O_NOFOLLOW`),
+/// never waiting on a FIFO or a device (`O_NONBLOCK` makes the open itself return at once),
+/// and checked on the open descriptor (`fstat`), so nothing can swap the path between the
+/// check and the use. A missing file is [`IndexError::Missing`], anything else not a regular
+/// file [`IndexError::NotRegular`].
+pub fn open_regular(path: &Path) -> Result<std::fs::File, IndexError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path);
+    let file = match opened {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return Err(IndexError::Missing);
+        }
+        // What O_NOFOLLOW answers for a symlink.
+        Err(error) if error.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(IndexError::NotRegular("a symbolic link"));
+        }
+        Err(error) => return Err(error.into()),
+    };
+    let kind = file.metadata()?.file_type();
+    if kind.is_file() {
+        return Ok(file);
+    }
+    use std::os::unix::fs::FileTypeExt;
+    Err(IndexError::NotRegular(if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_block_device() || kind.is_char_device() {
+        "a device"
+    } else {
+        "something else"
+    }))
 }
 
 /// The header and section table at the start of `bytes` (the start of a file of `file_bytes`
@@ -122,7 +169,7 @@ fn header_and_table(
 /// runs it in the background after opening an index with [`Verify::Structure`].
 pub fn verify_sections(path: &Path) -> Result<(), IndexError> {
     use std::io::{Read, Seek, SeekFrom};
-    let mut file = std::fs::File::open(path)?;
+    let mut file = open_regular(path)?;
     let file_bytes = file.metadata()?.len();
     let mut start = vec![0u8; HEADER_BYTES as usize];
     file.read_exact(&mut start)

@@ -8,6 +8,14 @@ use std::path::{Path, PathBuf};
 
 const ID: &str = "0123456789abcdef";
 
+/// [`super::open`] for these tests' files.
+fn open(path: &Path, blob: BlobIdentity<'_>, verify: Verify) -> Result<read::Opened, IndexError> {
+    // SAFETY: each test's index is in its own temporary folder, and nothing truncates or
+    // edits it in place while the returned map lives (the tests that damage a file do it
+    // between opens, after the previous `Opened` was dropped).
+    unsafe { super::open(path, blob, verify) }
+}
+
 fn blob(bytes: u64) -> BlobIdentity<'static> {
     BlobIdentity { id: ID, bytes }
 }
@@ -185,5 +193,39 @@ fn a_corrupt_short_older_or_foreign_index_is_refused_with_its_reason() {
     assert!(matches!(
         open(&path, blob(1234), Verify::Structure).map(|_| ()),
         Err(IndexError::Missing)
+    ));
+}
+
+#[test]
+fn only_a_regular_file_is_opened_never_a_fifo_or_what_a_symlink_names() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (.., path) = written("oom.pickle", dir.path());
+    let aside = dir.path().join("aside.snapidx");
+    std::fs::rename(&path, &aside).expect("rename");
+    std::os::unix::fs::symlink(&aside, &path).expect("symlink");
+    let refused = open(&path, blob(1234), Verify::Everything).map(|_| ());
+    assert!(
+        matches!(refused, Err(IndexError::NotRegular("a symbolic link"))),
+        "{refused:?}"
+    );
+    std::fs::remove_file(&path).expect("remove");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&path)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    // Without O_NONBLOCK this open would wait for a writer forever.
+    let refused = open(&path, blob(1234), Verify::Everything).map(|_| ());
+    assert!(
+        matches!(refused, Err(IndexError::NotRegular("a FIFO"))),
+        "{refused:?}"
+    );
+    assert!(matches!(
+        verify_sections(&path),
+        Err(IndexError::NotRegular("a FIFO"))
+    ));
+    assert!(matches!(
+        open(dir.path(), blob(1234), Verify::Everything).map(|_| ()),
+        Err(IndexError::NotRegular("a directory"))
     ));
 }

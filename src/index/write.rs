@@ -32,6 +32,10 @@ pub fn write(
     let folder = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(folder)?;
     let temp = temp_path(path);
+    // Locked until after the rename: the sweep at a server's start removes only temporary
+    // files nobody holds (a writer that died), never one being written by another server on
+    // the same folder.
+    let claim = claim_temp(&temp)?;
     let written = write_file(
         &temp,
         blob_id,
@@ -50,7 +54,26 @@ pub fn write(
     if written.is_err() {
         let _ = std::fs::remove_file(&temp);
     }
+    drop(claim);
     written
+}
+
+/// Creates the temporary file `temp` and takes an exclusive lock on it (`flock`), held as long
+/// as the returned file is open. A sweep that got the lock first (between the create and the
+/// lock) may have removed it: then this write fails, and the next cold load writes again.
+fn claim_temp(temp: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::MetadataExt;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(temp)?;
+    file.lock()?;
+    if file.metadata()?.nlink() == 0 {
+        return Err(std::io::Error::other(
+            "another server's start-up sweep removed the temporary index before it was locked",
+        ));
+    }
+    Ok(file)
 }
 
 /// A name beside `path` that no other writer uses: this process's id and a counter.
@@ -125,10 +148,8 @@ fn write_file(
     summary: &Summary,
     rules_fingerprint: u64,
 ) -> std::io::Result<u64> {
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(temp)?;
+    // Made (and locked) by `claim_temp`, empty.
+    let file = std::fs::OpenOptions::new().write(true).open(temp)?;
     let section_count = 1 + snapshot.device_traces.len() * 9 + analysis.devices.len() * 17;
     let table_end = HEADER_BYTES + section_count as u64 * ENTRY_BYTES;
     let mut out = std::io::BufWriter::with_capacity(1 << 20, file);

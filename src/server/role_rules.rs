@@ -37,8 +37,14 @@ pub async fn put_rules(
     stored: StoredSnapshot,
     body: String,
 ) -> Result<Json<SnapshotView>, ApiError> {
-    let rules =
-        UserRules::parse(&body).map_err(|e| ApiError::BadRequest(format!("rules file: {e}")))?;
+    // Off the async workers: a hostile file costs this thread's time, not the server's
+    // (its nesting is bounded before the parser recurses, see `UserRules::parse`).
+    let (body, parsed) = blocking(move || {
+        let parsed = UserRules::parse(&body);
+        (body, parsed)
+    })
+    .await?;
+    let rules = parsed.map_err(|e| ApiError::BadRequest(format!("rules file: {e}")))?;
     replace_rules(state, actor, stored, Some(body), Arc::new(rules)).await
 }
 

@@ -158,6 +158,37 @@ def test_upload_over_the_server_s_limit_is_refused_clearly(small_upload_server) 
         assert "larger than" in str(error.value) or "too large" in str(error.value), error.value
 
 
+def test_upload_behind_a_redirect_that_drops_the_file_raises(server) -> None:
+    """A 302 (an http -> https redirect, a proxy) would turn the upload into a GET that stores
+    nothing: the binary exits non-zero naming the status and where it points, and the package
+    raises that, instead of returning an empty URL as a success."""
+    import http.server
+    import threading
+
+    class Redirect(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.send_response(302)
+            self.send_header("Location", f"{server.url}{self.path}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    redirecting = http.server.HTTPServer(("127.0.0.1", 0), Redirect)
+    thread = threading.Thread(target=redirecting.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{redirecting.server_address[1]}"
+        with pytest.raises(snapview.SnapviewError, match="302") as error:
+            snapview.upload(SMALL, server=url)
+        assert server.url in str(error.value), error.value
+    finally:
+        redirecting.shutdown()
+        redirecting.server_close()
+    assert get_json(f"{server.url}/api/snapshots")["snapshots"] == []
+
+
 def test_upload_of_a_missing_file() -> None:
     with pytest.raises(snapview.SnapviewError, match="no such file"):
         snapview.upload("/nonexistent/snapshot.pickle", server="http://127.0.0.1:9")

@@ -8,23 +8,36 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// Reads a rules file (`--roles`), refusing one over the size cap before reading it whole.
+/// Reads a rules file (`--roles`), refusing one over the size cap before reading it whole,
+/// and reading no more than the cap plus one byte whatever its size claims (a FIFO or a file
+/// growing as it is read says 0 bytes, or too few, to `metadata`).
 pub fn read_rules(path: Option<&Path>) -> Result<UserRules, String> {
+    use std::io::Read;
     let Some(path) = path else {
         return Ok(UserRules::default());
     };
-    let size = std::fs::metadata(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?
-        .len();
-    if size > super::user_rules::MAX_RULES_FILE_BYTES as u64 {
+    let cap = super::user_rules::MAX_RULES_FILE_BYTES;
+    let cannot_read = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
+    let file = std::fs::File::open(path).map_err(cannot_read)?;
+    let size = file.metadata().map_err(cannot_read)?.len();
+    if size > cap as u64 {
         return Err(format!(
-            "{}: the rules file is {size} bytes; at most {} are read",
-            path.display(),
-            super::user_rules::MAX_RULES_FILE_BYTES
+            "{}: the rules file is {size} bytes; at most {cap} are read",
+            path.display()
         ));
     }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut bytes = Vec::with_capacity(size as usize);
+    file.take(cap as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(cannot_read)?;
+    if bytes.len() > cap {
+        return Err(format!(
+            "{}: the rules file is more than {cap} bytes; at most {cap} are read",
+            path.display()
+        ));
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|e| format!("cannot read {}: not UTF-8 text: {e}", path.display()))?;
     UserRules::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 

@@ -7,8 +7,8 @@
 //! ```
 //!
 //! The same as JSON: `{"rule": [{"frame": "my_project/data/", "role": "input"}]}`. Files come from
-//! users (and uploads on the server), so everything is bounded: the file's size, the number of
-//! rules, each regex's compiled size, the length of role names.
+//! users (and uploads on the server), so everything is bounded: the file's size, how deep its
+//! brackets nest, the number of rules, each regex's compiled size, the length of role names.
 
 use regex_automata::meta::Regex;
 use serde::Deserialize;
@@ -17,6 +17,12 @@ use serde::Deserialize;
 pub const MAX_RULES_FILE_BYTES: usize = 64 * 1024;
 /// Most rules in one file.
 pub const MAX_RULES: usize = 200;
+/// Deepest nesting of `[`/`{` read. A rules file needs 3 (`{"rule": [{…}]}`); the TOML and
+/// JSON parsers recurse once per level with no limit of their own that fits a thread's stack
+/// (`x = [[[…` 8,000 deep overflowed a server worker's and aborted the process), so deeper files
+/// are refused by [`nesting_depth`] before any parser sees them. Not a setting: raising it only
+/// lets the crash back in.
+pub const MAX_RULES_NESTING: usize = 32;
 /// Compiled size limit of one regex (its NFA), so a rule cannot blow up memory or time.
 const MAX_REGEX_BYTES: usize = 256 * 1024;
 /// Longest custom role name.
@@ -40,6 +46,10 @@ pub struct UserRule {
 pub enum RulesError {
     #[error("the rules file is {0} bytes; at most {MAX_RULES_FILE_BYTES} are read")]
     TooLarge(usize),
+    #[error(
+        "the rules file nests brackets deeper than {MAX_RULES_NESTING} (line {line}); a rules file needs 3"
+    )]
+    TooDeep { line: usize },
     #[error("the rules file is neither TOML nor JSON of rules: {0}")]
     Syntax(String),
     #[error("the rules file has {0} rules; at most {MAX_RULES} are allowed")]
@@ -90,7 +100,11 @@ impl UserRules {
         if text.len() > MAX_RULES_FILE_BYTES {
             return Err(RulesError::TooLarge(text.len()));
         }
-        let file: RulesFile = if text.trim_start().starts_with('{') {
+        let json = text.trim_start().starts_with('{');
+        if let Err(line) = check_nesting(text.as_bytes(), json) {
+            return Err(RulesError::TooDeep { line });
+        }
+        let file: RulesFile = if json {
             serde_json::from_str(text).map_err(|e| RulesError::Syntax(e.to_string()))?
         } else {
             basic_toml::from_str(text).map_err(|e| RulesError::Syntax(e.to_string()))?
@@ -163,6 +177,87 @@ impl UserRules {
     }
 }
 
+/// Whether `text` keeps its brackets within [`MAX_RULES_NESTING`]; else the line (from 1)
+/// where it goes past. See [`nesting_depth`].
+fn check_nesting(text: &[u8], json: bool) -> Result<(), usize> {
+    match nesting_depth(text, json, MAX_RULES_NESTING) {
+        Ok(_) => Ok(()),
+        Err(at) => Err(1 + text[..at].iter().filter(|&&b| b == b'\n').count()),
+    }
+}
+
+/// The deepest nesting of `[` and `{` in `text` outside strings (and, in TOML, comments), or
+/// the byte offset where it first passes `limit`. One pass, no allocation.
+///
+/// It must never count less than the parser will nest, so where a string ends it follows the
+/// parser's own rule (TOML: `"…"` and `'…'` end at the line's end at the latest, `"""…"""` and
+/// `'''…'''` may close with up to two more quotes; a backslash escapes the next byte in basic
+/// strings). Where the two could disagree (an unterminated string, stray closers), the parser
+/// refuses the file at that point, before nesting any deeper.
+fn nesting_depth(text: &[u8], json: bool, limit: usize) -> Result<usize, usize> {
+    let (mut depth, mut deepest, mut at) = (0usize, 0usize, 0usize);
+    while let Some(&byte) = text.get(at) {
+        match byte {
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > limit {
+                    return Err(at);
+                }
+                deepest = deepest.max(depth);
+                at += 1;
+            }
+            b']' | b'}' => {
+                depth = depth.saturating_sub(1);
+                at += 1;
+            }
+            b'#' if !json => at = line_end(text, at),
+            b'"' => at = string_end(text, at, json),
+            b'\'' if !json => at = string_end(text, at, json),
+            _ => at += 1,
+        }
+    }
+    Ok(deepest)
+}
+
+/// The offset of the `\n` ending the line at `from`, or the end.
+fn line_end(text: &[u8], from: usize) -> usize {
+    text[from..]
+        .iter()
+        .position(|&b| b == b'\n')
+        .map_or(text.len(), |n| from + n)
+}
+
+/// The offset just past the string that opens at `start` (a `"` or `'`).
+fn string_end(text: &[u8], start: usize, json: bool) -> usize {
+    let quote = text[start];
+    // Basic strings (`"`) have escapes; literal ones (`'`, TOML only) do not.
+    let escapes = quote == b'"';
+    let triple = !json && text[start..].starts_with(&[quote; 3]);
+    let one_line = !triple && !json;
+    let mut at = start + if triple { 3 } else { 1 };
+    while let Some(&byte) = text.get(at) {
+        if escapes && byte == b'\\' && !(one_line && text.get(at + 1) == Some(&b'\n')) {
+            at += 2;
+        } else if byte == quote {
+            if !triple {
+                return at + 1;
+            }
+            if text[at..].starts_with(&[quote; 3]) {
+                // `"""""` closes with the quotes before the last three inside the string.
+                let run = text[at..].iter().take_while(|&&b| b == quote).count();
+                return at + run.min(5);
+            }
+            at += 1;
+        } else if byte == b'\n' && one_line {
+            // A one-line TOML string cannot hold a line break: the parser stops here.
+            return at;
+        } else {
+            at += 1;
+        }
+    }
+    text.len()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,5 +309,59 @@ mod tests {
             "{:?}",
             UserRules::parse(huge).map(|r| r.rules().len())
         );
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_before_parsing() {
+        // The file that aborted the server: 8,000 deep, within the size cap.
+        let deep = format!("x = {}{}", "[".repeat(8000), "]".repeat(8000));
+        let refused = UserRules::parse(&deep).map(|r| r.rules().len());
+        assert_eq!(refused, Err(RulesError::TooDeep { line: 1 }));
+        let json = format!("{{\"rule\": {}{}}}", "[".repeat(8000), "]".repeat(8000));
+        assert!(matches!(
+            UserRules::parse(&json),
+            Err(RulesError::TooDeep { .. })
+        ));
+        // Just at the limit: the parser's own message (not rules), no crash.
+        let at_limit = format!(
+            "x = {}{}",
+            "[".repeat(MAX_RULES_NESTING),
+            "]".repeat(MAX_RULES_NESTING)
+        );
+        assert!(matches!(
+            UserRules::parse(&at_limit),
+            Err(RulesError::Syntax(_))
+        ));
+        let message = UserRules::parse(&format!("\n\n{deep}"))
+            .map(|r| r.rules().len())
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            message.contains("32") && message.contains("line 3"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn brackets_in_strings_and_comments_do_not_count() {
+        let depth = |text: &str| nesting_depth(text.as_bytes(), false, usize::MAX);
+        assert_eq!(
+            depth("[[rule]]\nframe = '[[[['\nrole = \"x[[[\\\"[[\"\n"),
+            Ok(2)
+        );
+        assert_eq!(depth("# [[[[[[\nx = 1"), Ok(0));
+        assert_eq!(depth("x = '''\n[[[[\n'''''"), Ok(0));
+        assert_eq!(depth("x = \"\"\"\n[[[\\\"\"\"[\n\"\"\"\"\""), Ok(0));
+        // A one-line string ends at the line's end whatever follows: the parser stops there,
+        // and the scan counts what comes after.
+        assert_eq!(depth("x = \"abc\n[[[\n"), Ok(3));
+        assert_eq!(depth("x = \"abc\\\n[[[\n"), Ok(3));
+        // JSON has no comments and no single-quoted strings.
+        let json = |text: &str| nesting_depth(text.as_bytes(), true, usize::MAX);
+        assert_eq!(json("{\"a\": \"#[[\", \"b\": '[[' }"), Ok(3));
+        // Valid files are 3 deep at most.
+        let valid = "{\"rule\": [{\"frame\": \"a[b]\", \"role\": \"x\"}]}";
+        assert_eq!(json(valid), Ok(3));
+        assert!(UserRules::parse(valid).is_ok());
     }
 }

@@ -98,14 +98,30 @@ impl Access {
     }
 }
 
-/// Where to go after logging in: a path on this server only, never `//other.site` or a URL.
+/// Where to go after logging in: a path on this server, else `/`.
+///
+/// Browsers resolve `Location` against this page's URL after the WHATWG URL rules, which drop
+/// tabs and line breaks anywhere and read `\` as `/`: `/<TAB>/evil.example` becomes
+/// `//evil.example`, another site. So `next` must be plain printable ASCII (no control
+/// character, no whitespace, nothing a browser rewrites) starting with exactly one `/`, with no
+/// `\` at all, and read as a URI it must have neither scheme nor authority: resolved against
+/// the public URL, it then keeps that URL's scheme, host and port. Anything else (a URL, a
+/// `//host` reference, non-ASCII text a browser would percent-encode its own way) goes to `/`;
+/// what passes is a valid header value, so the redirect is never a 500.
 fn safe_next(next: Option<&str>) -> String {
-    match next {
-        Some(next) if next.starts_with('/') && !next.starts_with("//") && !next.contains('\\') => {
-            next.to_owned()
-        }
-        _ => "/".to_owned(),
-    }
+    next.filter(|next| is_local_path(next))
+        .unwrap_or("/")
+        .to_owned()
+}
+
+fn is_local_path(next: &str) -> bool {
+    let bytes = next.as_bytes();
+    bytes.first() == Some(&b'/')
+        && !matches!(bytes.get(1), Some(b'/' | b'\\'))
+        && bytes.iter().all(|&b| b.is_ascii_graphic() && b != b'\\')
+        && next
+            .parse::<axum::http::Uri>()
+            .is_ok_and(|uri| uri.scheme().is_none() && uri.authority().is_none())
 }
 
 #[derive(Template)]
@@ -207,6 +223,23 @@ mod tests {
         assert_eq!(safe_next(Some("https://evil.example/")), "/");
         assert_eq!(safe_next(Some("/\\evil.example")), "/");
         assert_eq!(safe_next(None), "/");
+        for hostile in [
+            "/\t/evil.example",
+            "/\n/evil.example",
+            "/\r\n/evil.example",
+            "/\\/evil.example",
+            "\\/evil.example",
+            "https:evil.example",
+            "/\u{3000}/evil.example",
+            "/\u{a0}/evil.example",
+            "/ /evil.example",
+            "/\u{7f}",
+            "",
+        ] {
+            assert_eq!(safe_next(Some(hostile)), "/", "{hostile:?}");
+        }
+        assert_eq!(safe_next(Some("/%2F/evil.example")), "/%2F/evil.example");
+        assert_eq!(safe_next(Some("/compare/a/b?x=1#y")), "/compare/a/b?x=1#y");
     }
 
     #[test]

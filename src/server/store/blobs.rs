@@ -9,10 +9,6 @@ pub(super) const BLOB_SUFFIX: &str = ".snapshot";
 /// The folder of the stored indexes, one file per blob (`crate::index`).
 pub(super) const INDEX_DIR: &str = "indexes";
 
-/// A temporary index file (`….snapidx.tmp-PID-N`) older than this is a writer's that died:
-/// younger ones may be another server's, still writing.
-const STALE_INDEX_TEMP: std::time::Duration = std::time::Duration::from_secs(3600);
-
 impl FileStore {
     /// Every blob file in `blobs/`, with its id when its name is one.
     pub(super) fn blob_files(&self) -> std::io::Result<Vec<(Option<SnapshotId>, PathBuf)>> {
@@ -39,7 +35,11 @@ impl FileStore {
 
 impl FileStore {
     /// Removes the stored indexes whose blob is gone (purged, or removed by hand) and the
-    /// temporary files of index writers that died; returns how many files went.
+    /// temporary files of index writers that died (a `kill -9`, a power cut); returns how many
+    /// files went. Run at start. A writer holds an exclusive `flock` on its temporary file
+    /// until it is renamed into place (`crate::index::write`), so a temporary file that can be
+    /// locked here has no live writer, whatever its age, and one that cannot is another
+    /// server's on the same folder, still writing, and is kept.
     pub(super) fn sweep_indexes(&self) -> std::io::Result<usize> {
         let mut removed = 0;
         for entry in std::fs::read_dir(self.dir.join(INDEX_DIR))? {
@@ -47,12 +47,16 @@ impl FileStore {
             let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
                 continue;
             };
-            let keep = match name.strip_suffix(crate::index::FILE_SUFFIX) {
-                Some(id) => SnapshotId::parse(id).is_some_and(|id| self.blob_path(&id).is_file()),
-                None => !is_stale(&path),
+            let gone = match name.strip_suffix(crate::index::FILE_SUFFIX) {
+                Some(id) => {
+                    let orphan =
+                        !SnapshotId::parse(id).is_some_and(|id| self.blob_path(&id).is_file());
+                    orphan && std::fs::remove_file(&path).is_ok()
+                }
+                None => remove_if_abandoned(&path),
             };
-            if !keep && std::fs::remove_file(&path).is_ok() {
-                tracing::info!(path = %path.display(), "removed a stored index without its snapshot");
+            if gone {
+                tracing::info!(path = %path.display(), "removed a stored index without its snapshot, or a dead writer's temporary file");
                 removed += 1;
             }
         }
@@ -60,12 +64,23 @@ impl FileStore {
     }
 }
 
-fn is_stale(path: &Path) -> bool {
-    std::fs::metadata(path)
-        .and_then(|m| m.modified())
-        .ok()
-        .and_then(|modified| modified.elapsed().ok())
-        .is_some_and(|age| age > STALE_INDEX_TEMP)
+/// Removes `path`, a file in `indexes/` that is no index, unless a live writer holds its lock;
+/// the lock is held while removing, so a writer cannot take it in between. Something that is
+/// not a regular file there (a FIFO, a symlink) is nobody's temporary file and goes too.
+fn remove_if_abandoned(path: &Path) -> bool {
+    match crate::index::open_regular(path) {
+        Ok(file) => match file.try_lock() {
+            Ok(()) => std::fs::remove_file(path).is_ok(),
+            // Locked: another server is writing it.
+            Err(std::fs::TryLockError::WouldBlock) => false,
+            Err(std::fs::TryLockError::Error(error)) => {
+                tracing::warn!(path = %path.display(), %error, "cannot tell whether a temporary index is being written; kept");
+                false
+            }
+        },
+        Err(crate::index::IndexError::NotRegular(_)) => std::fs::remove_file(path).is_ok(),
+        Err(_) => false,
+    }
 }
 
 /// Makes a rename durable: fsync of the folder that holds the new name.
