@@ -104,8 +104,8 @@ enum Command {
         #[arg(long, env = "SNAPVIEW_CACHE", default_value = "4GiB")]
         cache: String,
         /// Memory that parses and rules re-analyses in flight may hold together, charged as
-        /// their events are found (80 bytes each); past it they wait, then answer 503.
-        #[arg(long, env = "SNAPVIEW_PARSE_MEMORY", default_value = "4GiB")]
+        /// their events are found (96 bytes each); past it they wait, then answer 503.
+        #[arg(long, env = "SNAPVIEW_PARSE_MEMORY", default_value = "5GiB")]
         parse_memory: String,
         /// The URL links should use, if not http://ADDR (behind a proxy, say).
         #[arg(long, env = "SNAPVIEW_PUBLIC_URL")]

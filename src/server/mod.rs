@@ -101,10 +101,10 @@ impl Default for ConnectionLimits {
     }
 }
 
-/// `--parse-memory`'s default: room for the largest snapshot `--max-events` allows, or for the
-/// ten-times file (32M events, about 2.6 GB at [`budget::BYTES_PER_EVENT`]) with a few small
-/// uploads beside it.
-pub const DEFAULT_PARSE_MEMORY_BYTES: u64 = 4 << 30;
+/// `--parse-memory`'s default: room for the largest snapshot `--max-events` allows (50M events,
+/// 4.8 GB at [`budget::BYTES_PER_EVENT`]), or for the ten-times file (32M events, 3.1 GB) with
+/// a few small uploads beside it.
+pub const DEFAULT_PARSE_MEMORY_BYTES: u64 = 5 << 30;
 
 /// Shared by every handler.
 #[derive(Clone)]
