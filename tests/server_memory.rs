@@ -190,7 +190,7 @@ fn shared_entry_uploads_are_charged_as_read_refused_past_max_events_and_get_no_h
         "a fresh client was answered {probes:.2} of the time"
     );
     // One parse of 12M events at a time (about 600 MB at its peak) and the snapshot the cache
-    // keeps: three at once took over 1.9 GB before the budget.
+    // keeps: three at once took 1.75 GB before the budget.
     assert!(
         peak < 1500 * MIB,
         "peak RSS {} MiB with one parse at a time",
@@ -311,7 +311,7 @@ fn concurrent_rules_changes_are_analysed_one_at_a_time_and_the_last_wins() {
         "a fresh client was answered {probes:.2} of the time"
     );
     if large.is_some() {
-        // One re-analysis at a time: 50 at once took the server past 1.8 GB on a large trace.
+        // One re-analysis at a time: 50 at once took the server to 2.4 GB on this trace.
         assert!(
             peak < settled + 600 * MIB,
             "peak RSS {} MiB, {} MiB before",
