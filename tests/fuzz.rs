@@ -10,7 +10,10 @@
 //! gzip and zstd), mutated by byte-level and pickle-aware edits: bit flips, random bytes,
 //! splices from other files, inserted opcodes, length fields set to edge values, memo references
 //! pointed elsewhere, truncation, duplicated and deleted regions. Compressed inputs are mutated
-//! either in their compressed bytes or inside (then compressed again). Each input goes through
+//! either in their compressed bytes or inside (then compressed again). One input in eight is
+//! generated instead: a trace that references memoized entries again and again (by BINGET or
+//! DUP, its list named by many devices), read with `--max-events` 1M, mutated half the time.
+//! Each input goes through
 //! what the server and CLI do with a file: load, analysis, summary (and its JSON), notes, the
 //! views (timeline, flame graphs, segment map, an events page, OOM reports), and torch's text
 //! reports (`stats`, both folded-stack kinds, `compare`). A second run (`fuzz_the_rules_parser`,
@@ -28,6 +31,7 @@
 mod common;
 
 use common::rng::Rng;
+use common::shared_entries::SharedTrace;
 use snapview::analysis::events::{EventFilter, page};
 use snapview::analysis::flame::{FlameMode, flame};
 use snapview::analysis::memory_map::memory_map;
@@ -517,11 +521,45 @@ fn mutant(rng: &mut Rng, seed: &Seed, donors: &[Seed]) -> (Vec<u8>, Vec<&'static
     (bytes, applied)
 }
 
+/// A trace that references memoized entries again and again (issue 18's shape): up to twice
+/// [`MAX_EVENTS`] events by BINGET or DUP, its list named by up to 40 devices, mutated half
+/// the time.
+fn shared_entries(rng: &mut Rng, donors: &[Seed]) -> (Vec<u8>, String) {
+    let events = match rng.below(3) {
+        0 => rng.below(1000),
+        1 => rng.below(200_000),
+        _ => rng.below(2 * MAX_EVENTS as usize),
+    };
+    let trace = SharedTrace {
+        events,
+        entries: 1 + rng.below(3),
+        by_dup: rng.chance(3),
+        devices: 1 + if rng.chance(4) { rng.below(40) } else { 0 },
+        addr: rng.below(1 << 30) as i32,
+    };
+    let mut bytes = trace.pickle();
+    let mut what = format!("shared entries {trace:?}");
+    if rng.chance(2) {
+        what.push_str(": ");
+        what.push_str(mutate(rng, &mut bytes, donors));
+    }
+    (bytes, what)
+}
+
 // ---------------------------------------------------------------------------------------------
 // One execution: everything the server and the CLI do with a file.
 
+/// The fuzzer reads with `--max-events` at this: a shared-entry input of more events (2 bytes
+/// each) would outgrow the per-input memory budget by design, and past it the refusal is what
+/// is exercised.
+const MAX_EVENTS: u64 = 1_000_000;
+
 fn exercise(bytes: &[u8]) -> Result<(), String> {
-    let snapshot = load_reader(bytes, LoadOptions::default()).map_err(|e| e.to_string())?;
+    let options = LoadOptions {
+        max_events: MAX_EVENTS,
+        ..LoadOptions::default()
+    };
+    let snapshot = load_reader(bytes, options).map_err(|e| e.to_string())?;
     let analysis = Analysis::new(&snapshot);
     let summary = Summary::new(&snapshot, &analysis);
     let json = serde_json::to_string(&summary).map_err(|e| format!("summary JSON: {e}"))?;
@@ -671,6 +709,7 @@ fn fuzz_the_reader_analysis_and_reports() {
         // The first pass runs every seed unmutated.
         let (bytes, what) = match seeds.get(index as usize) {
             Some(seed) => (seed.encoded.clone(), format!("{} unmutated", seed.name)),
+            None if rng.chance(8) => shared_entries(&mut rng, &seeds),
             None => {
                 let seed = &seeds[rng.below(seeds.len())];
                 let (bytes, applied) = mutant(&mut rng, seed, &seeds);

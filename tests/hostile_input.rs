@@ -107,6 +107,7 @@ fn load_with_limit(bytes: &[u8], max_decompressed_bytes: u64) -> Result<Snapshot
             ..Default::default()
         },
         progress: None,
+        ..LoadOptions::default()
     };
     load_reader(bytes, options)
 }
@@ -1657,6 +1658,7 @@ fn a_compression_bomb_is_refused_by_its_ratio_long_before_the_limit() {
     let options = LoadOptions {
         limits,
         progress: None,
+        ..LoadOptions::default()
     };
     let message = match load_reader(&gzip(&bytes)[..], options) {
         Ok(_) => panic!("gpt2_adamw is over 512 KiB"),

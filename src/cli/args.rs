@@ -19,6 +19,23 @@ use std::path::{Path, PathBuf};
 pub(super) struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Trace events a snapshot may hold; a file with more is refused with a message (a pickle
+    /// can repeat one entry for 2 bytes each, so its size says little). Every command that
+    /// reads a file, and `serve` for uploads.
+    #[arg(
+        long,
+        global = true,
+        env = "SNAPVIEW_MAX_EVENTS",
+        default_value_t = crate::snapshot::DEFAULT_MAX_EVENTS
+    )]
+    max_events: u64,
+}
+
+impl Cli {
+    /// `--max-events`, for the commands that read files.
+    pub(super) fn max_events(&self) -> u64 {
+        self.max_events
+    }
 }
 
 // `serve` has many more flags than the other commands; clap parses this once, so its size is moot.
@@ -86,6 +103,10 @@ enum Command {
         /// Memory for parsed snapshots kept ready; the least recently used go first.
         #[arg(long, env = "SNAPVIEW_CACHE", default_value = "4GiB")]
         cache: String,
+        /// Memory that parses and rules re-analyses in flight may hold together, charged as
+        /// their events are found (96 bytes each); past it they wait, then answer 503.
+        #[arg(long, env = "SNAPVIEW_PARSE_MEMORY", default_value = "5GiB")]
+        parse_memory: String,
         /// The URL links should use, if not http://ADDR (behind a proxy, say).
         #[arg(long, env = "SNAPVIEW_PUBLIC_URL")]
         public_url: Option<String>,
@@ -263,6 +284,7 @@ pub(super) enum DiffSource {
 
 impl Config {
     pub(super) fn from_cli(cli: Cli) -> Result<Self, String> {
+        let max_events = cli.max_events;
         let check = |file: &Path| -> Result<(), String> {
             match std::fs::metadata(file) {
                 Ok(meta) if meta.is_file() => Ok(()),
@@ -320,6 +342,7 @@ impl Config {
                 data_dir,
                 max_upload,
                 cache,
+                parse_memory,
                 public_url,
                 trash_days,
                 roles,
@@ -348,6 +371,9 @@ impl Config {
                         .map_err(|e| format!("--body-timeout: {e}"))?,
                     shutdown_grace: parse_duration(&shutdown_grace)
                         .map_err(|e| format!("--shutdown-grace: {e}"))?,
+                    parse_memory_bytes: parse_size(&parse_memory)
+                        .map_err(|e| format!("--parse-memory: {e}"))?,
+                    max_events,
                 };
                 let addr: SocketAddr = addr.parse().map_err(|_| {
                     format!("--addr {addr:?} is not an address like 127.0.0.1:7878")

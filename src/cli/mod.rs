@@ -28,7 +28,8 @@ use std::path::{Path, PathBuf};
 /// Runs the command line; returns the process exit status.
 pub fn main() -> i32 {
     let cli = Cli::parse();
-    match Config::from_cli(cli).and_then(run) {
+    let max_events = cli.max_events();
+    match Config::from_cli(cli).and_then(|config| run(config, max_events)) {
         Ok(Outcome::Done) => 0,
         Ok(Outcome::Regression) => 1,
         Err(message) => {
@@ -45,7 +46,8 @@ enum Outcome {
     Regression,
 }
 
-fn run(config: Config) -> Result<Outcome, String> {
+/// Runs `config`; files are read with at most `max_events` trace events (`--max-events`).
+fn run(config: Config, max_events: u64) -> Result<Outcome, String> {
     if let Config::Diff {
         source,
         json,
@@ -54,12 +56,12 @@ fn run(config: Config) -> Result<Outcome, String> {
         top,
     } = config
     {
-        return run_diff(source, json, max_peak_growth, ignore_lines, top);
+        return run_diff(source, json, max_peak_growth, ignore_lines, top, max_events);
     }
-    run_other(config).map(|()| Outcome::Done)
+    run_other(config, max_events).map(|()| Outcome::Done)
 }
 
-fn run_other(config: Config) -> Result<(), String> {
+fn run_other(config: Config, max_events: u64) -> Result<(), String> {
     let text = match config {
         // Handled by `run`.
         Config::Diff { .. } => String::new(),
@@ -72,7 +74,8 @@ fn run_other(config: Config) -> Result<(), String> {
         } => upload(&file, &url, token.as_deref(), max_redirects)?,
         Config::Summary { file, json, roles } => {
             let rules = roles_commands::read_rules(roles.as_deref())?;
-            let (snapshot, seed) = load_with_progress(&file, crate::analysis::load_path)?;
+            let (snapshot, seed) =
+                load_with_progress(&file, max_events, crate::analysis::load_path)?;
             let analysis = Analysis::seeded(&snapshot, seed);
             let summary = Summary::with_rules(&snapshot, &analysis, &rules);
             if json {
@@ -83,8 +86,10 @@ fn run_other(config: Config) -> Result<(), String> {
                 summary_text(&file, &snapshot, &summary)
             }
         }
-        Config::Stats { file } => torch_text::stats(&load_with_progress(&file, load_path)?)
-            .map_err(|e| format!("{}: {e}", file.display()))?,
+        Config::Stats { file } => {
+            torch_text::stats(&load_with_progress(&file, max_events, load_path)?)
+                .map_err(|e| format!("{}: {e}", file.display()))?
+        }
         Config::Live {
             file,
             device,
@@ -93,7 +98,7 @@ fn run_other(config: Config) -> Result<(), String> {
             roles,
         } => {
             let rules = roles_commands::read_rules(roles.as_deref())?;
-            let snapshot = load_with_progress(&file, load_path)?;
+            let snapshot = load_with_progress(&file, max_events, load_path)?;
             roles_commands::live_command(&snapshot, device, &at, json, &rules)?
         }
         Config::ExportRoles {
@@ -102,12 +107,14 @@ fn run_other(config: Config) -> Result<(), String> {
             roles,
         } => {
             let rules = roles_commands::read_rules(roles.as_deref())?;
-            let text =
-                roles_commands::folded_by_role(&load_with_progress(&file, load_path)?, &rules);
+            let text = roles_commands::folded_by_role(
+                &load_with_progress(&file, max_events, load_path)?,
+                &rules,
+            );
             return write_export(text, output);
         }
         Config::Export { file, kind, output } => {
-            let text = torch_text::folded(&load_with_progress(&file, load_path)?, kind)
+            let text = torch_text::folded(&load_with_progress(&file, max_events, load_path)?, kind)
                 .map_err(|e| format!("{}: {e}", file.display()))?;
             return write_export(text, output);
         }
@@ -206,11 +213,13 @@ fn run_diff(
     max_peak_growth: Option<f64>,
     ignore_lines: bool,
     top: usize,
+    max_events: u64,
 ) -> Result<Outcome, String> {
     let (names, diff) = match source {
         DiffSource::Files(before, after) => {
             let load = |file: &Path| -> Result<(Snapshot, Analysis, Summary), String> {
-                let (snapshot, seed) = load_with_progress(file, crate::analysis::load_path)?;
+                let (snapshot, seed) =
+                    load_with_progress(file, max_events, crate::analysis::load_path)?;
                 let analysis = Analysis::seeded(&snapshot, seed);
                 let summary = Summary::new(&snapshot, &analysis);
                 Ok((snapshot, analysis, summary))

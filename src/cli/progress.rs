@@ -6,10 +6,12 @@ use std::io::IsTerminal;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// Loads a snapshot with `load` (the model alone, or with the replay's first pass), drawing a
-/// progress bar on stderr if it takes over a second and stderr is a terminal.
+/// Loads a snapshot with `load` (the model alone, or with the replay's first pass), with at
+/// most `max_events` trace events, drawing a progress bar on stderr if it takes over a second
+/// and stderr is a terminal.
 pub(super) fn load_with_progress<T>(
     file: &Path,
+    max_events: u64,
     load: impl FnOnce(&Path, LoadOptions<'_>) -> Result<T, LoadError>,
 ) -> Result<T, String> {
     let total = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
@@ -24,6 +26,7 @@ pub(super) fn load_with_progress<T>(
     };
     let options = LoadOptions {
         progress: Some(&progress),
+        max_events,
         ..LoadOptions::default()
     };
     let result = load(file, options);

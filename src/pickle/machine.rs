@@ -23,6 +23,9 @@ use std::io::Read;
 /// then on, and its slot is reused unless it is shared (then other references stay valid).
 /// Compacting this early matters: lists inside the dict (a trace entry's frames) are retired
 /// before any later entry can fetch them from the memo, so they can be freed.
+///
+/// Either call may stop decoding by returning [`PickleError::Stopped`] (a limit the compactor
+/// keeps, such as how many records a file may hold); the compactor says why.
 pub trait Compactor {
     fn compact(
         &mut self,
@@ -30,22 +33,33 @@ pub trait Compactor {
         memo: &mut Memo,
         dict: Value,
         items: &[Value],
-    ) -> Option<Value>;
+    ) -> Result<Option<Value>, PickleError>;
 
     /// Offered the items of each APPEND(S) to `list` before they are stored; returning true
     /// takes them, and the list does not store them. A compactor that takes items keeps what
     /// they were (a trace's list of millions of records need not be stored to be read back),
     /// and must put them back into the list (with [`Heap::list_push`]) before it declines a
     /// later append to the same list, so the list's items stay in order.
-    fn append(&mut self, _heap: &mut Heap, _list: Value, _items: &[Value]) -> bool {
-        false
+    fn append(
+        &mut self,
+        _heap: &mut Heap,
+        _list: Value,
+        _items: &[Value],
+    ) -> Result<bool, PickleError> {
+        Ok(false)
     }
 }
 
 /// A compactor that keeps everything as decoded.
 impl Compactor for () {
-    fn compact(&mut self, _: &mut Heap, _: &mut Memo, _: Value, _: &[Value]) -> Option<Value> {
-        None
+    fn compact(
+        &mut self,
+        _: &mut Heap,
+        _: &mut Memo,
+        _: Value,
+        _: &[Value],
+    ) -> Result<Option<Value>, PickleError> {
+        Ok(None)
     }
 }
 
@@ -55,6 +69,8 @@ pub struct Decoded {
     pub root: Value,
     pub heap: Heap,
     pub protocol: u8,
+    /// Bytes of pickle decoded, up to and including STOP (after decompression).
+    pub bytes: u64,
 }
 
 /// Opcodes that would import or call code, by byte.
@@ -134,6 +150,7 @@ fn decode_from<S: Supply>(
     let root = machine.run()?;
     Ok(Decoded {
         root,
+        bytes: machine.input.offset(),
         heap: machine.heap,
         protocol,
     })
@@ -298,7 +315,7 @@ impl<S: Supply> Machine<'_, S> {
         let slot = self.list_target(what, list)?;
         if self
             .compactor
-            .append(&mut self.heap, list, &self.stack[from..])
+            .append(&mut self.heap, list, &self.stack[from..])?
         {
             self.stack.truncate(from);
             return Ok(());
@@ -340,9 +357,12 @@ impl<S: Supply> Machine<'_, S> {
         if self.heap.dicts.get(slot).is_empty() {
             // The usual case: a fresh dict filled by one SETITEMS. The compactor reads the pairs
             // where they are, so a dict it takes is never filled (one copy less per record).
-            let handle =
-                self.compactor
-                    .compact(&mut self.heap, &mut self.memo, dict, &self.stack[from..]);
+            let handle = self.compactor.compact(
+                &mut self.heap,
+                &mut self.memo,
+                dict,
+                &self.stack[from..],
+            )?;
             if let Some(handle) = handle {
                 if !self.heap.can_retire(dict) {
                     // Shared: other references may still read the dict, so it gets its pairs.
@@ -367,9 +387,9 @@ impl<S: Supply> Machine<'_, S> {
             .iter()
             .flat_map(|&(k, v)| [k, v])
             .collect();
-        if let Some(handle) = self
-            .compactor
-            .compact(&mut self.heap, &mut self.memo, dict, &items)
+        if let Some(handle) =
+            self.compactor
+                .compact(&mut self.heap, &mut self.memo, dict, &items)?
         {
             self.heap.retire(dict, handle, &mut self.memo);
             self.stack[from - 1] = handle;

@@ -70,6 +70,9 @@ pub enum PickleError {
     },
     #[error("{0}")]
     NotASnapshot(String),
+    /// The [`Compactor`] stopped decoding; it keeps the reason.
+    #[error("reading was stopped by a limit")]
+    Stopped,
     #[error("reading failed: {0}")]
     Io(#[from] std::io::Error),
 }

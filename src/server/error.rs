@@ -49,6 +49,16 @@ pub enum ApiError {
     /// Every upload slot is taken (`--max-uploads`); the client should retry after a while.
     #[error("the server is receiving {0} uploads already (--max-uploads); retry in a few seconds")]
     Busy(usize),
+    /// The snapshot's trace holds more events than `--max-events`.
+    #[error("the trace has more than {0} events (--max-events)")]
+    TooManyEvents(u64),
+    /// The memory parses in flight share (`--parse-memory`) is held by others; the client
+    /// should retry after a while. The message says so.
+    #[error("{0}")]
+    ParseBusy(String),
+    /// Reading this one snapshot needs more than all of `--parse-memory`.
+    #[error("{0}")]
+    TooMuchMemory(String),
     /// No token, or one that does not grant what the request wants.
     #[error("{0}")]
     Unauthorized(String),
@@ -106,9 +116,11 @@ impl ApiError {
             ApiError::BadId(_) | ApiError::BadRequest(_) | ApiError::NotASnapshot(_) => {
                 StatusCode::BAD_REQUEST
             }
-            ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::TooLarge { .. } | ApiError::TooManyEvents(_) | ApiError::TooMuchMemory(_) => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
             ApiError::BodyStalled(_) => StatusCode::REQUEST_TIMEOUT,
-            ApiError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Busy(_) | ApiError::ParseBusy(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::WrongHost(_) => StatusCode::MISDIRECTED_REQUEST,
@@ -128,9 +140,10 @@ impl ApiError {
             ApiError::BadId(_) => "bad_id",
             ApiError::BadRequest(_) => "bad_request",
             ApiError::NotASnapshot(_) => "not_a_snapshot",
-            ApiError::TooLarge { .. } => "too_large",
+            ApiError::TooLarge { .. } | ApiError::TooMuchMemory(_) => "too_large",
+            ApiError::TooManyEvents(_) => "too_many_events",
             ApiError::BodyStalled(_) => "body_timeout",
-            ApiError::Busy(_) => "busy",
+            ApiError::Busy(_) | ApiError::ParseBusy(_) => "busy",
             ApiError::Unauthorized(_) => "unauthorized",
             ApiError::Forbidden(_) => "cross_site",
             ApiError::WrongHost(_) => "wrong_host",
@@ -215,6 +228,20 @@ impl From<super::store::StoreError> for ApiError {
 }
 
 impl ApiError {
+    /// Why a snapshot could not be read, as the client sees it: a file that cannot be opened is
+    /// the server's problem (and its message names a server path); a limit is the limit's
+    /// answer; anything else is the file's (its reader's message).
+    pub fn unreadable(error: crate::snapshot::LoadError) -> Self {
+        use crate::snapshot::{LoadError, Refusal};
+        match error {
+            LoadError::Open { .. } => ApiError::Internal(error.to_string()),
+            LoadError::TooManyEvents { limit } => ApiError::TooManyEvents(limit),
+            LoadError::Refused(Refusal::Busy(why)) => ApiError::ParseBusy(why),
+            LoadError::Refused(Refusal::TooLarge(why)) => ApiError::TooMuchMemory(why),
+            other => ApiError::NotASnapshot(other.to_string()),
+        }
+    }
+
     /// A failure to write an upload's temporary file: a full disk is said so, anything else is
     /// internal.
     pub fn writing(what: &str, error: std::io::Error) -> Self {
@@ -237,7 +264,7 @@ impl IntoResponse for ApiError {
             },
         };
         let mut response = (public.status, Json(body)).into_response();
-        if matches!(self, ApiError::Busy(_)) {
+        if matches!(self, ApiError::Busy(_) | ApiError::ParseBusy(_)) {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));

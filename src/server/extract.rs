@@ -98,11 +98,17 @@ impl StoredSnapshot {
             })?),
             None => state.config.roles.clone(),
         };
+        let budget = state.parse_budget.clone();
+        let max_events = state.config.limits.max_events;
         Ok(move |progress: &LoadProgress| {
             super::stored_index::load(&id, &path, &index, &rules, || {
                 let report = |read: u64| progress.read(read);
+                // Charged to the server's parse memory as it reads, like an upload.
+                let charge = budget.charge("reading this snapshot");
                 let options = LoadOptions {
                     progress: Some(&report),
+                    max_events,
+                    events: Some(&charge),
                     ..LoadOptions::default()
                 };
                 let parsed = crate::analysis::load_path(&path, options).map_err(|e| match e {
@@ -110,6 +116,7 @@ impl StoredSnapshot {
                     tracing::warn!(%id, path = %path.display(), error = %source, "a stored snapshot cannot be opened");
                     format!("the server cannot open its stored file ({})", source.kind())
                 }
+                limit @ (LoadError::TooManyEvents { .. } | LoadError::Refused(_)) => limit.to_string(),
                 other => format!("its stored file does not read as a snapshot: {other}"),
             })?;
                 progress.analysing();

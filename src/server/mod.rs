@@ -8,6 +8,7 @@
 pub mod access;
 pub mod api;
 pub mod assets;
+pub mod budget;
 pub mod cache;
 pub mod compare;
 pub mod connections;
@@ -79,6 +80,11 @@ pub struct ConnectionLimits {
     pub body_timeout: Duration,
     /// After SIGTERM or Ctrl-C, how long requests in flight may take before the server exits.
     pub shutdown_grace: Duration,
+    /// Memory that parses and re-analyses in flight may hold together (`--parse-memory`, see
+    /// `budget.rs`); what stays loaded afterwards is the cache's (`--cache`).
+    pub parse_memory_bytes: u64,
+    /// Trace events one snapshot may hold (`--max-events`); past it an upload is refused (413).
+    pub max_events: u64,
 }
 
 impl Default for ConnectionLimits {
@@ -89,9 +95,16 @@ impl Default for ConnectionLimits {
             header_timeout: Duration::from_secs(30),
             body_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(5),
+            parse_memory_bytes: DEFAULT_PARSE_MEMORY_BYTES,
+            max_events: crate::snapshot::DEFAULT_MAX_EVENTS,
         }
     }
 }
+
+/// `--parse-memory`'s default: room for the largest snapshot `--max-events` allows (50M events,
+/// 4.8 GB at [`budget::BYTES_PER_EVENT`]), or for the ten-times file (32M events, 3.1 GB) with
+/// a few small uploads beside it.
+pub const DEFAULT_PARSE_MEMORY_BYTES: u64 = 5 << 30;
 
 /// Shared by every handler.
 #[derive(Clone)]
@@ -103,6 +116,10 @@ pub struct AppState {
     pub upload_slots: Arc<tokio::sync::Semaphore>,
     /// Stored index writes in flight, which a graceful shutdown waits for.
     pub index_writes: Arc<stored_index::IndexWrites>,
+    /// The memory parses and re-analyses in flight share (`--parse-memory`).
+    pub parse_budget: Arc<budget::ParseBudget>,
+    /// Rules changes waiting for their snapshot's re-analysis (`role_rules.rs`).
+    pub rules_queue: Arc<role_rules::RulesQueue>,
 }
 
 impl AppState {
@@ -123,6 +140,8 @@ impl AppState {
             cache: Arc::new(cache::AnalysisCache::new(config.cache_budget_bytes)),
             upload_slots: Arc::new(tokio::sync::Semaphore::new(config.limits.max_uploads)),
             index_writes: Arc::default(),
+            parse_budget: Arc::new(budget::ParseBudget::new(config.limits.parse_memory_bytes)),
+            rules_queue: Arc::default(),
             config: Arc::new(config),
         })
     }

@@ -217,7 +217,21 @@ fn wait_at_test_gate() {
     }
 }
 
-/// Writes the index now (the caller's thread): what [`maintain_in_background`] runs.
+/// A stored index takes at most this many times the bytes of the pickle it was read from
+/// (after decompression), plus [`INDEX_ALLOWANCE_BYTES`]. A real trace's pickle takes about 90
+/// bytes per event and its index 41, so real files stay far below; a pickle that references one
+/// entry again and again (2 bytes per event) would get an index 20 times its size. Past the
+/// bound the index is not written (the log says why): the snapshot stays viewable, read from
+/// its pickle at each cold load.
+pub const INDEX_BYTES_PER_PICKLE_BYTE: u64 = 2;
+
+/// What any stored index may take whatever its pickle's size (the JSON section, tables, a small
+/// trace's columns).
+pub const INDEX_ALLOWANCE_BYTES: u64 = 64 << 20;
+
+/// Writes the index now (the caller's thread): what [`maintain_in_background`] runs. Skipped,
+/// with a log line, when the index would take more than its bound (see
+/// [`INDEX_BYTES_PER_PICKLE_BYTE`]).
 pub fn write_now(
     id: &SnapshotId,
     blob: &Path,
@@ -229,6 +243,24 @@ pub fn write_now(
         id: id.as_str(),
         bytes: std::fs::metadata(blob)?.len(),
     };
+    // The index holds the columns and the analysis as they are in memory, so their size in
+    // memory is the index's, known before a byte is written.
+    let pickle_bytes = identity.bytes.max(loaded.snapshot.source.decoded_bytes);
+    let bound = pickle_bytes
+        .saturating_mul(INDEX_BYTES_PER_PICKLE_BYTE)
+        .saturating_add(INDEX_ALLOWANCE_BYTES);
+    let expected = loaded.approx_bytes();
+    if expected > bound {
+        tracing::warn!(
+            %id,
+            pickle_bytes,
+            index_bytes = expected,
+            bound,
+            "not writing the stored index: it would take more than {INDEX_BYTES_PER_PICKLE_BYTE} times the pickle's bytes plus {} MiB; the snapshot is read from its pickle at each cold load",
+            INDEX_ALLOWANCE_BYTES >> 20
+        );
+        return Ok(());
+    }
     let bytes = crate::index::write(
         index,
         identity,

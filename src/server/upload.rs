@@ -18,6 +18,7 @@ use super::error::{ApiError, blocking};
 use super::store::{NewSnapshot, SnapshotId};
 use super::wire::{SnapshotView, SummaryRow};
 use crate::analysis::roles::UserRules;
+use crate::snapshot::LoadError;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::multipart::MultipartError;
@@ -106,14 +107,55 @@ impl std::io::Read for ChannelReader {
     }
 }
 
-type ParseResult = Result<Loaded, crate::snapshot::LoadError>;
+type ParseResult = Result<Loaded, LoadError>;
 
 /// How an upload is read: a compressed upload may expand to no more than an uncompressed one
-/// may be (`--max-upload`), besides the reader's ratio and string bounds.
-fn upload_load_options(max_upload_bytes: u64) -> crate::snapshot::LoadOptions<'static> {
+/// may be (`--max-upload`), besides the reader's ratio and string bounds; its trace may hold
+/// `--max-events`; and the events it holds are charged to the server's `--parse-memory` as
+/// they are found (`charge`, released when the parse and its analysis are done).
+fn upload_load_options<'a>(
+    reading: &Reading,
+    charge: &'a super::budget::Charge,
+) -> crate::snapshot::LoadOptions<'a> {
     crate::snapshot::LoadOptions {
-        limits: crate::pickle::Limits::for_input_limit(max_upload_bytes),
-        ..Default::default()
+        limits: crate::pickle::Limits::for_input_limit(reading.max_upload_bytes),
+        max_events: reading.max_events,
+        events: Some(charge),
+        progress: None,
+    }
+}
+
+/// What reading an upload needs from the server: its limits, rules and memory budget.
+#[derive(Clone)]
+struct Reading {
+    max_upload_bytes: u64,
+    max_events: u64,
+    rules: Arc<UserRules>,
+    budget: Arc<super::budget::ParseBudget>,
+}
+
+impl Reading {
+    fn of(state: &AppState) -> Self {
+        Self {
+            max_upload_bytes: state.config.max_upload_bytes,
+            max_events: state.config.limits.max_events,
+            rules: state.config.roles.clone(),
+            budget: state.parse_budget.clone(),
+        }
+    }
+
+    /// Parses (with `read`) and analyses under this server's limits, holding a share of its
+    /// parse memory until done (the caller's thread: a parser thread or a blocking one).
+    fn load(
+        &self,
+        read: impl FnOnce(
+            crate::snapshot::LoadOptions<'_>,
+        )
+            -> Result<(crate::snapshot::Snapshot, crate::analysis::ReplaySeed), LoadError>,
+    ) -> ParseResult {
+        let charge = self.budget.charge("this upload");
+        let parsed = read(upload_load_options(self, &charge))?;
+        Ok(Loaded::new(parsed, &self.rules))
     }
 }
 
@@ -123,8 +165,7 @@ fn upload_load_options(max_upload_bytes: u64) -> crate::snapshot::LoadOptions<'s
 /// ~513 slow uploads). Upload slots bound how many of these threads exist.
 fn spawn_parser(
     chunks: tokio::sync::mpsc::Receiver<Bytes>,
-    limit: u64,
-    rules: Arc<UserRules>,
+    reading: Reading,
 ) -> Result<tokio::sync::oneshot::Receiver<ParseResult>, ApiError> {
     let (answer, result) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
@@ -134,8 +175,7 @@ fn spawn_parser(
                 chunks,
                 current: Bytes::new(),
             };
-            let parsed = crate::analysis::load_reader(reader, upload_load_options(limit))
-                .map(|parsed| Loaded::new(parsed, &rules));
+            let parsed = reading.load(|options| crate::analysis::load_reader(reader, options));
             // The upload may have been dropped meanwhile; then nobody wants the answer.
             let _ = answer.send(parsed);
         })
@@ -151,13 +191,9 @@ async fn join_parser(
         .map_err(|_| ApiError::Internal("the parser thread stopped without an answer".into()))
 }
 
-/// A reader's refusal as the client sees it: a file that cannot be opened is the server's
-/// problem (and its message names a server path), anything else is the upload's.
+/// A reader's refusal as the client sees it (see [`ApiError::unreadable`]).
 fn refused(error: crate::snapshot::LoadError) -> ApiError {
-    match error {
-        crate::snapshot::LoadError::Open { .. } => ApiError::Internal(error.to_string()),
-        other => ApiError::NotASnapshot(other.to_string()),
-    }
+    ApiError::unreadable(error)
 }
 
 /// An error from a request body on its way in.
@@ -214,7 +250,7 @@ async fn receive<S, E>(
     mut stream: S,
     dir: &Path,
     limit: u64,
-    parse: Option<Arc<UserRules>>,
+    parse: Option<Reading>,
     stall_timeout: Duration,
 ) -> Result<Received, ApiError>
 where
@@ -225,9 +261,9 @@ where
     let mut out = tokio::fs::File::create(&file.path)
         .await
         .map_err(|e| ApiError::writing("cannot create a temporary file", e))?;
-    let (chunks, mut parser) = if let Some(rules) = parse {
+    let (chunks, mut parser) = if let Some(reading) = parse {
         let (chunks, receiver) = tokio::sync::mpsc::channel::<Bytes>(PARSE_QUEUE);
-        (Some(chunks), Some(spawn_parser(receiver, limit, rules)?))
+        (Some(chunks), Some(spawn_parser(receiver, reading)?))
     } else {
         (None, None)
     };
@@ -330,7 +366,7 @@ pub async fn upload(
         .and_then(|actor| actor.0.clone());
     let temp_dir = state.store.temp_dir();
     // Parsed as it arrives (with the server's role rules), unless it may be a duplicate.
-    let parse = (!maybe_duplicate(&state, declared).await).then(|| state.config.roles.clone());
+    let parse = (!maybe_duplicate(&state, declared).await).then(|| Reading::of(&state));
     let stall_timeout = state.config.limits.body_timeout;
     let (received, part_filename) = if is_multipart {
         receive_multipart(request, &temp_dir, limit, parse, stall_timeout).await?
@@ -357,7 +393,7 @@ pub async fn import_path(state: &AppState, path: &Path) -> Result<SnapshotView, 
         .await
         .map_err(|e| ApiError::BadRequest(format!("cannot read {}: {e}", path.display())))?;
     let size = file.metadata().await.ok().map(|m| m.len());
-    let parse = (!maybe_duplicate(state, size).await).then(|| state.config.roles.clone());
+    let parse = (!maybe_duplicate(state, size).await).then(|| Reading::of(state));
     let stream = tokio_util::io::ReaderStream::new(file);
     let received = receive(
         stream,
@@ -438,14 +474,10 @@ async fn ingest(
         Some(loaded) => loaded,
         None => {
             let path = received.file.path.clone();
-            let limit = state.config.max_upload_bytes;
-            let rules = state.config.roles.clone();
-            blocking(move || {
-                crate::analysis::load_path(&path, upload_load_options(limit))
-                    .map(|parsed| Loaded::new(parsed, &rules))
-            })
-            .await?
-            .map_err(refused)?
+            let reading = Reading::of(state);
+            blocking(move || reading.load(|options| crate::analysis::load_path(&path, options)))
+                .await?
+                .map_err(refused)?
         }
     };
     let loaded = Arc::new(loaded);
@@ -493,7 +525,7 @@ async fn receive_multipart(
     request: Request,
     dir: &Path,
     limit: u64,
-    parse: Option<Arc<UserRules>>,
+    parse: Option<Reading>,
     stall_timeout: Duration,
 ) -> Result<(Received, Option<String>), ApiError> {
     use axum::extract::FromRequest;

@@ -10,6 +10,7 @@ use super::compact::{Record, flat_pairs, record_of};
 pub(super) use super::convert::ShapeError;
 use super::convert::{ConversionBudget, to_json};
 use super::follow::{Followed, TraceFollower};
+use super::load::LoadError;
 use super::{Annotation, Block, BlockState, Segment, Snapshot, StackId, StackTable, Trace};
 use crate::pickle::{Heap, Kind, Memo, Value};
 use std::collections::BTreeMap;
@@ -21,7 +22,7 @@ pub(super) fn build<F: TraceFollower>(
     root: Value,
     mut heap: Heap,
     mut compactor: TraceCompactor<'_, F>,
-) -> Result<(Snapshot, Option<Followed<F>>), ShapeError> {
+) -> Result<(Snapshot, Option<Followed<F>>), LoadError> {
     let mut memo = Memo::default();
     let mut snapshot = Snapshot::default();
     let mut budget = ConversionBudget::for_heap(&heap);
@@ -60,10 +61,10 @@ pub(super) fn build<F: TraceFollower>(
                         None => key.to_owned(),
                     })
                     .collect();
-                return Err(ShapeError(format!(
+                return Err(LoadError::Shape(ShapeError(format!(
                     "the top-level dict has neither 'segments' nor 'device_traces' (keys: {})",
                     keys.join(", ")
-                )));
+                ))));
             }
             (segments, traces)
         }
@@ -77,9 +78,9 @@ pub(super) fn build<F: TraceFollower>(
             (Some(root), None)
         }
         other => {
-            return Err(ShapeError(format!(
+            return Err(LoadError::Shape(ShapeError(format!(
                 "the top level is a {other:?}, not the dict that torch.cuda.memory._snapshot() returns"
-            )));
+            ))));
         }
     };
     let mut parts = Parts {
@@ -98,6 +99,16 @@ pub(super) fn build<F: TraceFollower>(
     // take, which are converted now).
     let mut device_rows: Vec<Rows> = Vec::new();
     let device_lists = traces.and_then(|v| heap.items(v)).unwrap_or(&[]).to_vec();
+    // Every device's events, counted before they are copied out: `device_traces` may name one
+    // list many times (2 bytes of pickle each), and each time is a whole trace to hold.
+    let events: u64 = device_lists
+        .iter()
+        .map(|&list| match compactor.event_run(list) {
+            Some(run) => run.len() as u64,
+            None => heap.items(list).map_or(0, |items| items.len() as u64),
+        })
+        .sum();
+    compactor.count.check(events)?;
     for device_list in device_lists {
         // Files torch writes hold one run of consecutive event records per device, which the
         // compactor took as they were appended.
@@ -138,7 +149,7 @@ pub(super) fn build<F: TraceFollower>(
         device_rows.push(rows);
     }
     if let Some(error) = compactor.take_failure() {
-        return Err(error);
+        return Err(error.into());
     }
     // The decoded values are no longer needed; free them before splitting columns.
     drop(heap);

@@ -2,15 +2,18 @@
 //! pickle, so it is decoded into the same heap values and built by the same rules.
 
 use super::Snapshot;
-use super::build::{ShapeError, TraceCompactor, build};
+use super::build::{TraceCompactor, build};
+use super::load::{LoadError, LoadOptions};
 use crate::pickle::{Heap, Value};
 use serde_json::Value as Json;
 
-/// Builds a snapshot from JSON text already parsed.
-pub(super) fn from_json(json: &Json) -> Result<Snapshot, ShapeError> {
+/// Builds a snapshot from JSON text already parsed, within the events `options` allow.
+pub(super) fn from_json(json: &Json, options: &LoadOptions<'_>) -> Result<Snapshot, LoadError> {
     let mut heap = Heap::default();
     let root = into_heap(&mut heap, json);
-    build(root, heap, TraceCompactor::<()>::default()).map(|(snapshot, _)| snapshot)
+    let compactor =
+        TraceCompactor::<()>::default().counting_events(options.max_events, options.events);
+    build(root, heap, compactor).map(|(snapshot, _)| snapshot)
 }
 
 fn into_heap(heap: &mut Heap, json: &Json) -> Value {

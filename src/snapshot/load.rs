@@ -25,13 +25,60 @@ pub enum LoadError {
         path: String,
         source: std::io::Error,
     },
+    /// More trace events than [`LoadOptions::max_events`], counted as the model holds them
+    /// (an entry the pickle references many times counts each time).
+    #[error("the trace has more than {limit} events (--max-events)")]
+    TooManyEvents { limit: u64 },
+    /// The [`EventGate`] refused the memory the events found so far need; its words.
+    #[error("{0}")]
+    Refused(Refusal),
 }
 
-/// How to load: input bounds and an optional progress callback (bytes of the file read so far).
-#[derive(Default, Clone, Copy)]
+/// Why an [`EventGate`] stopped a load.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// Other loads hold the memory for now: the same load may succeed later.
+    #[error("{0}")]
+    Busy(String),
+    /// This load alone needs more than the gate ever allows.
+    #[error("{0}")]
+    TooLarge(String),
+}
+
+/// Told how many trace events a load has found so far, as it finds them (every
+/// [`EVENTS_PER_CHARGE`] and once more when the model is built), so a budget can be charged
+/// before the memory is spent rather than after.
+pub trait EventGate {
+    fn events_found(&self, events: u64) -> Result<(), Refusal>;
+}
+
+/// How often a load tells its [`EventGate`] (and checks [`LoadOptions::max_events`]).
+pub const EVENTS_PER_CHARGE: u64 = 1 << 16;
+
+/// Trace events a snapshot may hold unless told otherwise: well above the largest real trace
+/// seen (32 million events, `benches/scale.rs`), well below what exhausts a server's memory
+/// (about 45 bytes each once analysed).
+pub const DEFAULT_MAX_EVENTS: u64 = 50_000_000;
+
+/// How to load: input bounds, the most trace events, an optional gate told of the events as
+/// they are found, and an optional progress callback (bytes of the file read so far).
+#[derive(Clone, Copy)]
 pub struct LoadOptions<'a> {
     pub limits: Limits,
+    pub max_events: u64,
+    pub events: Option<&'a dyn EventGate>,
     pub progress: Option<&'a dyn Fn(u64)>,
+}
+
+impl Default for LoadOptions<'_> {
+    fn default() -> Self {
+        Self {
+            limits: Limits::default(),
+            max_events: DEFAULT_MAX_EVENTS,
+            events: None,
+            progress: None,
+        }
+    }
 }
 
 /// A loaded snapshot, and what a [`TraceFollower`] made of its trace while it was read (`None`
@@ -226,7 +273,7 @@ pub fn load_reader_following<F: TraceFollower>(
     let limits = &options.limits;
     match pickle::detect_encoding(&head)? {
         Encoding::Pickle => decode_pickle(outer, options, Compression::None),
-        Encoding::Json => decode_json(outer, Compression::None),
+        Encoding::Json => decode_json(outer, options, Compression::None),
         Encoding::Gzip => {
             let inner = pickle::Capped::with_ratio(
                 flate2::read::MultiGzDecoder::new(outer),
@@ -251,7 +298,7 @@ fn decode_inner<F: TraceFollower>(
     let inner = BufReader::with_capacity(1 << 16, inner);
     match pickle::detect_encoding(&head)? {
         Encoding::Pickle => decode_pickle(inner, options, compression),
-        Encoding::Json => decode_json(inner, compression),
+        Encoding::Json => decode_json(inner, options, compression),
         Encoding::Gzip | Encoding::Zstd => Err(PickleError::NotASnapshot(
             "the file is compressed twice; decompress it once first".into(),
         )
@@ -312,10 +359,17 @@ fn assemble<F: TraceFollower>(
 ) -> Result<WithFollowed<F>, LoadError> {
     // Trace columns are filled by a second thread while this one decodes (see TraceCompactor).
     std::thread::scope(|scope| {
-        let mut compactor = TraceCompactor::<F>::pipelined(scope).expecting_bytes(bytes);
-        let decoded = decode(&options.limits, &mut compactor)?;
+        let mut compactor = TraceCompactor::<F>::pipelined(scope)
+            .expecting_bytes(bytes)
+            .counting_events(options.max_events, options.events);
+        let decoded = match decode(&options.limits, &mut compactor) {
+            Ok(decoded) => decoded,
+            // The compactor stopped the machine: its reason, not the machine's.
+            Err(error) => return Err(compactor.take_stop().unwrap_or(error.into())),
+        };
         let (mut snapshot, followed) = build(decoded.root, decoded.heap, compactor)?;
         snapshot.source.pickle_protocol = Some(decoded.protocol);
+        snapshot.source.decoded_bytes = decoded.bytes;
         snapshot.source.compression = compression;
         Ok((snapshot, followed))
     })
@@ -323,6 +377,7 @@ fn assemble<F: TraceFollower>(
 
 fn decode_json<F>(
     reader: impl Read,
+    options: LoadOptions<'_>,
     compression: Compression,
 ) -> Result<WithFollowed<F>, LoadError> {
     let value: serde_json::Value =
@@ -330,7 +385,7 @@ fn decode_json<F>(
             Some(_) => LoadError::Pickle(pickle::io_error(e.into())),
             None => LoadError::Json(e),
         })?;
-    let mut snapshot = json::from_json(&value)?;
+    let mut snapshot = json::from_json(&value, &options)?;
     snapshot.source.compression = compression;
     // The JSON form is small and built inline: no column thread, nothing followed.
     Ok((snapshot, None))

@@ -26,8 +26,8 @@ pub use follow::{Followed, TraceFollower};
 pub(crate) use frames::short_frame_label;
 pub use frames::{Frame, FrameId, FrameLabel, FrameTable, StackId, StackTable};
 pub use load::{
-    LoadError, LoadOptions, WithFollowed, load_path, load_path_following, load_reader,
-    load_reader_following,
+    DEFAULT_MAX_EVENTS, EVENTS_PER_CHARGE, EventGate, LoadError, LoadOptions, Refusal,
+    WithFollowed, load_path, load_path_following, load_reader, load_reader_following,
 };
 pub(crate) use narrow::blocked_times;
 pub use narrow::{AddrColumn, SizeColumn, SparseIds, StackColumn, StreamColumn, TimeColumn};
@@ -61,6 +61,10 @@ pub struct SourceInfo {
     pub legacy_segment_list: bool,
     /// Blocks carried a legacy `history` list instead of `frames`/`requested_size`.
     pub legacy_block_history: bool,
+    /// Bytes of pickle decoded (after decompression); 0 for the JSON form and when opened from
+    /// a stored index. What a stored index's size is bounded by (`src/server/stored_index.rs`).
+    #[serde(skip)]
+    pub decoded_bytes: u64,
 }
 
 #[derive(Debug, Default, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]

@@ -5,6 +5,7 @@ use snapview::snapshot::{LoadOptions, Snapshot, load_path};
 pub mod rng;
 pub mod served;
 pub mod server;
+pub mod shared_entries;
 
 use std::path::{Path, PathBuf};
 

@@ -21,8 +21,9 @@ use columns::{
 use super::ActionCode;
 use super::convert::{CONVERSION_FLOOR, ConversionBudget, ShapeError, to_json};
 use super::follow::TraceFollower;
+use super::load::{EVENTS_PER_CHARGE, EventGate, LoadError};
 use super::{Frame, FrameId, FrameTable, StackId, StackTable, Trace};
-use crate::pickle::{Compactor, Heap, Kind, Memo, Value};
+use crate::pickle::{Compactor, Heap, Kind, Memo, PickleError, Value};
 use std::sync::Arc;
 
 /// Fields of trace entries and frames, resolved once per distinct key string.
@@ -137,6 +138,110 @@ pub(super) struct TraceCompactor<'scope, F = ()> {
     conversion: ConversionBudget,
     /// The first conversion refused (the compactor cannot fail an entry; the builder reports it).
     failure: Option<ShapeError>,
+    /// The trace events found so far, against the load's limit and gate.
+    pub(super) count: EventCount<'scope>,
+}
+
+/// How many trace events a load has found, as the model will hold them: every entry dict
+/// compacted is a row, and every reference to a row stored in a list is an event of some
+/// device's trace. A pickle may reference one memoized entry millions of times (2 bytes of
+/// input each, 16 and more of model), so the references count, not the bytes or the rows.
+pub(super) struct EventCount<'g> {
+    /// Rows made from entry dicts.
+    rows: u64,
+    /// Event records appended to lists (taken as a run or stored).
+    references: u64,
+    /// At this many events, the limit and the gate are asked again.
+    next_check: u64,
+    max_events: u64,
+    gate: Option<&'g dyn EventGate>,
+    /// Why decoding was stopped, once it was.
+    stop: Option<LoadError>,
+}
+
+impl std::fmt::Debug for EventCount<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "EventCount({} rows, {} references, max {})",
+            self.rows, self.references, self.max_events
+        )
+    }
+}
+
+impl Default for EventCount<'_> {
+    fn default() -> Self {
+        Self {
+            rows: 0,
+            references: 0,
+            next_check: EVENTS_PER_CHARGE,
+            max_events: u64::MAX,
+            gate: None,
+            stop: None,
+        }
+    }
+}
+
+impl<'g> EventCount<'g> {
+    pub(super) fn new(max_events: u64, gate: Option<&'g dyn EventGate>) -> Self {
+        Self {
+            max_events,
+            gate,
+            ..Self::default()
+        }
+    }
+
+    /// Events found so far: an entry referenced by several lists is several events, and a
+    /// row no list holds (yet) costs its columns all the same.
+    fn found(&self) -> u64 {
+        self.rows.max(self.references)
+    }
+
+    /// Checks `events` against the limit and the gate; false (and the reason kept) when the load
+    /// must stop.
+    pub(super) fn check(&mut self, events: u64) -> Result<(), LoadError> {
+        if let Some(stop) = &self.stop {
+            return Err(clone_stop(stop));
+        }
+        let result = if events > self.max_events {
+            Err(LoadError::TooManyEvents {
+                limit: self.max_events,
+            })
+        } else {
+            match self.gate {
+                Some(gate) => gate.events_found(events).map_err(LoadError::Refused),
+                None => Ok(()),
+            }
+        };
+        if let Err(stop) = &result {
+            self.stop = Some(clone_stop(stop));
+        }
+        result
+    }
+
+    /// Counts what the machine just handed over; `Err(Stopped)` once a limit is reached.
+    #[inline]
+    fn counted(&mut self) -> Result<(), PickleError> {
+        let found = self.found();
+        if found < self.next_check && self.stop.is_none() {
+            return Ok(());
+        }
+        self.next_check = found.saturating_add(EVENTS_PER_CHARGE);
+        self.check(found).map_err(|_| PickleError::Stopped)
+    }
+
+    pub(super) fn take_stop(&mut self) -> Option<LoadError> {
+        self.stop.take()
+    }
+}
+
+/// A copy of a stop reason (only the two kinds a count makes).
+fn clone_stop(stop: &LoadError) -> LoadError {
+    match stop {
+        LoadError::TooManyEvents { limit } => LoadError::TooManyEvents { limit: *limit },
+        LoadError::Refused(refusal) => LoadError::Refused(refusal.clone()),
+        other => LoadError::Pickle(PickleError::NotASnapshot(other.to_string())),
+    }
 }
 
 /// The last few frames lists (as their items) and their stacks. Fresh lists of a long trace
@@ -213,6 +318,7 @@ impl<F> Default for TraceCompactor<'_, F> {
             text_ids: rustc_hash::FxHashMap::default(),
             conversion: ConversionBudget::new(CONVERSION_FLOOR),
             failure: None,
+            count: EventCount::default(),
         }
     }
 }
@@ -292,6 +398,21 @@ impl<'scope, F: TraceFollower> TraceCompactor<'scope, F> {
                 .min(MAX_EXPECTED_ROWS)
         });
         self
+    }
+
+    /// Counts the events found against `max_events` and tells `gate` of them as they grow.
+    pub(super) fn counting_events(
+        mut self,
+        max_events: u64,
+        gate: Option<&'scope dyn EventGate>,
+    ) -> Self {
+        self.count = EventCount::new(max_events, gate);
+        self
+    }
+
+    /// Why the compactor stopped decoding, if it did.
+    pub(super) fn take_stop(&mut self) -> Option<LoadError> {
+        self.count.take_stop()
     }
 
     /// Sends the rows gathered so far to the columns.
@@ -559,6 +680,7 @@ impl<'scope, F: TraceFollower> TraceCompactor<'scope, F> {
         };
         let row = self.rows;
         self.rows += 1;
+        self.count.rows += 1;
         self.batch.push(Row {
             addr,
             size,
@@ -594,6 +716,23 @@ pub(super) fn flat_pairs(heap: &Heap, dict: Value) -> Vec<Value> {
 }
 
 impl<F> TraceCompactor<'_, F> {
+    /// Counts the event records among `items`, which a list stores as they are (the same entry
+    /// appended again and again, a run restored).
+    #[inline]
+    fn count_stored_references(&mut self, items: &[Value]) -> Result<(), PickleError> {
+        // A frames list (the usual list appended to) holds frame records: no branch per item,
+        // so the count vectorizes.
+        let events = items
+            .iter()
+            .map(|&item| u64::from(matches!(record_of(item), Some(Record::Event(_)))))
+            .sum::<u64>();
+        if events == 0 {
+            return Ok(());
+        }
+        self.count.references += events;
+        self.count.counted()
+    }
+
     /// The rows of a list whose items this compactor took (see [`Compactor::append`]), if it
     /// took any.
     /// The first conversion the compactor had to refuse, if any.
@@ -623,28 +762,36 @@ impl<F: TraceFollower> Compactor for TraceCompactor<'_, F> {
         memo: &mut Memo,
         dict: Value,
         items: &[Value],
-    ) -> Option<Value> {
+    ) -> Result<Option<Value>, PickleError> {
         // Frame dicts have 3 keys, trace entries 5 to 10; look at the first key to tell.
-        let &first_key = items.first()?;
-        match self.field(heap, first_key) {
-            Field::Filename | Field::Line | Field::Name if items.len() <= 8 => {
-                let frame = self.frame(heap, dict, items)?;
-                Some(Value::record(FRAME_RECORD | u64::from(frame)))
-            }
+        let Some(&first_key) = items.first() else {
+            return Ok(None);
+        };
+        Ok(match self.field(heap, first_key) {
+            Field::Filename | Field::Line | Field::Name if items.len() <= 8 => self
+                .frame(heap, dict, items)
+                .map(|frame| Value::record(FRAME_RECORD | u64::from(frame))),
             Field::Action => {
-                let row = self.event(heap, memo, items)?;
-                Some(Value::record(EVENT_RECORD | row as u64))
+                let row = self.event(heap, memo, items);
+                self.count.counted()?;
+                row.map(|row| Value::record(EVENT_RECORD | row as u64))
             }
             _ => None,
-        }
+        })
     }
 
     /// Takes event records appended in row order to a list that holds nothing else (a
-    /// device's trace).
-    fn append(&mut self, heap: &mut Heap, list: Value, items: &[Value]) -> bool {
+    /// device's trace); counts every event record appended to any list.
+    fn append(
+        &mut self,
+        heap: &mut Heap,
+        list: Value,
+        items: &[Value],
+    ) -> Result<bool, PickleError> {
         let Some(Record::Event(first)) = items.first().copied().and_then(record_of) else {
             self.restore_event_run(heap, list);
-            return false;
+            self.count_stored_references(items)?;
+            return Ok(false);
         };
         let follows = match self.event_runs.get(&list) {
             Some(rows) => rows.end == first,
@@ -652,7 +799,8 @@ impl<F: TraceFollower> Compactor for TraceCompactor<'_, F> {
         };
         if !follows || !Value::is_record_run(items, EVENT_RECORD | first as u64) {
             self.restore_event_run(heap, list);
-            return false;
+            self.count_stored_references(items)?;
+            return Ok(false);
         }
         let rows = self.event_runs.entry(list).or_insert_with(|| {
             // Never retired (so its slot is never reused for another list) even if some hostile
@@ -661,6 +809,8 @@ impl<F: TraceFollower> Compactor for TraceCompactor<'_, F> {
             first..first
         });
         rows.end = first + items.len();
-        true
+        self.count.references += items.len() as u64;
+        self.count.counted()?;
+        Ok(true)
     }
 }
