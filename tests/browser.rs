@@ -162,6 +162,23 @@ fn tokens_and_cross_site_writes_work_in_a_real_browser() {
     );
 }
 
+/// A page of another origin frames a snapshot page: drawn from a server with
+/// `--frame-ancestors`, empty from one with the default (`tests/browser/frame.mjs`).
+#[test]
+fn a_notebook_frames_only_a_server_that_allows_it_in_a_real_browser() {
+    let unframeable = common::served::Served::builder()
+        .env("RUST_LOG", "snapview=warn")
+        .env_remove("SNAPVIEW_FRAME_ANCESTORS")
+        .start();
+    let unframeable_url = unframeable.url("");
+    run_script_with(
+        "tests/browser/frame.mjs",
+        Duration::from_secs(100),
+        &[("SNAPVIEW_FRAME_ANCESTORS", "http://127.0.0.1:*")],
+        &[("SNAPVIEW_TEST_UNFRAMEABLE_URL", &unframeable_url)],
+    );
+}
+
 /// Starts `snapview serve` on a free port with an empty data folder and runs the node `script`
 /// against it, failing with everything both printed when the script fails.
 fn run_script(script: &str, limit: Duration) {

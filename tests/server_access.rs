@@ -533,7 +533,10 @@ async fn actor_of(access: &AccessConfig, headers: &[(&str, &str)]) -> (StatusCod
             snapview::server::access::Access::new(&config),
             snapview::server::access::check,
         ));
-    let mut request = Request::post("/who");
+    // From a proxy on this machine: the default --trusted-proxies (loopback).
+    let mut request = Request::post("/who").extension(axum::extract::ConnectInfo(
+        SocketAddr::from(([127, 0, 0, 1], 40_000)),
+    ));
     for (name, value) in headers {
         request = request.header(*name, *value);
     }

@@ -2,6 +2,12 @@
 
 A path is uploaded to a snapview server (a local `snapview serve` started on a free loopback port
 the first time, reused for the kernel's life and stopped at exit) and its page shown in an IFrame.
+
+A snapview server refuses to be framed unless `--frame-ancestors` says by whom, so the local
+server allows the origins a notebook on this machine is served from: Jupyter on localhost or
+127.0.0.1 at any port, and VS Code's notebook webviews. It listens on loopback only and holds
+only the files this kernel uploaded. `SNAPVIEW_FRAME_ANCESTORS` in the kernel's environment
+replaces that list (a notebook served under another name, say).
 """
 
 from __future__ import annotations
@@ -19,6 +25,12 @@ from typing import Any, Optional, Union
 from snapview._binary import SnapviewError, binary_path
 
 _SERVING = "snapview is serving at "
+
+# Where a notebook on this machine is served from: any port of localhost or 127.0.0.1 (CSP
+# allows `host:*`), and VS Code's webviews, which render notebook outputs.
+LOCAL_FRAME_ANCESTORS = (
+    "http://localhost:* http://127.0.0.1:* https://localhost:* https://127.0.0.1:* vscode-webview:"
+)
 
 
 class LocalServer:
@@ -60,6 +72,8 @@ def _start_server(timeout: float = 60.0) -> LocalServer:
         data_dir = tempfile.mkdtemp(prefix="snapview-show-")
         log_path = os.path.join(data_dir, "serve.log")
         port = _free_port()
+        env = dict(os.environ)
+        env.setdefault("SNAPVIEW_FRAME_ANCESTORS", LOCAL_FRAME_ANCESTORS)
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
                 [
@@ -73,6 +87,7 @@ def _start_server(timeout: float = 60.0) -> LocalServer:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=log,
+                env=env,
             )
         lines: "queue.Queue[Optional[bytes]]" = queue.Queue()
 

@@ -161,6 +161,16 @@ enum Command {
         /// (DNS rebinding); given, the check applies to any binding.
         #[arg(long, env = "SNAPVIEW_ALLOWED_HOSTS", value_name = "HOSTS")]
         allowed_hosts: Option<String>,
+        /// The peers --user-header is accepted from: IP addresses or blocks, comma-separated
+        /// (e.g. 10.0.0.5,10.1.0.0/16) [default: loopback only]. From any other peer a request
+        /// carrying the header is refused (403).
+        #[arg(long, env = "SNAPVIEW_TRUSTED_PROXIES", value_name = "IPS")]
+        trusted_proxies: Option<String>,
+        /// Origins that may show the pages in a frame, comma-separated (e.g.
+        /// https://notebook.example.com, http://localhost:*, vscode-webview:, 'self')
+        /// [default: none, the pages cannot be framed].
+        #[arg(long, env = "SNAPVIEW_FRAME_ANCESTORS", value_name = "ORIGINS")]
+        frame_ancestors: Option<String>,
         /// Snapshot files to import at start; their URLs are printed.
         files: Vec<PathBuf>,
     },
@@ -357,6 +367,8 @@ impl Config {
                 read_token,
                 user_header,
                 allowed_hosts,
+                trusted_proxies,
+                frame_ancestors,
                 files,
             } => {
                 if max_connections == 0 || max_uploads == 0 {
@@ -404,13 +416,22 @@ impl Config {
                             crate::analysis::roles::commands::read_rules(roles.as_deref())
                                 .map_err(|e| format!("--roles: {e}"))?,
                         ),
-                        access: access_config(
-                            write_token,
-                            tokens_file,
-                            read_token,
-                            user_header,
-                            allowed_hosts,
-                        )?,
+                        access: AccessConfig {
+                            trusted_proxies: match trusted_proxies {
+                                Some(list) => crate::server::access::parse_trusted_proxies(&list)?,
+                                None => Vec::new(),
+                            },
+                            frame_ancestors: crate::server::framing::FrameAncestors::parse(
+                                frame_ancestors.as_deref().unwrap_or(""),
+                            )?,
+                            ..access_config(
+                                write_token,
+                                tokens_file,
+                                read_token,
+                                user_header,
+                                allowed_hosts,
+                            )?
+                        },
                     }),
                     files,
                 }
@@ -557,6 +578,7 @@ fn access_config(
         read_token,
         user_header,
         allowed_hosts,
+        ..AccessConfig::default()
     })
 }
 

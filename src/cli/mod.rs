@@ -205,6 +205,29 @@ fn log_access(config: &ServeConfig) {
     if access.read_token.is_some() {
         tracing::info!("pages and API reads need the read token (or a write token)");
     }
+    if let Some(header) = &access.user_header {
+        let trusted = if access.trusted_proxies.is_empty() {
+            "loopback only (127.0.0.0/8, ::1): set --trusted-proxies to your proxy's address if it is elsewhere".to_owned()
+        } else {
+            access
+                .trusted_proxies
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        tracing::warn!(
+            %header,
+            trusted_proxies = %trusted,
+            "--user-header names who made each write: it is safe only behind a proxy that overwrites or strips the header on every request; it is accepted only from the trusted proxies, and a request carrying it from any other address is refused"
+        );
+    }
+    if !access.frame_ancestors.is_none() {
+        tracing::info!(
+            frame_ancestors = ?access.frame_ancestors,
+            "pages may be shown in frames of these origins (--frame-ancestors)"
+        );
+    }
 }
 
 fn run_diff(

@@ -3,7 +3,9 @@
 use super::AppState;
 use super::access::Actor;
 use super::error::{ApiError, blocking};
-use super::extract::{LoadedSnapshot, StoredSnapshot, default_device, lookup, not_live, parse_id};
+use super::extract::{
+    LoadedSnapshot, StoredSnapshot, default_device, edit_refused, not_live, parse_id,
+};
 use super::store::{Lookup, SnapshotId, Store, StoreError};
 use super::wire::{AuditLog, LoadStatus, SnapshotDetail, SnapshotList, SnapshotView};
 use axum::body::Body;
@@ -225,38 +227,59 @@ pub async fn patch(
     let store = state.store.clone();
     let target = id.clone();
     let actor = actor_name(actor);
-    let updated = blocking(move || {
+    let outcome = blocking(move || {
         let actor = actor.as_deref();
-        let mut record = None;
-        if let Some(name) = name {
-            record = store.rename(&target, &name, actor)?;
+        // A delete and a restore may both land between the check above and this write (or
+        // between the name and the group): the edit then applies to the snapshot as it is
+        // now, a bounded number of times, or answers what happened (never 404 for a live one).
+        for _ in 0..EDIT_TRIES {
+            let mut record = None;
+            let mut applied = true;
+            if let Some(name) = &name {
+                record = store.rename(&target, name, actor)?;
+                applied = record.is_some();
+            }
+            if applied && let Some(group) = &group {
+                record = store.set_group(&target, group, actor)?;
+                applied = record.is_some();
+            }
+            if applied && let Some(record) = record {
+                return Ok(Ok(record));
+            }
+            match store.lookup(&target)? {
+                // No field to change: the snapshot as it is.
+                Lookup::Live(record) if applied => return Ok(Ok(record)),
+                // Restored since the write found it deleted: again, on the snapshot as it is.
+                Lookup::Live(_) => continue,
+                other => return Ok(Err(other)),
+            }
         }
-        if let Some(group) = group {
-            record = store.set_group(&target, &group, actor)?;
-        }
-        match record {
-            Some(record) => Ok(Some(record)),
-            None => store.get(&target),
-        }
+        Ok::<_, StoreError>(Err(store.lookup(&target)?))
     })
     .await??;
-    match updated {
-        Some(updated) => Ok(Json(SnapshotView::new(&updated, &state.config.public_url))),
-        // Deleted between the check and the write.
-        None => Err(not_live(&state, &id, lookup(&state, &id).await?)),
+    match outcome {
+        Ok(updated) => Ok(Json(SnapshotView::new(&updated, &state.config.public_url))),
+        Err(now) => Err(edit_refused(&state, &id, now)),
     }
 }
 
+/// Tries of an edit whose snapshot is deleted and restored again under it.
+const EDIT_TRIES: usize = 3;
+
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct AuditQuery {
     pub limit: Option<String>,
+    /// The `next` of the previous page: entries older than this `seq`.
+    pub before: Option<String>,
 }
 
 /// Entries `GET /api/audit` returns unless `?limit=` says otherwise, and the most it returns.
 const AUDIT_DEFAULT_LIMIT: usize = 100;
 const AUDIT_MAX_LIMIT: usize = 10_000;
 
-/// `GET /api/audit?limit=N`: the newest writes first (who, what, when), read-only.
+/// `GET /api/audit?limit=N&before=SEQ`: the newest writes first (who, what, when), read-only,
+/// a page at a time: `next` is the `before` of the next (older) page, `null` after the last.
 pub async fn audit(
     State(state): State<AppState>,
     Query(query): Query<AuditQuery>,
@@ -273,9 +296,24 @@ pub async fn audit(
                 ))
             })?,
     };
+    let before = match query.before.as_deref() {
+        None => None,
+        Some(text) => Some(text.parse::<i64>().ok().filter(|n| *n > 0).ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "before {text:?} must be an entry's seq (a number from 1 up): the `next` of the previous page"
+            ))
+        })?),
+    };
     let store = state.store.clone();
-    let entries = blocking(move || store.audit_log(limit)).await??;
-    Ok(Json(AuditLog { entries }))
+    // One more than asked says whether an older page exists.
+    let mut entries = blocking(move || store.audit_log(limit + 1, before)).await??;
+    let next = if entries.len() > limit {
+        entries.truncate(limit);
+        entries.last().map(|entry| entry.seq)
+    } else {
+        None
+    };
+    Ok(Json(AuditLog { entries, next }))
 }
 
 #[cfg(test)]

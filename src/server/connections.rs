@@ -34,13 +34,12 @@ pub async fn serve(
     let max_connections = limits.max_connections.clamp(1, u32::MAX as usize);
     let connection_slots = Arc::new(Semaphore::new(max_connections));
     let (stopping, stop_requested) = watch::channel(false);
-    let service = TowerToHyperService::new(app);
     tokio::pin!(shutdown);
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(error) => {
                     // Out of file descriptors, or a connection reset before it was accepted:
                     // the listener is fine, and retrying at once would spin on the same error.
@@ -55,7 +54,11 @@ pub async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let service = service.clone();
+        // Each request knows its peer (the access layer trusts the user header by it).
+        let service = TowerToHyperService::new(tower_http::add_extension::AddExtension::new(
+            app.clone(),
+            axum::extract::ConnectInfo(peer),
+        ));
         let mut stop_requested = stop_requested.clone();
         let header_timeout = limits.header_timeout;
         tokio::spawn(async move {

@@ -68,6 +68,12 @@ pub enum ApiError {
     /// A Host this server does not answer to (DNS rebinding).
     #[error("{0}")]
     WrongHost(String),
+    /// The `--user-header` sent by a peer that is not one of `--trusted-proxies`.
+    #[error("{0}")]
+    UntrustedHeader(String),
+    /// An edit that met a delete: nothing changed, the message says what happened.
+    #[error("{0}")]
+    Conflict(String),
     /// The server's disk is full: nothing was stored, and the operator must make room. Said
     /// plainly (it names no path) because the uploader can do nothing else about it.
     #[error(
@@ -122,8 +128,9 @@ impl ApiError {
             ApiError::BodyStalled(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::Busy(_) | ApiError::ParseBusy(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::Forbidden(_) | ApiError::UntrustedHeader(_) => StatusCode::FORBIDDEN,
             ApiError::WrongHost(_) => StatusCode::MISDIRECTED_REQUEST,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::DiskFull => StatusCode::INSUFFICIENT_STORAGE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -147,6 +154,8 @@ impl ApiError {
             ApiError::Unauthorized(_) => "unauthorized",
             ApiError::Forbidden(_) => "cross_site",
             ApiError::WrongHost(_) => "wrong_host",
+            ApiError::UntrustedHeader(_) => "untrusted_header",
+            ApiError::Conflict(_) => "conflict",
             ApiError::DiskFull => "disk_full",
             ApiError::Internal(_) => "internal",
         }
@@ -270,6 +279,138 @@ impl IntoResponse for ApiError {
                 .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
         }
         response
+    }
+}
+
+/// Most bytes of a framework's plain-text error answer read to make its JSON one.
+const PLAIN_ERROR_BYTES: usize = 4096;
+
+/// The outermost layer of the router: every 4xx or 5xx answer leaves in the one error shape.
+/// Handlers answer with [`ApiError`] already; this rewrites what the framework answers by
+/// itself in plain text (a query, path or body its extractors refuse, a method a route does not
+/// take, a body past its limit) or with no body at all. Pages keep their HTML error page.
+pub async fn every_error_as_json(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let method = request.method().clone();
+    let path: String = request.uri().path().chars().take(200).collect();
+    let response = next.run(request).await;
+    let status = response.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let content_type = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or("");
+    if content_type.starts_with("application/json") || content_type.starts_with("text/html") {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, PLAIN_ERROR_BYTES)
+        .await
+        .map(|bytes| String::from_utf8_lossy(&bytes).trim().to_owned())
+        .unwrap_or_default();
+    let (code, message) = plain_error(status, &method, &path, &parts.headers, &text);
+    let body = ErrorBody {
+        error: ErrorDetail {
+            code: code.to_owned(),
+            message,
+        },
+    };
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    let bytes = serde_json::to_vec(&body).unwrap_or_default();
+    Response::from_parts(parts, axum::body::Body::from(bytes))
+}
+
+/// The code and a person's message for a plain-text (or empty) error answer of the framework.
+fn plain_error(
+    status: StatusCode,
+    method: &axum::http::Method,
+    path: &str,
+    headers: &axum::http::HeaderMap,
+    text: &str,
+) -> (&'static str, String) {
+    // axum's rejections start with what failed; said as this API says things.
+    let reworded = [
+        (
+            "Failed to deserialize query string: ",
+            "the query string is not right: ",
+        ),
+        (
+            "Failed to buffer the request body: ",
+            "the request body could not be read: ",
+        ),
+        (
+            "Failed to parse the request body as JSON: ",
+            "the body is not valid JSON: ",
+        ),
+        (
+            "Failed to deserialize the JSON body into the target type: ",
+            "the JSON body is not right: ",
+        ),
+        ("Invalid URL: ", "the address is not right: "),
+        ("Failed to deserialize form: ", "the form is not right: "),
+    ]
+    .iter()
+    .find_map(|(prefix, said)| {
+        text.strip_prefix(prefix)
+            .map(|rest| format!("{said}{rest}"))
+    });
+    let text = reworded.unwrap_or_else(|| text.to_owned());
+    let or = |fallback: String| {
+        if text.is_empty() {
+            fallback
+        } else {
+            text.clone()
+        }
+    };
+    match status {
+        StatusCode::METHOD_NOT_ALLOWED => {
+            let allowed = headers
+                .get(header::ALLOW)
+                .and_then(|value| value.to_str().ok())
+                .filter(|value| !value.is_empty())
+                // axum adds the header after this layer has run: it is in the answer still.
+                .map_or_else(
+                    || " (the Allow header lists the methods it answers)".to_owned(),
+                    |value| format!("; it answers {value}"),
+                );
+            (
+                "method_not_allowed",
+                format!("{method} is not allowed on {path}{allowed}"),
+            )
+        }
+        StatusCode::NOT_FOUND => ("not_found", or(format!("nothing is at {path}"))),
+        StatusCode::PAYLOAD_TOO_LARGE => (
+            "too_large",
+            or("the request body is larger than this address accepts".into()),
+        ),
+        StatusCode::REQUEST_TIMEOUT => (
+            "body_timeout",
+            or("the request body stopped arriving (--body-timeout)".into()),
+        ),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => (
+            "unsupported_media_type",
+            or("the body's Content-Type is not one this address reads".into()),
+        ),
+        status if status.is_server_error() => {
+            let public = ApiError::Internal(format!("{status}: {text}")).public();
+            (public.code, public.message)
+        }
+        status => (
+            "bad_request",
+            or(status
+                .canonical_reason()
+                .unwrap_or("the request is not right")
+                .to_owned()),
+        ),
     }
 }
 

@@ -42,6 +42,22 @@ pub fn not_live(state: &AppState, id: &SnapshotId, lookup: Lookup) -> ApiError {
     }
 }
 
+/// The error for an edit (rename, group, rules) whose write found its snapshot not live, by
+/// where it stands `now`: a delete that landed first is a conflict (409: nothing changed), not a
+/// 404, and so is a delete and restore that both landed while the edit was made.
+pub fn edit_refused(state: &AppState, id: &SnapshotId, now: Lookup) -> ApiError {
+    match now {
+        Lookup::Trashed { record, .. } => ApiError::Conflict(format!(
+            "snapshot {id} ({}) was deleted while this change was being made, so nothing changed; restore it (Undo on the list, or POST /api/snapshots/{id}/restore), then try again",
+            record.name
+        )),
+        Lookup::Live(_) => ApiError::Conflict(format!(
+            "snapshot {id} was deleted and restored while this change was being made, so nothing changed; send it again"
+        )),
+        other => not_live(state, id, other),
+    }
+}
+
 /// A query parameter that names one of a few `options`, the first being the default when it is
 /// absent: `axis=event|time`, `mode=allocated|reserved`.
 pub fn one_of<T: Copy>(

@@ -14,7 +14,9 @@ pub mod compare;
 pub mod connections;
 pub mod error;
 pub mod extract;
+pub mod framing;
 pub mod pages;
+pub mod refusals;
 pub mod role_rules;
 pub mod store;
 pub mod stored_index;
@@ -120,6 +122,8 @@ pub struct AppState {
     pub parse_budget: Arc<budget::ParseBudget>,
     /// Rules changes waiting for their snapshot's re-analysis (`role_rules.rs`).
     pub rules_queue: Arc<role_rules::RulesQueue>,
+    /// Writes refused with 401/403, counted for the audit log.
+    pub refusals: Arc<refusals::RefusedWrites>,
 }
 
 impl AppState {
@@ -135,8 +139,10 @@ impl AppState {
             indexes_removed = report.indexes_removed,
             "the store is consistent"
         );
+        let store: Arc<dyn store::Store> = Arc::new(store);
         Ok(Self {
-            store: Arc::new(store),
+            refusals: Arc::new(refusals::RefusedWrites::new(store.clone())),
+            store,
             cache: Arc::new(cache::AnalysisCache::new(config.cache_budget_bytes)),
             upload_slots: Arc::new(tokio::sync::Semaphore::new(config.limits.max_uploads)),
             index_writes: Arc::default(),
@@ -180,18 +186,18 @@ async fn empty_trash_periodically(state: AppState) {
     }
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
 }
 
-/// Only this origin's scripts, styles, images and connections; no plugins, no framing.
-const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
-
 pub fn router(state: AppState) -> Router {
     let upload_limit = usize::try_from(state.config.max_upload_bytes).unwrap_or(usize::MAX);
+    let framing = &state.config.access.frame_ancestors;
+    let (content_security_policy, x_frame_options) =
+        (framing.content_security_policy(), framing.x_frame_options());
     let body_timeout = state.config.limits.body_timeout;
     let api = Router::new()
         .route(
@@ -253,12 +259,20 @@ pub fn router(state: AppState) -> Router {
         .fallback(pages::not_found)
         // Before any handler (and the fallback) runs: Host, cross-site writes, tokens, Actor.
         .layer(axum::middleware::from_fn_with_state(
-            access::Access::new(&state.config),
+            access::Access::new(&state.config).recording_refusals(state.refusals.clone()),
             access::check,
         ))
+        // Outside every handler and the access layer: the framework's own refusals too.
+        .layer(axum::middleware::from_fn(error::every_error_as_json))
+        // Only this origin's scripts, styles, images and connections; no plugins; framed only
+        // by --frame-ancestors.
         .layer(SetResponseHeaderLayer::overriding(
             header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+            content_security_policy,
+        ))
+        .layer(SetResponseHeaderLayer::overriding(
+            header::X_FRAME_OPTIONS,
+            x_frame_options,
         ))
         .layer(SetResponseHeaderLayer::overriding(
             HeaderName::from_static("x-content-type-options"),
@@ -285,8 +299,15 @@ pub async fn serve(
     let limits = state.config.limits.clone();
     let index_writes = state.index_writes.clone();
     let trash = tokio::spawn(empty_trash_periodically(state.clone()));
+    let refusals = state.refusals.clone();
+    let counting = tokio::spawn(refusals::flush_periodically(refusals.clone()));
     let served = connections::serve(listener, router(state), &limits, signals.next()).await;
     trash.abort();
+    counting.abort();
+    // The refused writes of the last seconds.
+    if let Err(error) = error::blocking(move || refusals.flush()).await {
+        tracing::warn!(%error, "recording refused writes failed");
+    }
     tokio::select! {
         _ = index_writes.finish(stored_index::INDEX_WRITE_GRACE) => {},
         () = signals.next() => {

@@ -10,7 +10,7 @@ use super::access::Actor;
 use super::api::actor_name;
 use super::cache::Loaded;
 use super::error::{ApiError, blocking};
-use super::extract::{StoredSnapshot, lookup, not_live};
+use super::extract::{StoredSnapshot, edit_refused, lookup, not_live};
 use super::store::{Lookup, SnapshotId};
 use super::wire::{SnapshotView, SummaryRow};
 use crate::analysis::roles::UserRules;
@@ -95,7 +95,7 @@ async fn replace_rules(
             .await??;
     let Some(updated) = updated else {
         // Deleted between the check and the write.
-        return Err(not_live(&state, &id, lookup(&state, &id).await?));
+        return Err(edit_refused(&state, &id, lookup(&state, &id).await?));
     };
     // The analysis by the old rules goes; the new one is ready for the next view.
     state.cache.remove(&id);

@@ -308,6 +308,8 @@ pub struct GroupMember {
 #[derive(Serialize)]
 pub struct AuditLog {
     pub entries: Vec<AuditEntry>,
+    /// `?before=` for the next, older page; `None` after the last.
+    pub next: Option<i64>,
 }
 
 #[cfg(test)]

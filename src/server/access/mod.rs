@@ -14,25 +14,35 @@
 //!    pages, as the session cookie the login page sets. Static assets stay public: they are the
 //!    app's own code.
 //! 4. **Actor**: who made the request (a named token, or the user an SSO proxy vouches for) is
-//!    put in the request's extensions for the audit log.
+//!    put in the request's extensions for the audit log. The proxy's user header is believed
+//!    only from `--trusted-proxies` (loopback by default); from any other peer a request that
+//!    carries it is refused.
+//!
+//! A write refused with 401 or 403 is recorded in the audit log too (`refusals.rs`: counted per
+//! address and minute, so a flood of them costs a few rows, not one each).
 //!
 //! Tokens are compared as SHA-256 digests in constant time, so neither the comparison's time
 //! nor a token's length leaks.
 
 mod hosts;
 mod login;
+mod proxies;
 mod tokens;
 
 pub use login::{LoginForm, LoginQuery, SESSION_COOKIE, check_randomness, login, login_form};
+pub use proxies::{IpBlock, loopback as loopback_proxies, parse_trusted_proxies};
 pub use tokens::{AccessConfig, MIN_TOKEN_CHARS, NamedToken};
 
 use super::error::ApiError;
-use axum::extract::{Request, State};
+use super::refusals::RefusedWrites;
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use hosts::host_name;
 use login::{hmac_sha256, session_key};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use tokens::sha256;
 
 /// Who made a request: the name of the token it carried (from `--tokens-file`), else the user
@@ -49,11 +59,15 @@ pub struct Access {
     /// The cookie values the login page hands out: one per token that may read.
     sessions: Vec<[u8; 32]>,
     user_header: Option<HeaderName>,
+    /// The peers `user_header` is believed from.
+    trusted_proxies: Vec<IpBlock>,
     /// `None`: any Host is accepted.
     hosts: Option<Vec<String>>,
     /// `scheme://host[:port]` of the public URL, lowercased: the origin pages are served from.
     own_origin: String,
     secure_cookie: bool,
+    /// Where refused writes are counted for the audit log; `None`: not recorded.
+    refusals: Option<Arc<RefusedWrites>>,
 }
 
 /// What a request may do.
@@ -116,9 +130,50 @@ impl Access {
             read,
             sessions,
             user_header: access.user_header.clone(),
+            trusted_proxies: if access.trusted_proxies.is_empty() {
+                proxies::loopback()
+            } else {
+                access.trusted_proxies.clone()
+            },
             hosts,
             secure_cookie: config.public_url.starts_with("https://"),
             own_origin,
+            refusals: None,
+        }
+    }
+
+    /// The same checks, with refused writes counted in `refusals` for the audit log.
+    pub fn recording_refusals(mut self, refusals: Arc<RefusedWrites>) -> Self {
+        self.refusals = Some(refusals);
+        self
+    }
+
+    /// Refuses a request that carries the user header from a peer that is not a trusted proxy
+    /// (or from no known peer: a request that did not come over a socket).
+    fn user_header_is_trusted(
+        &self,
+        headers: &HeaderMap,
+        peer: Option<IpAddr>,
+    ) -> Result<(), String> {
+        let Some(name) = &self.user_header else {
+            return Ok(());
+        };
+        if !headers.contains_key(name) {
+            return Ok(());
+        }
+        match peer {
+            Some(peer)
+                if self
+                    .trusted_proxies
+                    .iter()
+                    .any(|block| block.contains(peer)) =>
+            {
+                Ok(())
+            }
+            _ => Err(format!(
+                "the {name} header is accepted only from the trusted proxies (--trusted-proxies), and this request came from {}: send it through the proxy",
+                peer.map_or_else(|| "an unknown address".to_owned(), |peer| peer.to_string())
+            )),
         }
     }
 
@@ -212,52 +267,108 @@ fn unauthorized(message: String) -> Response {
     response
 }
 
-/// The access layer: Host, cross-site writes, tokens, then the Actor for the handlers.
+/// Why a request is not let through.
+enum Refusal {
+    /// 401 (with `WWW-Authenticate`), 403 or 421.
+    Error(ApiError),
+    /// A page read without the read token: to the login form.
+    Login(Box<Response>),
+}
+
+/// The access layer: Host, the proxy's user header, cross-site writes, tokens, then the Actor
+/// for the handlers. A write refused with 401 or 403 is counted for the audit log.
 pub async fn check(State(access): State<Access>, mut request: Request, next: Next) -> Response {
-    if let Err(message) = access.host_is_allowed(request.headers(), request.uri()) {
-        return ApiError::WrongHost(message).into_response();
-    }
-    let method = request.method().clone();
-    let write = is_write(&method);
-    if write && let Err(message) = access.cross_site_write(request.headers()) {
-        return ApiError::Forbidden(message).into_response();
-    }
-    let path = request.uri().path().to_owned();
-    let (grant, token_name) = match access.grant_of(request.headers()) {
-        Ok(found) => found,
-        // A wrong token is refused even where none is needed: a script with a stale token
-        // should hear so, not succeed by luck on an open server.
-        Err(error) if !is_public(&method, &path) => {
-            return unauthorized(error.to_string());
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(address)| address.ip());
+    match access.decide(&request, peer) {
+        Ok(actor) => {
+            request.extensions_mut().insert(actor);
+            next.run(request).await
         }
-        Err(_) => (Grant::Nothing, None),
-    };
-    if !is_public(&method, &path) {
-        if write && access.writes_need_token() && grant < Grant::Write {
-            let bearer = request.headers().contains_key(header::AUTHORIZATION);
-            let message = if bearer && grant == Grant::Read {
-                "this token may read but not change snapshots: send a write token as `Authorization: Bearer TOKEN`"
-            } else {
-                "this server needs a token to change snapshots: send `Authorization: Bearer TOKEN` (snapview upload and diff read it from SNAPVIEW_TOKEN or --token)"
-            };
-            return unauthorized(message.into());
-        }
-        if !write && access.reads_need_token() && grant < Grant::Read {
-            if path.starts_with("/api/") {
-                return unauthorized(
-                    "this server needs a token to read: send `Authorization: Bearer TOKEN` (snapview diff reads it from SNAPVIEW_TOKEN or --token)".into(),
+        Err(Refusal::Login(response)) => *response,
+        Err(Refusal::Error(error)) => {
+            if is_write(request.method())
+                && matches!(
+                    error,
+                    ApiError::Unauthorized(_)
+                        | ApiError::Forbidden(_)
+                        | ApiError::UntrustedHeader(_)
+                )
+                && let Some(refusals) = &access.refusals
+            {
+                let token_name = access
+                    .grant_of(request.headers())
+                    .ok()
+                    .and_then(|(_, name)| name);
+                refusals.count(
+                    peer,
+                    request.method(),
+                    request.uri().path(),
+                    error.status(),
+                    &error.to_string(),
+                    token_name,
                 );
             }
-            let wanted = request
-                .uri()
-                .path_and_query()
-                .map_or("/".to_owned(), |p| p.as_str().to_owned());
-            return Redirect::to(&format!("/login?next={}", query_escape(&wanted))).into_response();
+            match error {
+                ApiError::Unauthorized(message) => unauthorized(message),
+                other => other.into_response(),
+            }
         }
     }
-    let actor = access.actor(request.headers(), token_name);
-    request.extensions_mut().insert(actor);
-    next.run(request).await
+}
+
+impl Access {
+    /// The Actor of a request let through, or why it is refused.
+    fn decide(&self, request: &Request, peer: Option<IpAddr>) -> Result<Actor, Refusal> {
+        let access = self;
+        if let Err(message) = access.host_is_allowed(request.headers(), request.uri()) {
+            return Err(Refusal::Error(ApiError::WrongHost(message)));
+        }
+        if let Err(message) = access.user_header_is_trusted(request.headers(), peer) {
+            return Err(Refusal::Error(ApiError::UntrustedHeader(message)));
+        }
+        let method = request.method().clone();
+        let write = is_write(&method);
+        if write && let Err(message) = access.cross_site_write(request.headers()) {
+            return Err(Refusal::Error(ApiError::Forbidden(message)));
+        }
+        let path = request.uri().path().to_owned();
+        let (grant, token_name) = match access.grant_of(request.headers()) {
+            Ok(found) => found,
+            // A wrong token is refused even where none is needed: a script with a stale token
+            // should hear so, not succeed by luck on an open server.
+            Err(error) if !is_public(&method, &path) => return Err(Refusal::Error(error)),
+            Err(_) => (Grant::Nothing, None),
+        };
+        if !is_public(&method, &path) {
+            if write && access.writes_need_token() && grant < Grant::Write {
+                let bearer = request.headers().contains_key(header::AUTHORIZATION);
+                let message = if bearer && grant == Grant::Read {
+                    "this token may read but not change snapshots: send a write token as `Authorization: Bearer TOKEN`"
+                } else {
+                    "this server needs a token to change snapshots: send `Authorization: Bearer TOKEN` (snapview upload and diff read it from SNAPVIEW_TOKEN or --token)"
+                };
+                return Err(Refusal::Error(ApiError::Unauthorized(message.into())));
+            }
+            if !write && access.reads_need_token() && grant < Grant::Read {
+                if path.starts_with("/api/") {
+                    return Err(Refusal::Error(ApiError::Unauthorized(
+                        "this server needs a token to read: send `Authorization: Bearer TOKEN` (snapview diff reads it from SNAPVIEW_TOKEN or --token)".into(),
+                    )));
+                }
+                let wanted = request
+                    .uri()
+                    .path_and_query()
+                    .map_or("/".to_owned(), |p| p.as_str().to_owned());
+                return Err(Refusal::Login(Box::new(
+                    Redirect::to(&format!("/login?next={}", query_escape(&wanted))).into_response(),
+                )));
+            }
+        }
+        Ok(access.actor(request.headers(), token_name))
+    }
 }
 
 fn query_escape(text: &str) -> String {

@@ -42,6 +42,10 @@ pub struct AccessConfig {
     /// Host names (without port) accepted besides `localhost`, `127.0.0.1`, `[::1]` and the public
     /// URL's host. Given, the Host check applies whatever the binding.
     pub allowed_hosts: Vec<String>,
+    /// The peers `user_header` is believed from (`--trusted-proxies`); empty: loopback only.
+    pub trusted_proxies: Vec<super::proxies::IpBlock>,
+    /// Who may frame the pages (`--frame-ancestors`); nobody by default.
+    pub frame_ancestors: crate::server::framing::FrameAncestors,
 }
 
 impl AccessConfig {

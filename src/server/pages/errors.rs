@@ -36,9 +36,11 @@ pub(crate) fn error_page(error: ApiError) -> Response {
     response
 }
 
-/// Any other path.
+/// Any other path: a page for a person, the API's error shape under `/api/`.
 pub async fn not_found(uri: Uri) -> Response {
-    error_page(ApiError::PageNotFound(
-        uri.path().chars().take(200).collect(),
-    ))
+    let error = ApiError::PageNotFound(uri.path().chars().take(200).collect());
+    if uri.path().starts_with("/api/") || uri.path() == "/api" {
+        return axum::response::IntoResponse::into_response(error);
+    }
+    error_page(error)
 }

@@ -1,4 +1,5 @@
-//! The audit log: one row per write, appended inside the write's own transaction.
+//! The audit log: one row per write, appended inside the write's own transaction; and the rows
+//! of refused writes, one per client address and minute (`server::refusals`).
 
 use super::file::now_ms;
 use super::*;
@@ -26,13 +27,18 @@ pub(super) fn audit(
 }
 
 impl FileStore {
-    pub(super) fn read_audit_log(&self, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
+    pub(super) fn read_audit_log(
+        &self,
+        limit: usize,
+        before: Option<i64>,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
         let db = self.db();
         let mut statement = db.prepare(
             "SELECT seq, at_ms, actor, action, snapshot_id, detail FROM audit
-             ORDER BY seq DESC LIMIT ?1",
+             WHERE seq < ?2 ORDER BY seq DESC LIMIT ?1",
         )?;
-        let rows = statement.query_map(params![limit as i64], |row| {
+        let before = before.unwrap_or(i64::MAX);
+        let rows = statement.query_map(params![limit as i64, before], |row| {
             let detail: String = row.get(5)?;
             Ok(AuditEntry {
                 seq: row.get(0)?,
@@ -44,5 +50,43 @@ impl FileStore {
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+impl FileStore {
+    pub(super) fn write_refusals(
+        &self,
+        row: Option<i64>,
+        actor: Option<&str>,
+        detail: &serde_json::Value,
+    ) -> Result<i64, StoreError> {
+        let mut db = self.db();
+        let detail = serde_json::to_string(detail)?;
+        if let Some(seq) = row {
+            let updated = db.execute(
+                "UPDATE audit SET detail = ?2, actor = COALESCE(actor, ?3)
+                 WHERE seq = ?1 AND action = 'refused'",
+                params![seq, detail, actor],
+            )?;
+            if updated == 1 {
+                return Ok(seq);
+            }
+            // Pruned meanwhile: written again as a new row.
+        }
+        let tx = db.transaction()?;
+        tx.execute(
+            "INSERT INTO audit (at_ms, actor, action, snapshot_id, detail)
+             VALUES (?1, ?2, 'refused', NULL, ?3)",
+            params![now_ms(), actor, detail],
+        )?;
+        let seq = tx.last_insert_rowid();
+        tx.execute(
+            "DELETE FROM audit WHERE action = 'refused' AND seq <= (
+                 SELECT seq FROM audit WHERE action = 'refused'
+                 ORDER BY seq DESC LIMIT 1 OFFSET ?1)",
+            params![MAX_REFUSED_ROWS],
+        )?;
+        tx.commit()?;
+        Ok(seq)
     }
 }

@@ -52,7 +52,8 @@ impl FileStore {
                  snapshot_id TEXT,
                  detail TEXT NOT NULL DEFAULT '{}'
              );
-             CREATE INDEX IF NOT EXISTS audit_snapshot ON audit (snapshot_id);",
+             CREATE INDEX IF NOT EXISTS audit_snapshot ON audit (snapshot_id);
+             CREATE INDEX IF NOT EXISTS audit_action ON audit (action, seq);",
         )?;
         // Indexes written before the trash existed lack its column.
         let has_trash_column = db
@@ -391,8 +392,17 @@ impl Store for FileStore {
         self.purge_trash_before(cutoff_ms, actor)
     }
 
-    fn audit_log(&self, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
-        self.read_audit_log(limit)
+    fn audit_log(&self, limit: usize, before: Option<i64>) -> Result<Vec<AuditEntry>, StoreError> {
+        self.read_audit_log(limit, before)
+    }
+
+    fn record_refusals(
+        &self,
+        row: Option<i64>,
+        actor: Option<&str>,
+        detail: &serde_json::Value,
+    ) -> Result<i64, StoreError> {
+        self.write_refusals(row, actor, detail)
     }
 
     fn blob_path(&self, id: &SnapshotId) -> PathBuf {

@@ -18,7 +18,8 @@
 //!   blob stay, a restore clears it. The trash is emptied by age; a purge removes the blob inside
 //!   the transaction that removes the row, and rolls the row back when the blob cannot be
 //!   removed, so a read-only or failing disk leaves the snapshot in the trash to retry later.
-//! - **Every write is in the audit log**, in the same transaction as the write itself.
+//! - **Every write is in the audit log**, in the same transaction as the write itself; writes
+//!   refused with 401/403 too, counted per client address and minute (`server::refusals`).
 
 mod audit;
 mod blobs;
@@ -150,7 +151,9 @@ pub struct AuditEntry {
     pub at_ms: i64,
     /// Who made the request, when the server knows (an access token's name, say).
     pub actor: Option<String>,
-    /// `upload`, `repair`, `rename`, `group`, `delete`, `restore`, `purge` or `reindex`.
+    /// `upload`, `repair`, `rename`, `group`, `delete`, `restore`, `purge`, `reindex`,
+    /// `set_roles`, `remove_roles`, or `refused` (writes refused with 401/403, counted per
+    /// client address and minute).
     pub action: String,
     pub snapshot_id: Option<String>,
     /// What changed, as JSON (names before and after, the file name and size of an upload…).
@@ -172,6 +175,10 @@ pub struct StartUpReport {
     /// Stored indexes whose blob is gone, and dead writers' temporary files, removed.
     pub indexes_removed: usize,
 }
+
+/// Refused-write rows (`refused`) the audit log keeps at most, the oldest going first: a flood
+/// of refused writes from ever new addresses costs at most this many rows (a few MB).
+pub const MAX_REFUSED_ROWS: i64 = 50_000;
 
 /// Parses a blob and returns its summary row; the store calls it to rebuild an index without
 /// knowing how snapshots are read.
@@ -249,8 +256,18 @@ pub trait Store: Send + Sync {
         cutoff_ms: i64,
         actor: Option<&str>,
     ) -> Result<Purge, StoreError>;
-    /// The newest `limit` audit entries, newest first.
-    fn audit_log(&self, limit: usize) -> Result<Vec<AuditEntry>, StoreError>;
+    /// The newest `limit` audit entries older than `before` (a `seq`; `None`: the newest),
+    /// newest first.
+    fn audit_log(&self, limit: usize, before: Option<i64>) -> Result<Vec<AuditEntry>, StoreError>;
+    /// Records refused writes (`server::refusals`) as one `refused` audit row: a new one when
+    /// `row` is `None`, else that row's detail brought up to date; returns the row. Only the
+    /// newest [`MAX_REFUSED_ROWS`] refused rows are kept.
+    fn record_refusals(
+        &self,
+        row: Option<i64>,
+        actor: Option<&str>,
+        detail: &serde_json::Value,
+    ) -> Result<i64, StoreError>;
     /// Where the bytes of a stored snapshot are.
     fn blob_path(&self, id: &SnapshotId) -> PathBuf;
     /// Where a snapshot's stored index (`crate::index`) is kept: a local file, derived from the

@@ -40,7 +40,7 @@ fn put_bytes(store: &FileStore, id: &SnapshotId, name: &str) -> (Record, bool) {
 }
 
 fn actions(store: &FileStore) -> Vec<String> {
-    let mut log = store.audit_log(100).expect("audit");
+    let mut log = store.audit_log(100, None).expect("audit");
     log.reverse();
     log.into_iter().map(|e| e.action).collect()
 }
@@ -107,12 +107,14 @@ fn put_get_list_rename_delete_restore_purge() {
         actions(&store),
         ["upload", "rename", "delete", "restore", "delete", "purge"]
     );
-    let log = store.audit_log(2).expect("audit");
+    let log = store.audit_log(2, None).expect("audit");
     assert_eq!(log.len(), 2, "the limit holds");
     assert_eq!(log[0].action, "purge", "newest first");
-    assert_eq!(store.audit_log(100).expect("audit")[1].actor, None);
+    assert_eq!(store.audit_log(100, None).expect("audit")[1].actor, None);
     assert_eq!(
-        store.audit_log(100).expect("audit")[2].actor.as_deref(),
+        store.audit_log(100, None).expect("audit")[2]
+            .actor
+            .as_deref(),
         Some("tester")
     );
 }
@@ -128,7 +130,7 @@ fn uploading_trashed_bytes_makes_them_live_with_the_new_name() {
     assert!(created);
     assert_eq!(record.name, "second");
     assert_eq!(store.get(&id).expect("get"), Some(record));
-    let log = store.audit_log(1).expect("audit");
+    let log = store.audit_log(1, None).expect("audit");
     assert_eq!(log[0].detail["was_in_trash"], true);
 }
 
@@ -296,7 +298,7 @@ fn a_snapshots_role_rules_and_summary_change_together_and_are_audited() {
         .expect("live");
     assert_eq!(cleared.roles, None);
     let actions: Vec<String> = store
-        .audit_log(2)
+        .audit_log(2, None)
         .expect("audit")
         .into_iter()
         .map(|entry| entry.action)
