@@ -46,9 +46,24 @@ pub enum ApiError {
         .0.as_secs_f64()
     )]
     BodyStalled(Duration),
+    /// The upload arrived slower than `--min-upload-rate` once past its grace.
+    #[error(
+        "the upload was too slow: {received} bytes in {} s of waiting for it, below this server's minimum of {min_bytes_per_second} bytes/s (--min-upload-rate)",
+        .waited.as_secs()
+    )]
+    UploadTooSlow {
+        received: u64,
+        waited: Duration,
+        min_bytes_per_second: u64,
+    },
     /// Every upload slot is taken (`--max-uploads`); the client should retry after a while.
     #[error("the server is receiving {0} uploads already (--max-uploads); retry in a few seconds")]
     Busy(usize),
+    /// This client address holds all its upload slots (`--max-uploads-per-client`).
+    #[error(
+        "this client address is sending {0} uploads already (--max-uploads-per-client); retry when one is done"
+    )]
+    ClientBusy(usize),
     /// No token, or one that does not grant what the request wants.
     #[error("{0}")]
     Unauthorized(String),
@@ -107,8 +122,10 @@ impl ApiError {
                 StatusCode::BAD_REQUEST
             }
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::BodyStalled(_) => StatusCode::REQUEST_TIMEOUT,
-            ApiError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::BodyStalled(_) | ApiError::UploadTooSlow { .. } => {
+                StatusCode::REQUEST_TIMEOUT
+            }
+            ApiError::Busy(_) | ApiError::ClientBusy(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::WrongHost(_) => StatusCode::MISDIRECTED_REQUEST,
@@ -130,7 +147,8 @@ impl ApiError {
             ApiError::NotASnapshot(_) => "not_a_snapshot",
             ApiError::TooLarge { .. } => "too_large",
             ApiError::BodyStalled(_) => "body_timeout",
-            ApiError::Busy(_) => "busy",
+            ApiError::UploadTooSlow { .. } => "too_slow",
+            ApiError::Busy(_) | ApiError::ClientBusy(_) => "busy",
             ApiError::Unauthorized(_) => "unauthorized",
             ApiError::Forbidden(_) => "cross_site",
             ApiError::WrongHost(_) => "wrong_host",
@@ -237,7 +255,7 @@ impl IntoResponse for ApiError {
             },
         };
         let mut response = (public.status, Json(body)).into_response();
-        if matches!(self, ApiError::Busy(_)) {
+        if matches!(self, ApiError::Busy(_) | ApiError::ClientBusy(_)) {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
