@@ -668,4 +668,39 @@ mod tests {
         assert_eq!(display_name(".pickle"), ".pickle");
         assert_eq!(sanitize_filename("../../a\"b\n.pickle"), "a\"b.pickle");
     }
+
+    #[test]
+    fn the_rate_applies_after_the_grace_and_grows_with_what_arrived() {
+        let pace = Pace {
+            stall_timeout: Duration::from_secs(30),
+            min_bytes_per_second: 1000,
+        };
+        // Within the grace, a byte buys nothing more: the wait ends with the grace.
+        assert_eq!(
+            pace.next_wait(1, Duration::from_secs(4)),
+            (Duration::from_secs(6), true)
+        );
+        // Past it, every 1000 bytes buy a second of waiting.
+        assert_eq!(
+            pace.next_wait(15_000, Duration::from_secs(12)),
+            (Duration::from_secs(3), true)
+        );
+        assert_eq!(
+            pace.next_wait(1_000, Duration::from_secs(12)),
+            (Duration::ZERO, true)
+        );
+        // The stall timeout bounds a wait however much was sent; a rate of 0 is no rate.
+        assert_eq!(
+            pace.next_wait(1 << 30, Duration::from_secs(1)),
+            (Duration::from_secs(30), false)
+        );
+        let no_rate = Pace {
+            min_bytes_per_second: 0,
+            ..pace
+        };
+        assert_eq!(
+            no_rate.next_wait(0, Duration::from_secs(100)),
+            (Duration::from_secs(30), false)
+        );
+    }
 }
