@@ -79,7 +79,7 @@ pub async fn serve(
                 }
             },
         };
-        let slot = match registry.admit(peer.ip()) {
+        let slot = match registry.admit(client_of(peer.ip())) {
             Ok(slot) => slot,
             Err(refusal) => {
                 tokio::spawn(refuse_connection(stream, refusal));
@@ -150,6 +150,21 @@ pub async fn serve(
         }
     }
     Ok(())
+}
+
+/// The client address the per-client limits count for the TCP peer `peer`: an IPv4 address
+/// (an IPv4-mapped IPv6 one included) as it is, an IPv6 address by its /64, since one host is
+/// commonly given a whole /64 and could otherwise be as many clients as it likes.
+pub fn client_of(peer: IpAddr) -> IpAddr {
+    match peer {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(std::net::Ipv6Addr::from(
+                v6.to_bits() & !u128::from(u64::MAX),
+            )),
+        },
+    }
 }
 
 /// What one connection is doing, as far as choosing which to close to make room is concerned.
@@ -515,4 +530,26 @@ async fn refuse_connection(mut stream: TcpStream, refusal: Refusal) {
         stream.shutdown().await
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ipv6_client_is_its_64_and_ipv4_is_itself() {
+        let v6 = |text: &str| IpAddr::V6(text.parse().expect("an IPv6 address"));
+        assert_eq!(client_of(v6("2001:db8:1:2:aaaa::1")), v6("2001:db8:1:2::"));
+        assert_eq!(
+            client_of(v6("2001:db8:1:2:bbbb::9")),
+            client_of(v6("2001:db8:1:2:cccc::7"))
+        );
+        assert_ne!(
+            client_of(v6("2001:db8:1:2::1")),
+            client_of(v6("2001:db8:1:3::1"))
+        );
+        let v4 = IpAddr::V4(std::net::Ipv4Addr::new(10, 1, 2, 3));
+        assert_eq!(client_of(v4), v4);
+        assert_eq!(client_of(v6("::ffff:10.1.2.3")), v4);
+    }
 }

@@ -410,7 +410,7 @@ pub async fn upload(
     let client = request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(peer)| peer.ip());
+        .map(|ConnectInfo(peer)| super::connections::client_of(peer.ip()));
     let _client_slot = match client {
         Some(client) => Some(state.client_upload_slots.take(client).ok_or(
             ApiError::ClientBusy(state.config.limits.max_uploads_per_client),
