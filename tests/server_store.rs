@@ -138,7 +138,8 @@ fn blob_path(data_dir: &Path, id: &str) -> PathBuf {
 fn identical_uploads_at_once_all_succeed_with_one_id() {
     let root = tempfile::tempdir().expect("tempdir");
     let dir = data_dir(&root);
-    let server = Served::start(&dir, &[]);
+    // Eight uploads at once from one address: more than --max-uploads-per-client's default.
+    let server = Served::start(&dir, &["--max-uploads-per-client", "0"]);
     const ROUNDS: usize = 6;
     const AT_ONCE: usize = 8;
     for round in 0..ROUNDS {

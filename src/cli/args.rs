@@ -122,13 +122,30 @@ enum Command {
         /// own when the index is empty but files are stored).
         #[arg(long)]
         reindex: bool,
-        /// Open connections at most; a connection past it is answered 503 and closed.
+        /// Open connections at most; past it a connection idle or waiting on its client for a
+        /// second is closed to make room, else the new one is answered 503 and closed.
         #[arg(long, env = "SNAPVIEW_MAX_CONNECTIONS", default_value_t = 1024)]
         max_connections: usize,
+        /// Open connections from one client address at most (the TCP peer: behind a reverse
+        /// proxy every client is the proxy, so set it high or 0 there); 0: no limit.
+        #[arg(
+            long,
+            env = "SNAPVIEW_MAX_CONNECTIONS_PER_CLIENT",
+            default_value_t = 64
+        )]
+        max_connections_per_client: usize,
         /// Uploads received at once at most; past it an upload is answered 503 with
         /// Retry-After (each holds a parser thread and its snapshot in memory).
         #[arg(long, env = "SNAPVIEW_MAX_UPLOADS", default_value_t = 8)]
         max_uploads: usize,
+        /// Uploads received at once from one client address at most (the TCP peer, as for
+        /// --max-connections-per-client); 0: no limit.
+        #[arg(long, env = "SNAPVIEW_MAX_UPLOADS_PER_CLIENT", default_value_t = 4)]
+        max_uploads_per_client: usize,
+        /// Slowest average an upload may arrive at, per second waited for it, after its first
+        /// 10 s (408 and nothing kept below it), e.g. 64KiB; 0: no minimum.
+        #[arg(long, env = "SNAPVIEW_MIN_UPLOAD_RATE", default_value = "64KiB")]
+        min_upload_rate: String,
         /// Time a client has to send a request's headers; also how long a kept-alive
         /// connection may sit idle. E.g. 30s, 500ms, 2m.
         #[arg(long, env = "SNAPVIEW_HEADER_TIMEOUT", default_value = "30s")]
@@ -136,6 +153,15 @@ enum Command {
         /// Longest wait for the next bytes of a request body (408 and nothing kept past it).
         #[arg(long, env = "SNAPVIEW_BODY_TIMEOUT", default_value = "30s")]
         body_timeout: String,
+        /// Longest a response may wait for its client to accept any of its bytes; past it the
+        /// connection is dropped. E.g. 30s.
+        #[arg(long, env = "SNAPVIEW_SEND_TIMEOUT", default_value = "30s")]
+        send_timeout: String,
+        /// Slowest a client may accept a response, per second it keeps the server waiting,
+        /// after its first 10 s of waiting (the connection is dropped below it), e.g. 16KiB;
+        /// 0: no minimum.
+        #[arg(long, env = "SNAPVIEW_MIN_SEND_RATE", default_value = "16KiB")]
+        min_send_rate: String,
         /// On SIGTERM or Ctrl-C, how long requests in flight may take before the server exits.
         #[arg(long, env = "SNAPVIEW_SHUTDOWN_GRACE", default_value = "5s")]
         shutdown_grace: String,
@@ -358,9 +384,14 @@ impl Config {
                 roles,
                 reindex,
                 max_connections,
+                max_connections_per_client,
                 max_uploads,
+                max_uploads_per_client,
+                min_upload_rate,
                 header_timeout,
                 body_timeout,
+                send_timeout,
+                min_send_rate,
                 shutdown_grace,
                 write_token,
                 tokens_file,
@@ -376,11 +407,19 @@ impl Config {
                 }
                 let limits = ConnectionLimits {
                     max_connections,
+                    max_connections_per_client,
                     max_uploads,
+                    max_uploads_per_client,
+                    min_upload_rate: parse_size(&min_upload_rate)
+                        .map_err(|e| format!("--min-upload-rate: {e}"))?,
                     header_timeout: parse_duration(&header_timeout)
                         .map_err(|e| format!("--header-timeout: {e}"))?,
                     body_timeout: parse_duration(&body_timeout)
                         .map_err(|e| format!("--body-timeout: {e}"))?,
+                    send_timeout: parse_duration(&send_timeout)
+                        .map_err(|e| format!("--send-timeout: {e}"))?,
+                    min_send_rate: parse_size(&min_send_rate)
+                        .map_err(|e| format!("--min-send-rate: {e}"))?,
                     shutdown_grace: parse_duration(&shutdown_grace)
                         .map_err(|e| format!("--shutdown-grace: {e}"))?,
                     parse_memory_bytes: parse_size(&parse_memory)

@@ -46,6 +46,16 @@ pub enum ApiError {
         .0.as_secs_f64()
     )]
     BodyStalled(Duration),
+    /// The upload arrived slower than `--min-upload-rate` once past its grace.
+    #[error(
+        "the upload was too slow: {received} bytes in {} s of waiting for it, below this server's minimum of {min_bytes_per_second} bytes/s (--min-upload-rate)",
+        .waited.as_secs()
+    )]
+    UploadTooSlow {
+        received: u64,
+        waited: Duration,
+        min_bytes_per_second: u64,
+    },
     /// Every upload slot is taken (`--max-uploads`); the client should retry after a while.
     #[error("the server is receiving {0} uploads already (--max-uploads); retry in a few seconds")]
     Busy(usize),
@@ -59,6 +69,11 @@ pub enum ApiError {
     /// Reading this one snapshot needs more than all of `--parse-memory`.
     #[error("{0}")]
     TooMuchMemory(String),
+    /// This client address holds all its upload slots (`--max-uploads-per-client`).
+    #[error(
+        "this client address is sending {0} uploads already (--max-uploads-per-client); retry when one is done"
+    )]
+    ClientBusy(usize),
     /// No token, or one that does not grant what the request wants.
     #[error("{0}")]
     Unauthorized(String),
@@ -125,8 +140,12 @@ impl ApiError {
             ApiError::TooLarge { .. } | ApiError::TooManyEvents(_) | ApiError::TooMuchMemory(_) => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
-            ApiError::BodyStalled(_) => StatusCode::REQUEST_TIMEOUT,
-            ApiError::Busy(_) | ApiError::ParseBusy(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::BodyStalled(_) | ApiError::UploadTooSlow { .. } => {
+                StatusCode::REQUEST_TIMEOUT
+            }
+            ApiError::Busy(_) | ApiError::ParseBusy(_) | ApiError::ClientBusy(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) | ApiError::UntrustedHeader(_) => StatusCode::FORBIDDEN,
             ApiError::WrongHost(_) => StatusCode::MISDIRECTED_REQUEST,
@@ -150,7 +169,8 @@ impl ApiError {
             ApiError::TooLarge { .. } | ApiError::TooMuchMemory(_) => "too_large",
             ApiError::TooManyEvents(_) => "too_many_events",
             ApiError::BodyStalled(_) => "body_timeout",
-            ApiError::Busy(_) | ApiError::ParseBusy(_) => "busy",
+            ApiError::UploadTooSlow { .. } => "too_slow",
+            ApiError::Busy(_) | ApiError::ParseBusy(_) | ApiError::ClientBusy(_) => "busy",
             ApiError::Unauthorized(_) => "unauthorized",
             ApiError::Forbidden(_) => "cross_site",
             ApiError::WrongHost(_) => "wrong_host",
@@ -273,7 +293,10 @@ impl IntoResponse for ApiError {
             },
         };
         let mut response = (public.status, Json(body)).into_response();
-        if matches!(self, ApiError::Busy(_) | ApiError::ParseBusy(_)) {
+        if matches!(
+            self,
+            ApiError::Busy(_) | ApiError::ParseBusy(_) | ApiError::ClientBusy(_)
+        ) {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));

@@ -70,16 +70,30 @@ impl ServeConfig {
 /// server from answering (`snapview serve --max-connections` and friends).
 #[derive(Debug, Clone)]
 pub struct ConnectionLimits {
-    /// Open connections at most; past it a new connection is answered 503 and closed.
+    /// Open connections at most; past it a connection waiting on its client makes room for a
+    /// new one, else the new one is answered 503 and closed (see `connections`).
     pub max_connections: usize,
+    /// Open connections from one client address (the TCP peer) at most; 0: no limit.
+    pub max_connections_per_client: usize,
     /// Uploads received at once at most; past it an upload is answered 503 with Retry-After.
     /// Each holds a parser thread and a parsed snapshot in memory while its bytes arrive.
     pub max_uploads: usize,
+    /// Uploads received at once from one client address at most; 0: no limit.
+    pub max_uploads_per_client: usize,
+    /// Bytes per second an upload must arrive at, on average over the time spent waiting for
+    /// it, once that time passes the grace (`upload::UPLOAD_RATE_GRACE`); 0: no minimum.
+    pub min_upload_rate: u64,
     /// Time a client has to send a request's headers, and the longest a kept-alive connection
     /// may sit idle between requests.
     pub header_timeout: Duration,
     /// Longest wait for the next bytes of a request body before the request is dropped (408).
     pub body_timeout: Duration,
+    /// Longest a response may wait for its client to accept any of its bytes before the
+    /// connection is dropped.
+    pub send_timeout: Duration,
+    /// Bytes per second a client must accept of what it keeps the server waiting on, once that
+    /// wait passes the grace (`connections::SEND_RATE_GRACE`); 0: no minimum.
+    pub min_send_rate: u64,
     /// After SIGTERM or Ctrl-C, how long requests in flight may take before the server exits.
     pub shutdown_grace: Duration,
     /// Memory that parses and re-analyses in flight may hold together (`--parse-memory`, see
@@ -93,9 +107,14 @@ impl Default for ConnectionLimits {
     fn default() -> Self {
         Self {
             max_connections: 1024,
+            max_connections_per_client: 64,
             max_uploads: 8,
+            max_uploads_per_client: 4,
+            min_upload_rate: 64 * 1024,
             header_timeout: Duration::from_secs(30),
             body_timeout: Duration::from_secs(30),
+            send_timeout: Duration::from_secs(30),
+            min_send_rate: 16 * 1024,
             shutdown_grace: Duration::from_secs(5),
             parse_memory_bytes: DEFAULT_PARSE_MEMORY_BYTES,
             max_events: crate::snapshot::DEFAULT_MAX_EVENTS,
@@ -116,6 +135,8 @@ pub struct AppState {
     pub config: Arc<ServeConfig>,
     /// One permit per upload being received (`--max-uploads`).
     pub upload_slots: Arc<tokio::sync::Semaphore>,
+    /// Uploads being received per client address (`--max-uploads-per-client`).
+    pub client_upload_slots: Arc<upload::ClientSlots>,
     /// Stored index writes in flight, which a graceful shutdown waits for.
     pub index_writes: Arc<stored_index::IndexWrites>,
     /// The memory parses and re-analyses in flight share (`--parse-memory`).
@@ -145,6 +166,9 @@ impl AppState {
             store,
             cache: Arc::new(cache::AnalysisCache::new(config.cache_budget_bytes)),
             upload_slots: Arc::new(tokio::sync::Semaphore::new(config.limits.max_uploads)),
+            client_upload_slots: Arc::new(upload::ClientSlots::new(
+                config.limits.max_uploads_per_client,
+            )),
             index_writes: Arc::default(),
             parse_budget: Arc::new(budget::ParseBudget::new(config.limits.parse_memory_bytes)),
             rules_queue: Arc::default(),

@@ -5,11 +5,14 @@
 //! disconnects mid-upload leaves the store exactly as it was, because the temporary file is
 //! removed by `TempFile`'s drop on every path that does not store it.
 //!
-//! Slow clients cannot stop the server: at most `--max-uploads` are received at once (past it,
-//! 503 with Retry-After, before a byte of the body is read); each parses on a thread of its own,
-//! never one of tokio's blocking threads that file writes and the store need; and a body that
-//! sends nothing for `--body-timeout` is dropped with 408, which also ends its parser (the
-//! parser sees the end of its input).
+//! Slow clients cannot stop the server: at most `--max-uploads` are received at once, and at
+//! most `--max-uploads-per-client` from one client address (past either, 503 with Retry-After,
+//! before a byte of the body is read); each parses on a thread of its own, never one of tokio's
+//! blocking threads that file writes and the store need; and a body that sends nothing for
+//! `--body-timeout`, or that arrives slower than `--min-upload-rate` on average once the server
+//! has waited [`UPLOAD_RATE_GRACE`] for it, is dropped with 408, which also ends its parser
+//! (the parser sees the end of its input). Without the rate, a byte every few seconds held a
+//! slot for as long as the client liked.
 
 use super::AppState;
 use super::api::{clean_group, clean_label};
@@ -22,16 +25,96 @@ use crate::snapshot::LoadError;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::multipart::MultipartError;
-use axum::extract::{Query, Request, State};
+use axum::extract::{ConnectInfo, Query, Request, State};
 use axum::http::{StatusCode, header};
 use futures_util::{Stream, StreamExt};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
+
+/// Waiting for an upload's bytes that is forgiven before `--min-upload-rate` applies (a client
+/// starting up, TCP's slow start, a pause on a busy laptop).
+pub const UPLOAD_RATE_GRACE: Duration = Duration::from_secs(10);
+
+/// Uploads being received per client address, at most `limit` each (0: no limit).
+pub struct ClientSlots {
+    limit: usize,
+    held: Mutex<HashMap<IpAddr, usize>>,
+}
+
+impl ClientSlots {
+    pub fn new(limit: usize) -> Self {
+        Self {
+            limit,
+            held: Mutex::default(),
+        }
+    }
+
+    /// One of `client`'s slots, or `None` when it holds them all.
+    fn take(self: &Arc<Self>, client: IpAddr) -> Option<ClientSlot> {
+        if self.limit == 0 {
+            return Some(ClientSlot(None));
+        }
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = held.entry(client).or_insert(0);
+        if *count >= self.limit {
+            return None;
+        }
+        *count += 1;
+        Some(ClientSlot(Some((self.clone(), client))))
+    }
+}
+
+/// An upload slot of one client address, given back on drop.
+struct ClientSlot(Option<(Arc<ClientSlots>, IpAddr)>);
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let Some((slots, client)) = self.0.take() else {
+            return;
+        };
+        let mut held = slots.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = held.get_mut(&client) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&client);
+            }
+        }
+    }
+}
+
+/// How fast an upload's bytes must keep arriving.
+#[derive(Debug, Clone, Copy)]
+struct Pace {
+    /// The longest wait for the next bytes (`--body-timeout`).
+    stall_timeout: Duration,
+    /// Bytes per second waited, once the wait passes [`UPLOAD_RATE_GRACE`]; 0: none.
+    min_bytes_per_second: u64,
+}
+
+impl Pace {
+    /// How long to wait for the next bytes having received `size` bytes over `waited`, and
+    /// whether that limit is the rate's (else the stall timeout's).
+    fn next_wait(&self, size: u64, waited: Duration) -> (Duration, bool) {
+        if self.min_bytes_per_second == 0 {
+            return (self.stall_timeout, false);
+        }
+        let earned = Duration::from_secs_f64(size as f64 / self.min_bytes_per_second as f64)
+            .max(UPLOAD_RATE_GRACE)
+            .saturating_sub(waited);
+        if earned < self.stall_timeout {
+            (earned, true)
+        } else {
+            (self.stall_timeout, false)
+        }
+    }
+}
 
 #[derive(Debug, Deserialize, Default)]
 pub struct UploadParams {
@@ -244,14 +327,14 @@ fn refuse_wrong_file_type(head: &[u8]) -> Result<(), ApiError> {
 
 /// Writes a byte stream to a temp file, hashing it and parsing it as it arrives (so a large
 /// upload is analysed by the time its last byte lands, and a file that is not a snapshot is
-/// refused after its first bytes), refusing it past `limit` bytes or when no bytes arrive for
-/// `stall_timeout`.
+/// refused after its first bytes), refusing it past `limit` bytes, when no bytes arrive for
+/// `pace.stall_timeout` or when they arrive slower than `pace.min_bytes_per_second`.
 async fn receive<S, E>(
     mut stream: S,
     dir: &Path,
     limit: u64,
     parse: Option<Reading>,
-    stall_timeout: Duration,
+    pace: Pace,
 ) -> Result<Received, ApiError>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
@@ -271,12 +354,28 @@ where
     let mut hasher = Sha256::new();
     let mut size = 0u64;
     let mut head = Vec::with_capacity(SNIFF_BYTES);
+    // Only the time spent waiting for the client counts against its rate, not the time this
+    // loop spends writing or waiting for the parser.
+    let mut waited = Duration::ZERO;
     // On every early return below, `chunks` is dropped (the parser sees the end of its input
     // and stops) and so is `file` (the partial upload is removed).
-    while let Some(chunk) = tokio::time::timeout(stall_timeout, stream.next())
-        .await
-        .map_err(|_| ApiError::BodyStalled(stall_timeout))?
-    {
+    loop {
+        let (wait, by_rate) = pace.next_wait(size, waited);
+        let started = Instant::now();
+        let next = tokio::time::timeout(wait, stream.next()).await;
+        waited += started.elapsed();
+        let chunk = match next {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) => break,
+            Err(_) if by_rate => {
+                return Err(ApiError::UploadTooSlow {
+                    received: size,
+                    waited,
+                    min_bytes_per_second: pace.min_bytes_per_second,
+                });
+            }
+            Err(_) => return Err(ApiError::BodyStalled(pace.stall_timeout)),
+        };
         let chunk = chunk.map_err(|e| interrupted(&e, limit))?;
         if chunk.is_empty() {
             continue;
@@ -341,6 +440,19 @@ pub async fn upload(
     let limit = state.config.max_upload_bytes;
     // Checked before a byte of the body is read, so a refused upload costs nothing.
     let labels = Labels::from_params(&params)?;
+    // Per client first, so that one client holding its share is told so, and costs no one a
+    // slot of the server's. Requests that did not come over TCP (the router in tests) have no
+    // address and only the server's limit.
+    let client = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(peer)| super::connections::client_of(peer.ip()));
+    let _client_slot = match client {
+        Some(client) => Some(state.client_upload_slots.take(client).ok_or(
+            ApiError::ClientBusy(state.config.limits.max_uploads_per_client),
+        )?),
+        None => None,
+    };
     let _slot = state
         .upload_slots
         .clone()
@@ -367,15 +479,15 @@ pub async fn upload(
     let temp_dir = state.store.temp_dir();
     // Parsed as it arrives (with the server's role rules), unless it may be a duplicate.
     let parse = (!maybe_duplicate(&state, declared).await).then(|| Reading::of(&state));
-    let stall_timeout = state.config.limits.body_timeout;
+    let pace = Pace {
+        stall_timeout: state.config.limits.body_timeout,
+        min_bytes_per_second: state.config.limits.min_upload_rate,
+    };
     let (received, part_filename) = if is_multipart {
-        receive_multipart(request, &temp_dir, limit, parse, stall_timeout).await?
+        receive_multipart(request, &temp_dir, limit, parse, pace).await?
     } else {
         let stream = request.into_body().into_data_stream();
-        (
-            receive(stream, &temp_dir, limit, parse, stall_timeout).await?,
-            None,
-        )
+        (receive(stream, &temp_dir, limit, parse, pace).await?, None)
     };
 
     let (view, created) = ingest(&state, received, params, labels, part_filename, actor).await?;
@@ -400,7 +512,11 @@ pub async fn import_path(state: &AppState, path: &Path) -> Result<SnapshotView, 
         &state.store.temp_dir(),
         state.config.max_upload_bytes,
         parse,
-        state.config.limits.body_timeout,
+        // A local file: no client to be slow.
+        Pace {
+            stall_timeout: state.config.limits.body_timeout,
+            min_bytes_per_second: 0,
+        },
     )
     .await?;
     let filename = path.file_name().map(|n| n.to_string_lossy().into_owned());
@@ -526,7 +642,7 @@ async fn receive_multipart(
     dir: &Path,
     limit: u64,
     parse: Option<Reading>,
-    stall_timeout: Duration,
+    pace: Pace,
 ) -> Result<(Received, Option<String>), ApiError> {
     use axum::extract::FromRequest;
     let mut multipart = axum::extract::Multipart::from_request(request, &())
@@ -534,16 +650,16 @@ async fn receive_multipart(
         .map_err(|e| ApiError::BadRequest(format!("unreadable multipart form: {e}")))?;
     // Fields other than `file` are read through while waiting for the next one; they are small
     // form values, so that whole wait is bounded like one chunk's.
-    while let Some(field) = tokio::time::timeout(stall_timeout, multipart.next_field())
+    while let Some(field) = tokio::time::timeout(pace.stall_timeout, multipart.next_field())
         .await
-        .map_err(|_| ApiError::BodyStalled(stall_timeout))?
+        .map_err(|_| ApiError::BodyStalled(pace.stall_timeout))?
         .map_err(|e| interrupted(&e, limit))?
     {
         if field.name() != Some("file") {
             continue;
         }
         let filename = field.file_name().map(str::to_owned);
-        let received = receive(field, dir, limit, parse, stall_timeout).await?;
+        let received = receive(field, dir, limit, parse, pace).await?;
         return Ok((received, filename));
     }
     Err(ApiError::BadRequest(
@@ -583,5 +699,40 @@ mod tests {
         assert_eq!(display_name("x.pickle.gz"), "x");
         assert_eq!(display_name(".pickle"), ".pickle");
         assert_eq!(sanitize_filename("../../a\"b\n.pickle"), "a\"b.pickle");
+    }
+
+    #[test]
+    fn the_rate_applies_after_the_grace_and_grows_with_what_arrived() {
+        let pace = Pace {
+            stall_timeout: Duration::from_secs(30),
+            min_bytes_per_second: 1000,
+        };
+        // Within the grace, a byte buys nothing more: the wait ends with the grace.
+        assert_eq!(
+            pace.next_wait(1, Duration::from_secs(4)),
+            (Duration::from_secs(6), true)
+        );
+        // Past it, every 1000 bytes buy a second of waiting.
+        assert_eq!(
+            pace.next_wait(15_000, Duration::from_secs(12)),
+            (Duration::from_secs(3), true)
+        );
+        assert_eq!(
+            pace.next_wait(1_000, Duration::from_secs(12)),
+            (Duration::ZERO, true)
+        );
+        // The stall timeout bounds a wait however much was sent; a rate of 0 is no rate.
+        assert_eq!(
+            pace.next_wait(1 << 30, Duration::from_secs(1)),
+            (Duration::from_secs(30), false)
+        );
+        let no_rate = Pace {
+            min_bytes_per_second: 0,
+            ..pace
+        };
+        assert_eq!(
+            no_rate.next_wait(0, Duration::from_secs(100)),
+            (Duration::from_secs(30), false)
+        );
     }
 }
