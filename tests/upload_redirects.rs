@@ -311,3 +311,55 @@ fn redirects_are_bounded_and_the_token_stays_on_its_host() {
     assert_eq!(received.len(), 1, "{}", text(&output.stderr));
     assert_eq!(received[0].header("authorization"), None, "{received:?}");
 }
+
+/// A server whose upload slots are all taken answers 503 with `Retry-After` (the ranks of one
+/// node uploading at once, over `--max-uploads-per-client`): `upload` sends the file again
+/// after the wait it names instead of failing the job's upload, and says so on stderr; a 503
+/// without `Retry-After` is reported at once, as any other refusal.
+#[test]
+fn a_busy_server_is_asked_again_after_the_wait_it_names() {
+    let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = answered.clone();
+    let busy = r#"{"error":{"code":"busy","message":"this client address is sending 4 uploads already (--max-uploads-per-client); retry when one is done"}}"#;
+    let fake = Fake::start(move |_, port| {
+        if count.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < 2 {
+            response(
+                "503 Service Unavailable",
+                "Retry-After: 1\r\nContent-Type: application/json\r\n",
+                busy,
+            )
+        } else {
+            let body = format!(r#"{{"id":"0123abcd","url":"http://127.0.0.1:{port}/s/0123abcd"}}"#);
+            response("201 Created", "Content-Type: application/json\r\n", &body)
+        }
+    });
+    let started = Instant::now();
+    let output = upload(&fake.url(), None);
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert!(
+        output.status.success(),
+        "stdout {stdout:?}, stderr {stderr:?}"
+    );
+    assert_eq!(stdout.trim(), format!("{}/s/0123abcd", fake.url()));
+    assert!(stderr.contains("busy"), "the waits are said: {stderr:?}");
+    assert_eq!(fake.received().len(), 3, "sent twice more after two 503s");
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "waited the second the server named, twice"
+    );
+
+    let refusing = Fake::start(move |_, _| {
+        response(
+            "503 Service Unavailable",
+            "Content-Type: application/json\r\n",
+            busy,
+        )
+    });
+    let output = upload(&refusing.url(), None);
+    assert_failed(&output, &["--max-uploads-per-client"]);
+    assert_eq!(
+        refusing.received().len(),
+        1,
+        "no Retry-After: not sent again"
+    );
+}

@@ -2,6 +2,7 @@
 //! `snapview serve`.
 
 use std::path::Path;
+use std::time::Duration;
 
 /// Percent-encodes a query value.
 pub(super) fn query_escape(text: &str) -> String {
@@ -91,6 +92,7 @@ pub(super) fn upload(
     let agent: ureq::Agent = http_agent_config().max_redirects(0).build().into();
     let mut target = url.to_owned();
     let mut redirects = 0;
+    let mut waited_busy = Duration::ZERO;
     loop {
         // Opened for each request: a redirect sends the whole file again.
         let reader = std::fs::File::open(file)
@@ -112,6 +114,18 @@ pub(super) fn upload(
             .send(&reader)
             .map_err(unreachable)?;
         let status = response.status();
+        if let Some(wait) = busy_retry(&response, waited_busy) {
+            // Every slot is taken (`--max-uploads`, `--max-uploads-per-client`: the ranks of
+            // one node uploading at once) or other parses hold the server's memory: the
+            // server said when to come back, so come back rather than fail the job's upload.
+            eprintln!(
+                "snapview: the server at {target} is busy ({status}); sending again in {} s",
+                wait.as_secs()
+            );
+            std::thread::sleep(wait);
+            waited_busy += wait;
+            continue;
+        }
         if !status.is_redirection() {
             let json = json_answer(response, 16 << 20, sent_token)?;
             return stored_snapshot_url(&json, status);
@@ -150,6 +164,30 @@ pub(super) fn upload(
             format!("the server at {target} answered {status} with a Location that is not an http:// or https:// address: {location:?}; nothing was stored")
         })?;
     }
+}
+
+/// How long `upload` waits in all for a busy server (503 with `Retry-After`) before it gives
+/// up with the server's message: long enough for the uploads ahead of it to finish, short
+/// enough that a job is not held up for long by a server that stays full.
+pub(super) const BUSY_WAIT_LIMIT: Duration = Duration::from_secs(120);
+
+/// The wait before sending again when `response` is a 503 whose `Retry-After` (in seconds, the
+/// form snapview sends) still fits within [`BUSY_WAIT_LIMIT`] after `waited` so far; `None`
+/// for any other answer, which is then reported as it is.
+fn busy_retry(response: &ureq::http::Response<ureq::Body>, waited: Duration) -> Option<Duration> {
+    if response.status() != ureq::http::StatusCode::SERVICE_UNAVAILABLE {
+        return None;
+    }
+    let seconds: u64 = response
+        .headers()
+        .get("retry-after")?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let wait = Duration::from_secs(seconds.clamp(1, 30));
+    (waited + wait <= BUSY_WAIT_LIMIT).then_some(wait)
 }
 
 /// The line `upload` prints, from the server's answer: it must name the stored snapshot (its
