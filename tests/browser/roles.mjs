@@ -11,7 +11,19 @@ import { join } from "node:path";
 import { api, assert, assertEqual, BASE, clean, drawn, FIXTURES, newContext, run, shot, step, until, upload } from "./harness.mjs";
 
 const TOTAL_TIMEOUT_MS = 100_000;
-const ROLES = ["parameter", "gradient", "optimizer_state", "activation", "temporary", "input", "unknown"];
+const ROLES = [
+  "parameter",
+  "gradient",
+  "optimizer_state",
+  "comm_buffer",
+  "activation",
+  "output",
+  "kv_cache",
+  "workspace",
+  "temporary",
+  "input",
+  "unknown",
+];
 
 const state = {};
 const store = (page) => page.evaluate(() => window.snapviewTest?.store.get() ?? null);
