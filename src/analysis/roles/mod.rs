@@ -172,6 +172,10 @@ pub struct DeviceRoles {
     /// Event of the first allocation of each forward pass (a training or inference step), in
     /// order.
     pub forward_starts: Vec<u32>,
+    /// Event of the first allocation of each call of the model (a run of forward allocations
+    /// that anything else ends), in order: finer than `forward_starts` in inference loops,
+    /// which never leave the forward phase.
+    pub pass_starts: Vec<u32>,
     /// Bytes per role at regular events, so the `/roles` window reads a few events per column.
     checkpoints: window::RoleCheckpoints,
 }
@@ -263,6 +267,7 @@ impl DeviceRoles {
             passes.note(
                 traced.then_some(allocation.start).flatten(),
                 kind,
+                allocation.stack,
                 *in_forward_region.last().unwrap_or(&false),
             );
             let freed_by = free_kind(&mut kinds, allocation.end);
@@ -466,6 +471,7 @@ impl DeviceRoles {
             extra_because,
             saw_backward,
             forward_starts,
+            pass_starts: passes.starts().to_vec(),
             checkpoints,
         }
     }
@@ -503,6 +509,18 @@ impl DeviceRoles {
     /// never came, or still in use at the dump).
     pub fn is_kept_forward(&self, id: AllocationId) -> bool {
         self.rule.get(id as usize) == Some(&(Rule::ForwardKept as u16))
+    }
+
+    /// Whether the allocation is a DDP bucket holding a copy of the gradients (DDP without
+    /// `gradient_as_bucket_view`).
+    pub fn is_ddp_gradient_copy(&self, id: AllocationId) -> bool {
+        self.rule.get(id as usize) == Some(&(Rule::DdpBucketCopiesGradients as u16))
+    }
+
+    /// Whether the allocation is a DDP bucket that the `.grad` tensors are views into: it lives
+    /// as long as DDP does, whatever `zero_grad` does.
+    pub fn is_ddp_bucket(&self, id: AllocationId) -> bool {
+        self.rule.get(id as usize) == Some(&(Rule::DdpBucketIsGradient as u16))
     }
 
     /// Whether the allocation was made inside `torch/optim` (optimizer state, or a temporary of

@@ -180,8 +180,11 @@ impl<'a> StackKinds<'a> {
                 backward_at = Some(index);
             }
         }
+        // Also non-reentrant checkpoint's recomputation: the engine unpacks a saved tensor
+        // through the hook `torch/utils/checkpoint.py` registered, which reruns forward.
         let engine_thread = outermost_python.is_some_and(|(file, name)| {
-            file.ends_with("torch/autograd/function.py") && name == "apply"
+            (file.ends_with("torch/autograd/function.py") && name == "apply")
+                || file.ends_with("torch/utils/checkpoint.py")
         });
         let backward_outside_forward = match (backward_at, forward_at) {
             (Some(b), Some(f)) => b > f,

@@ -36,6 +36,14 @@ pub(super) struct Passes {
     /// Last allocation of each pass (by allocation id).
     last: Vec<u32>,
     previous_forward: bool,
+    /// The first forward stack of the current pass, and the last forward allocation.
+    first_stack: Option<StackId>,
+    last_forward: Option<u32>,
+    /// Forward allocations right before the pass's first stack came again: where a call of the
+    /// model ends when the loop calls it back to back (no batch made between); `outputs` keeps
+    /// only those shaped like the pass's own output, since an `nn.Sequential`'s layers repeat
+    /// stacks inside one call too.
+    back_to_back: Vec<u32>,
 }
 
 impl Passes {
@@ -44,7 +52,13 @@ impl Passes {
     /// A pass begins at a forward allocation after any other: the batch, the loss, backward or
     /// the step come between two calls of the model. (A stack seen again is no sign of a new
     /// pass: the layers of an `nn.Sequential` share their stacks.)
-    pub(super) fn note(&mut self, start: Option<u32>, kind: StackKind, forward_region: bool) {
+    pub(super) fn note(
+        &mut self,
+        start: Option<u32>,
+        kind: StackKind,
+        stack: StackId,
+        forward_region: bool,
+    ) {
         let id = self.pass_of.len() as u32;
         let Some(start) = start else {
             self.pass_of.push(NO_PASS);
@@ -63,11 +77,22 @@ impl Passes {
         if !self.previous_forward {
             self.starts.push(start);
             self.last.push(id);
+            self.first_stack = Some(stack);
+        } else if self.first_stack == Some(stack)
+            && let Some(previous) = self.last_forward
+        {
+            self.back_to_back.push(previous);
         }
+        self.last_forward = Some(id);
         self.previous_forward = true;
         let pass = self.starts.len() - 1;
         self.last[pass] = id;
         self.pass_of.push(pass as u32);
+    }
+
+    /// When each pass began (its first allocation's event), in order.
+    pub(super) fn starts(&self) -> &[u32] {
+        &self.starts
     }
 
     fn pass(&self, id: usize) -> Option<usize> {
@@ -127,6 +152,7 @@ pub(super) fn refine(
 ) {
     libraries(facts, kinds, role, rule);
     workspaces(facts, role, rule);
+    engine_thread_lt_workspaces(facts, role, rule);
     if !facts.saw_backward {
         caches(facts, role, rule);
     }
@@ -241,6 +267,57 @@ fn workspaces(facts: &Facts<'_>, role: &mut [u8], rule: &mut [u16]) {
     }
 }
 
+/// cuBLASLt allocates its own workspace lazily, on the first cuBLASLt call of a thread (a
+/// `linear` with a bias), which on autograd's thread can be a matmul that checkpointing reruns
+/// in backward, far from the thread's cuBLAS workspace. Such a recomputation's blocks are freed
+/// within backward; a never-freed block of cuBLASLt's size made right after one of them, by
+/// the same stack, on a stack autograd's engine runs, is that workspace (the first per stream).
+fn engine_thread_lt_workspaces(facts: &Facts<'_>, role: &mut [u8], rule: &mut [u16]) {
+    let trace = facts.trace;
+    let mut seen: FxHashSet<u64> = FxHashSet::default();
+    for (id, allocation) in facts.allocations.iter().enumerate() {
+        if allocation.origin != Origin::Traced
+            || allocation.end.is_some()
+            || allocation.size != CUBLASLT_WORKSPACE_SIZE
+            || facts.alloc_kind[id] != StackKind::BackwardPython
+            || role[id] == Role::Workspace as u8
+        {
+            continue;
+        }
+        let Some(start) = allocation.start.map(|s| s as usize) else {
+            continue;
+        };
+        let stream = trace.stream(start);
+        if seen.contains(&stream) {
+            continue;
+        }
+        let output = (start.saturating_sub(WORKSPACE_LOOKBACK_EVENTS)..start)
+            .rev()
+            .find(|&e| trace.action.get(e) == Some(&ActionCode::ALLOC) && trace.stream(e) == stream)
+            .filter(|&e| trace.stack.at(e) == Some(allocation.stack))
+            .and_then(|e| facts.replay.allocation_at(e));
+        // A module's call on the engine's thread is checkpointing rerunning forward; a
+        // compiled backward graph runs generated code without one (its kept blocks are the
+        // gradients).
+        let recomputed = runs_a_module(facts.snapshot, allocation.stack)
+            && output.is_some_and(|output| {
+                facts.free_kinds[output as usize].is_some_and(StackKind::is_backward)
+            });
+        if recomputed {
+            seen.insert(stream);
+            set(role, rule, id, Role::Workspace, Rule::LibraryWorkspace);
+        }
+    }
+}
+
+/// Whether a stack runs inside a module's call (`Module._call_impl`).
+fn runs_a_module(snapshot: &Snapshot, stack: StackId) -> bool {
+    snapshot.stacks.get(stack).iter().any(|&f| {
+        let frame = snapshot.frames.get(f);
+        frame.filename.ends_with("torch/nn/modules/module.py") && frame.name.ends_with("call_impl")
+    })
+}
+
 /// KV caches of generation loops (devices with no backward).
 fn caches(facts: &Facts<'_>, role: &mut [u8], rule: &mut [u16]) {
     let allocations = facts.allocations;
@@ -338,6 +415,27 @@ fn outputs(facts: &Facts<'_>, role: &mut [u8], rule: &mut [u16]) {
         } else if allocation.end.is_none()
             && (!facts.saw_backward || output_stacks.contains(&allocation.stack))
         {
+            set(role, rule, id, Role::Output, Rule::OutputWithoutBackward);
+            output_stacks.insert(allocation.stack);
+        }
+    }
+    // Calls back to back: the block that ended an earlier call, never freed and shaped like
+    // the outputs (same stack, same size), is an output kept alike.
+    for &id in &passes.back_to_back {
+        let id = id as usize;
+        let Some(allocation) = facts.allocations.get(id) else {
+            continue;
+        };
+        let shaped_like_output = passes
+            .pass(id)
+            .and_then(|p| passes.last.get(p))
+            .is_some_and(|&last| {
+                let last = last as usize;
+                role[last] == Role::Output as u8
+                    && facts.allocations.stack(last) == allocation.stack
+                    && facts.allocations.size(last) == allocation.size
+            });
+        if shaped_like_output && allocation.end.is_none() && rule[id] == Rule::ForwardKept as u16 {
             set(role, rule, id, Role::Output, Rule::OutputWithoutBackward);
         }
     }
