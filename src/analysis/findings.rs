@@ -379,7 +379,7 @@ fn innermost_user_frame(snapshot: &Snapshot, stack: crate::snapshot::StackId) ->
         .find(|frame| frame.filename.ends_with(".py") && !is_torch_file(&frame.filename))
         .map(|frame| {
             format!(
-                "`{}:{} {}`",
+                "{}:{} {}",
                 short_file(&frame.filename),
                 frame.line,
                 frame.name
@@ -389,8 +389,9 @@ fn innermost_user_frame(snapshot: &Snapshot, stack: crate::snapshot::StackId) ->
 
 /// Where a stack's code is, for a reader: the line that called the model, the model's own
 /// `forward` frames from the outside in (its module path), and the innermost frame (often
-/// torch's, shared by every layer of a kind). E.g. "`train.py:705 keep_outputs_run` → model
-/// `train.py:294 forward` › `train.py:273 forward` → `linear.py:134 forward`".
+/// torch's, shared by every layer of a kind). E.g. "train.py:705 keep_outputs_run → model
+/// train.py:294 forward › train.py:273 forward → linear.py:134 forward". Plain text: the pages
+/// show a finding's message as text.
 fn code_where(snapshot: &Snapshot, stack: crate::snapshot::StackId) -> String {
     let frames: Vec<&crate::snapshot::Frame> = snapshot
         .stacks
@@ -404,7 +405,7 @@ fn code_where(snapshot: &Snapshot, stack: crate::snapshot::StackId) -> String {
     };
     let label = |frame: &crate::snapshot::Frame| {
         format!(
-            "`{}:{} {}`",
+            "{}:{} {}",
             short_file(&frame.filename),
             frame.line,
             frame.name
@@ -422,7 +423,10 @@ fn code_where(snapshot: &Snapshot, stack: crate::snapshot::StackId) -> String {
         .iter()
         .find(|frame| !is_torch_file(&frame.filename))
         .map(|frame| label(frame));
-    let path: Vec<String> = frames[..outermost_call]
+    // The innermost frame is named last on its own; when it is the model's code, not torch's,
+    // it ends the path instead.
+    let inner_is_user = !is_torch_file(&innermost.filename);
+    let path: Vec<String> = frames[usize::from(inner_is_user)..outermost_call]
         .iter()
         .rev()
         .filter(|frame| !is_torch_file(&frame.filename))
