@@ -324,6 +324,18 @@ fn fragmentation_at_the_reserved_peak_is_found() {
     assert!(findings_with(&summary_of("gpt2_adamw.pickle"), "fragmentation").is_empty());
 }
 
+/// Judged per pool: the same 1.17 GiB of free large-pool pieces, but the new segment is a 2 MiB
+/// small one for a 1 MiB request. Large-pool blocks never serve small-pool requests and
+/// expandable segments would not change that: no fragmentation (issue 19's false alarm).
+#[test]
+fn a_small_pool_segment_is_no_fragmentation() {
+    let summary = summary(&fixture("synthetic/small_pool_peak.pickle"));
+    assert!(
+        findings_with(&summary, "fragmentation").is_empty(),
+        "{summary}"
+    );
+}
+
 #[test]
 fn optimizer_state_made_at_the_peak_is_told_as_info() {
     // empty_cache.pickle: Adam on a 64 MiB model; the peak (390 MiB) is in the first step's
