@@ -236,3 +236,71 @@ fn profiler_categories_decide_roles() {
         "`unknown` from the profiler leaves the rules' answer"
     );
 }
+
+/// cuBLAS workspaces are named, and only they: on `s_workspace` the script measured the main
+/// thread's and autograd's thread's workspaces (its `notes`), and the live `workspace` bytes are
+/// exactly those; with C++ frames (`mlp_cpp_frames`) the frames under which cuBLAS and
+/// cuBLASLt set their workspaces up name them, and nothing else is called a workspace.
+#[test]
+fn cublas_workspaces_are_named_and_nothing_else() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let live_roles = |name: &str| {
+        let snapshot =
+            snapview::snapshot::load_path(&root.join(name), Default::default()).expect("load");
+        let analysis = Analysis::new(&snapshot);
+        let device = analysis.device(0).expect("device");
+        let roles = device.roles(&snapshot, &UserRules::default());
+        let replay = &device.replay;
+        let live = replay.live_after(replay.len().checked_sub(1));
+        let mut named: Vec<(u64, String, Vec<String>)> = live
+            .iter()
+            .map(|&id| {
+                let stack = replay.allocations.stack(id as usize);
+                let frames = snapshot
+                    .stacks
+                    .get(stack)
+                    .iter()
+                    .map(|&f| snapshot.frames.get(f).name.to_string())
+                    .collect();
+                (
+                    replay.allocations.size(id as usize),
+                    roles.role_of(id).to_owned(),
+                    frames,
+                )
+            })
+            .collect();
+        named.sort();
+        named
+    };
+    let truth: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("setups/s_workspace.truth.json")).expect("truth"),
+    )
+    .expect("json");
+    let measured = truth["notes"]["cublas_workspace_main_thread_bytes"]
+        .as_u64()
+        .expect("main")
+        + truth["notes"]["cublas_workspace_backward_thread_bytes"]
+            .as_u64()
+            .expect("backward");
+    let workspace: u64 = live_roles("setups/s_workspace.pickle")
+        .iter()
+        .filter(|(_, role, _)| role == "workspace")
+        .map(|(size, _, _)| size)
+        .sum();
+    assert_eq!(workspace, measured, "s_workspace: the measured workspaces");
+
+    let cpp = live_roles("mlp_cpp_frames.pickle");
+    let under_cublas = |frames: &[String]| {
+        frames
+            .iter()
+            .any(|f| f.contains("setWorkspaceForHandle") || f.contains("getCUDABlasLtWorkspace"))
+    };
+    assert!(cpp.iter().any(|(_, _, frames)| under_cublas(frames)));
+    for (size, role, frames) in &cpp {
+        assert_eq!(
+            role == "workspace",
+            under_cublas(frames),
+            "mlp_cpp_frames: a {size}-byte block named {role}"
+        );
+    }
+}

@@ -118,9 +118,10 @@ pub(super) enum Rule {
     KvCachePreallocated,
     OutputKeptAcrossPasses,
     OutputWithoutBackward,
+    CublasWorkspaceFrames,
 }
 
-const RULE_TEXT: [&str; 29] = [
+const RULE_TEXT: [&str; 30] = [
     "alive since before recording began and never freed: weights loaded before the recording",
     "made by model setup (.to/.cuda, nn.init, load_state_dict, from_pretrained) and kept",
     "made by model setup and freed before training used it",
@@ -150,6 +151,7 @@ const RULE_TEXT: [&str; 29] = [
     "made by an object's constructor (__init__) outside torch before the forward passes and kept through them, on a device with no backward: a preallocated cache",
     "the last block a forward pass made that outlived the next pass whole, not freed by backward: an output the program keeps",
     "the last block a forward pass made, still alive, where no backward ran or the same stack's earlier outputs were kept across passes: an output the program keeps",
+    "made under cuBLAS setting up its workspace (at::cuda::setWorkspaceForHandle or getCUDABlasLtWorkspace in the C++ frames): the library's workspace",
 ];
 
 const FIRST_USER_RULE: u16 = 256;

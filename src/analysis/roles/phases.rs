@@ -61,13 +61,19 @@ pub enum StackTag {
     /// FSDP2's reduce-scatter (`foreach_reduce`): the sharded gradients are views into the
     /// output it keeps.
     FsdpReduce,
+    /// C++ frames (`stacks="all"`) of cuBLAS setting up its workspace:
+    /// `at::cuda::setWorkspaceForHandle` (cuBLAS) or `at::cuda::getCUDABlasLtWorkspace`
+    /// (cuBLASLt). Only the workspace is allocated under them; a matmul's output is allocated
+    /// before, outside them.
+    CublasWorkspace,
 }
 
-const TAGS: [StackTag; 4] = [
+const TAGS: [StackTag; 5] = [
     StackTag::None,
     StackTag::DdpReducer,
     StackTag::FsdpAllGather,
     StackTag::FsdpReduce,
+    StackTag::CublasWorkspace,
 ];
 
 /// Each stack's kind, worked out once on first use (a trace repeats a few thousand stacks
@@ -109,6 +115,10 @@ impl<'a> StackKinds<'a> {
             let file: &str = &frame.filename;
             let name: &str = &frame.name;
             if !file.ends_with(".py") {
+                if name.contains("setWorkspaceForHandle") || name.contains("getCUDABlasLtWorkspace")
+                {
+                    return StackTag::CublasWorkspace;
+                }
                 continue;
             }
             if innermost_python && file.ends_with("torch/nn/parallel/distributed.py") {

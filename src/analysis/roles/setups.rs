@@ -208,6 +208,9 @@ fn libraries(facts: &Facts<'_>, kinds: &mut StackKinds<'_>, role: &mut [u8], rul
             StackTag::FsdpAllGather => {
                 set(role, rule, id, Role::CommBuffer, Rule::FsdpAllGather);
             }
+            StackTag::CublasWorkspace => {
+                set(role, rule, id, Role::Workspace, Rule::CublasWorkspaceFrames);
+            }
             StackTag::FsdpReduce => {
                 let freed_in_backward = facts.free_kinds[id].is_some_and(StackKind::is_backward);
                 if !freed_in_backward {
