@@ -316,9 +316,9 @@ async fn roles_agree_with_the_timeline_flame_and_allocations() {
             .get(&format!("/api/snapshots/{id}/flame?by=role"))
             .await;
         assert_eq!(by_role["total"], by_stack["total"], "{name}: same bytes");
-        let names: Vec<&str> = ["parameter", "gradient", "optimizer_state", "activation"]
-            .into_iter()
-            .chain(["temporary", "input", "unknown"])
+        let names: Vec<&str> = snapview::analysis::roles::BUILTIN_ROLES
+            .iter()
+            .map(|role| role.name())
             .collect();
         let nodes = by_role["nodes"].as_array().expect("nodes");
         let children: Vec<&serde_json::Value> = nodes.iter().filter(|n| n["parent"] == 0).collect();

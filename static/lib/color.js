@@ -40,7 +40,11 @@ const ROLE_HUES = {
   parameter: [217, 62],
   gradient: [275, 48],
   optimizer_state: [32, 80],
+  comm_buffer: [245, 35],
   activation: [350, 70],
+  output: [320, 55],
+  kv_cache: [190, 65],
+  workspace: [55, 45],
   temporary: [170, 42],
   input: [100, 42],
 };

@@ -48,8 +48,8 @@ test("every role has one colour per scheme, built-in roles distinct, custom role
     const colors = ROLES.map((role) => roleColor(role, dark));
     for (const c of colors) assert.match(c, HSL);
     assert.equal(new Set(colors).size, ROLES.length, "no two built-in roles share a colour");
-    assert.equal(roleColor("kv_cache", dark), roleColor("kv_cache", dark));
-    assert.match(roleColor("kv_cache", dark), HSL);
+    assert.equal(roleColor("ema_weights", dark), roleColor("ema_weights", dark));
+    assert.match(roleColor("ema_weights", dark), HSL);
   }
   assert.notEqual(roleColor("activation", false), roleColor("activation", true), "the scheme changes the shade");
 });

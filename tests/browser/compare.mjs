@@ -120,6 +120,12 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     const growing = rects.filter((r) => r.after > r.before && /modeling_gpt2\.py|forward/.test(r.name) && !r.ancestor);
     assert(growing.length > 0, "no growing modeling_gpt2.py frame is drawn");
     const widest = growing.reduce((a, b) => (b.w > a.w ? b : a));
+    // The by-role block above grows with the roles present (issue 19 added four): bring the
+    // frame into the viewport before hovering it.
+    await page.evaluate((y) => {
+      const canvas = document.querySelector("canvas.flame-canvas");
+      window.scrollTo(0, window.scrollY + canvas.getBoundingClientRect().top + y - 200);
+    }, widest.y);
     const box = await page.locator("canvas.flame-canvas").first().boundingBox();
     await page.mouse.move(box.x + widest.x + widest.w / 2, box.y + widest.y + widest.h / 2);
     const tooltip = page.locator(".tip");

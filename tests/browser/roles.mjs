@@ -10,8 +10,8 @@
 import { join } from "node:path";
 import { api, assert, assertEqual, BASE, clean, drawn, FIXTURES, newContext, run, shot, step, until, upload } from "./harness.mjs";
 
-const TOTAL_TIMEOUT_MS = 100_000;
-const ROLES = ["parameter", "gradient", "optimizer_state", "activation", "temporary", "input", "unknown"];
+const TOTAL_TIMEOUT_MS = 160_000;
+const ROLES = ["parameter", "gradient", "optimizer_state", "comm_buffer", "activation", "output", "kv_cache", "workspace", "temporary", "input", "unknown"];
 
 const state = {};
 const store = (page) => page.evaluate(() => window.snapviewTest?.store.get() ?? null);
@@ -155,6 +155,53 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     await page.reload();
     await until(async () => (await store(page))?.by === "role", "by=role after reload");
     await clean(page);
+  });
+
+  await step("the roles of issue 19 show like the others: overview, timeline, flame graph, compare", async () => {
+    const grad = (await upload(join(FIXTURES, "setups/s_grad_keep_outputs_end.pickle"), "keeps outputs, grad on")).id;
+    const nograd = (await upload(join(FIXTURES, "setups/s_nograd_keep_outputs_end.pickle"), "keeps outputs, no_grad")).id;
+    await page.goto(`${BASE}/s/${grad}`);
+    // The overview: the findings (the no_grad fix and the kept outputs, apart) and the bars by
+    // role, where the new roles have their own colour and hover sentence.
+    const findings = await page.locator("[data-finding]").evaluateAll((items) => items.map((li) => li.dataset.finding));
+    assert(findings.includes("activations_kept_without_backward"), `the no_grad warning: ${findings}`);
+    assert(findings.includes("outputs_kept_across_steps"), `the kept outputs, apart: ${findings}`);
+    const keys = await page.locator(".role-key[data-role]").evaluateAll((items) => items.map((el) => el.dataset.role));
+    for (const role of ["output", "workspace", "activation"]) assert(keys.includes(role), `the overview's key lists ${role}: ${keys}`);
+    // The key is drawn for the peak and for the dump: one colour per role across both.
+    const swatches = await page
+      .locator(".role-key[data-role] .role-swatch")
+      .evaluateAll((items) => items.map((el) => [el.closest("[data-role]").dataset.role, getComputedStyle(el).backgroundColor]));
+    const colorOf = new Map(swatches);
+    assertEqual(new Set(colorOf.values()).size, colorOf.size, "one colour per role in the key");
+    for (const [role, color] of swatches) assertEqual(color, colorOf.get(role), `${role} has one colour`);
+    const title = await page.locator('.role-key[data-role="output"]').first().getAttribute("title");
+    assert(/program keeps/.test(title ?? ""), `the output key's hover says what it is: ${title}`);
+    await page.waitForTimeout(150);
+    await shot(page, "roles-overview-keep-outputs");
+    // The timeline by role: bands of the new roles, and the legend of one palette.
+    await page.goto(`${BASE}/s/${grad}?tab=timeline&color=role`);
+    await until(async () => (await answers(page)) !== null, "the timeline and roles of the set-up");
+    const a = await answers(page);
+    for (const role of ["output", "workspace"]) assert(a.bandRoles.includes(role), `a band of ${role}: ${[...new Set(a.bandRoles)]}`);
+    await drawn(page, "#timeline-roles", 0.1);
+    await page.waitForTimeout(150);
+    await shot(page, "roles-timeline-keep-outputs");
+    // The flame graph by role.
+    await page.goto(`${BASE}/s/${grad}?tab=flame&by=role`);
+    await drawn(page, "#flame-canvas", 0.05);
+    await until(async () => page.evaluate(() => window.snapviewTest.views.flame.data?.nodes?.length > 1), "the flame graph by role");
+    const children = await page.evaluate(() => window.snapviewTest.views.flame.data.nodes.filter((n) => n.parent === 0).map((n) => n.name));
+    for (const role of ["output", "workspace"]) assert(children.includes(role), `${role} under the root: ${children}`);
+    await page.waitForTimeout(150);
+    await shot(page, "roles-flame-keep-outputs");
+    // The compare page: activation is the change; output the same on both sides.
+    await page.goto(`${BASE}/compare/${nograd}/${grad}`);
+    await page.locator("#compare[data-ready=true]").waitFor({ timeout: 20_000 });
+    const compared = await page.locator("[data-role]").evaluateAll((items) => [...new Set(items.map((el) => el.dataset.role))]);
+    for (const role of ["activation", "output"]) assert(compared.includes(role), `the compare lists ${role}: ${compared}`);
+    await page.waitForTimeout(150);
+    await shot(page, "roles-compare-keep-outputs");
   });
 
   await step("dark mode: the timeline by role and the flame graph by role", async () => {

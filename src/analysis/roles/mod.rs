@@ -11,6 +11,7 @@
 
 pub mod commands;
 pub mod phases;
+mod setups;
 pub mod user_rules;
 mod window;
 
@@ -26,6 +27,7 @@ use super::replay::{AllocationId, Origin, Replay};
 use crate::snapshot::{ActionCode, Snapshot, StackId, Trace};
 use phases::{AnnotatedPhases, StackKind, StackKinds};
 use rustc_hash::FxHashSet;
+use setups::Passes;
 use std::collections::BTreeMap;
 
 /// The built-in roles; custom roles from user rules or annotations follow them.
@@ -35,17 +37,26 @@ pub enum Role {
     Parameter,
     Gradient,
     OptimizerState,
+    CommBuffer,
     Activation,
+    Output,
+    KvCache,
+    Workspace,
     Temporary,
     Input,
     Unknown,
 }
 
-pub const BUILTIN_ROLES: [Role; 7] = [
+/// In display order; a role's index here is its `Role as u8`.
+pub const BUILTIN_ROLES: [Role; 11] = [
     Role::Parameter,
     Role::Gradient,
     Role::OptimizerState,
+    Role::CommBuffer,
     Role::Activation,
+    Role::Output,
+    Role::KvCache,
+    Role::Workspace,
     Role::Temporary,
     Role::Input,
     Role::Unknown,
@@ -57,7 +68,11 @@ impl Role {
             Self::Parameter => "parameter",
             Self::Gradient => "gradient",
             Self::OptimizerState => "optimizer_state",
+            Self::CommBuffer => "comm_buffer",
             Self::Activation => "activation",
+            Self::Output => "output",
+            Self::KvCache => "kv_cache",
+            Self::Workspace => "workspace",
             Self::Temporary => "temporary",
             Self::Input => "input",
             Self::Unknown => "unknown",
@@ -73,7 +88,7 @@ impl Role {
 /// annotations); each carries the sentence `because` shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u16)]
-enum Rule {
+pub(super) enum Rule {
     Ghost,
     SetupKept,
     SetupFreed,
@@ -93,9 +108,20 @@ enum Rule {
     EarlierFreedByBackward,
     EarlierFreedByZeroGrad,
     EarlierOther,
+    DdpBucketIsGradient,
+    DdpBucketCopiesGradients,
+    FsdpAllGather,
+    FsdpReducedGradient,
+    LibraryWorkspace,
+    KvCacheReplacedInForward,
+    KvCacheLikeEarlier,
+    KvCachePreallocated,
+    OutputKeptAcrossPasses,
+    OutputWithoutBackward,
+    CublasWorkspaceFrames,
 }
 
-const RULE_TEXT: [&str; 19] = [
+const RULE_TEXT: [&str; 30] = [
     "alive since before recording began and never freed: weights loaded before the recording",
     "made by model setup (.to/.cuda, nn.init, load_state_dict, from_pretrained) and kept",
     "made by model setup and freed before training used it",
@@ -115,6 +141,17 @@ const RULE_TEXT: [&str; 19] = [
     "allocated before recording began, freed by backward: saved for it",
     "allocated before recording began, freed by zero_grad: a .grad",
     "allocated before recording began: its alloc is not in the trace",
+    "made by DDP's reducer (torch/nn/parallel/distributed.py) and kept, with no .grad of autograd's alive beside it: a gradient bucket whose views are the .grad tensors (gradient_as_bucket_view)",
+    "made by DDP's reducer and kept while autograd's own .grad tensors live too: a bucket holding a copy of the gradients for all-reduce",
+    "made by FSDP's all-gather (torch/distributed/fsdp): the unsharded parameters, until reshard frees them",
+    "made by FSDP's reduce-scatter (foreach_reduce) and kept past backward: the sharded gradients are views into it",
+    "never freed, the size of a cuBLAS workspace, made by a matmul right after its output, the first such block of its stream: the library's workspace (one per stream and thread)",
+    "made in forward on a device with no backward and freed by forward code of a later pass: a cache each step replaces (a KV cache grown by torch.cat)",
+    "made in forward on a device with no backward, still alive, by the stack whose earlier blocks were a cache each step replaced",
+    "made by an object's constructor (__init__) outside torch before the forward passes and kept through them, on a device with no backward: a preallocated cache",
+    "the last block a forward pass made that outlived the next pass whole, not freed by backward: an output the program keeps",
+    "the last block a forward pass made, still alive, where no backward ran or the same stack's earlier outputs were kept across passes: an output the program keeps",
+    "made under cuBLAS setting up its workspace (at::cuda::setWorkspaceForHandle or getCUDABlasLtWorkspace in the C++ frames): the library's workspace",
 ];
 
 const FIRST_USER_RULE: u16 = 256;
@@ -137,6 +174,10 @@ pub struct DeviceRoles {
     /// Event of the first allocation of each forward pass (a training or inference step), in
     /// order.
     pub forward_starts: Vec<u32>,
+    /// Event of the first allocation of each call of the model (a run of forward allocations
+    /// that anything else ends), in order: finer than `forward_starts` in inference loops,
+    /// which never leave the forward phase.
+    pub pass_starts: Vec<u32>,
     /// Bytes per role at regular events, so the `/roles` window reads a few events per column.
     checkpoints: window::RoleCheckpoints,
 }
@@ -173,7 +214,14 @@ impl DeviceRoles {
             end.map(|e| kind_at(kinds, trace.stack.at(e as usize).unwrap_or(0), e))
         };
         let mut alloc_kind: Vec<StackKind> = Vec::with_capacity(n);
+        let mut free_kinds: Vec<Option<StackKind>> = Vec::with_capacity(n);
         let mut in_forward_region: Vec<bool> = Vec::with_capacity(n);
+        // Forward passes (one call of the model each): a run of forward allocations, begun anew
+        // after any other allocation (the batch, backward, the step) or when the stack of the
+        // pass's first allocation comes again (back-to-back calls). `pass_of` gives the pass of
+        // each forward allocation.
+        let mut passes = Passes::default();
+        let mut batch_stacks: FxHashSet<StackId> = FxHashSet::default();
         let mut backward_starts: Vec<u32> = Vec::new();
         let mut forward_starts: Vec<u32> = Vec::new();
         let mut last_phase: Option<StackKind> = None;
@@ -187,6 +235,7 @@ impl DeviceRoles {
             };
             alloc_kind.push(kind);
             let traced = allocation.origin == Origin::Traced;
+
             if traced {
                 let phase = match kind {
                     StackKind::AccumulateGrad | StackKind::BackwardPython | StackKind::NoPython => {
@@ -205,12 +254,26 @@ impl DeviceRoles {
                     last_phase = Some(phase);
                 }
             }
-            // The loss is computed by the loop after forward, before backward.
-            in_forward_region.push(
-                kind == StackKind::Forward
-                    || (kind == StackKind::Loop && last_phase == Some(StackKind::Forward)),
+            // The loss is computed by the loop after forward, before backward; but a line of
+            // the loop that made a batch before any forward makes batches after one too (an
+            // inference loop never leaves the forward phase): same stack, same role.
+            let batch_stack = kind == StackKind::Loop && batch_stacks.contains(&allocation.stack);
+            let forward_region = kind == StackKind::Forward
+                || (kind == StackKind::Loop
+                    && last_phase == Some(StackKind::Forward)
+                    && !batch_stack);
+            if traced && kind == StackKind::Loop && !forward_region {
+                batch_stacks.insert(allocation.stack);
+            }
+            in_forward_region.push(forward_region);
+            passes.note(
+                traced.then_some(allocation.start).flatten(),
+                kind,
+                allocation.stack,
+                *in_forward_region.last().unwrap_or(&false),
             );
             let freed_by = free_kind(&mut kinds, allocation.end);
+            free_kinds.push(freed_by);
             if freed_by.is_some_and(StackKind::is_backward) {
                 saw_backward = true;
             }
@@ -230,6 +293,19 @@ impl DeviceRoles {
                 } else if !backward_between(&backward_starts, allocation.start, allocation.end) {
                     entry.0 += 1;
                 }
+            }
+        }
+
+        // Per stack, forward blocks that outlived the start of the next pass: a stack whose
+        // blocks are kept across passes (a retained graph, kept outputs) is not one whose blocks
+        // forward frees, whatever the pass in progress at the dump shows.
+        let mut kept_across: Vec<u32> = vec![0; snapshot.stacks.len()];
+        for (i, allocation) in allocations.iter().enumerate() {
+            if passes.outlives(i, allocation.end, 1)
+                && !free_kinds[i].is_some_and(StackKind::is_backward)
+                && let Some(count) = kept_across.get_mut(allocation.stack as usize)
+            {
+                *count += 1;
             }
         }
 
@@ -265,7 +341,7 @@ impl DeviceRoles {
             {
                 continue;
             }
-            let freed_by = free_kind(&mut kinds, allocation.end);
+            let freed_by = free_kinds[i];
             let (r, why) = if allocation.origin == Origin::FreedWithoutAlloc {
                 match freed_by {
                     Some(k) if k.is_backward() => (Role::Activation, Rule::EarlierFreedByBackward),
@@ -309,7 +385,11 @@ impl DeviceRoles {
                             // Only a stack backward never freed from, in a trace that has a
                             // backward: a stack whose block is sometimes saved stays activation.
                             Some(&(freed_in_forward, 0))
-                                if freed_in_forward > 0 && saw_backward =>
+                                if freed_in_forward > 0
+                                    && saw_backward
+                                    && kept_across
+                                        .get(allocation.stack as usize)
+                                        .is_none_or(|&k| k == 0) =>
                             {
                                 (Role::Temporary, Rule::ForwardKeptLikeEarlierTemporaries)
                             }
@@ -322,6 +402,24 @@ impl DeviceRoles {
             role[i] = r as u8;
             rule[i] = why as u16;
         }
+
+        setups::refine(
+            &setups::Facts {
+                trace,
+                snapshot,
+                replay,
+                allocations,
+                alloc_kind: &alloc_kind,
+                free_kinds: &free_kinds,
+                passes: &passes,
+                backward_starts: &backward_starts,
+                parameter_sizes: &parameter_sizes,
+                saw_backward,
+            },
+            &mut kinds,
+            &mut role,
+            &mut rule,
+        );
 
         // The profiler's categories override the built-in rules; user rules override both, and
         // annotations override everything.
@@ -375,6 +473,7 @@ impl DeviceRoles {
             extra_because,
             saw_backward,
             forward_starts,
+            pass_starts: passes.starts().to_vec(),
             checkpoints,
         }
     }
@@ -414,6 +513,18 @@ impl DeviceRoles {
         self.rule.get(id as usize) == Some(&(Rule::ForwardKept as u16))
     }
 
+    /// Whether the allocation is a DDP bucket holding a copy of the gradients (DDP without
+    /// `gradient_as_bucket_view`).
+    pub fn is_ddp_gradient_copy(&self, id: AllocationId) -> bool {
+        self.rule.get(id as usize) == Some(&(Rule::DdpBucketCopiesGradients as u16))
+    }
+
+    /// Whether the allocation is a DDP bucket that the `.grad` tensors are views into: it lives
+    /// as long as DDP does, whatever `zero_grad` does.
+    pub fn is_ddp_bucket(&self, id: AllocationId) -> bool {
+        self.rule.get(id as usize) == Some(&(Rule::DdpBucketIsGradient as u16))
+    }
+
     /// Whether the allocation was made inside `torch/optim` (optimizer state, or a temporary of
     /// the step), as the built-in rules saw it.
     pub fn is_made_by_optimizer(&self, id: AllocationId) -> bool {
@@ -451,7 +562,11 @@ impl DeviceRoles {
 }
 
 /// Whether a backward phase began after `start` and at or before `end` (an open end: ever after).
-fn backward_between(backward_starts: &[u32], start: Option<u32>, end: Option<u32>) -> bool {
+pub(super) fn backward_between(
+    backward_starts: &[u32],
+    start: Option<u32>,
+    end: Option<u32>,
+) -> bool {
     let from = start.map_or(0, |s| s as usize + 1);
     let first = backward_starts.partition_point(|&b| (b as usize) < from);
     match (backward_starts.get(first), end) {

@@ -44,12 +44,45 @@ impl StackKind {
 
 const UNSET: u8 = u8::MAX;
 
+/// What a library's own frames say a stack's block is for, beside its phase: the memory that
+/// DDP, FSDP2 and library workspaces hold for themselves, which the phase rules alone would call
+/// a temporary or the batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum StackTag {
+    None,
+    /// The innermost Python frame is in `torch/nn/parallel/distributed.py`: DDP's C++ reducer
+    /// allocates its gradient buckets under the Python line that built it (`_ddp_init_helper`)
+    /// or rebuilt it (`_pre_forward`'s `_rebuild_buckets`).
+    DdpReducer,
+    /// FSDP2's all-gather outputs (`alloc_storage`, `init_all_gather_outputs` in
+    /// `torch/distributed/fsdp/`): the unsharded parameters, freed again by reshard.
+    FsdpAllGather,
+    /// FSDP2's reduce-scatter (`foreach_reduce`): the sharded gradients are views into the
+    /// output it keeps.
+    FsdpReduce,
+    /// C++ frames (`stacks="all"`) of cuBLAS setting up its workspace:
+    /// `at::cuda::setWorkspaceForHandle` (cuBLAS) or `at::cuda::getCUDABlasLtWorkspace`
+    /// (cuBLASLt). Only the workspace is allocated under them; a matmul's output is allocated
+    /// before, outside them.
+    CublasWorkspace,
+}
+
+const TAGS: [StackTag; 5] = [
+    StackTag::None,
+    StackTag::DdpReducer,
+    StackTag::FsdpAllGather,
+    StackTag::FsdpReduce,
+    StackTag::CublasWorkspace,
+];
+
 /// Each stack's kind, worked out once on first use (a trace repeats a few thousand stacks
 /// millions of times).
 pub struct StackKinds<'a> {
     frames: &'a FrameTable,
     stacks: &'a StackTable,
     kinds: Vec<u8>,
+    tags: Vec<u8>,
 }
 
 impl<'a> StackKinds<'a> {
@@ -58,7 +91,50 @@ impl<'a> StackKinds<'a> {
             frames,
             stacks,
             kinds: vec![UNSET; stacks.len()],
+            tags: vec![UNSET; stacks.len()],
         }
+    }
+
+    /// What library frames say the stack's block is for ([`StackTag`]).
+    pub fn tag(&mut self, stack: StackId) -> StackTag {
+        let Some(&cached) = self.tags.get(stack as usize) else {
+            return self.compute_tag(stack);
+        };
+        if cached != UNSET {
+            return TAGS[cached as usize];
+        }
+        let tag = self.compute_tag(stack);
+        self.tags[stack as usize] = tag as u8;
+        tag
+    }
+
+    fn compute_tag(&self, stack: StackId) -> StackTag {
+        let ids = self.stacks.get(stack);
+        let mut innermost_python = true;
+        for frame in ids.iter().map(|&id| self.frames.get(id)) {
+            let file: &str = &frame.filename;
+            let name: &str = &frame.name;
+            if !file.ends_with(".py") {
+                if name.contains("setWorkspaceForHandle") || name.contains("getCUDABlasLtWorkspace")
+                {
+                    return StackTag::CublasWorkspace;
+                }
+                continue;
+            }
+            if innermost_python && file.ends_with("torch/nn/parallel/distributed.py") {
+                return StackTag::DdpReducer;
+            }
+            innermost_python = false;
+            if file.contains("torch/distributed/fsdp/") {
+                if name == "alloc_storage" || name == "init_all_gather_outputs" {
+                    return StackTag::FsdpAllGather;
+                }
+                if name == "foreach_reduce" {
+                    return StackTag::FsdpReduce;
+                }
+            }
+        }
+        StackTag::None
     }
 
     pub fn kind(&mut self, stack: StackId) -> StackKind {
@@ -77,9 +153,18 @@ impl<'a> StackKinds<'a> {
         let ids = self.stacks.get(stack);
         let frames = ids.iter().map(|&id| self.frames.get(id));
         let mut has_python = false;
+        // The outermost Python frame: autograd's engine thread enters Python only through a
+        // Python autograd Function's backward (`torch/autograd/function.py` `apply`), so a stack
+        // that starts there runs in backward whatever `forward` frames lie above it (compiled
+        // backward graphs, reentrant checkpoint's recomputation, FSDP2's post-backward hooks).
+        let mut outermost_python: Option<(&str, &str)> = None;
+        // Index of the outermost `forward` and of the outermost Python `backward` frame
+        // (frames are innermost first): a backward called outside every forward is a backward
+        // (compiled autograd runs graphs with `forward` frames under `loss.backward()`).
+        let (mut forward_at, mut backward_at) = (None, None);
         let (mut setup, mut accumulate, mut zero_grad, mut optim, mut forward, mut backward) =
             (false, false, false, false, false, false);
-        for frame in frames {
+        for (index, frame) in frames.enumerate() {
             let file: &str = &frame.filename;
             let name: &str = &frame.name;
             let python = file.ends_with(".py");
@@ -88,18 +173,39 @@ impl<'a> StackKinds<'a> {
                 accumulate |= name.contains("AccumulateGrad");
                 continue;
             }
+            outermost_python = Some((file, name));
             setup |= is_setup_frame(file, name);
             zero_grad |= name == "zero_grad";
             optim |= file.contains("torch/optim/");
-            forward |= name == "forward"
-                || (file.ends_with("torch/nn/modules/module.py") && name.ends_with("call_impl"));
-            backward |= name == "backward"
-                && (file.ends_with("torch/_tensor.py") || file.contains("torch/autograd/"));
+            if name == "forward"
+                || (file.ends_with("torch/nn/modules/module.py") && name.ends_with("call_impl"))
+            {
+                forward = true;
+                forward_at = Some(index);
+            }
+            if name == "backward"
+                && (file.ends_with("torch/_tensor.py") || file.contains("torch/autograd/"))
+            {
+                backward = true;
+                backward_at = Some(index);
+            }
         }
+        // Also non-reentrant checkpoint's recomputation: the engine unpacks a saved tensor
+        // through the hook `torch/utils/checkpoint.py` registered, which reruns forward.
+        let engine_thread = outermost_python.is_some_and(|(file, name)| {
+            (file.ends_with("torch/autograd/function.py") && name == "apply")
+                || file.ends_with("torch/utils/checkpoint.py")
+        });
+        let backward_outside_forward = match (backward_at, forward_at) {
+            (Some(b), Some(f)) => b > f,
+            _ => false,
+        };
         if setup {
             StackKind::ParamSetup
         } else if accumulate {
             StackKind::AccumulateGrad
+        } else if engine_thread || backward_outside_forward {
+            StackKind::BackwardPython
         } else if zero_grad {
             StackKind::ZeroGrad
         } else if optim {
@@ -138,6 +244,8 @@ fn is_setup_frame(file: &str, name: &str) -> bool {
         || name == "_load_from_state_dict"
         || name == "from_pretrained"
         || name == "to_empty"
+        // FSDP2's `fully_shard` replaces each parameter by its local shard (a DTensor's).
+        || (file.contains("torch/distributed/") && name == "fully_shard")
         || name == "_init_weights"
         || name == "init_weights"
 }
