@@ -360,11 +360,17 @@ fn optimizer_state_made_at_the_peak_is_told_as_info() {
     );
 }
 
-/// Every snapshot of the corpus: the small files, the labelled ones, the set-ups of issue 19,
+/// Every snapshot of the corpus: the small files, the labelled ones, the set-ups of issue 19
+/// (both model widths),
 /// and the large traces where present (SNAPVIEW_LARGE_DIR, default /tmp/snapview-large).
 fn corpus() -> Vec<PathBuf> {
     let mut files = Vec::new();
-    let mut dirs = vec![fixture(""), fixture("labelled"), fixture("setups")];
+    let mut dirs = vec![
+        fixture(""),
+        fixture("labelled"),
+        fixture("setups"),
+        fixture("setups_wide"),
+    ];
     dirs.push(PathBuf::from(
         std::env::var("SNAPVIEW_LARGE_DIR").unwrap_or_else(|_| "/tmp/snapview-large".to_owned()),
     ));

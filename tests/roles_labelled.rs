@@ -134,6 +134,16 @@ fn roles_match_the_truth_of_every_setup() {
     assert_roles_match(&files);
 }
 
+/// The same set-ups with a wider model (6 layers of 384, batches of 4 x 192, vocabulary 8192)
+/// from a script at another path: made after the rules were written and scored by them before
+/// anyone looked (100% on each), so they check the rules follow PyTorch, not the files above.
+#[test]
+fn roles_match_the_truth_of_every_setup_with_a_wider_model() {
+    let files = labelled_files("setups_wide");
+    assert!(files.len() >= 20, "wide set-up fixtures missing");
+    assert_roles_match(&files);
+}
+
 /// Same stack, same lifetime: same role. The kept outputs of an inference loop come from one
 /// stack (the model's last layer), are all alive at the dump, and are all `output`; none is
 /// called `temporary` or `activation` because of when the dump was taken.
