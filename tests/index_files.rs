@@ -10,18 +10,6 @@ use common::served::{Served, wait_until};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-fn upload(server: &Served) -> String {
-    let bytes = std::fs::read(common::path_of("streams")).expect("fixture");
-    let (status, body) = server.call(
-        "POST",
-        "/api/snapshots?filename=streams.pickle",
-        Some(&bytes),
-    );
-    assert!(status == 201 || status == 200, "{status}: {body}");
-    let view: serde_json::Value = serde_json::from_str(&body).expect("json");
-    view["id"].as_str().expect("id").to_owned()
-}
-
 fn index_path(data: &Path, id: &str) -> PathBuf {
     data.join("indexes").join(format!("{id}.snapidx"))
 }
@@ -58,7 +46,7 @@ fn a_fifo_or_symlink_at_the_index_path_is_refused_and_rebuilt() {
     let data = dir.path().join("data");
     let id = {
         let server = Served::start(&data, &[]);
-        let id = upload(&server);
+        let id = server.upload_streams();
         let index = index_path(&data, &id);
         wait_until("the index is written", Duration::from_secs(30), || {
             is_regular(&index)

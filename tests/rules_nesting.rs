@@ -43,18 +43,6 @@ fn put_rules(server: &Served, id: &str, body: &str) -> Result<(u16, String), Str
     Ok((status, text))
 }
 
-fn upload(server: &Served) -> String {
-    let bytes = std::fs::read(common::path_of("streams")).expect("fixture");
-    let (status, body) = server.call(
-        "POST",
-        "/api/snapshots?filename=streams.pickle",
-        Some(&bytes),
-    );
-    assert!(status == 201 || status == 200, "{status}: {body}");
-    let view: serde_json::Value = serde_json::from_str(&body).expect("json");
-    view["id"].as_str().expect("id").to_owned()
-}
-
 fn error_message(body: &str) -> String {
     let json: serde_json::Value =
         serde_json::from_str(body).unwrap_or_else(|_| panic!("not the JSON error shape: {body}"));
@@ -68,7 +56,7 @@ fn error_message(body: &str) -> String {
 #[test]
 fn deeply_nested_rules_are_refused_and_the_server_keeps_answering() {
     let mut server = Served::builder().start();
-    let id = upload(&server);
+    let id = server.upload_streams();
 
     // Just under and at the limit: the parser reads it and says what is wrong (`x` is no
     // part of a rules file), nothing about nesting.

@@ -579,24 +579,6 @@ fn connections_are_bounded_and_idle_ones_closed() {
     assert_eq!(status, 200);
 }
 
-/// The server's peak resident memory so far (VmHWM), in bytes.
-fn peak_rss(server: &Served) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", server.child.id()))
-        .expect("the server's /proc status");
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .and_then(|rest| {
-            rest.trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse::<u64>()
-                .ok()
-        })
-        .expect("VmHWM")
-        * 1024
-}
-
 #[test]
 fn hostile_files_are_refused_in_milliseconds_and_the_server_stays_small() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -638,7 +620,7 @@ fn hostile_files_are_refused_in_milliseconds_and_the_server_stays_small() {
     }
     let (status, _) = server.call("GET", &format!("/s/{id}"), None);
     assert_eq!(status, 200);
-    let peak = peak_rss(&server);
+    let peak = server.peak_rss();
     assert!(peak < 200 << 20, "the server peaked at {} MB", peak >> 20);
     // Nothing stored before was harmed.
     assert_eq!(server.stored().len(), 2);

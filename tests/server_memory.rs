@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::served::{Served, blobs_and_temps};
+use common::served::{Served, blobs_and_temps, files_under};
 use common::shared_entries::SharedTrace;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -50,24 +50,6 @@ fn try_send(
         status,
         response.body_mut().read_to_string().unwrap_or_default(),
     ))
-}
-
-/// The server's peak resident memory (VmHWM), in bytes.
-fn peak_rss(server: &Served) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", server.child.id()))
-        .expect("the server's /proc status");
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .and_then(|rest| {
-            rest.trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse::<u64>()
-                .ok()
-        })
-        .expect("VmHWM")
-        * 1024
 }
 
 /// Probes a fresh client's `GET /api/snapshots` every 200 ms while `attack` runs; the share
@@ -147,7 +129,7 @@ fn shared_entry_uploads_are_charged_as_read_refused_past_max_events_and_get_no_h
                 .collect::<Vec<_>>()
         })
     });
-    let peak = peak_rss(&server);
+    let peak = server.peak_rss();
     eprintln!(
         "3 uploads of 12M shared events ({} MB each): {:?} in {:.1} s, probes {:.0}% answered, peak RSS {} MiB",
         uploads[0].len() / 1_000_000,
@@ -207,7 +189,7 @@ fn shared_entry_uploads_are_charged_as_read_refused_past_max_events_and_get_no_h
         Duration::from_secs(30),
         || server.log_text().contains("not writing the stored index"),
     );
-    let indexes: Vec<_> = walk(&data)
+    let indexes: Vec<_> = files_under(&data)
         .into_iter()
         .filter(|path| path.to_string_lossy().ends_with(".snapidx"))
         .collect();
@@ -228,22 +210,6 @@ fn shared_entry_uploads_are_charged_as_read_refused_past_max_events_and_get_no_h
     );
     assert_eq!(server.stored().len(), created, "nothing stored");
     assert_eq!(blobs_and_temps(&data), before, "nothing left behind");
-}
-
-/// Every file under `dir`.
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            if entry.path().is_dir() {
-                stack.push(entry.path());
-            } else {
-                found.push(entry.path());
-            }
-        }
-    }
-    found
 }
 
 /// Rules naming every block made under GPT-2's model code with the role `role`.
@@ -273,7 +239,7 @@ fn concurrent_rules_changes_are_analysed_one_at_a_time_and_the_last_wins() {
     let view: serde_json::Value = serde_json::from_str(&body).expect("json");
     let id = view["id"].as_str().expect("id").to_owned();
     let path = format!("/api/snapshots/{id}/rules");
-    let settled = peak_rss(&server);
+    let settled = server.peak_rss();
 
     let started = Instant::now();
     let (answers, probes) = probed_while(&server, || {
@@ -294,7 +260,7 @@ fn concurrent_rules_changes_are_analysed_one_at_a_time_and_the_last_wins() {
             answers
         })
     });
-    let peak = peak_rss(&server);
+    let peak = server.peak_rss();
     eprintln!(
         "50 concurrent rules changes of {}: {:.1} s, probes {:.0}% answered, peak RSS {} MiB (settled {} MiB)",
         file.display(),

@@ -53,8 +53,13 @@ pub fn device_findings(
 ) -> Vec<Finding> {
     let mut findings = Vec::new();
     findings.extend(activations_kept_without_backward(snapshot, device, roles));
-    findings.extend(graph_retained_across_steps(snapshot, device, roles));
-    findings.extend(live_memory_grows_per_step(snapshot, device, roles));
+    let retained = graph_retained_across_steps(snapshot, device, roles);
+    // Growth that the retained graphs hold in full is the same leak told twice: the graphs'
+    // finding names its cause and fix, so the growth says nothing more.
+    let growth = live_memory_grows_per_step(snapshot, device, roles)
+        .filter(|growth| retained.as_ref().is_none_or(|graphs| graphs.bytes < growth.bytes));
+    findings.extend(retained);
+    findings.extend(growth);
     findings.extend(outputs_kept_across_steps(snapshot, device, roles));
     findings.extend(ddp_gradients_copied(snapshot, device, roles));
     let at_oom = fragmentation_at_oom(snapshot, device);

@@ -264,6 +264,38 @@ impl Served {
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// The server's peak resident memory so far (VmHWM), in bytes.
+    pub fn peak_rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("the server's /proc status");
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmHWM:"))
+            .and_then(|rest| {
+                rest.trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
+            .expect("VmHWM")
+            * 1024
+    }
+
+    /// Uploads the fixture `streams.pickle` and returns its snapshot id (201, or 200 when
+    /// stored already).
+    pub fn upload_streams(&self) -> String {
+        let bytes = std::fs::read(super::path_of("streams")).expect("fixture");
+        let (status, body) = self.call(
+            "POST",
+            "/api/snapshots?filename=streams.pickle",
+            Some(&bytes),
+        );
+        assert!(status == 201 || status == 200, "{status}: {body}");
+        let view: serde_json::Value = serde_json::from_str(&body).expect("json");
+        view["id"].as_str().expect("id").to_owned()
+    }
 }
 
 impl Drop for Served {
@@ -275,16 +307,22 @@ impl Drop for Served {
 
 /// Every file under the data folder's blobs and tmp folders.
 pub fn blobs_and_temps(data_dir: &Path) -> Vec<PathBuf> {
+    ["blobs", "tmp"]
+        .iter()
+        .flat_map(|folder| files_under(&data_dir.join(folder)))
+        .collect()
+}
+
+/// Every file under `dir`, at any depth (none when it does not exist).
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
-    for folder in ["blobs", "tmp"] {
-        let mut stack = vec![data_dir.join(folder)];
-        while let Some(dir) = stack.pop() {
-            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-                if entry.path().is_dir() {
-                    stack.push(entry.path());
-                } else {
-                    found.push(entry.path());
-                }
+    let mut stack = vec![dir.to_owned()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if entry.path().is_dir() {
+                stack.push(entry.path());
+            } else {
+                found.push(entry.path());
             }
         }
     }
