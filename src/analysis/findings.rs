@@ -56,8 +56,11 @@ pub fn device_findings(
     let retained = graph_retained_across_steps(snapshot, device, roles);
     // Growth that the retained graphs hold in full is the same leak told twice: the graphs'
     // finding names its cause and fix, so the growth says nothing more.
-    let growth = live_memory_grows_per_step(snapshot, device, roles)
-        .filter(|growth| retained.as_ref().is_none_or(|graphs| graphs.bytes < growth.bytes));
+    let growth = live_memory_grows_per_step(snapshot, device, roles).filter(|growth| {
+        retained
+            .as_ref()
+            .is_none_or(|graphs| graphs.bytes < growth.bytes)
+    });
     findings.extend(retained);
     findings.extend(growth);
     findings.extend(outputs_kept_across_steps(snapshot, device, roles));
