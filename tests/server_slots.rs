@@ -112,6 +112,21 @@ fn assert_mostly_answered((good, asked): (usize, usize), what: &str) {
     println!("during {what}: the fresh client was answered 200 {good} times of {asked}");
 }
 
+/// Probes (see [`probe_while`]) while `attack` runs and asserts the fresh client was mostly
+/// answered during `what`; returns what the attacker still holds open.
+fn probed_during(
+    to: SocketAddr,
+    what: &str,
+    attack: std::thread::JoinHandle<Vec<TcpStream>>,
+) -> Vec<TcpStream> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let probes = probe_while(to, stop.clone());
+    let held = attack.join().expect("attack");
+    stop.store(true, Ordering::Relaxed);
+    assert_mostly_answered(probes.join().expect("probes"), what);
+    held
+}
+
 /// Sockets the server process holds open (its listener included).
 fn server_sockets(server: &Served) -> usize {
     std::fs::read_dir(format!("/proc/{}/fd", server.child.id()))
@@ -191,14 +206,7 @@ fn downloads_that_are_never_read_do_not_hold_the_connection_slots() {
             })
             .collect()
     });
-    let stop = Arc::new(AtomicBool::new(false));
-    let probes = probe_while(to, stop.clone());
-    let held = attack.join().expect("attack");
-    stop.store(true, Ordering::Relaxed);
-    assert_mostly_answered(
-        probes.join().expect("probes"),
-        "downloads that are never read",
-    );
+    let held = probed_during(to, "downloads that are never read", attack);
     assert!(opened.load(Ordering::Relaxed) >= 500, "the attack ran");
 
     // The attacker still holds its ends open and reads nothing, yet within the send timeout
@@ -238,14 +246,7 @@ fn connections_that_never_finish_their_headers_do_not_hold_the_server() {
             })
             .collect()
     });
-    let stop = Arc::new(AtomicBool::new(false));
-    let probes = probe_while(to, stop.clone());
-    let held = attack.join().expect("attack");
-    stop.store(true, Ordering::Relaxed);
-    assert_mostly_answered(
-        probes.join().expect("probes"),
-        "connections that never finish their headers",
-    );
+    let held = probed_during(to, "connections that never finish their headers", attack);
 
     // The slots come back: the header timeout closes what the attacker still holds open.
     wait_until(

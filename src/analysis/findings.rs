@@ -80,6 +80,17 @@ fn last_event(device: &DeviceAnalysis) -> Option<usize> {
     device.replay.len().checked_sub(1)
 }
 
+/// The allocations live after event `at` (`None`: before the first) that `keep` accepts.
+fn live_at(
+    replay: &super::replay::Replay,
+    at: Option<usize>,
+    keep: impl Fn(u32) -> bool,
+) -> Vec<u32> {
+    let mut live = replay.live_after(at);
+    live.retain(|&id| keep(id));
+    live
+}
+
 fn activations_kept_without_backward(
     snapshot: &Snapshot,
     device: &DeviceAnalysis,
@@ -259,11 +270,9 @@ fn outputs_kept_across_steps(
 ) -> Option<Finding> {
     let replay = &device.replay;
     let end = last_event(device);
-    let outputs: Vec<u32> = replay
-        .live_after(end)
-        .into_iter()
-        .filter(|&id| roles.role_index_of(id) == Role::Output as u8)
-        .collect();
+    let outputs = live_at(replay, end, |id| {
+        roles.role_index_of(id) == Role::Output as u8
+    });
     if outputs.len() < 2 {
         return None;
     }
@@ -298,11 +307,7 @@ fn ddp_gradients_copied(
 ) -> Option<Finding> {
     let replay = &device.replay;
     let end = last_event(device);
-    let buckets: Vec<u32> = replay
-        .live_after(end)
-        .into_iter()
-        .filter(|&id| roles.is_ddp_gradient_copy(id))
-        .collect();
+    let buckets = live_at(replay, end, |id| roles.is_ddp_gradient_copy(id));
     let bytes = sizes(replay, &buckets);
     if bytes == 0 {
         return None;
