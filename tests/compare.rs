@@ -151,6 +151,157 @@ async fn no_grad_vs_grad_shows_the_activations_kept_alive() {
     assert!(error["error"]["message"].is_string(), "{error}");
 }
 
+/// Rows that grew and rows that shrank by the same bytes at the same leaf frame: what a changed
+/// outer caller made of one unchanged allocation ("+3.91 GiB linear.py:134 forward" and
+/// "−3.91 GiB linear.py:134 forward").
+fn mirrored_rows(device: &serde_json::Value) -> Vec<String> {
+    let stacks = device["stacks"].as_array().expect("stacks");
+    let leaf = |s: &serde_json::Value| {
+        s["frames"]
+            .as_array()
+            .and_then(|f| f.last())
+            .and_then(|f| f.as_str())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let delta = |s: &serde_json::Value| s["delta_bytes"].as_i64().expect("delta");
+    stacks
+        .iter()
+        .filter(|grew| delta(grew) > 0)
+        .filter(|grew| {
+            stacks
+                .iter()
+                .any(|shrank| delta(shrank) == -delta(grew) && leaf(shrank) == leaf(grew))
+        })
+        .map(leaf)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_changed_outer_caller_is_aligned_from_the_leaf_side() {
+    let state = TestServer::new();
+    let grad = state.upload_fixture("infer_grad", "").await;
+    let nograd = state.upload_fixture("infer_nograd", "").await;
+
+    // Frame for frame, the same lm_head output sits under `w_infer_grad` on one side and
+    // `w_infer_nograd` on the other: one allocation listed as grown and as shrunk.
+    let off = state
+        .get(&format!("/api/compare/{grad}/{nograd}?align=off"))
+        .await;
+    let off = &off["diff"]["devices"][0];
+    assert!(off["alignment"].is_null());
+    assert!(
+        mirrored_rows(off).contains(&"linear.py:134 forward".to_owned()),
+        "{:?}",
+        mirrored_rows(off)
+    );
+
+    // Aligned (the default): the two callers are paired and said so ...
+    let answer = state.get(&format!("/api/compare/{grad}/{nograd}")).await;
+    assert_eq!(answer["diff"]["align"], "auto");
+    let device = &answer["diff"]["devices"][0];
+    let aligned = &device["alignment"];
+    let frames = |side: &str| -> Vec<String> {
+        aligned[side]
+            .as_array()
+            .expect("frames")
+            .iter()
+            .map(|f| f.as_str().expect("frame").to_owned())
+            .collect()
+    };
+    assert_eq!(aligned["shared_frames"], 2, "{aligned}");
+    assert!(
+        frames("before_frames")[2].ends_with("w_infer_grad"),
+        "{aligned}"
+    );
+    assert!(
+        frames("after_frames")[2].ends_with("w_infer_nograd"),
+        "{aligned}"
+    );
+    assert!(aligned["matched_stacks"].as_u64() >= Some(3));
+    // ... the unchanged output is no row at all, nothing is listed both ways ...
+    assert_eq!(mirrored_rows(device), Vec::<String>::new());
+    let stacks = device["stacks"].as_array().expect("stacks");
+    assert!(!stacks.is_empty());
+    for stack in stacks {
+        let frames = frames_text(stack);
+        assert!(!frames.ends_with("linear.py:134 forward"), "{frames}");
+        // ... and what no_grad saves is what is left: activations freed early, nothing grows.
+        assert!(stack["delta_bytes"].as_i64() < Some(0), "{frames}");
+    }
+    // The flame graph is one trunk under the paired frames, not a red half and a blue half.
+    let tree = device["tree"].as_array().expect("tree");
+    let root = &tree[0];
+    let paired = tree
+        .iter()
+        .find(|n| {
+            n["name"]
+                .as_str()
+                .is_some_and(|n| n.contains("w_infer_grad ⇄ "))
+        })
+        .expect("a node for the paired callers");
+    for side in ["before_bytes", "after_bytes"] {
+        let (under, all) = (
+            paired[side].as_u64().expect("bytes"),
+            root[side].as_u64().expect("bytes"),
+        );
+        assert!(under * 100 >= all * 95, "{side}: {under} of {all}");
+    }
+    // The bytes are the same bytes whichever way they line up.
+    assert_eq!(root["before_bytes"], off["tree"][0]["before_bytes"]);
+    assert_eq!(root["after_bytes"], off["tree"][0]["after_bytes"]);
+
+    // Dropping the 4 outer frames by hand lines them up too, and says what merged.
+    let dropped = state
+        .get(&format!("/api/compare/{grad}/{nograd}?align=4"))
+        .await;
+    assert_eq!(dropped["diff"]["align"]["drop_outer"], 4);
+    let dropped = &dropped["diff"]["devices"][0];
+    assert!(dropped["alignment"].is_null());
+    assert_eq!(mirrored_rows(dropped), Vec::<String>::new());
+    assert!(dropped["merged_by_drop"].as_array().is_some());
+    // Client input is bounded and checked before anything is read.
+    for bad in ["sideways", "257", "-1"] {
+        let (status, _, _) = state
+            .send_get(&format!("/api/compare/{grad}/{nograd}?align={bad}"))
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+    }
+}
+
+#[tokio::test]
+async fn different_models_are_never_aligned() {
+    let state = TestServer::new();
+    let resnet = state.upload_fixture("resnet18_amp", "").await;
+    let gpt2 = state.upload_fixture("gpt2_adamw", "").await;
+    let mlp = state.upload_fixture("mlp_small", "").await;
+    // Each pair shares the script's entry and torch's own `Module.cuda` stacks, but not the model.
+    for (a, b) in [
+        (&resnet, &gpt2),
+        (&gpt2, &resnet),
+        (&resnet, &mlp),
+        (&mlp, &gpt2),
+        (&mlp, &mlp),
+    ] {
+        let auto = state.get(&format!("/api/compare/{a}/{b}")).await;
+        let off = state.get(&format!("/api/compare/{a}/{b}?align=off")).await;
+        for (auto, off) in auto["diff"]["devices"]
+            .as_array()
+            .expect("devices")
+            .iter()
+            .zip(off["diff"]["devices"].as_array().expect("devices"))
+        {
+            assert!(
+                auto["alignment"].is_null(),
+                "{a} {b}: {}",
+                auto["alignment"]
+            );
+            assert_eq!(auto["stacks"], off["stacks"]);
+            assert_eq!(auto["tree"], off["tree"]);
+        }
+    }
+}
+
 #[tokio::test]
 async fn the_oom_explainer_matches_the_event_and_the_map() {
     let state = TestServer::new();

@@ -14,6 +14,8 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DiffOptions {
     pub ignore_lines: bool,
+    /// How the two sides' stacks are lined up before they are compared.
+    pub align: Align,
     /// Moments to compare instead of each one's peak (`Some(None)`: before the first event).
     pub at_before: Option<Option<usize>>,
     pub at_after: Option<Option<usize>>,
@@ -23,6 +25,46 @@ pub struct DiffOptions {
 pub struct SnapshotDiff {
     pub devices: Vec<DeviceDiff>,
     pub ignore_lines: bool,
+    /// The alignment asked for (each device says what it found in `alignment`).
+    #[serde(default)]
+    pub align: Align,
+}
+
+/// How stacks of the two sides are lined up.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Align {
+    /// Stacks are matched frame for frame, except where the two runs reach the same code through
+    /// different outer callers (a `no_grad` wrapper, a renamed script entry): those outer frames
+    /// are paired, only when many stacks below them match (see `find_alignment`).
+    #[default]
+    Auto,
+    /// Frame for frame, root to leaf.
+    Off,
+    /// The outermost N frames of every stack on both sides are left out, so stacks that differ
+    /// only there are merged, on each side and across.
+    DropOuter(usize),
+}
+
+/// The most outer frames one may ask to drop: deeper than any real stack, and it bounds the work.
+pub const MAX_DROPPED_OUTER_FRAMES: usize = 256;
+
+/// The outer frames that `Align::Auto` paired on one device: every stack of `before` under
+/// `before_frames` is compared with the stack of `after` under `after_frames` that continues the
+/// same way; in rows and in the tree the differing frames become `"{before} ⇄ {after}"`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Alignment {
+    /// The outer frames of `before` that were paired, root first (the shared root included).
+    pub before_frames: Vec<String>,
+    /// The outer frames of `after` they were paired with.
+    pub after_frames: Vec<String>,
+    /// How many leading frames the two share (they are kept as they are).
+    pub shared_frames: usize,
+    /// Distinct stacks below the paired frames found on both sides: the evidence.
+    pub matched_stacks: usize,
+    /// Bytes those matched stacks hold on each side.
+    pub matched_before_bytes: u64,
+    pub matched_after_bytes: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -44,6 +86,12 @@ pub struct DeviceDiff {
     /// Bytes per role at the compared moments, largest change first ("activation +6.0 GiB").
     #[serde(default)]
     pub roles: Vec<RoleDelta>,
+    /// The outer frames paired by `Align::Auto`, if any were (`null`: stacks match frame for frame).
+    #[serde(default)]
+    pub alignment: Option<Alignment>,
+    /// Stacks of each side merged into another of the same side by `Align::DropOuter`.
+    #[serde(default)]
+    pub merged_by_drop: [usize; 2],
 }
 
 /// One role's bytes before and after.
@@ -226,8 +274,26 @@ pub fn diff(
             let (bs, as_) = (&b_summary.devices[bi], &a_summary.devices[ai]);
             let b_at = options.at_before.unwrap_or(bs.peak_event_index);
             let a_at = options.at_after.unwrap_or(as_.peak_event_index);
-            let b_live = live_by_stack(b_snapshot, bd, b_at, options.ignore_lines);
-            let a_live = live_by_stack(a_snapshot, ad, a_at, options.ignore_lines);
+            let mut b_live = live_by_stack(b_snapshot, bd, b_at, options.ignore_lines);
+            let mut a_live = live_by_stack(a_snapshot, ad, a_at, options.ignore_lines);
+            let mut alignment = None;
+            let mut merged_by_drop = [0, 0];
+            match options.align {
+                Align::Off => {}
+                Align::Auto => {
+                    if let Some(found) = find_alignment(&b_live, &a_live) {
+                        (b_live, a_live) = apply_alignment(&found, b_live, a_live);
+                        alignment = Some(found);
+                    }
+                }
+                Align::DropOuter(frames) => {
+                    let frames = frames.min(MAX_DROPPED_OUTER_FRAMES);
+                    let (b_count, a_count) = (b_live.len(), a_live.len());
+                    b_live = drop_outer(b_live, frames);
+                    a_live = drop_outer(a_live, frames);
+                    merged_by_drop = [b_count - b_live.len(), a_count - a_live.len()];
+                }
+            }
 
             let mut keys: Vec<&Vec<FrameKey>> = b_live.keys().chain(a_live.keys()).collect();
             keys.sort();
@@ -297,12 +363,15 @@ pub fn diff(
                 before_curve: curve(bd),
                 after_curve: curve(ad),
                 roles: role_deltas((b_snapshot, bd, b_at), (a_snapshot, ad, a_at)),
+                alignment,
+                merged_by_drop,
             }
         })
         .collect();
     SnapshotDiff {
         devices,
         ignore_lines: options.ignore_lines,
+        align: options.align,
     }
 }
 
@@ -369,4 +438,236 @@ fn diff_tree(
         }
     }
     out
+}
+
+/// Live bytes and allocation counts by stack (root first), as both sides are compared.
+type LiveByStack = BTreeMap<Vec<FrameKey>, (u64, u64)>;
+
+/// One-sided stacks tried per side when looking for outer frames to pair: bounds the pairs
+/// looked at to this squared, however many stacks a trace has.
+const ALIGN_CANDIDATE_STACKS: usize = 64;
+/// Candidate pairings checked against every stack, the heaviest first.
+const ALIGN_CANDIDATES_TRIED: usize = 128;
+/// Distinct stacks that must continue the same way below two paired outer parts: one stack
+/// ending alike is a coincidence (every model calls `linear.py forward`), several are a pattern.
+const MIN_MATCHED_STACKS: usize = 3;
+/// The matched stacks must also hold at least 1/this of the bytes that do not line up frame for
+/// frame, on the side with fewer of them: a pairing has to explain the difference, not a corner
+/// of it. Two models moved to the GPU by the same `Module.cuda` share a few stacks, but those
+/// hold a sliver of either model.
+const MIN_MATCHED_SHARE_DIVISOR: u64 = 4;
+
+/// The stacks of `live` that start with `prefix` (a BTreeMap keeps them next to each other).
+fn under<'m>(
+    live: &'m LiveByStack,
+    prefix: &'m [FrameKey],
+) -> impl Iterator<Item = (&'m Vec<FrameKey>, &'m (u64, u64))> {
+    live.range(prefix.to_vec()..)
+        .take_while(move |(key, _)| key.starts_with(prefix))
+}
+
+/// Outer frames of `before` and `after` that stand for the same caller, found from the leaf side:
+/// two stacks, one on each side only, that end the same way propose their differing outer parts
+/// as a pairing; a pairing is kept only when each side alone has its part, and when several
+/// stacks below continue identically and hold a fair share of the bytes (see the constants). Of
+/// those, the one matching the most bytes wins. `None`: nothing pairs honestly.
+fn find_alignment(before: &LiveByStack, after: &LiveByStack) -> Option<Alignment> {
+    let one_sided = |side: &'_ LiveByStack, other: &LiveByStack| {
+        let mut stacks: Vec<(Vec<FrameKey>, u64)> = side
+            .iter()
+            .filter(|(key, _)| !other.contains_key(*key))
+            .map(|(key, &(bytes, _))| (key.clone(), bytes))
+            .collect();
+        stacks.sort_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(&y.0)));
+        stacks.truncate(ALIGN_CANDIDATE_STACKS);
+        stacks
+    };
+    let (before_only, after_only) = (one_sided(before, after), one_sided(after, before));
+    let unmatched_bytes = |side: &LiveByStack, other: &LiveByStack| -> u64 {
+        side.iter()
+            .filter(|(key, _)| !other.contains_key(*key))
+            .map(|(_, &(bytes, _))| bytes)
+            .sum()
+    };
+    let unmatched = unmatched_bytes(before, after).min(unmatched_bytes(after, before));
+    let mut candidates: BTreeMap<(Vec<FrameKey>, Vec<FrameKey>), u64> = BTreeMap::new();
+    for (b, b_bytes) in &before_only {
+        for (a, a_bytes) in &after_only {
+            let same_end = b
+                .iter()
+                .rev()
+                .zip(a.iter().rev())
+                .take_while(|(x, y)| x == y)
+                .count();
+            // Ending alike is the point; a stack wholly inside the other has no outer part.
+            if same_end == 0 || same_end >= b.len() || same_end >= a.len() {
+                continue;
+            }
+            let pairing = (
+                b[..b.len() - same_end].to_vec(),
+                a[..a.len() - same_end].to_vec(),
+            );
+            *candidates.entry(pairing).or_default() += (*b_bytes).min(*a_bytes);
+        }
+    }
+    let mut ranked: Vec<((Vec<FrameKey>, Vec<FrameKey>), u64)> = candidates.into_iter().collect();
+    ranked.sort_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(&y.0)));
+    ranked
+        .into_iter()
+        .take(ALIGN_CANDIDATES_TRIED)
+        .filter_map(|((before_frames, after_frames), _)| {
+            check_pairing(before, after, before_frames, after_frames, unmatched)
+        })
+        // The first of equals wins (`max_by_key` keeps the last), so the answer is stable.
+        .fold(None, |best: Option<Alignment>, found| match best {
+            Some(best) if matched_weight(&best) >= matched_weight(&found) => Some(best),
+            _ => Some(found),
+        })
+}
+
+fn matched_weight(alignment: &Alignment) -> (u64, usize) {
+    (
+        alignment
+            .matched_before_bytes
+            .min(alignment.matched_after_bytes),
+        alignment.matched_stacks,
+    )
+}
+
+/// The pairing of `before_frames` with `after_frames` as an `Alignment`, if it is honest
+/// (`unmatched`: the bytes not lined up frame for frame, on the side with fewer).
+fn check_pairing(
+    before: &LiveByStack,
+    after: &LiveByStack,
+    before_frames: Vec<FrameKey>,
+    after_frames: Vec<FrameKey>,
+    unmatched: u64,
+) -> Option<Alignment> {
+    // Where the other side has stacks under the same frames, those already line up frame for frame.
+    if under(after, &before_frames).next().is_some()
+        || under(before, &after_frames).next().is_some()
+    {
+        return None;
+    }
+    let below = |live: &'_ LiveByStack, prefix: &[FrameKey]| -> BTreeMap<Vec<FrameKey>, u64> {
+        under(live, prefix)
+            .map(|(key, &(bytes, _))| (key[prefix.len()..].to_vec(), bytes))
+            .collect()
+    };
+    let (before_below, after_below) = (below(before, &before_frames), below(after, &after_frames));
+    let (mut matched_stacks, mut matched_before_bytes, mut matched_after_bytes) = (0, 0, 0);
+    for (rest, bytes) in &before_below {
+        if let Some(after_bytes) = after_below.get(rest) {
+            matched_stacks += 1;
+            matched_before_bytes += bytes;
+            matched_after_bytes += after_bytes;
+        }
+    }
+    let matched = matched_before_bytes.min(matched_after_bytes);
+    if matched_stacks < MIN_MATCHED_STACKS
+        || matched == 0
+        || matched.saturating_mul(MIN_MATCHED_SHARE_DIVISOR) < unmatched
+    {
+        return None;
+    }
+    let shared_frames = before_frames
+        .iter()
+        .zip(&after_frames)
+        .take_while(|(x, y)| x == y)
+        .count();
+    Some(Alignment {
+        before_frames,
+        after_frames,
+        shared_frames,
+        matched_stacks,
+        matched_before_bytes,
+        matched_after_bytes,
+    })
+}
+
+/// The frames that stand for paired outer parts: frame by frame when both are as deep
+/// (`"a ⇄ b"`, or the frame itself where the two agree), else one frame for the whole part.
+fn paired_names(before: &[FrameKey], after: &[FrameKey]) -> Vec<FrameKey> {
+    if before.len() == after.len() {
+        before
+            .iter()
+            .zip(after)
+            .map(|(b, a)| {
+                if b == a {
+                    b.clone()
+                } else {
+                    format!("{b} ⇄ {a}")
+                }
+            })
+            .collect()
+    } else {
+        vec![format!("{} ⇄ {}", before.join(" › "), after.join(" › "))]
+    }
+}
+
+/// Both sides with the paired outer frames renamed, so the stacks below them line up.
+fn apply_alignment(
+    found: &Alignment,
+    before: LiveByStack,
+    after: LiveByStack,
+) -> (LiveByStack, LiveByStack) {
+    let shared = found.shared_frames;
+    let full = (
+        found.before_frames.clone(),
+        found.after_frames.clone(),
+        paired_names(
+            &found.before_frames[shared..],
+            &found.after_frames[shared..],
+        ),
+    );
+    let mut pairings = vec![full];
+    if found.before_frames.len() == found.after_frames.len() {
+        // Frame j of one part stands for frame j of the other, so the shorter parts pair too
+        // (the input made in `_infer` itself under both callers), while each side alone has them.
+        for depth in (shared + 1..found.before_frames.len()).rev() {
+            let (b, a) = (&found.before_frames[..depth], &found.after_frames[..depth]);
+            if under(&after, b).next().is_some() || under(&before, a).next().is_some() {
+                break;
+            }
+            pairings.push((
+                b.to_vec(),
+                a.to_vec(),
+                paired_names(&b[shared..], &a[shared..]),
+            ));
+        }
+    }
+    let rename = |live: LiveByStack, after_side: bool| -> LiveByStack {
+        let mut renamed: LiveByStack = BTreeMap::new();
+        for (key, (bytes, count)) in live {
+            let key = pairings
+                .iter()
+                .find_map(|(b, a, names)| {
+                    let prefix = if after_side { a } else { b };
+                    key.starts_with(prefix).then(|| {
+                        let mut new_key = key[..shared].to_vec();
+                        new_key.extend(names.iter().cloned());
+                        new_key.extend(key[prefix.len()..].iter().cloned());
+                        new_key
+                    })
+                })
+                .unwrap_or(key);
+            let entry = renamed.entry(key).or_default();
+            entry.0 += bytes;
+            entry.1 += count;
+        }
+        renamed
+    };
+    (rename(before, false), rename(after, true))
+}
+
+/// Every stack without its outermost `frames` frames (the leaf always stays), merged where equal.
+fn drop_outer(live: LiveByStack, frames: usize) -> LiveByStack {
+    let mut merged: LiveByStack = BTreeMap::new();
+    for (key, (bytes, count)) in live {
+        let from = frames.min(key.len().saturating_sub(1));
+        let entry = merged.entry(key[from..].to_vec()).or_default();
+        entry.0 += bytes;
+        entry.1 += count;
+    }
+    merged
 }

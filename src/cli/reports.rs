@@ -225,6 +225,17 @@ pub(super) fn diff_text(
                 );
             }
         }
+        // Say when outer frames were paired, so rows that merged across callers are not a surprise.
+        if let Some(aligned) = &device.alignment {
+            let outer = |frames: &[String]| frames[aligned.shared_frames..].join(" › ");
+            let _ = writeln!(
+                s,
+                "  aligned: {} (before) with {} (after), {} stacks below continue alike",
+                outer(&aligned.before_frames),
+                outer(&aligned.after_frames),
+                aligned.matched_stacks
+            );
+        }
         for (title, growing) in [
             ("grew most at the peak", true),
             ("shrank most at the peak", false),

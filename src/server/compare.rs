@@ -4,7 +4,7 @@ use super::AppState;
 use super::error::{ApiError, blocking};
 use super::extract::{LoadedSnapshot, StoredSnapshot};
 use super::wire::{GroupAnswer, GroupMember, SnapshotView};
-use crate::analysis::diff::{DiffOptions, SnapshotDiff, diff};
+use crate::analysis::diff::{Align, DiffOptions, MAX_DROPPED_OUTER_FRAMES, SnapshotDiff, diff};
 use crate::analysis::groups::{GroupStats, MemberPeak, group_stats};
 use crate::analysis::moment::Moment;
 use crate::analysis::oom::{OomReport, oom_reports};
@@ -22,6 +22,22 @@ pub struct CompareQuery {
     /// Moments to compare instead of each one's peak (`-1` or `start`: before the first event).
     pub at_a: Option<Moment>,
     pub at_b: Option<Moment>,
+    /// `auto` (the default), `off`, or a number N: drop the N outermost frames of every stack.
+    pub align: Option<String>,
+}
+
+/// `?align=`: `auto`, `off`, or how many outer frames to drop (at most `MAX_DROPPED_OUTER_FRAMES`).
+fn align_param(value: Option<&str>) -> Result<Align, ApiError> {
+    match value.map(str::trim) {
+        None | Some("" | "auto") => Ok(Align::Auto),
+        Some("off" | "0") => Ok(Align::Off),
+        Some(text) => match text.parse::<usize>() {
+            Ok(frames) if frames <= MAX_DROPPED_OUTER_FRAMES => Ok(Align::DropOuter(frames)),
+            _ => Err(ApiError::BadRequest(format!(
+                "align must be auto, off or a number of outer frames to drop from 0 to {MAX_DROPPED_OUTER_FRAMES}, not {text:?}"
+            ))),
+        },
+    }
 }
 
 #[derive(Serialize)]
@@ -70,9 +86,12 @@ pub async fn compare(
     Path((a, b)): Path<(String, String)>,
     Query(query): Query<CompareQuery>,
 ) -> Result<Json<CompareAnswer>, ApiError> {
+    // Checked before either snapshot is read: a bad link costs nothing.
+    let align = align_param(query.align.as_deref())?;
     let (before, after) = both(&state, &a, &b).await?;
     let options = DiffOptions {
         ignore_lines: flag(&query.ignore_lines),
+        align,
         at_before: diff_moment(query.at_a),
         at_after: diff_moment(query.at_b),
     };
