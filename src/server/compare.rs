@@ -181,6 +181,8 @@ pub async fn group_members(
                 peak_reserved_bytes: summary.peak_reserved_bytes,
                 oom_events: summary.oom_events,
                 top_stack: summary.devices.first().and_then(|d| d.top_stack.clone()),
+                top_stack_bytes: summary.devices.first().map_or(0, |d| d.top_stack_bytes),
+                non_python_bytes: summary.devices.first().map_or(0, |d| d.non_python_bytes),
                 outlier: false,
                 view,
             }

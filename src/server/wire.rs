@@ -70,8 +70,18 @@ pub struct DeviceRow {
     pub peak_reserved_bytes: u64,
     pub reserved_bytes_at_snapshot: u64,
     pub oom_events: u64,
-    /// The innermost frame of the stack holding the most at the peak (`file:line:name`).
+    /// The innermost frame of the stack holding the most at the peak (`file:line:name`), of the
+    /// stacks with a Python frame: `<non-python>` says nothing that tells ranks apart.
     pub top_stack: Option<String>,
+    /// Bytes that stack holds at the peak.
+    pub top_stack_bytes: u64,
+    /// Bytes at the peak allocated with no Python frame on their stack (of the listed stacks).
+    pub non_python_bytes: u64,
+}
+
+/// A stack the summary lists without any Python frame (allocated from C++ or CUDA graphs only).
+fn is_non_python(frames: &[String]) -> bool {
+    frames.iter().all(|f| f == "<non-python>")
 }
 
 impl SummaryRow {
@@ -88,9 +98,21 @@ impl SummaryRow {
                 oom_events: d.oom_events.len() as u64,
                 top_stack: d
                     .top_stacks_at_peak
-                    .first()
+                    .iter()
+                    .find(|s| !is_non_python(&s.frames))
                     .and_then(|s| s.frames.first())
                     .cloned(),
+                top_stack_bytes: d
+                    .top_stacks_at_peak
+                    .iter()
+                    .find(|s| !is_non_python(&s.frames))
+                    .map_or(0, |s| s.bytes),
+                non_python_bytes: d
+                    .top_stacks_at_peak
+                    .iter()
+                    .filter(|s| is_non_python(&s.frames))
+                    .map(|s| s.bytes)
+                    .sum(),
             })
             .collect();
         Self {
@@ -300,6 +322,9 @@ pub struct GroupMember {
     pub peak_reserved_bytes: u64,
     pub oom_events: u64,
     pub top_stack: Option<String>,
+    pub top_stack_bytes: u64,
+    /// Bytes at the peak with no Python frame on their stack.
+    pub non_python_bytes: u64,
     /// Peak more than 10% away from the group's median, or an OOM.
     pub outlier: bool,
 }

@@ -47,3 +47,22 @@ export function splitFrame(frame) {
   if (!m) return { file: "", line: "", name: frame };
   return { file: m[1], line: m[2] ?? "", name: m[3] };
 }
+
+/** A frame standing for two paired outer callers (`"before ⇄ after"`), else null. */
+export function pairedFrame(frame) {
+  const parts = frame.split(" ⇄ ");
+  return parts.length === 2 ? { before: parts[0], after: parts[1] } : null;
+}
+
+/** `?align=`: "auto" (also when absent or unknown), "off", or a number of outer frames to drop. */
+export function alignFrom(value) {
+  if (value === "off" || value === "0") return "off";
+  if (value !== null && /^\d{1,3}$/.test(value) && Number(value) <= 256) return value;
+  return "auto";
+}
+
+/** What an alignment did, in words: which outer frames of each side were paired. */
+export function alignmentText(alignment, names) {
+  const outer = (frames) => frames.slice(alignment.shared_frames).join(" › ");
+  return `Aligned from the leaf side: ${names[0]}'s ${outer(alignment.before_frames)} is paired with ${names[1]}'s ${outer(alignment.after_frames)}, since ${alignment.matched_stacks} stacks below them continue alike. Frames written “before ⇄ after” stand for both; everything under them is matched frame for frame.`;
+}

@@ -6,7 +6,7 @@
 import { ancestors, change, layout, twoWeight } from "../lib/flame-model.js";
 import { bytes } from "../lib/units.js";
 import { fitCanvas, fitText, h, hideTip, showTip, theme, tipRow } from "../views/common.js";
-import { signedBytes, signedPercent, splitFrame, trend } from "./change.js";
+import { pairedFrame, signedBytes, signedPercent, splitFrame, trend } from "./change.js";
 
 export const ROW = 20;
 
@@ -167,9 +167,19 @@ export class DiffFlame {
     const root = this.nodes[0];
     const share = (n, total) => (total ? ` (${((100 * n) / total).toFixed(1)}%)` : "");
     const f = splitFrame(node.name);
+    const paired = pairedFrame(node.name);
+    const where = paired
+      ? [
+          h("div", { className: "tip-title" }, "Outer callers, aligned"),
+          h("div", { className: "tip-where" }, `before: ${paired.before}`),
+          h("div", { className: "tip-where" }, `after: ${paired.after}`),
+        ]
+      : [
+          h("div", { className: "tip-title" }, i === 0 ? "Everything live at the compared moments" : f.name),
+          i === 0 ? null : h("div", { className: "tip-where" }, f.line ? `${f.file}:${f.line}` : f.file),
+        ];
     return [
-      h("div", { className: "tip-title" }, i === 0 ? "Everything live at the compared moments" : f.name),
-      i === 0 ? null : h("div", { className: "tip-where" }, f.line ? `${f.file}:${f.line}` : f.file),
+      ...where,
       ...sidesRows(node.before_bytes, node.after_bytes),
       i === 0
         ? null

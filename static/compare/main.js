@@ -11,7 +11,7 @@ import { bytes } from "../lib/units.js";
 import { getJSON, h, onThemeChange } from "../views/common.js";
 import { followLoads } from "../views/loads.js";
 import { copyLink, isShortcut, keyboardHelp, showTimes } from "../views/page.js";
-import { momentText, signedBytes } from "./change.js";
+import { alignFrom, alignmentText, momentText, signedBytes } from "./change.js";
 import { Curves, momentForm } from "./curves.js";
 import { DiffFlame } from "./flame.js";
 import { pickerPage } from "./picker.js";
@@ -83,6 +83,7 @@ function deviceSection(device, answer, multiple, moments) {
         { className: "muted small section-help" },
         `${names[0]} at ${momentText(device.before)} holds ${bytes(root.before_bytes)}; ${names[1]} at ${momentText(device.after)} holds ${bytes(root.after_bytes)} (${signedBytes(root.after_bytes - root.before_bytes)}).`,
       ),
+      alignNote(device, answer, names),
       flameBox,
       h(
         "p",
@@ -130,7 +131,7 @@ function deviceSection(device, answer, multiple, moments) {
         h(
           "span",
           { className: "muted small" },
-          `${grew} grew · ${device.stacks.length - grew} shrank${answer.diff.ignore_lines ? " · line numbers ignored" : ""}`,
+          `${grew} grew · ${device.stacks.length - grew} shrank${answer.diff.ignore_lines ? " · line numbers ignored" : ""}${device.alignment ? " · outer callers aligned" : answer.diff.align?.drop_outer ? ` · ${answer.diff.align.drop_outer} outer frames dropped` : ""}`,
         ),
       ],
       device.stacks.length === 0 ? h("p", { className: "muted" }, "No stack holds a different number of bytes.") : stacksList(device.stacks),
@@ -148,6 +149,19 @@ function deviceSection(device, answer, multiple, moments) {
     charts.push(curves);
   });
   return article;
+}
+
+/** Says how rows were lined up when it was not frame for frame (null when it was). */
+function alignNote(device, answer, names) {
+  const dropped = answer.diff.align?.drop_outer;
+  let text = null;
+  if (device.alignment) text = alignmentText(device.alignment, names);
+  else if (dropped) {
+    const [before, after] = device.merged_by_drop ?? [0, 0];
+    text = `The ${dropped} outermost ${dropped === 1 ? "frame" : "frames"} of every stack are left out on both sides, so stacks that differ only there are merged (${before} on ${names[0]}'s side, ${after} on ${names[1]}'s).`;
+  }
+  if (!text) return null;
+  return h("p", { className: "banner banner-note small cmp-aligned", dataset: { aligned: device.alignment ? "auto" : "drop" } }, text);
 }
 
 /** The compared moments: event indices from the URL (-1: before the first event), else peaks. */
@@ -190,6 +204,21 @@ async function comparePage(root) {
     window.location.assign(url.toString());
   };
   checkbox.addEventListener("change", () => reloadWith(checkbox.checked));
+  const align = alignFrom(params.get("align"));
+  const alignSelect = document.getElementById("align-stacks");
+  const alignChoices = [
+    ["auto", "automatically"],
+    ["off", "off (frame for frame)"],
+    ...Array.from({ length: 12 }, (_, i) => [String(i + 1), `drop ${i + 1} outer ${i ? "frames" : "frame"}`]),
+  ];
+  if (!alignChoices.some(([value]) => value === align)) alignChoices.push([align, `drop ${align} outer frames`]);
+  alignSelect.replaceChildren(...alignChoices.map(([value, label]) => h("option", { value, selected: value === align }, label)));
+  alignSelect.addEventListener("change", () => {
+    const url = new URL(window.location.href);
+    if (alignSelect.value === "auto") url.searchParams.delete("align");
+    else url.searchParams.set("align", alignSelect.value);
+    window.location.assign(url.toString());
+  });
   const moments = momentsFrom(params);
   const swap = document.getElementById("swap");
   const swapped = new URLSearchParams(params);
@@ -205,7 +234,10 @@ async function comparePage(root) {
     if (event.key === "s") swap.click();
     else if (event.key === "i") reloadWith(!checkbox.checked);
     else if (event.key === "c") document.getElementById("copy-link").click();
-    else if (event.key === "f") {
+    else if (event.key === "a") {
+      event.preventDefault();
+      alignSelect.focus();
+    } else if (event.key === "f") {
       event.preventDefault();
       flames[0]?.canvas.focus();
     } else if (event.key === "m") {
@@ -221,6 +253,7 @@ async function comparePage(root) {
     ["s", "Swap before and after"],
     ["i", "Ignore line numbers (or not)"],
     ["c", "Copy the link"],
+    ["a", "Choose how stacks are aligned"],
     ["f", "Focus the flame graph"],
     ["m", "Choose the compared moments (event indices)"],
     ["p", "Compare both at their peaks again"],
@@ -249,6 +282,7 @@ async function comparePage(root) {
   }
   const apiParams = new URLSearchParams();
   if (ignore) apiParams.set("ignore_lines", "1");
+  if (align !== "auto") apiParams.set("align", align);
   if (moments.at[0] !== null) apiParams.set("at_a", String(moments.at[0]));
   if (moments.at[1] !== null) apiParams.set("at_b", String(moments.at[1]));
   let answer;

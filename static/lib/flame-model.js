@@ -51,16 +51,26 @@ export function matches(node, query) {
   return node.name.toLowerCase().includes(q) || (node.file ?? "").toLowerCase().includes(q) || (node.path ?? "").toLowerCase().includes(q);
 }
 
-/** Search: which nodes match, and their bytes counted once (a match under a match is not added). */
-export function search(nodes, query) {
+/**
+ * Search: which nodes match, and their bytes counted once (a match under a match is not added).
+ * `within` (`{root, end}`: a zoomed node and its subtree's end from `layout`) limits the count and
+ * bytes to that subtree, what a zoomed graph draws; a match above the root covers all of it.
+ */
+export function search(nodes, query, within = null) {
   const hit = new Uint8Array(nodes.length);
   const covered = new Uint8Array(nodes.length);
   let bytes = 0;
   let count = 0;
   if (!query) return { hit, bytes, count };
-  for (let i = 0; i < nodes.length; i += 1) {
+  const from = within ? within.root : 0;
+  const to = within ? within.end : nodes.length;
+  // Matched above the zoom: everything drawn is under a match already.
+  let coveredAbove = false;
+  if (within) for (let k = nodes[from].parent; k > 0; k = nodes[k].parent) coveredAbove ||= matches(nodes[k], query);
+  if (coveredAbove) covered[from] = 1;
+  for (let i = from; i < to; i += 1) {
     const p = nodes[i].parent;
-    if (p >= 0 && covered[p]) covered[i] = 1;
+    if (i > from && p >= 0 && covered[p]) covered[i] = 1;
     if (i > 0 && matches(nodes[i], query)) {
       hit[i] = 1;
       count += 1;
@@ -68,7 +78,14 @@ export function search(nodes, query) {
       covered[i] = 1;
     }
   }
+  if (coveredAbove) bytes = nodes[from].bytes;
   return { hit, bytes, count };
+}
+
+/** A node as a file-name part: "forward-linear.py-134", only letters, digits, `.`, `_` and `-`. */
+export function zoomName(node) {
+  const text = node.file ? `${node.name}-${node.file}-${node.line}` : node.name;
+  return text.replace(/[^\w.-]+/g, "_").slice(0, 80);
 }
 
 /** A stable key for a node (its chain of frames), to find it again in another answer. */

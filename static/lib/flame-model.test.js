@@ -2,7 +2,7 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { ancestors, change, layout, search, selfBytes, twoWeight } from "./flame-model.js";
+import { ancestors, change, layout, search, selfBytes, twoWeight, zoomName } from "./flame-model.js";
 
 // root ─┬─ a (60) ─── a1 (40)
 //       └─ b (40)
@@ -27,6 +27,27 @@ test("search counts the bytes of a match under a match once", () => {
   const found = search(single, "x.py");
   assert.equal(found.count, 2);
   assert.equal(found.bytes, 100);
+});
+
+test("zoomed, search counts only the zoomed subtree, against what is drawn", () => {
+  const lay = layout(single);
+  // Zoomed into a: b (x.py, outside) is not counted; a itself is.
+  const inA = search(single, "x.py", { root: 1, end: lay.subtreeEnd[1] });
+  assert.equal(inA.count, 1);
+  assert.equal(inA.bytes, 60);
+  // Zoomed into a, searching y.py: only a1.
+  const y = search(single, "y.py", { root: 1, end: lay.subtreeEnd[1] });
+  assert.deepEqual([y.count, y.bytes], [1, 40]);
+  // Zoomed into a1 under a matching a: all of a1 is under a match, counted once.
+  const under = search(single, "x.py", { root: 2, end: lay.subtreeEnd[2] });
+  assert.deepEqual([under.count, under.bytes], [0, 40]);
+  // Zoomed into b: nothing under it matches y.py.
+  assert.deepEqual([search(single, "y.py", { root: 3, end: 4 }).count, search(single, "y.py", { root: 3, end: 4 }).bytes], [0, 0]);
+});
+
+test("a zoomed export's name part is safe in a file name", () => {
+  assert.equal(zoomName({ name: "forward", file: "linear.py", line: 134 }), "forward-linear.py-134");
+  assert.equal(zoomName({ name: "<lambda> / x", file: "", line: 0 }), "_lambda_x");
 });
 
 // Before → after: `grew` 10 → 50, `shrank` 50 → 10, `gone` 20 → 0, `new` 0 → 30.

@@ -1,9 +1,11 @@
 // The flame graph (icicle) of live memory at the selected moment: widths are bytes, the root
 // at the top. Hover explains a frame, click zooms into it, the breadcrumb zooms back out, search
-// highlights frames and sums their bytes; the graph downloads as folded stacks or SVG.
+// highlights frames and sums their bytes (within the zoom); the graph downloads as folded stacks
+// or SVG, named for the zoom. With the canvas focused, arrow keys move between frames, Enter zooms
+// in, Backspace up one level; Esc (anywhere on the tab) zooms out to everything.
 
 import { frameColor, roleColor } from "../lib/color.js";
-import { ancestors, findKey, folded, frameLabel, keyOf, layout, search, selfBytes, svg } from "../lib/flame-model.js";
+import { ancestors, findKey, folded, frameLabel, keyOf, layout, search, selfBytes, svg, zoomName } from "../lib/flame-model.js";
 import { bytes, count, percent } from "../lib/units.js";
 import { download, fitCanvas, fitText, frameScheduler, h, hideTip, newestOnly, onThemeChange, paintPlaceholder, showTip, theme, tipRow } from "./common.js";
 
@@ -51,6 +53,27 @@ export class FlameView {
       this.draw();
     });
     this.canvas.addEventListener("click", (event) => this.onClick(event));
+    this.canvas.tabIndex = 0;
+    this.canvas.setAttribute(
+      "aria-label",
+      "Flame graph of memory by stack. Arrow keys move between frames, Enter zooms in, Backspace zooms out one level, Escape zooms out to everything.",
+    );
+    // The frame the keyboard is on (-1: none; drawn like the hovered one).
+    this.keyFocus = -1;
+    this.canvas.addEventListener("keydown", (event) => this.onKey(event));
+    this.canvas.addEventListener("blur", () => {
+      this.keyFocus = -1;
+      hideTip();
+      this.draw();
+    });
+    // Esc zooms out from anywhere on the tab, as on the compare page; typing and dialogs keep it.
+    document.addEventListener("keydown", (event) => {
+      if (event.key !== "Escape" || !this.visible() || !this.data || this.focus === 0) return;
+      if (event.defaultPrevented || document.querySelector("dialog[open]")) return;
+      if (event.target instanceof HTMLElement && event.target.closest("input, textarea, select, [contenteditable]")) return;
+      event.preventDefault();
+      this.zoom(0);
+    });
     new ResizeObserver(() => this.visible() && this.draw()).observe(this.chart);
     onThemeChange(() => this.draw());
     this.syncMode();
@@ -69,9 +92,18 @@ export class FlameView {
     const { mode, by } = this.ctx.store.get();
     for (const b of this.panel.querySelectorAll("[data-mode]")) b.setAttribute("aria-pressed", String(b.dataset.mode === mode));
     // Roots by role count live allocations only (reserved free bytes have no role).
+    // In reserved mode the graph is by stack whatever was chosen: say that, and never show the
+    // disabled "By role" as the pressed one.
+    const reserved = mode === "reserved";
+    const shown = reserved ? "stack" : by;
     for (const b of this.panel.querySelectorAll("[data-by]")) {
-      b.setAttribute("aria-pressed", String(b.dataset.by === by));
-      b.disabled = mode === "reserved";
+      b.setAttribute("aria-pressed", String(b.dataset.by === shown));
+      b.disabled = reserved;
+      b.title = reserved
+        ? "Reserved bytes include free and rounding bytes, which have no role: switch to Allocated to root the graph by role"
+        : b.dataset.by === "role"
+          ? "Each stack under its role (o): which code holds the activations, the optimizer state, …"
+          : "Stacks as recorded";
     }
   }
 
@@ -125,11 +157,17 @@ export class FlameView {
   searchNow() {
     if (!this.data) return;
     const q = this.ctx.store.get().q.trim();
-    this.hits = q ? search(this.data.nodes, q) : null;
+    // Zoomed: count only what is drawn, the zoomed frame's subtree, against its bytes.
+    const zoomed = this.focus > 0;
+    this.hits = q ? search(this.data.nodes, q, zoomed ? { root: this.focus, end: this.lay.subtreeEnd[this.focus] } : null) : null;
+    const of = zoomed ? this.data.nodes[this.focus].bytes : this.data.total;
+    const within = zoomed ? ` in the zoomed ${this.data.nodes[this.focus].name}` : "";
     if (!q) this.matchText.textContent = "";
-    else if (!this.hits.count) this.matchText.textContent = `No frame matches “${q}”`;
+    else if (!this.hits.count && this.hits.bytes)
+      this.matchText.textContent = `All of the zoomed frame is under a frame matching “${q}”: ${bytes(this.hits.bytes)}`;
+    else if (!this.hits.count) this.matchText.textContent = `No frame${within} matches “${q}”`;
     else
-      this.matchText.textContent = `${count(this.hits.count)} frame${this.hits.count === 1 ? "" : "s"} match: ${bytes(this.hits.bytes)} (${percent(this.hits.bytes, this.data.total)} of ${this.modeWord()})`;
+      this.matchText.textContent = `${count(this.hits.count)} frame${this.hits.count === 1 ? "" : "s"}${within} match: ${bytes(this.hits.bytes)} (${percent(this.hits.bytes, of)} of ${zoomed ? "its" : this.modeWord()} ${bytes(of)})`;
   }
 
   /** "reserved" or "live": the mode asked for (the flame answer does not repeat it). */
@@ -156,9 +194,10 @@ export class FlameView {
   renderCrumbs() {
     const nodes = this.data.nodes;
     const chain = ancestors(nodes, this.focus);
+    // replaceChildren writes a null as the text "null": the first crumb has no separator at all.
     this.crumbs.replaceChildren(
       ...chain.flatMap((i, k) => [
-        k ? h("span", { className: "crumb-sep", "aria-hidden": "true" }, "›") : null,
+        ...(k ? [h("span", { className: "crumb-sep", "aria-hidden": "true" }, "›")] : []),
         h(
           "button",
           { type: "button", className: `crumb${i === this.focus ? " current" : ""}`, title: frameLabel(nodes[i]), onclick: () => this.zoom(i) },
@@ -172,7 +211,11 @@ export class FlameView {
   zoom(i) {
     this.focus = i;
     this.focusKey = i ? keyOf(this.data.nodes, i) : "";
+    this.keyFocus = -1;
+    hideTip();
     this.renderCrumbs();
+    // Search totals follow the zoom.
+    this.searchNow();
     this.paint();
     this.ctx.store.set({ zoom: this.focusKey });
   }
@@ -218,7 +261,7 @@ export class FlameView {
             ? roleColor(node.name, t.dark)
             : frameColor(node.name, node.file, t.dark);
       ctx.fillRect(r.x + 0.5, r.y + 0.5, Math.max(0.5, r.w - 1), ROW - 1);
-      if (r.i === this.hover) {
+      if (r.i === this.hover || r.i === this.keyFocus) {
         ctx.globalAlpha = 1;
         ctx.strokeStyle = t.text;
         ctx.lineWidth = 1.5;
@@ -258,18 +301,55 @@ export class FlameView {
       hideTip();
       return;
     }
+    showTip(event.clientX, event.clientY, ...this.tooltipFor(i));
+  }
+
+  /** Arrow keys move between drawn frames, Enter or Space zooms in, Backspace zooms out one level. */
+  onKey(event) {
+    if (!this.data) return;
+    const nodes = this.data.nodes;
+    const current = this.keyFocus >= 0 ? this.keyFocus : this.focus;
+    const parent = nodes[current].parent;
+    const drawn = (i) => this.rects.some((r) => r.i === i && !r.ancestor);
+    let next = -1;
+    if (event.key === "ArrowUp") next = parent >= 0 ? parent : -1;
+    else if (event.key === "ArrowDown") next = this.lay.children[current].find(drawn) ?? -1;
+    else if (event.key === "ArrowLeft" || event.key === "ArrowRight") {
+      const siblings = parent >= 0 ? this.lay.children[parent].filter(drawn) : [];
+      next = siblings[siblings.indexOf(current) + (event.key === "ArrowLeft" ? -1 : 1)] ?? -1;
+    } else if (event.key === "Enter" || event.key === " ") {
+      event.preventDefault();
+      event.stopPropagation();
+      this.zoom(current);
+      return;
+    } else if (event.key === "Backspace") {
+      event.preventDefault();
+      event.stopPropagation();
+      if (this.focus > 0) this.zoom(Math.max(0, nodes[this.focus].parent));
+      return;
+    } else return;
+    // The page's arrows step the moment: not while moving in the graph.
+    event.preventDefault();
+    event.stopPropagation();
+    if (next < 0) return;
+    this.keyFocus = next;
+    this.paint();
+    const rect = this.rects.find((r) => r.i === next);
+    const box = this.canvas.getBoundingClientRect();
+    if (rect) showTip(box.left + rect.x + Math.min(rect.w / 2, 60), box.top + rect.y + ROW, ...this.tooltipFor(next));
+  }
+
+  tooltipFor(i) {
     const node = this.data.nodes[i];
     const own = selfBytes(this.data.nodes, this.lay, i);
-    showTip(
-      event.clientX,
-      event.clientY,
+    return [
       h("div", { className: "tip-title" }, i === 0 ? "everything" : node.name),
       node.file ? h("div", { className: "tip-where" }, `${node.path || node.file}:${node.line}`) : null,
       tipRow("bytes", `${bytes(node.bytes)} · ${percent(node.bytes, this.data.total)} of ${this.modeWord()}`),
       own && own !== node.bytes ? tipRow("itself", bytes(own)) : null,
       tipRow("allocations", count(node.allocations)),
-      h("div", { className: "tip-note" }, i === this.focus ? "Click the breadcrumb to zoom out." : "Click to zoom in."),
-    );
+      h("div", { className: "tip-note" }, i === this.focus ? "Click the breadcrumb or press Esc to zoom out." : "Click or press Enter to zoom in."),
+    ];
   }
 
   onClick(event) {
@@ -281,7 +361,9 @@ export class FlameView {
 
   baseName() {
     const name = (document.getElementById("snapshot-name")?.textContent ?? "snapshot").trim().replace(/[^\w.-]+/g, "_");
-    return `${name}-cuda${this.ctx.device()}-${this.data?.at ?? "snapshot"}-${this.ctx.store.get().mode}`;
+    // A zoomed export is a part of the graph: its name says which.
+    const zoom = this.data && this.focus > 0 ? `-zoom-${zoomName(this.data.nodes[this.focus])}` : "";
+    return `${name}-cuda${this.ctx.device()}-${this.data?.at ?? "snapshot"}-${this.ctx.store.get().mode}${zoom}`;
   }
 
   downloadFolded() {
@@ -295,7 +377,10 @@ export class FlameView {
     const text = svg(nodes, this.lay, {
       focus: this.focus,
       width: 1200,
-      title: this.total.textContent,
+      title:
+        this.focus > 0
+          ? `Zoomed into ${frameLabel(nodes[this.focus])}: ${bytes(nodes[this.focus].bytes)} of ${this.total.textContent}`
+          : this.total.textContent,
       color: (node) => frameColor(node.name, node.file, false),
       hit: this.hits?.hit,
       describe: (i) =>

@@ -80,7 +80,8 @@ function panel(report) {
       number("Rounding", bytes(report.rounding_bytes), "Bytes lost to rounding requests up to block sizes"),
     ),
     h("h3", {}, "Free space by stream and pool"),
-    pools,
+    // Scrolls on its own on a phone instead of widening the page.
+    h("div", { className: "oom-table-wrap" }, pools),
     report.hints.length ? h("h3", {}, "What to try") : null,
     report.hints.length
       ? h(

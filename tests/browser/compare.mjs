@@ -164,10 +164,55 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     await clean(page);
   });
 
+  await step("stacks reached through another outer caller are aligned, said so, and can be turned off", async () => {
+    // infer_nograd and infer_grad run the same model under w_infer_nograd and w_infer_grad.
+    const device = state.compare.body.diff.devices[0];
+    assert(device.alignment, "the answer has no alignment");
+    const note = await page.locator(".cmp-aligned").first().textContent();
+    assert(note.includes("w_infer_nograd") && note.includes("w_infer_grad") && note.includes("paired"), `the page does not say what was aligned: ${note}`);
+    assertEqual(await page.locator("#align-stacks").inputValue(), "auto", "the align control");
+    // One trunk: the paired callers hold (nearly) everything, not a red half beside a blue half.
+    const rects = await page.evaluate(() => window.snapviewTest.flameRects());
+    const paired = rects.find((r) => r.name.includes(" ⇄ "));
+    const full = rects[0].w;
+    assert(paired && paired.w > full * 0.95, `no full-width node for the paired callers: ${JSON.stringify(paired)} of ${full}`);
+    const box = await page.locator("canvas.flame-canvas").first().boundingBox();
+    await page.evaluate((y) => {
+      const canvas = document.querySelector("canvas.flame-canvas");
+      window.scrollTo(0, window.scrollY + canvas.getBoundingClientRect().top + y - 200);
+    }, paired.y);
+    const moved = await page.locator("canvas.flame-canvas").first().boundingBox();
+    await page.mouse.move(moved.x + paired.x + paired.w / 2, moved.y + paired.y + paired.h / 2);
+    const tip = await page.locator(".tip").textContent();
+    assert(
+      tip.includes("Outer callers, aligned") && /before: .*w_infer_nograd/.test(tip) && /after: .*w_infer_grad/.test(tip),
+      `the paired frame's tooltip: ${tip}`,
+    );
+    await shot(page, "compare-aligned", { fullPage: false, clip: { x: 0, y: Math.max(0, moved.y - 160), width: 1280, height: 520 } });
+    // The same allocation is never listed as grown and as shrunk.
+    const rows = await page.locator(".cmp-stack summary").allTextContents();
+    assertEqual(rows.filter((t) => t.includes("linear.py:134 forward")).length, 0, "rows of the unchanged lm_head output");
+    assert(box, "no flame canvas");
+    // Off: frame for frame again, the split shows (which is why aligning is the default).
+    await Promise.all([page.waitForURL(/align=off/), page.locator("#align-stacks").selectOption("off")]);
+    await compareReady(page);
+    assertEqual(await page.locator(".cmp-aligned").count(), 0, "an alignment note with alignment off");
+    const offRows = await page.locator(".cmp-stack summary").allTextContents();
+    assertEqual(offRows.filter((t) => t.includes("linear.py:134 forward")).length, 2, "the lm_head output, both ways, frame for frame");
+    // Dropping outer frames by hand says so too.
+    await Promise.all([page.waitForURL(/align=4/), page.locator("#align-stacks").selectOption("4")]);
+    await compareReady(page);
+    assert((await page.locator(".cmp-aligned").first().textContent()).includes("4 outermost frames"), "the drop note");
+    await Promise.all([page.waitForURL(`${BASE}/compare/${state.nograd}/${state.grad}`), page.locator("#align-stacks").selectOption("auto")]);
+    await compareReady(page);
+    await clean(page);
+  });
+
   await step("the memory curves are drawn, and hovering reads both", async () => {
     const pixels = await canvasPixels(page, "canvas.curves-canvas");
     assert(pixels.drawn > 2000, `the curves canvas is blank: ${JSON.stringify(pixels)}`);
     assert(pixels.width >= Math.round(pixels.cssWidth), "the curves canvas is not backed by device pixels");
+    await page.locator("canvas.curves-canvas").first().scrollIntoViewIfNeeded();
     const box = await page.locator("canvas.curves-canvas").first().boundingBox();
     await page.mouse.move(box.x + box.width * 0.6, box.y + box.height / 2);
     await until(async () => (await page.locator(".curve-readout").first().textContent()).includes("through each trace"), "the curve readout");

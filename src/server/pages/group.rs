@@ -42,6 +42,10 @@ struct MemberRow {
     oom: u64,
     top_stack: String,
     top_stack_full: String,
+    /// "12.0 GiB at the peak", or empty.
+    top_stack_bytes: String,
+    /// "3.1 GiB with no Python frame", or empty.
+    non_python: String,
     outlier: bool,
     /// `+12.5%` from the median peak.
     from_median: String,
@@ -77,6 +81,16 @@ pub async fn group(State(state): State<AppState>, Path(name): Path<String>) -> R
                 oom: m.oom_events,
                 top_stack: short_frame_label(&top),
                 top_stack_full: top,
+                top_stack_bytes: if m.top_stack_bytes > 0 {
+                    bytes(m.top_stack_bytes)
+                } else {
+                    String::new()
+                },
+                non_python: if m.non_python_bytes > 0 {
+                    format!("{} with no Python frame", bytes(m.non_python_bytes))
+                } else {
+                    String::new()
+                },
                 outlier: m.outlier,
                 from_median: if distance.abs() < 0.05 {
                     "median".to_owned()

@@ -32,6 +32,8 @@ struct SnapshotPage {
     /// Whether any device has a trace to diagnose: without one, "No problems found" would
     /// claim more than was looked at.
     diagnosed: bool,
+    /// OOM events on every device: with one, "No problems found" would sit under the OOM.
+    ooms: usize,
     devices: Vec<DeviceView>,
     settings: Vec<(String, String)>,
     annotations: usize,
@@ -54,7 +56,14 @@ struct DeviceView {
     free_now: String,
     largest_free: String,
     rounding: String,
+    /// Free bytes outside the largest free block, and their share of the free bytes.
+    free_elsewhere: String,
     fragmentation: String,
+    /// `warn` only when a finding is about fragmentation on this device: the card never looks
+    /// worse than the findings say. Else `ok`.
+    free_health: &'static str,
+    /// Why the free bytes are or are not a problem, in a few words.
+    free_verdict: String,
     segments: String,
     ooms: Vec<OomView>,
     stacks: Vec<StackView>,
@@ -198,7 +207,38 @@ struct StackView {
     bar: String,
     allocations: String,
     top: String,
+    /// The frame that tells this stack from others with the same innermost frame (empty when
+    /// no other row shares it): five rows all named `linear.py:134 forward` say nothing apart.
+    via: String,
     frames: Vec<String>,
+}
+
+/// Free bytes cached in segments matter when they are a real share of what the device reserves;
+/// below this share, whatever their fragmentation, no request could have been short of them.
+const FREE_BYTES_THAT_MATTER_DIVISOR: u64 = 20;
+
+/// The first frame (innermost first, after the shared innermost one) at which each stack parts
+/// from the closest other stack with the same innermost frame; `None` for a stack alone.
+fn distinguishing_frames(stacks: &[Vec<String>]) -> Vec<Option<usize>> {
+    stacks
+        .iter()
+        .enumerate()
+        .map(|(i, frames)| {
+            stacks
+                .iter()
+                .enumerate()
+                .filter(|&(j, other)| j != i && other.first() == frames.first())
+                .map(|(_, other)| {
+                    frames
+                        .iter()
+                        .zip(other)
+                        .take_while(|(a, b)| a == b)
+                        .count()
+                })
+                .max()
+                .filter(|&index| index < frames.len())
+        })
+        .collect()
 }
 
 impl DeviceView {
@@ -214,6 +254,14 @@ impl DeviceView {
             Some(i) => format!("event {}", count(i as u64)),
         };
         let stats = &device.segment_stats;
+        // The card follows the findings: only a fragmentation finding makes it a warning.
+        let fragmentation_finding = device.findings.iter().any(|f| &*f.code == "fragmentation");
+        let labels: Vec<Vec<String>> = device
+            .top_stacks_at_peak
+            .iter()
+            .map(|stack| stack.frames.iter().map(|f| short_frame_label(f)).collect())
+            .collect();
+        let vias = distinguishing_frames(&labels);
         let largest = device
             .top_stacks_at_peak
             .first()
@@ -235,7 +283,20 @@ impl DeviceView {
             free_now: bytes(stats.external_free),
             largest_free: bytes(stats.largest_free_block),
             rounding: bytes(stats.internal_free),
+            free_elsewhere: bytes(stats.external_free.saturating_sub(stats.largest_free_block)),
             fragmentation: format!("{:.0}%", stats.fragmentation() * 100.0),
+            free_health: if fragmentation_finding { "warn" } else { "ok" },
+            free_verdict: if fragmentation_finding {
+                "fragmentation is a finding above".to_owned()
+            } else if stats.external_free == 0 {
+                "nothing cached".to_owned()
+            } else if stats.external_free.saturating_mul(FREE_BYTES_THAT_MATTER_DIVISOR)
+                < stats.reserved.max(device.peak_reserved_bytes)
+            {
+                "too little to matter".to_owned()
+            } else {
+                "no request went short (no finding)".to_owned()
+            },
             segments: count(device.segments as u64),
             ooms: device
                 .oom_events
@@ -249,7 +310,8 @@ impl DeviceView {
             stacks: device
                 .top_stacks_at_peak
                 .iter()
-                .map(|stack| StackView {
+                .zip(&vias)
+                .map(|(stack, via)| StackView {
                     bytes: bytes(stack.bytes),
                     share: format!(
                         "{:.1}%",
@@ -260,6 +322,10 @@ impl DeviceView {
                     top: stack
                         .frames
                         .first()
+                        .map(|f| short_frame_label(f))
+                        .unwrap_or_default(),
+                    via: via
+                        .and_then(|i| stack.frames.get(i))
                         .map(|f| short_frame_label(f))
                         .unwrap_or_default(),
                     frames: stack.frames.iter().map(|f| short_frame_label(f)).collect(),
@@ -401,6 +467,7 @@ fn snapshot_page(state: &AppState, stored: StoredSnapshot, loaded: &Loaded) -> S
             .collect(),
         findings,
         diagnosed: summary.devices.iter().any(|d| d.trace_entries > 0),
+        ooms: summary.devices.iter().map(|d| d.oom_events.len()).sum(),
         devices: summary
             .devices
             .iter()
