@@ -106,6 +106,66 @@ await run(90_000, async (browser) => {
     await clean(page);
   });
 
+  await step("rows of 'who holds the memory' with the same innermost frame say where they part (via)", async () => {
+    await page.goto(`${BASE}/s/${state.grad}`);
+    const rows = await page.locator("#overview .stack summary").evaluateAll((els) =>
+      els.map((el) => ({
+        top: el.querySelector(".stack-top").firstChild.textContent.trim(),
+        via: el.querySelector("[data-via]")?.textContent.trim() ?? null,
+        title: el.title,
+      })),
+    );
+    const byTop = new Map();
+    for (const row of rows) byTop.set(row.top, [...(byTop.get(row.top) ?? []), row]);
+    const shared = [...byTop.values()].filter((group) => group.length > 1);
+    assert(shared.length > 0, `no two rows share an innermost frame here: ${rows.map((r) => r.top)}`);
+    for (const group of shared) {
+      for (const row of group) {
+        assert(row.via?.startsWith("via "), `a row named ${row.top} like others, without a via: ${JSON.stringify(row)}`);
+        assert(row.title.includes(row.via.slice(4)), `the row's tooltip does not say the via: ${row.title}`);
+      }
+      const vias = new Set(group.map((row) => row.via));
+      assertEqual(vias.size, group.length, `distinct vias for ${group[0].top}`);
+    }
+    // A row alone with its innermost frame needs no via.
+    for (const group of byTop.values()) if (group.length === 1) assertEqual(group[0].via, null, `via on the lone ${group[0].top}`);
+    await page.locator("#overview .stacks").first().scrollIntoViewIfNeeded();
+    await shot(page, "overview-stacks-via", { fullPage: false });
+    await clean(page);
+  });
+
+  await step("health cards agree with the findings: a healthy run's free-in-segments card is calm and says what it measures", async () => {
+    for (const id of [state.gpt2, state.nograd]) {
+      await page.goto(`${BASE}/s/${id}`);
+      const card = page.locator('[data-stat="free"]').first();
+      await card.waitFor();
+      // gpt2_adamw has no finding at all; infer_nograd none about fragmentation.
+      assertEqual(await page.locator('.finding[data-finding="fragmentation"]').count(), 0, "no fragmentation finding on this run");
+      if (id === state.gpt2) assertEqual(await page.locator('[data-findings="none"]').count(), 1, "gpt2_adamw's 'No problems found'");
+      assertEqual(await card.getAttribute("data-health"), "ok", "the card's rating");
+      const verdict = (await card.locator("[data-free-verdict]").textContent()).trim();
+      assert(["too little to matter", "smaller requests reuse it; no finding", "nothing cached"].includes(verdict), `verdict: ${verdict}`);
+      const text = await card.innerText();
+      assert(!/fragmentation \d+%/.test(text), `a bare fragmentation percentage on a healthy run: ${text}`);
+      assert(/elsewhere \(\d+%\)/.test(text), `the free bytes outside the largest block, in bytes: ${text}`);
+      const title = await card.getAttribute("title");
+      assert(
+        title.includes("Largest block") && title.includes("fragmentation") && title.includes("bytes at stake"),
+        `the card does not say what it measures: ${title}`,
+      );
+      // Pixels: drawn like the other plain cards, not in the warning colours.
+      const colours = await page.evaluate(() => {
+        const free = document.querySelector('[data-stat="free"]');
+        const plain = [...document.querySelectorAll(".stat")].find((el) => !el.dataset.stat);
+        const style = (el) => getComputedStyle(el);
+        return { free: [style(free).backgroundColor, style(free).borderTopColor], plain: [style(plain).backgroundColor, style(plain).borderTopColor] };
+      });
+      assertEqual(JSON.stringify(colours.free), JSON.stringify(colours.plain), "the free card's colours against a plain card");
+    }
+    await shot(page, "overview-health-infer_nograd", { fullPage: false });
+    await clean(page);
+  });
+
   await step("dark: the same pages, with the dark role palette", async () => {
     const darkPage = await dark.newPage();
     await darkPage.goto(`${BASE}/s/${state.grad}`);

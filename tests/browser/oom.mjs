@@ -37,6 +37,44 @@ await run(50_000, async (browser) => {
     await clean(page);
   });
 
+  await step("the OOM is explained, never 'No problems found' under it", async () => {
+    await page.goto(`${BASE}/s/${state.id}`);
+    await until(() => page.locator(".oom-panel").count(), "the OOM panel");
+    const overview = await page.locator("#overview").innerText();
+    assert(!overview.includes("No problems found"), "'No problems found' on a page with an OOM");
+    assertEqual(await page.locator('[data-findings="none"]').count(), 0, "the no-problems line");
+    const line = await page.locator('[data-findings="oom"]').innerText();
+    assert(line.includes("ran out of memory") && line.includes("explanation above"), `the OOM's own line: ${line}`);
+    // The explainer comes first, then this line, not a reassurance between them.
+    const order = await page.evaluate(() => [...document.querySelectorAll("#overview > *")].map((el) => el.className));
+    assert(order.indexOf("oom-explainer") < order.findIndex((c) => c.includes("no-findings")), `order: ${order}`);
+    await clean(page);
+  });
+
+  await step("at 390 px the explainer and its table stay within the page; dark too", async () => {
+    for (const colorScheme of ["light", "dark"]) {
+      const phone = await newContext(browser, { viewport: { width: 390, height: 844 }, colorScheme });
+      const small = await phone.newPage();
+      await small.goto(`${BASE}/s/${state.id}`);
+      await until(() => small.locator(".oom-panel").count(), "the OOM panel");
+      const sizes = await small.evaluate(() => ({
+        page: document.documentElement.scrollWidth,
+        panel: document.querySelector(".oom-panel").getBoundingClientRect().right,
+        table: document.querySelector(".oom-table-wrap").getBoundingClientRect().right,
+      }));
+      assert(sizes.page <= 390, `the page scrolls sideways: ${JSON.stringify(sizes)}`);
+      assert(sizes.panel <= 390 && sizes.table <= 390, `the panel or its table runs past 390 px: ${JSON.stringify(sizes)}`);
+      await shot(small, `oom-explainer-390${colorScheme === "dark" ? "-dark" : ""}`);
+      await phone.close();
+    }
+    const dark = await newContext(browser, { colorScheme: "dark", viewport: { width: 1600, height: 1000 } });
+    const wide = await dark.newPage();
+    await wide.goto(`${BASE}/s/${state.id}`);
+    await until(() => wide.locator(".oom-panel").count(), "the OOM panel");
+    await shot(wide, "oom-explainer-1600-dark");
+    await dark.close();
+  });
+
   await step("its links open the timeline and the segment map at the OOM event", async () => {
     const event = state.reports[0].event_index;
     await page.locator(".oom-links a", { hasText: "Segments at this moment" }).click();

@@ -176,6 +176,89 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     await clean(page);
   });
 
+  await step("zoomed flame graph: no 'null' crumb, search within the zoom, a named export, keys, Esc; reserved mode's role button", async () => {
+    // A frame whose subtree holds some of the frames matching "forward" but not all of them.
+    const pick = await page.evaluate(() => {
+      const f = window.snapviewTest.views.flame;
+      const nodes = f.data.nodes;
+      const hit = (i) => i > 0 && `${nodes[i].name} ${nodes[i].file} ${nodes[i].path ?? ""}`.toLowerCase().includes("forward");
+      const all = nodes.filter((_, i) => hit(i)).length;
+      const drawn = new Set(f.rects.filter((r) => r.w > 30).map((r) => r.i));
+      for (let i = 1; i < nodes.length; i += 1) {
+        if (!drawn.has(i) || f.lay.children[i].length === 0) continue;
+        let inside = 0;
+        for (let k = i; k < f.lay.subtreeEnd[i]; k += 1) if (hit(k)) inside += 1;
+        if (inside > 0 && inside < all) {
+          const r = f.rects.find((rect) => rect.i === i);
+          return { i, inside, all, x: r.x + r.w / 2, y: r.y + 10, name: nodes[i].name };
+        }
+      }
+      return null;
+    });
+    assert(pick, "no frame holds part of the 'forward' matches");
+    const point = await canvasPoint(page, "#flame-canvas", pick.x, pick.y);
+    await page.mouse.click(point.x, point.y);
+    await until(async () => (await layout(page, "flame")).focus === pick.i, "zoom into the frame");
+    const crumbs = await page.locator("#flame-breadcrumb").textContent();
+    assert(!crumbs.includes("null"), `a 'null' breadcrumb: ${crumbs}`);
+    assert(crumbs.startsWith("all"), `the breadcrumb starts with: ${crumbs}`);
+    // Search: the total counts only the zoomed subtree.
+    await page.locator("#flame-search").fill("forward");
+    const matchText = await until(async () => {
+      const text = await page.locator("#flame-matches").textContent();
+      return text.includes("in the zoomed") ? text : null;
+    }, "the zoomed search total");
+    assert(matchText.startsWith(`${pick.inside} frame`), `search total ${matchText}, expected ${pick.inside} of the ${pick.all} in the whole graph`);
+    await shot(page, "views-flame-zoomed-search", { fullPage: false });
+    // The exports say the zoom: in the file name, and in the SVG's heading.
+    const [folded] = await Promise.all([page.waitForEvent("download"), page.locator("#flame-folded").click()]);
+    assert(folded.suggestedFilename().includes("-zoom-"), `the zoomed folded export's name: ${folded.suggestedFilename()}`);
+    const [image] = await Promise.all([page.waitForEvent("download"), page.locator("#flame-svg").click()]);
+    assert(image.suggestedFilename().includes("-zoom-"), `the zoomed SVG's name: ${image.suggestedFilename()}`);
+    const svgText = readFileSync(await image.path(), "utf8");
+    assert(svgText.includes("Zoomed into"), "the zoomed SVG's heading does not say the zoom");
+    await page.locator("#flame-search").fill("");
+    // Keys on the canvas: arrows move between frames (not the moment), Enter zooms, Esc zooms out.
+    const at = await page.evaluate(() => window.snapviewTest.ctx.moment());
+    await page.locator("#flame-canvas").focus();
+    await page.keyboard.press("ArrowDown");
+    await page.locator(".tip").waitFor({ state: "visible" });
+    const moved = await page.evaluate(() => window.snapviewTest.views.flame.keyFocus);
+    assert(moved > 0, "ArrowDown moved to no frame");
+    await page.keyboard.press("ArrowLeft");
+    assertEqual(await page.evaluate(() => window.snapviewTest.ctx.moment()), at, "the moment after arrow keys on the graph");
+    await page.keyboard.press("Escape");
+    await until(async () => (await layout(page, "flame")).focus === 0, "Esc zooms out");
+    assert(await page.locator("#flame-breadcrumb").isHidden(), "the breadcrumb after Esc");
+    await page.keyboard.press("ArrowDown");
+    const child = await page.evaluate(() => window.snapviewTest.views.flame.keyFocus);
+    await page.keyboard.press("Enter");
+    await until(async () => (await layout(page, "flame")).focus === child, "Enter zooms into the frame the keys are on");
+    // Esc from elsewhere on the tab (not typing) zooms out too.
+    await page.locator("#flame-total").click();
+    await page.keyboard.press("Escape");
+    await until(async () => (await layout(page, "flame")).focus === 0, "Esc from the page zooms out");
+    // Reserved mode: the graph is by stack whatever was chosen, and the buttons say so.
+    await page.locator("[data-by=role]").click();
+    await page.locator("[data-mode=reserved]").click();
+    await until(async () => /reserved/.test(await page.locator("#flame-total").textContent()), "reserved mode");
+    const buttons = await page.evaluate(() =>
+      ["role", "stack"].map((by) => {
+        const b = document.querySelector(`[data-by=${by}]`);
+        return { pressed: b.getAttribute("aria-pressed"), disabled: b.disabled, background: getComputedStyle(b).backgroundColor, title: b.title };
+      }),
+    );
+    assertEqual(buttons[0].pressed, "false", "'By role' pressed in reserved mode");
+    assert(buttons[0].disabled && buttons[1].disabled, "the root buttons are not disabled in reserved mode");
+    assertEqual(buttons[1].pressed, "true", "'Stacks' in reserved mode");
+    assert(buttons[0].background !== buttons[1].background, `'By role' looks as pressed as 'Stacks': ${JSON.stringify(buttons)}`);
+    assert(buttons[0].title.includes("Allocated"), `the disabled button does not say why: ${buttons[0].title}`);
+    await shot(page, "views-flame-reserved", { fullPage: false });
+    await page.locator("[data-mode=allocated]").click();
+    await page.locator("[data-by=stack]").click();
+    await clean(page);
+  });
+
   await step("the segment map draws, steps with the arrow keys, and says exact vs rebuilt", async () => {
     await page.locator("body").click({ position: { x: 5, y: 300 } });
     await page.keyboard.press("3");
