@@ -296,6 +296,7 @@ async fn different_models_are_never_aligned() {
                 "{a} {b}: {}",
                 auto["alignment"]
             );
+            assert_eq!(auto["further_alignments"], serde_json::json!([]));
             assert_eq!(auto["stacks"], off["stacks"]);
             assert_eq!(auto["tree"], off["tree"]);
         }

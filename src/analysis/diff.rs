@@ -89,6 +89,10 @@ pub struct DeviceDiff {
     /// The outer frames paired by `Align::Auto`, if any were (`null`: stacks match frame for frame).
     #[serde(default)]
     pub alignment: Option<Alignment>,
+    /// The same two outer callers paired again where they called from other lines (the model
+    /// built a few lines above the loop in both), after `alignment`.
+    #[serde(default)]
+    pub further_alignments: Vec<Alignment>,
     /// Stacks of each side merged into another of the same side by `Align::DropOuter`.
     #[serde(default)]
     pub merged_by_drop: [usize; 2],
@@ -278,11 +282,19 @@ pub fn diff(
             let mut a_live = live_by_stack(a_snapshot, ad, a_at, options.ignore_lines);
             let mut alignment = None;
             let mut merged_by_drop = [0, 0];
+            let mut further_alignments = Vec::new();
             match options.align {
                 Align::Off => {}
                 Align::Auto => {
-                    if let Some(found) = find_alignment(&b_live, &a_live) {
+                    if let Some(found) = find_alignment(&b_live, &a_live, None) {
                         (b_live, a_live) = apply_alignment(&found, b_live, a_live);
+                        for _ in 0..FURTHER_ALIGNMENT_ROUNDS {
+                            let Some(more) = find_alignment(&b_live, &a_live, Some(&found)) else {
+                                break;
+                            };
+                            (b_live, a_live) = apply_alignment(&more, b_live, a_live);
+                            further_alignments.push(more);
+                        }
                         alignment = Some(found);
                     }
                 }
@@ -364,6 +376,7 @@ pub fn diff(
                 after_curve: curve(ad),
                 roles: role_deltas((b_snapshot, bd, b_at), (a_snapshot, ad, a_at)),
                 alignment,
+                further_alignments,
                 merged_by_drop,
             }
         })
@@ -471,7 +484,15 @@ fn under<'m>(
 /// as a pairing; a pairing is kept only when each side alone has its part, and when several
 /// stacks below continue identically and hold a fair share of the bytes (see the constants). Of
 /// those, the one matching the most bytes wins. `None`: nothing pairs honestly.
-fn find_alignment(before: &LiveByStack, after: &LiveByStack) -> Option<Alignment> {
+///
+/// With `established` (a pairing already made), only the same outer callers reached from
+/// another line are looked for (the model built at line 140 of the same two functions whose
+/// line 147 and 155 were paired): one matching stack is enough, since the callers are known.
+fn find_alignment(
+    before: &LiveByStack,
+    after: &LiveByStack,
+    established: Option<&Alignment>,
+) -> Option<Alignment> {
     let one_sided = |side: &'_ LiveByStack, other: &LiveByStack| {
         let mut stacks: Vec<(Vec<FrameKey>, u64)> = side
             .iter()
@@ -516,7 +537,14 @@ fn find_alignment(before: &LiveByStack, after: &LiveByStack) -> Option<Alignment
         .into_iter()
         .take(ALIGN_CANDIDATES_TRIED)
         .filter_map(|((before_frames, after_frames), _)| {
-            check_pairing(before, after, before_frames, after_frames, unmatched)
+            check_pairing(
+                before,
+                after,
+                before_frames,
+                after_frames,
+                unmatched,
+                established,
+            )
         })
         // The first of equals wins (`max_by_key` keeps the last), so the answer is stable.
         .fold(None, |best: Option<Alignment>, found| match best {
@@ -542,7 +570,25 @@ fn check_pairing(
     before_frames: Vec<FrameKey>,
     after_frames: Vec<FrameKey>,
     unmatched: u64,
+    established: Option<&Alignment>,
 ) -> Option<Alignment> {
+    let shared_frames = before_frames
+        .iter()
+        .zip(&after_frames)
+        .take_while(|(x, y)| x == y)
+        .count();
+    if let Some(known) = established {
+        // The same shared frames, then the same two functions (lines aside) where they part.
+        let parts = |frames: &[FrameKey]| frames.get(shared_frames).map(|f| without_line(f));
+        let same_callers = shared_frames == known.shared_frames
+            && before_frames[..shared_frames] == known.before_frames[..shared_frames]
+            && parts(&before_frames).is_some()
+            && parts(&before_frames) == parts(&known.before_frames)
+            && parts(&after_frames) == parts(&known.after_frames);
+        if !same_callers {
+            return None;
+        }
+    }
     // Where the other side has stacks under the same frames, those already line up frame for frame.
     if under(after, &before_frames).next().is_some()
         || under(before, &after_frames).next().is_some()
@@ -564,17 +610,14 @@ fn check_pairing(
         }
     }
     let matched = matched_before_bytes.min(matched_after_bytes);
-    if matched_stacks < MIN_MATCHED_STACKS
-        || matched == 0
-        || matched.saturating_mul(MIN_MATCHED_SHARE_DIVISOR) < unmatched
+    let evidence_needed = established.is_none();
+    if matched == 0
+        || (evidence_needed
+            && (matched_stacks < MIN_MATCHED_STACKS
+                || matched.saturating_mul(MIN_MATCHED_SHARE_DIVISOR) < unmatched))
     {
         return None;
     }
-    let shared_frames = before_frames
-        .iter()
-        .zip(&after_frames)
-        .take_while(|(x, y)| x == y)
-        .count();
     Some(Alignment {
         before_frames,
         after_frames,
@@ -584,6 +627,21 @@ fn check_pairing(
         matched_after_bytes,
     })
 }
+
+/// `file:line function` as `file function`: the function whatever line it was at.
+fn without_line(frame: &str) -> String {
+    match frame.split_once(' ') {
+        Some((place, function)) => {
+            let file = place.split_once(':').map_or(place, |(file, _)| file);
+            format!("{file} {function}")
+        }
+        None => frame.to_owned(),
+    }
+}
+
+/// Rounds of "the same callers from another line" after the first pairing: each pairs one more
+/// line of the two callers; bounded since each round looks at every stack.
+const FURTHER_ALIGNMENT_ROUNDS: usize = 8;
 
 /// The frames that stand for paired outer parts: frame by frame when both are as deep
 /// (`"a ⇄ b"`, or the frame itself where the two agree), else one frame for the whole part.

@@ -61,8 +61,9 @@ export function alignFrom(value) {
   return "auto";
 }
 
-/** What an alignment did, in words: which outer frames of each side were paired. */
-export function alignmentText(alignment, names) {
+/** What an alignment did, in words: which outer frames of each side were paired (`further`: the same callers paired again at other lines). */
+export function alignmentText(alignment, names, further = []) {
   const outer = (frames) => frames.slice(alignment.shared_frames).join(" › ");
-  return `Aligned from the leaf side: ${names[0]}'s ${outer(alignment.before_frames)} is paired with ${names[1]}'s ${outer(alignment.after_frames)}, since ${alignment.matched_stacks} stacks below them continue alike. Frames written “before ⇄ after” stand for both; everything under them is matched frame for frame.`;
+  const again = further.length ? `, and the same callers again from ${further.length} other ${further.length === 1 ? "line" : "lines"}` : "";
+  return `Aligned from the leaf side: ${names[0]}'s ${outer(alignment.before_frames)} is paired with ${names[1]}'s ${outer(alignment.after_frames)}, since ${alignment.matched_stacks} stacks below them continue alike${again}. Frames written “before ⇄ after” stand for both; everything under them is matched frame for frame.`;
 }

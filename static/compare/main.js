@@ -155,7 +155,7 @@ function deviceSection(device, answer, multiple, moments) {
 function alignNote(device, answer, names) {
   const dropped = answer.diff.align?.drop_outer;
   let text = null;
-  if (device.alignment) text = alignmentText(device.alignment, names);
+  if (device.alignment) text = alignmentText(device.alignment, names, device.further_alignments);
   else if (dropped) {
     const [before, after] = device.merged_by_drop ?? [0, 0];
     text = `The ${dropped} outermost ${dropped === 1 ? "frame" : "frames"} of every stack are left out on both sides, so stacks that differ only there are merged (${before} on ${names[0]}'s side, ${after} on ${names[1]}'s).`;

@@ -213,9 +213,11 @@ struct StackView {
     frames: Vec<String>,
 }
 
-/// Free bytes cached in segments matter when they are a real share of what the device reserves;
-/// below this share, whatever their fragmentation, no request could have been short of them.
+/// Free bytes outside the largest free block matter only when they are a real share of what the
+/// device reserves (1/this) and more than `FREE_BYTES_THAT_MATTER_FLOOR`: 95% fragmentation of a
+/// few MiB is no warning, whatever the percentage says.
 const FREE_BYTES_THAT_MATTER_DIVISOR: u64 = 20;
+const FREE_BYTES_THAT_MATTER_FLOOR: u64 = 256 << 20;
 
 /// The first frame (innermost first, after the shared innermost one) at which each stack parts
 /// from the closest other stack with the same innermost frame; `None` for a stack alone.
@@ -262,6 +264,9 @@ impl DeviceView {
             .map(|stack| stack.frames.iter().map(|f| short_frame_label(f)).collect())
             .collect();
         let vias = distinguishing_frames(&labels);
+        let elsewhere = stats
+            .external_free
+            .saturating_sub(stats.largest_free_block);
         let largest = device
             .top_stacks_at_peak
             .first()
@@ -283,19 +288,20 @@ impl DeviceView {
             free_now: bytes(stats.external_free),
             largest_free: bytes(stats.largest_free_block),
             rounding: bytes(stats.internal_free),
-            free_elsewhere: bytes(stats.external_free.saturating_sub(stats.largest_free_block)),
+            free_elsewhere: bytes(elsewhere),
             fragmentation: format!("{:.0}%", stats.fragmentation() * 100.0),
             free_health: if fragmentation_finding { "warn" } else { "ok" },
             free_verdict: if fragmentation_finding {
-                "fragmentation is a finding above".to_owned()
+                "a finding above: fragmentation".to_owned()
             } else if stats.external_free == 0 {
                 "nothing cached".to_owned()
-            } else if stats.external_free.saturating_mul(FREE_BYTES_THAT_MATTER_DIVISOR)
-                < stats.reserved.max(device.peak_reserved_bytes)
+            } else if elsewhere < FREE_BYTES_THAT_MATTER_FLOOR
+                || elsewhere.saturating_mul(FREE_BYTES_THAT_MATTER_DIVISOR)
+                    < stats.reserved.max(device.peak_reserved_bytes)
             {
                 "too little to matter".to_owned()
             } else {
-                "no request went short (no finding)".to_owned()
+                "smaller requests reuse it; no finding".to_owned()
             },
             segments: count(device.segments as u64),
             ooms: device
