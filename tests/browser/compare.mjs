@@ -379,6 +379,13 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
       assertEqual((await row.locator("[data-peak-text]").textContent()).trim(), "3.43 GiB", `peak of ${id}`);
       assertEqual(await row.getAttribute("data-peak"), "3680751624", `peak bytes of ${id}`);
       assertEqual(await row.locator("a.name").getAttribute("href"), `/s/${id}`, "the member's link");
+      // The top stack is one with Python frames; what has none is said beneath it.
+      const top = (await row.locator(".top-stack").textContent()).trim();
+      assert(top !== "<non-python>" && /\.py:\d+ /.test(top), `the top stack of ${id}: ${top}`);
+      const member = group.body.members.find((m) => m.id === id);
+      const none = (await row.locator("[data-non-python]").textContent()).trim();
+      assertEqual(none, `${formatBytes(member.non_python_bytes)} with no Python frame`, `what has no Python frame on ${id}`);
+      assert((await row.locator(".top-stack").getAttribute("title")).includes(formatBytes(member.top_stack_bytes)), "the top stack's bytes in its tooltip");
     }
     assertEqual((await page.locator("[data-median-text]").textContent()).trim(), formatBytes(group.body.median_peak_bytes), "median");
     await shot(page, "group-light");

@@ -177,6 +177,9 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
   });
 
   await step("zoomed flame graph: no 'null' crumb, search within the zoom, a named export, keys, Esc; reserved mode's role button", async () => {
+    // The last step went back to allocated mode: wait for that graph before measuring it.
+    await until(async () => / live /.test(await page.locator("#flame-total").textContent()), "the allocated graph");
+    await page.waitForTimeout(200);
     // A frame whose subtree holds some of the frames matching "forward" but not all of them.
     const pick = await page.evaluate(() => {
       const f = window.snapviewTest.views.flame;
@@ -196,6 +199,10 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
       return null;
     });
     assert(pick, "no frame holds part of the 'forward' matches");
+    await page.evaluate((y) => {
+      const canvas = document.getElementById("flame-canvas");
+      window.scrollTo(0, window.scrollY + canvas.getBoundingClientRect().top + y - 300);
+    }, pick.y);
     const point = await canvasPoint(page, "#flame-canvas", pick.x, pick.y);
     await page.mouse.click(point.x, point.y);
     await until(async () => (await layout(page, "flame")).focus === pick.i, "zoom into the frame");
