@@ -230,13 +230,7 @@ fn distinguishing_frames(stacks: &[Vec<String>]) -> Vec<Option<usize>> {
                 .iter()
                 .enumerate()
                 .filter(|&(j, other)| j != i && other.first() == frames.first())
-                .map(|(_, other)| {
-                    frames
-                        .iter()
-                        .zip(other)
-                        .take_while(|(a, b)| a == b)
-                        .count()
-                })
+                .map(|(_, other)| frames.iter().zip(other).take_while(|(a, b)| a == b).count())
                 .max()
                 .filter(|&index| index < frames.len())
         })
@@ -257,16 +251,14 @@ impl DeviceView {
         };
         let stats = &device.segment_stats;
         // The card follows the findings: only a fragmentation finding makes it a warning.
-        let fragmentation_finding = device.findings.iter().any(|f| &*f.code == "fragmentation");
+        let fragmentation_finding = device.findings.iter().any(|f| f.code == "fragmentation");
         let labels: Vec<Vec<String>> = device
             .top_stacks_at_peak
             .iter()
             .map(|stack| stack.frames.iter().map(|f| short_frame_label(f)).collect())
             .collect();
         let vias = distinguishing_frames(&labels);
-        let elsewhere = stats
-            .external_free
-            .saturating_sub(stats.largest_free_block);
+        let elsewhere = stats.external_free.saturating_sub(stats.largest_free_block);
         let largest = device
             .top_stacks_at_peak
             .first()
