@@ -430,3 +430,32 @@ fn diff_gates_ci_on_peak_growth() {
     let bad = snapview(&["diff", &nograd, "/nonexistent.pickle"]);
     assert_eq!(bad.status.code(), Some(2));
 }
+
+#[test]
+fn diff_aligns_outer_callers_and_says_so_unless_told_not_to() {
+    let fixture = |name: &str| {
+        format!(
+            "{}/tests/fixtures/{name}.pickle",
+            env!("CARGO_MANIFEST_DIR")
+        )
+    };
+    let (grad, nograd) = (fixture("infer_grad"), fixture("infer_nograd"));
+    let text = |output: std::process::Output| {
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8(output.stdout).expect("utf-8")
+    };
+    let aligned = text(snapview(&["diff", "--top", "20", &grad, &nograd]));
+    assert!(
+        aligned.contains("aligned: ") && aligned.contains("w_infer_grad"),
+        "{aligned}"
+    );
+    assert!(!aligned.contains("linear.py:134 forward ←"), "{aligned}");
+    let off = text(snapview(&[
+        "diff", "--top", "20", "--align", "off", &grad, &nograd,
+    ]));
+    assert!(!off.contains("aligned: "), "{off}");
+    assert_eq!(off.matches("linear.py:134 forward ←").count(), 2, "{off}");
+    let refused = snapview(&["diff", "--align", "sideways", &grad, &nograd]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--align"));
+}

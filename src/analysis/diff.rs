@@ -49,6 +49,23 @@ pub enum Align {
 /// The most outer frames one may ask to drop: deeper than any real stack, and it bounds the work.
 pub const MAX_DROPPED_OUTER_FRAMES: usize = 256;
 
+impl Align {
+    /// `auto` (also empty), `off` (or `0`), or a number of outer frames to drop, at most
+    /// `MAX_DROPPED_OUTER_FRAMES`: the spelling of `?align=` and `snapview diff --align`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "" | "auto" => Ok(Align::Auto),
+            "off" | "0" => Ok(Align::Off),
+            number => match number.parse::<usize>() {
+                Ok(frames) if frames <= MAX_DROPPED_OUTER_FRAMES => Ok(Align::DropOuter(frames)),
+                _ => Err(format!(
+                    "align must be auto, off or a number of outer frames to drop from 0 to {MAX_DROPPED_OUTER_FRAMES}, not {number:?}"
+                )),
+            },
+        }
+    }
+}
+
 /// The outer frames that `Align::Auto` paired on one device: every stack of `before` under
 /// `before_frames` is compared with the stack of `after` under `after_frames` that continues the
 /// same way; in rows and in the tree the differing frames become `"{before} ⇄ {after}"`.

@@ -217,6 +217,11 @@ enum Command {
         /// Align stacks without line numbers, so edits that shift lines still match.
         #[arg(long)]
         ignore_lines: bool,
+        /// How stacks are lined up: `auto` pairs outer callers that differ (a no_grad wrapper,
+        /// another entry point) when many stacks below them match; `off` matches frame for
+        /// frame; a number N drops the N outermost frames of every stack.
+        #[arg(long, default_value = "auto", value_name = "auto|off|N")]
+        align: String,
         /// Compare snapshots stored on this snapview server, http:// or https:// (BEFORE and
         /// AFTER are ids).
         #[arg(long, env = "SNAPVIEW_SERVER")]
@@ -303,6 +308,7 @@ pub(super) enum Config {
         json: bool,
         max_peak_growth: Option<f64>,
         ignore_lines: bool,
+        align: crate::analysis::diff::Align,
         top: usize,
     },
 }
@@ -481,10 +487,14 @@ impl Config {
                 json,
                 max_peak_growth,
                 ignore_lines,
+                align,
                 server,
                 top,
                 token,
             } => {
+                let align_text = align.trim().to_owned();
+                let align = crate::analysis::diff::Align::parse(&align)
+                    .map_err(|e| format!("--align: {e}"))?;
                 if let Some(pct) = max_peak_growth
                     && !(pct.is_finite() && pct >= 0.0)
                 {
@@ -502,7 +512,7 @@ impl Config {
                             }
                         }
                         let url = format!(
-                            "{}/api/compare/{before}/{after}?ignore_lines={ignore_lines}",
+                            "{}/api/compare/{before}/{after}?ignore_lines={ignore_lines}&align={align_text}",
                             server.trim_end_matches('/')
                         );
                         check_server_url(&server)?;
@@ -520,6 +530,7 @@ impl Config {
                     json,
                     max_peak_growth,
                     ignore_lines,
+                    align,
                     top,
                 }
             }

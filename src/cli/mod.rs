@@ -53,10 +53,16 @@ fn run(config: Config, max_events: u64) -> Result<Outcome, String> {
         json,
         max_peak_growth,
         ignore_lines,
+        align,
         top,
     } = config
     {
-        return run_diff(source, json, max_peak_growth, ignore_lines, top, max_events);
+        let options = crate::analysis::diff::DiffOptions {
+            ignore_lines,
+            align,
+            ..Default::default()
+        };
+        return run_diff(source, json, max_peak_growth, options, top, max_events);
     }
     run_other(config, max_events).map(|()| Outcome::Done)
 }
@@ -234,7 +240,7 @@ fn run_diff(
     source: DiffSource,
     json: bool,
     max_peak_growth: Option<f64>,
-    ignore_lines: bool,
+    options: crate::analysis::diff::DiffOptions,
     top: usize,
     max_events: u64,
 ) -> Result<Outcome, String> {
@@ -248,10 +254,6 @@ fn run_diff(
                 Ok((snapshot, analysis, summary))
             };
             let (b, a) = (load(&before)?, load(&after)?);
-            let options = crate::analysis::diff::DiffOptions {
-                ignore_lines,
-                ..Default::default()
-            };
             (
                 (before.display().to_string(), after.display().to_string()),
                 crate::analysis::diff::diff((&b.0, &b.1, &b.2), (&a.0, &a.1, &a.2), options),

@@ -4,7 +4,7 @@ use super::AppState;
 use super::error::{ApiError, blocking};
 use super::extract::{LoadedSnapshot, StoredSnapshot};
 use super::wire::{GroupAnswer, GroupMember, SnapshotView};
-use crate::analysis::diff::{Align, DiffOptions, MAX_DROPPED_OUTER_FRAMES, SnapshotDiff, diff};
+use crate::analysis::diff::{Align, DiffOptions, SnapshotDiff, diff};
 use crate::analysis::groups::{GroupStats, MemberPeak, group_stats};
 use crate::analysis::moment::Moment;
 use crate::analysis::oom::{OomReport, oom_reports};
@@ -28,16 +28,7 @@ pub struct CompareQuery {
 
 /// `?align=`: `auto`, `off`, or how many outer frames to drop (at most `MAX_DROPPED_OUTER_FRAMES`).
 fn align_param(value: Option<&str>) -> Result<Align, ApiError> {
-    match value.map(str::trim) {
-        None | Some("" | "auto") => Ok(Align::Auto),
-        Some("off" | "0") => Ok(Align::Off),
-        Some(text) => match text.parse::<usize>() {
-            Ok(frames) if frames <= MAX_DROPPED_OUTER_FRAMES => Ok(Align::DropOuter(frames)),
-            _ => Err(ApiError::BadRequest(format!(
-                "align must be auto, off or a number of outer frames to drop from 0 to {MAX_DROPPED_OUTER_FRAMES}, not {text:?}"
-            ))),
-        },
-    }
+    Align::parse(value.unwrap_or_default()).map_err(ApiError::BadRequest)
 }
 
 #[derive(Serialize)]
