@@ -757,7 +757,12 @@ mod tests {
     fn live(stacks: &[(&[&str], u64)]) -> LiveByStack {
         stacks
             .iter()
-            .map(|(frames, bytes)| (frames.iter().map(|f| f.to_string()).collect(), (*bytes, 1)))
+            .map(|(frames, bytes)| {
+                (
+                    frames.iter().map(|f| (*f).to_owned()).collect(),
+                    (*bytes, 1),
+                )
+            })
             .collect()
     }
 
