@@ -163,6 +163,14 @@ await run(90_000, async (browser) => {
       assertEqual(JSON.stringify(colours.free), JSON.stringify(colours.plain), "the free card's colours against a plain card");
     }
     await shot(page, "overview-health-infer_nograd", { fullPage: false });
+    // And the other way: where the findings name fragmentation, the card says so too.
+    const fragmented = (await upload(join(FIXTURES, "synthetic/fragmented_peak.pickle"), "fragmented_peak")).id;
+    await page.goto(`${BASE}/s/${fragmented}`);
+    await page.locator('.finding[data-finding="fragmentation"]').first().waitFor();
+    const warned = page.locator('[data-stat="free"]').first();
+    assertEqual(await warned.getAttribute("data-health"), "warn", "the card beside a fragmentation finding");
+    assertEqual((await warned.locator("[data-free-verdict]").textContent()).trim(), "a finding above: fragmentation", "its verdict");
+    await shot(page, "overview-health-fragmented", { fullPage: false });
     await clean(page);
   });
 
