@@ -47,6 +47,11 @@ pub struct Timeline {
     pub big_top: Vec<u64>,
     pub threshold: u64,
     pub y_max: u64,
+    /// The bytes at the bottom and top of the plot the bands were chosen for: `[0, y_max]`
+    /// unless the request zoomed the byte axis (`y0`, `y1`).
+    pub y_range: [u64; 2],
+    /// The most bands this answer could hold (the request's `detail`).
+    pub detail: usize,
     pub bands: Bands,
 }
 
@@ -83,6 +88,49 @@ pub(crate) const MAX_BANDS: usize = 2000;
 
 /// Most columns a request may ask for.
 pub const MAX_WIDTH: usize = 8192;
+
+/// The most bands a request may ask for (`detail`): stacking costs the columns times the bands
+/// live in each, so this keeps a window of the longest trace within the views' time budget.
+pub const MAX_DETAIL: usize = 10_000;
+
+/// What a window is zoomed to on the byte axis and how many allocations it may draw one by one
+/// (PyTorch's viewer calls the latter "detail"). Zooming the byte axis lowers the smallest band
+/// with it: a band needs a pixel of the zoomed axis, not of the whole one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Detail {
+    /// The bytes at the bottom and top of the plot; `None`: from 0 to the window's maximum.
+    pub y_range: Option<(u64, u64)>,
+    /// Most bands in the answer; the ones covering the most pixels are kept.
+    pub max_bands: usize,
+}
+
+impl Default for Detail {
+    fn default() -> Self {
+        Self {
+            y_range: None,
+            max_bands: MAX_BANDS,
+        }
+    }
+}
+
+impl Detail {
+    /// Sane values: a byte range of at least one byte per pixel row, 1 to [`MAX_DETAIL`] bands.
+    pub fn clamped(self, height: usize) -> Self {
+        let y_range = self.y_range.map(|(low, high)| {
+            let low = low.min(high);
+            (low, high.max(low.saturating_add(height as u64)))
+        });
+        Self {
+            y_range,
+            max_bands: self.max_bands.clamp(1, MAX_DETAIL),
+        }
+    }
+
+    /// The byte range drawn when the window's own maximum is `y_max`.
+    fn range(&self, y_max: u64) -> (u64, u64) {
+        self.y_range.unwrap_or((0, y_max))
+    }
+}
 
 impl Window {
     /// A window clamped to the trace (`len` events) with sane sizes.
@@ -157,18 +205,32 @@ impl Timeline {
             big_top: Vec::new(),
             threshold: 0,
             y_max,
+            y_range: [0, y_max],
+            detail: MAX_BANDS,
             bands: Bands::default(),
         }
     }
 }
 
-/// The timeline of one device for `window`.
+/// The timeline of one device for `window`, at the default detail (no zoom on bytes).
 pub fn timeline(device: &DeviceAnalysis, trace: &Trace, window: Window) -> Timeline {
+    timeline_detailed(device, trace, window, Detail::default())
+}
+
+/// The timeline of one device for `window`, zoomed on the byte axis and with as many bands as
+/// `detail` says.
+pub fn timeline_detailed(
+    device: &DeviceAnalysis,
+    trace: &Trace,
+    window: Window,
+    detail: Detail,
+) -> Timeline {
     let replay = &device.replay;
     if trace.is_empty() {
         return Timeline::empty(window.axis, replay.allocated_at_start);
     }
     let window = window.clamped(trace.len());
+    let detail = detail.clamped(window.height);
     let bounds = columns(&window, trace);
     let width = bounds.len() - 1;
 
@@ -193,13 +255,17 @@ pub fn timeline(device: &DeviceAnalysis, trace: &Trace, window: Window) -> Timel
         .max()
         .unwrap_or(0)
         .max(1);
-    let threshold = (y_max / window.height as u64).max(1);
+    // A pixel row of the byte range drawn: the whole window's, or the zoomed one.
+    let (y_low, y_high) = detail.range(y_max);
+    let y_span = y_high.saturating_sub(y_low).max(1);
+    let threshold = (y_span / window.height as u64).max(1);
 
     // Bands: at least a pixel tall and `MIN_BAND_AREA` pixels in all, overlapping the window.
     // Smaller ones are summed into the columns' totals, so the answer stays bounded by the
-    // window's size however long the trace is; zooming in makes every allocation a band.
+    // window's size however long the trace is; zooming in (on either axis) makes every
+    // allocation a band.
     let column_events = ((window.end + 1 - window.start) as f64 / width.max(1) as f64).max(1.0);
-    let pixels_per_byte = window.height as f64 / y_max as f64;
+    let pixels_per_byte = window.height as f64 / y_span as f64;
     let events = trace.len();
     let passes = |id: AllocationId| {
         let a = replay.allocations.at(id as usize);
@@ -248,7 +314,14 @@ pub fn timeline(device: &DeviceAnalysis, trace: &Trace, window: Window) -> Timel
             .cmp(&replay.allocations.size(a as usize))
             .then(a.cmp(&b))
     });
-    let (bands, big_top) = stack_bands(replay, trace.len(), &window, &bounds, chosen);
+    let (bands, big_top) = stack_bands(
+        replay,
+        trace.len(),
+        &window,
+        &bounds,
+        chosen,
+        detail.max_bands,
+    );
     Timeline {
         start: window.start,
         end: window.end,
@@ -262,11 +335,13 @@ pub fn timeline(device: &DeviceAnalysis, trace: &Trace, window: Window) -> Timel
         big_top,
         threshold,
         y_max,
+        y_range: [y_low, y_high],
+        detail: detail.max_bands,
         bands,
     }
 }
 
-/// The bands of `chosen` (candidates largest first, ties by id), at most [`MAX_BANDS`] of them,
+/// The bands of `chosen` (candidates largest first, ties by id), at most `max_bands` of them,
 /// stacked in the order PyTorch's viewer stacks them over the columns `bounds`, and the top of
 /// the stack per column. `events` is the trace's length.
 pub(super) fn stack_bands(
@@ -275,9 +350,10 @@ pub(super) fn stack_bands(
     window: &Window,
     bounds: &[usize],
     mut chosen: Vec<AllocationId>,
+    max_bands: usize,
 ) -> (Bands, Vec<u64>) {
     let width = bounds.len() - 1;
-    if chosen.len() > MAX_BANDS {
+    if chosen.len() > max_bands {
         // A window showing a long run at once: keep the bands that cover the most pixels.
         let area = |id: AllocationId| {
             let a = replay.allocations.at(id as usize);
@@ -285,8 +361,8 @@ pub(super) fn stack_bands(
             let last = a.end.map_or(events, |e| e as usize).min(window.end + 1);
             a.size as u128 * last.saturating_sub(first) as u128
         };
-        chosen.select_nth_unstable_by_key(MAX_BANDS, |&id| std::cmp::Reverse(area(id)));
-        chosen.truncate(MAX_BANDS);
+        chosen.select_nth_unstable_by_key(max_bands, |&id| std::cmp::Reverse(area(id)));
+        chosen.truncate(max_bands);
     }
     // Stacking order: alive-from-start first (as PyTorch's viewer), then by allocation order.
     chosen.sort_unstable_by_key(|&id| {
@@ -355,4 +431,93 @@ pub(super) fn stack_bands(
         );
     }
     (bands, big_top)
+}
+
+/// Most rows of a column's list one request may ask for.
+pub const MAX_COLUMN_ROWS: usize = 500;
+/// Most events a listed column may span: the list reads each of its events once (the client's
+/// columns are at most a 320th of the trace; a request for one column over a whole long trace
+/// is refused rather than read).
+pub const MAX_COLUMN_EVENTS: usize = 1 << 17;
+
+/// The allocations of one column of a timeline answer that it does not draw as bands (the grey
+/// part), largest first: what a click on the grey part lists.
+#[derive(Debug, Serialize, PartialEq)]
+pub struct ColumnAllocations {
+    pub column: usize,
+    /// The column's first and last event.
+    pub first_event: usize,
+    pub last_event: usize,
+    /// How many allocations live during the column are not bands, and their bytes.
+    pub total: usize,
+    pub total_bytes: u64,
+    /// The largest `limit` of them (ties by id).
+    pub ids: Vec<AllocationId>,
+}
+
+/// Why a column cannot be listed.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ColumnError {
+    /// The window has no such column (it has `columns`).
+    NoSuchColumn { column: usize, columns: usize },
+    /// The column spans more events than [`MAX_COLUMN_EVENTS`].
+    TooLong { events: usize },
+}
+
+/// The allocations live during column `column` of the answer to (`window`, `detail`) that are
+/// not among its bands: alive when the column begins, or allocated during it. At most `limit`
+/// ids (capped at [`MAX_COLUMN_ROWS`]) with the count and bytes of all of them.
+pub fn column_allocations(
+    device: &DeviceAnalysis,
+    trace: &Trace,
+    window: Window,
+    detail: Detail,
+    column: usize,
+    limit: usize,
+) -> Result<ColumnAllocations, ColumnError> {
+    let answer = timeline_detailed(device, trace, window, detail);
+    let columns = answer.column_start.len().saturating_sub(1);
+    if column >= columns {
+        return Err(ColumnError::NoSuchColumn { column, columns });
+    }
+    let (from, to) = (
+        answer.column_start[column],
+        answer.column_start[column + 1].max(answer.column_start[column] + 1),
+    );
+    if to - from > MAX_COLUMN_EVENTS {
+        return Err(ColumnError::TooLong { events: to - from });
+    }
+    let replay = &device.replay;
+    let mut live = replay.live_after(from.checked_sub(1));
+    for event in from..to.min(trace.len()) {
+        if let Some(id) = replay.allocation_at(event)
+            && replay.allocations.start(id as usize) == Some(event as u32)
+        {
+            live.push(id);
+        }
+    }
+    let mut bands = answer.bands.id.clone();
+    bands.sort_unstable();
+    live.retain(|id| bands.binary_search(id).is_err() && replay.allocations.size(*id as usize) > 0);
+    let total = live.len();
+    let total_bytes = live
+        .iter()
+        .map(|&id| replay.allocations.size(id as usize))
+        .sum();
+    let by_size =
+        |&id: &AllocationId| (std::cmp::Reverse(replay.allocations.size(id as usize)), id);
+    let limit = limit.min(MAX_COLUMN_ROWS);
+    if live.len() > limit {
+        live.select_nth_unstable_by_key(limit, by_size);
+        live.truncate(limit);
+    }
+    live.sort_unstable_by_key(by_size);
+    Ok(ColumnAllocations {
+        column,
+        first_event: from,
+        last_event: to - 1,
+        total,
+        total_bytes,
+        ids: live,
+    })
 }
