@@ -305,15 +305,6 @@ pub fn timeline_detailed(
             .filter(|&id| passes(id))
             .collect();
     }
-    // Largest first, ties by id: the order the selection below has always seen, so that among
-    // equal areas it keeps the same bands.
-    chosen.sort_unstable_by(|&a, &b| {
-        replay
-            .allocations
-            .size(b as usize)
-            .cmp(&replay.allocations.size(a as usize))
-            .then(a.cmp(&b))
-    });
     let (bands, big_top) = stack_bands(
         replay,
         trace.len(),
@@ -341,7 +332,7 @@ pub fn timeline_detailed(
     }
 }
 
-/// The bands of `chosen` (candidates largest first, ties by id), at most `max_bands` of them,
+/// The bands of `chosen` (candidates in any order), at most `max_bands` of them,
 /// stacked in the order PyTorch's viewer stacks them over the columns `bounds`, and the top of
 /// the stack per column. `events` is the trace's length.
 pub(super) fn stack_bands(
@@ -361,7 +352,15 @@ pub(super) fn stack_bands(
             let last = a.end.map_or(events, |e| e as usize).min(window.end + 1);
             a.size as u128 * last.saturating_sub(first) as u128
         };
-        chosen.select_nth_unstable_by_key(max_bands, |&id| std::cmp::Reverse(area(id)));
+        // Ties broken by size, then id, so the bands kept do not depend on the candidates'
+        // order (no need to sort them all first: a zoomed byte axis can have many).
+        chosen.select_nth_unstable_by_key(max_bands, |&id| {
+            (
+                std::cmp::Reverse(area(id)),
+                std::cmp::Reverse(replay.allocations.size(id as usize)),
+                id,
+            )
+        });
         chosen.truncate(max_bands);
     }
     // Stacking order: alive-from-start first (as PyTorch's viewer), then by allocation order.
@@ -392,29 +391,57 @@ pub(super) fn stack_bands(
         .collect();
 
     // Sweep columns; a band's offset is the sum of the chosen bands below it that are live.
+    // `live` is in stacking order (ascending index into `chosen`) with each one's offset beside
+    // it; a column only recomputes the offsets from the lowest band that started or ended
+    // there, so a window of thousands of bands over thousands of columns costs its changes,
+    // not bands times columns (most allocations end on top of the stack, where they began).
+    let size_of = |i: usize| replay.allocations.size(chosen[i] as usize);
     let mut points: Vec<Vec<(usize, u64)>> = vec![Vec::new(); chosen.len()];
     let mut last_offset: Vec<Option<u64>> = vec![None; chosen.len()];
     let mut starting: Vec<Vec<usize>> = vec![Vec::new(); width];
-    for (i, &(first, _)) in spans.iter().enumerate() {
+    // Bands gone from column `c` on: their last column is `c - 1`.
+    let mut ending: Vec<Vec<usize>> = vec![Vec::new(); width + 1];
+    for (i, &(first, last)) in spans.iter().enumerate() {
         starting[first].push(i);
+        // (A band ending before it starts still spans its first column, as it always did.)
+        ending[(last.max(first) + 1).min(width)].push(i);
     }
     let mut live: Vec<usize> = Vec::new();
+    let mut live_offset: Vec<u64> = Vec::new();
     let mut big_top = Vec::with_capacity(width);
-    for (c, starts) in starting.iter().enumerate() {
-        live.retain(|&i| spans[i].1 >= c);
-        for &i in starts {
+    let mut top = 0u64;
+    for c in 0..width {
+        let mut first_changed = usize::MAX;
+        for &i in &ending[c] {
+            if let Ok(at) = live.binary_search(&i) {
+                live.remove(at);
+                live_offset.remove(at);
+                first_changed = first_changed.min(at);
+            }
+        }
+        for &i in &starting[c] {
             let at = live.partition_point(|&j| j < i);
             live.insert(at, i);
+            live_offset.insert(at, 0);
+            first_changed = first_changed.min(at);
         }
-        let mut offset = 0u64;
-        for &i in &live {
-            if last_offset[i] != Some(offset) {
-                points[i].push((c, offset));
-                last_offset[i] = Some(offset);
+        if first_changed != usize::MAX {
+            let mut offset = match first_changed.checked_sub(1) {
+                Some(below) => live_offset[below] + size_of(live[below]),
+                None => 0,
+            };
+            for k in first_changed..live.len() {
+                let i = live[k];
+                live_offset[k] = offset;
+                if last_offset[i] != Some(offset) {
+                    points[i].push((c, offset));
+                    last_offset[i] = Some(offset);
+                }
+                offset += size_of(i);
             }
-            offset += replay.allocations.size(chosen[i] as usize);
+            top = offset;
         }
-        big_top.push(offset);
+        big_top.push(top);
     }
     let mut bands = Bands::default();
     for (&id, points) in chosen.iter().zip(points) {
@@ -520,4 +547,234 @@ pub fn column_allocations(
         total_bytes,
         ids: live,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::fixtures::analysed;
+
+    /// The stacking as it was before offsets were recomputed only from the lowest change: every
+    /// live band's offset summed again in every column.
+    fn stack_every_column(
+        replay: &Replay,
+        bounds: &[usize],
+        window: &Window,
+        bands: &Bands,
+    ) -> (Vec<Vec<u64>>, Vec<u64>) {
+        let width = bounds.len() - 1;
+        let span = |k: usize| {
+            let first = column_of(
+                bounds,
+                bands.start[k].map_or(window.start, |s| (s as usize).max(window.start)),
+            );
+            let last = match bands.end[k] {
+                Some(e) => column_of(bounds, (e as usize).min(window.end)),
+                None => width - 1,
+            };
+            (first, last)
+        };
+        let mut points = vec![Vec::new(); bands.len()];
+        let mut last_offset = vec![None; bands.len()];
+        let mut big_top = Vec::new();
+        // `bands` is in stacking order.
+        for c in 0..width {
+            let mut offset = 0;
+            for k in 0..bands.len() {
+                let (first, last) = span(k);
+                if c < first || c > last.max(first) {
+                    continue;
+                }
+                if last_offset[k] != Some(offset) {
+                    points[k].extend([c as u64, offset]);
+                    last_offset[k] = Some(offset);
+                }
+                offset += replay.allocations.size(bands.id[k] as usize);
+            }
+            big_top.push(offset);
+        }
+        (points, big_top)
+    }
+
+    fn windows(events: usize) -> Vec<(Window, Detail)> {
+        let mut out = Vec::new();
+        for (start, end) in [
+            (0, events - 1),
+            (events / 3, events / 3 + 40),
+            (events / 2, events / 2 + 900),
+        ] {
+            for y_range in [None, Some((0, 200_000_000)), Some((1 << 30, (1 << 30) + 50_000))] {
+                for max_bands in [MAX_BANDS, 300, MAX_DETAIL] {
+                    out.push((
+                        Window {
+                            start,
+                            end,
+                            width: 1200,
+                            height: 336,
+                            axis: Axis::Event,
+                        },
+                        Detail { y_range, max_bands },
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn stacking_from_the_lowest_change_matches_stacking_every_column() {
+        let (snapshot, analysis) = analysed("gpt2_adamw.pickle");
+        let device = &analysis.devices[0];
+        let trace = snapshot.trace(0);
+        for (window, detail) in windows(trace.len()) {
+            let answer = timeline_detailed(device, trace, window, detail);
+            let clamped = window.clamped(trace.len());
+            let (points, big_top) = stack_every_column(
+                &device.replay,
+                &answer.column_start,
+                &clamped,
+                &answer.bands,
+            );
+            assert_eq!(answer.bands.points, points, "{window:?} {detail:?}");
+            assert_eq!(answer.big_top, big_top, "{window:?} {detail:?}");
+        }
+    }
+
+    #[test]
+    fn zooming_the_bytes_lowers_the_threshold_and_draws_more_bands_up_to_the_detail() {
+        let (snapshot, analysis) = analysed("gpt2_adamw.pickle");
+        let device = &analysis.devices[0];
+        let trace = snapshot.trace(0);
+        let window = Window {
+            start: 0,
+            end: trace.len() - 1,
+            width: 1200,
+            height: 336,
+            axis: Axis::Event,
+        };
+        let whole = timeline(device, trace, window);
+        assert_eq!(whole.y_range, [0, whole.y_max]);
+        let zoomed = timeline_detailed(
+            device,
+            trace,
+            window,
+            Detail {
+                y_range: Some((0, whole.y_max / 100)),
+                max_bands: MAX_DETAIL,
+            },
+        );
+        assert_eq!(zoomed.y_range, [0, whole.y_max / 100]);
+        assert!(zoomed.threshold * 50 < whole.threshold);
+        assert!(zoomed.bands.len() > 2 * whole.bands.len());
+        // The columns' totals do not depend on the zoom.
+        assert_eq!(zoomed.allocated_max, whole.allocated_max);
+        let capped = timeline_detailed(
+            device,
+            trace,
+            window,
+            Detail {
+                y_range: Some((0, whole.y_max / 100)),
+                max_bands: 100,
+            },
+        );
+        assert_eq!(capped.bands.len(), 100);
+        assert_eq!(capped.detail, 100);
+        // Out-of-range asks are clamped: no band count of 0 or over the maximum, a byte range of
+        // at least a byte per row.
+        let clamped = Detail {
+            y_range: Some((500, 500)),
+            max_bands: 0,
+        }
+        .clamped(336);
+        assert_eq!(clamped.y_range, Some((500, 836)));
+        assert_eq!(clamped.max_bands, 1);
+        assert_eq!(
+            Detail {
+                y_range: None,
+                max_bands: usize::MAX
+            }
+            .clamped(336)
+            .max_bands,
+            MAX_DETAIL
+        );
+    }
+
+    #[test]
+    fn every_allocation_is_a_band_or_in_a_column_list() {
+        let (snapshot, analysis) = analysed("gpt2_adamw.pickle");
+        let device = &analysis.devices[0];
+        let trace = snapshot.trace(0);
+        let window = Window {
+            start: 0,
+            end: trace.len() - 1,
+            width: 800,
+            height: 336,
+            axis: Axis::Event,
+        };
+        let answer = timeline(device, trace, window);
+        let mut seen = vec![false; device.replay.allocations.len()];
+        for &id in &answer.bands.id {
+            seen[id as usize] = true;
+        }
+        for column in 0..answer.width {
+            let listed = column_allocations(
+                device,
+                trace,
+                window,
+                Detail::default(),
+                column,
+                MAX_COLUMN_ROWS,
+            )
+            .expect("a column of the window");
+            assert!(listed.ids.len() <= MAX_COLUMN_ROWS);
+            assert_eq!(listed.total, listed.ids.len(), "column {column} overflows");
+            let sizes: Vec<u64> = listed
+                .ids
+                .iter()
+                .map(|&id| device.replay.allocations.size(id as usize))
+                .collect();
+            assert!(sizes.windows(2).all(|w| w[0] >= w[1]), "largest first");
+            assert_eq!(listed.total_bytes, sizes.iter().sum::<u64>());
+            for &id in &listed.ids {
+                assert!(!answer.bands.id.contains(&id), "a band listed as grey");
+                seen[id as usize] = true;
+            }
+        }
+        let missing: Vec<usize> = (0..seen.len())
+            .filter(|&id| !seen[id] && device.replay.allocations.size(id) > 0)
+            .collect();
+        assert!(missing.is_empty(), "never reached: {missing:?}");
+    }
+
+    #[test]
+    fn a_column_list_is_bounded_and_refuses_what_it_cannot_answer() {
+        let (snapshot, analysis) = analysed("gpt2_adamw.pickle");
+        let device = &analysis.devices[0];
+        let trace = snapshot.trace(0);
+        let window = Window {
+            start: 0,
+            end: trace.len() - 1,
+            width: 800,
+            height: 336,
+            axis: Axis::Event,
+        };
+        let busiest = (0..800)
+            .filter_map(|c| column_allocations(device, trace, window, Detail::default(), c, 3).ok())
+            .max_by_key(|listed| listed.total)
+            .expect("columns");
+        assert_eq!(busiest.ids.len(), 3);
+        assert!(busiest.total > 3);
+        assert_eq!(
+            column_allocations(device, trace, window, Detail::default(), 800, 3),
+            Err(ColumnError::NoSuchColumn {
+                column: 800,
+                columns: 800
+            })
+        );
+        // One column over the whole trace reads every event: refused past MAX_COLUMN_EVENTS
+        // (this trace is shorter, so it is answered).
+        let one = Window { width: 1, ..window };
+        assert!(column_allocations(device, trace, one, Detail::default(), 0, 10).is_ok());
+        assert!(trace.len() < MAX_COLUMN_EVENTS);
+    }
 }
