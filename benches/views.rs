@@ -98,7 +98,10 @@ fn main() {
             let span = (n / zoom).max(10);
             for k in 0..5 {
                 let start = (n - span) * k / 4;
-                for y_range in [(1 << 30, (1 << 30) + 100_000), (1_900_000_000, 2_000_000_000)] {
+                for y_range in [
+                    (1 << 30, (1 << 30) + 100_000),
+                    (1_900_000_000, 2_000_000_000),
+                ] {
                     let window = Window {
                         start,
                         end: start + span - 1,
@@ -122,7 +125,7 @@ fn main() {
             }
         }
         report(
-            "timeline 1600px, bytes zoomed, detail 10000 (incl. JSON)",
+            "timeline 1600px, bytes zoomed, detail 5000 (incl. JSON)",
             &mut times,
         );
         println!("  largest zoomed timeline JSON: {} KB", largest_json / 1024);

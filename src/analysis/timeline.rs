@@ -91,7 +91,7 @@ pub const MAX_WIDTH: usize = 8192;
 
 /// The most bands a request may ask for (`detail`): stacking costs the columns times the bands
 /// live in each, so this keeps a window of the longest trace within the views' time budget.
-pub const MAX_DETAIL: usize = 10_000;
+pub const MAX_DETAIL: usize = 5_000;
 
 /// What a window is zoomed to on the byte axis and how many allocations it may draw one by one
 /// (PyTorch's viewer calls the latter "detail"). Zooming the byte axis lowers the smallest band
@@ -603,7 +603,11 @@ mod tests {
             (events / 3, events / 3 + 40),
             (events / 2, events / 2 + 900),
         ] {
-            for y_range in [None, Some((0, 200_000_000)), Some((1 << 30, (1 << 30) + 50_000))] {
+            for y_range in [
+                None,
+                Some((0, 200_000_000)),
+                Some((1 << 30, (1 << 30) + 50_000)),
+            ] {
                 for max_bands in [MAX_BANDS, 300, MAX_DETAIL] {
                     out.push((
                         Window {

@@ -337,7 +337,7 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
       const start = Math.max(0, a.start - 4);
       const end = Math.min(state.events - 1, Math.max(a.end + 4, start + 16));
       // The most detail: a window of a thousand events holds thousands of candidates.
-      await setState(page, { start, end, y0: null, y1: null, detail: 10000 });
+      await setState(page, { start, end, y0: null, y1: null, detail: 5000 });
       let found = null;
       for (let round = 0; round < 8 && !found; round += 1) {
         await settled(page, `the window around allocation ${a.id}`);
@@ -534,7 +534,7 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
         await huge.waitForTimeout(60);
       }
       await huge.keyboard.up("Shift");
-      await huge.locator("#timeline-detail").selectOption("10000");
+      await huge.locator("#timeline-detail").selectOption("5000");
       await settled(huge, "the zoomed huge timeline");
       const deep = await model(huge);
       const s = await store(huge);
