@@ -285,42 +285,47 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     await clean(page);
   });
 
-  await step("every allocation of gpt2_adamw is reached: its own band (hit-tested) or a row of a grey column's list", async () => {
-    await page.goto(`${BASE}/s/${state.gpt2}?tab=timeline`);
-    await settled(page);
-    const reached = await page.evaluate(async () => {
-      const view = window.snapviewTest.views.timeline;
-      const asBand = new Set();
-      const asRow = new Set();
-      let hitMisses = 0;
-      for (const band of view.layout.bands) {
-        if (band.w < 1 || band.h < 1) continue;
-        const hit = view.hitTest(band.x + band.w / 2, band.y + band.h / 2);
-        if (hit.kind === "band" && hit.band.id === band.id) asBand.add(band.id);
-        else hitMisses += 1;
-      }
-      let overflow = 0;
-      for (let c = 0; c < view.model.n; c += 1) {
-        if (view.model.data.allocated_max[c] <= view.model.data.big_top[c] && view.model.data.allocated_min[c] <= view.model.data.big_top[c]) continue;
-        const answer = await view.openColumn(c, 500);
-        if (!answer) continue;
-        for (const row of answer.rows) asRow.add(row.id);
-        if (answer.total > answer.rows.length) overflow += 1;
-      }
-      return { asBand: [...asBand], asRow: [...asRow], hitMisses, overflow, columns: view.model.n };
-    });
-    const all = new Set([...reached.asBand, ...reached.asRow]);
-    const missing = [];
-    for (let id = 0; id < state.allocations; id += 1) if (!all.has(id)) missing.push(id);
-    assertEqual(reached.overflow, 0, "columns with more grey allocations than one list holds");
-    assert(
-      missing.length === 0,
-      `${missing.length} of ${state.allocations} allocations not reached (${reached.asBand.length} bands, ${reached.asRow.length} rows over ${reached.columns} columns): ${missing.slice(0, 10)}`,
-    );
-    state.rowOnly = reached.asRow.filter((id) => !reached.asBand.includes(id));
-    console.log(`      ${reached.asBand.length} as bands, ${reached.asRow.length} as rows, ${reached.hitMisses} bands covered by others at their centre`);
-    await page.evaluate(() => window.snapviewTest.views.timeline.columnList.replaceChildren());
-  });
+  await step(
+    "every allocation of gpt2_adamw is reached: its own band (hit-tested) or a row of a grey column's list",
+    async () => {
+      await page.goto(`${BASE}/s/${state.gpt2}?tab=timeline`);
+      await settled(page);
+      const reached = await page.evaluate(async () => {
+        const view = window.snapviewTest.views.timeline;
+        const asBand = new Set();
+        const asRow = new Set();
+        let hitMisses = 0;
+        for (const band of view.layout.bands) {
+          if (band.w < 1 || band.h < 1) continue;
+          const hit = view.hitTest(band.x + band.w / 2, band.y + band.h / 2);
+          if (hit.kind === "band" && hit.band.id === band.id) asBand.add(band.id);
+          else hitMisses += 1;
+        }
+        let overflow = 0;
+        for (let c = 0; c < view.model.n; c += 1) {
+          if (view.model.data.allocated_max[c] <= view.model.data.big_top[c] && view.model.data.allocated_min[c] <= view.model.data.big_top[c]) continue;
+          const answer = await view.openColumn(c, 500);
+          if (!answer) continue;
+          for (const row of answer.rows) asRow.add(row.id);
+          if (answer.total > answer.rows.length) overflow += 1;
+        }
+        return { asBand: [...asBand], asRow: [...asRow], hitMisses, overflow, columns: view.model.n };
+      });
+      const all = new Set([...reached.asBand, ...reached.asRow]);
+      const missing = [];
+      for (let id = 0; id < state.allocations; id += 1) if (!all.has(id)) missing.push(id);
+      assertEqual(reached.overflow, 0, "columns with more grey allocations than one list holds");
+      assert(
+        missing.length === 0,
+        `${missing.length} of ${state.allocations} allocations not reached (${reached.asBand.length} bands, ${reached.asRow.length} rows over ${reached.columns} columns): ${missing.slice(0, 10)}`,
+      );
+      state.rowOnly = reached.asRow.filter((id) => !reached.asBand.includes(id));
+      console.log(`      ${reached.asBand.length} as bands, ${reached.asRow.length} as rows, ${reached.hitMisses} bands covered by others at their centre`);
+      await page.evaluate(() => window.snapviewTest.views.timeline.columnList.replaceChildren());
+      // A list per column of the whole trace: a thousand requests, slow on a busy machine.
+    },
+    150_000,
+  );
 
   await step("zooming both axes makes small allocations their own bands (the grey threshold falls with x and y)", async () => {
     // The smallest allocations that live a few events: zoom on their lifetime, then on their
