@@ -132,7 +132,11 @@ function onUp(view, event) {
   if (hit.kind === "band") patch.alloc = hit.band.id;
   view.ctx.store.set(patch);
   view.ctx.setMoment(clamp(clickedEvent, -1, view.model.events - 1));
-  if (hit.kind === "grey") openColumnList(view, hit.column);
+  if (hit.kind === "grey") {
+    // The list below the chart answers the click; the hover's tip would cover it.
+    hideTip();
+    openColumnList(view, hit.column);
+  }
 }
 
 /** What is at CSS px (x, y) of the chart: {kind: "band", band}, {kind: "grey", column} or {kind: "none"}. */

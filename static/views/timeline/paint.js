@@ -432,9 +432,13 @@ function paintXAxis(scene, byTime) {
   ctx.fillStyle = t.faint;
   ctx.fillText(byTime ? "time since the first event →" : "event →", plot.x + plot.w, plot.y + plot.h + 18);
   ctx.textAlign = "left";
-  // A zoomed byte axis does not start at 0: the title says so.
-  ctx.fillStyle = m.zoomedY ? t.accent : t.faint;
-  ctx.fillText(m.zoomedY ? "live bytes (zoomed: ↕ All bytes)" : "live bytes", 4, 4);
+  ctx.fillText("live bytes", 4, 4);
+  // A zoomed byte axis does not start at 0: a second line says so (within the left margin, so
+  // it never runs into the markers' labels on a narrow screen).
+  if (m.zoomedY) {
+    ctx.fillStyle = t.accent;
+    ctx.fillText("zoomed ↕", 4, 17);
+  }
   return labels;
 }
 
