@@ -12,7 +12,9 @@ use snapview::analysis::events::{EventFilter, page};
 use snapview::analysis::flame::{FlameMode, flame};
 use snapview::analysis::memory_map::memory_map;
 use snapview::analysis::roles::{UserRules, role_window};
-use snapview::analysis::timeline::{Axis, Window, timeline};
+use snapview::analysis::timeline::{
+    Axis, Detail, MAX_DETAIL, Window, column_allocations, timeline, timeline_detailed,
+};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -85,6 +87,49 @@ fn main() {
         }
         report("timeline 1600px (incl. JSON)", &mut times);
         println!("  largest timeline JSON: {} KB", largest_json / 1024);
+
+        // The same windows with the byte axis zoomed (1 GiB to 1 GiB + 100 KB, where the grey
+        // threshold falls to about 300 bytes, and a 100 MB range over the steps' low) at the
+        // most detail, and a grey column's list in each.
+        let mut times = Vec::new();
+        let mut list_times = Vec::new();
+        let mut largest_json = 0;
+        for zoom in [1usize, 10, 100, 1000, 10_000, 100_000] {
+            let span = (n / zoom).max(10);
+            for k in 0..5 {
+                let start = (n - span) * k / 4;
+                for y_range in [
+                    (1 << 30, (1 << 30) + 100_000),
+                    (1_900_000_000, 2_000_000_000),
+                ] {
+                    let window = Window {
+                        start,
+                        end: start + span - 1,
+                        width: 1600,
+                        height: 400,
+                        axis: Axis::Event,
+                    };
+                    let detail = Detail {
+                        y_range: Some(y_range),
+                        max_bands: MAX_DETAIL,
+                    };
+                    let began = Instant::now();
+                    let t = timeline_detailed(device, trace, window, detail);
+                    let json = serde_json::to_string(&t).expect("json");
+                    times.push(began.elapsed().as_secs_f64() * 1e3);
+                    largest_json = largest_json.max(json.len());
+                    let began = Instant::now();
+                    let _ = column_allocations(device, trace, window, detail, t.width / 2, 50);
+                    list_times.push(began.elapsed().as_secs_f64() * 1e3);
+                }
+            }
+        }
+        report(
+            "timeline 1600px, bytes zoomed, detail 5000 (incl. JSON)",
+            &mut times,
+        );
+        println!("  largest zoomed timeline JSON: {} KB", largest_json / 1024);
+        report("grey column list (50 rows)", &mut list_times);
 
         // The `/roles` window beside it: the same windows, bytes per role per column (the roles
         // themselves are decided once per snapshot, at load, as the summary does).

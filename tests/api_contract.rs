@@ -322,6 +322,20 @@ fn every_answer_has_the_documented_shape() {
         &[&allocation, &orphan],
     );
 
+    // The allocations a timeline column draws in grey (issue 20): one band at most, so the
+    // column's rows (and their frames) are there.
+    let column = client.get(&format!(
+        "/api/snapshots/{mlp}/timeline/column?width=300&detail=1&column=150&limit=5"
+    ));
+    assert!(column["total"].as_u64() > column["rows"].as_array().map(|r| r.len() as u64));
+    let zoomed_column = client.get(&format!(
+        "/api/snapshots/{oom}/timeline/column?width=300&y0=0&y1=100000&detail=1&column=10&limit=3"
+    ));
+    contract.add(
+        "GET /api/snapshots/{id}/timeline/column",
+        &[&column, &zoomed_column],
+    );
+
     let flame = client.get(&format!("/api/snapshots/{mlp}/flame"));
     assert_eq!(flame["mode"], "allocated", "the answer says its mode");
     let reserved = client.get(&format!(

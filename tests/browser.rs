@@ -101,6 +101,14 @@ fn views_work_in_a_real_browser() {
     run_script("tests/browser/views.mjs", Duration::from_secs(150));
 }
 
+/// The timeline down to every allocation (issue 20): the byte zoom, detail, the grey column's
+/// list, every allocation of gpt2_adamw reached, the whole trace's shape, the labels and ticks;
+/// the 287 MB trace too when it is in `SNAPVIEW_LARGE_DIR`: `tests/browser/timeline_zoom.mjs`.
+#[test]
+fn the_timeline_reaches_every_allocation_in_a_real_browser() {
+    run_script("tests/browser/timeline_zoom.mjs", Duration::from_secs(420));
+}
+
 /// Roles in the views (issue 11): the timeline coloured by role, its legend and role strip, the
 /// flame graph rooted by role: `tests/browser/roles.mjs`.
 #[test]

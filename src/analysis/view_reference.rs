@@ -97,7 +97,7 @@ pub(crate) fn timeline_scanning(
         })
         .collect();
     // Selection aside, the bands are stacked as they always were (the stacking did not change).
-    let (bands, big_top) = stack_bands(replay, trace.len(), &window, &bounds, chosen);
+    let (bands, big_top) = stack_bands(replay, trace.len(), &window, &bounds, chosen, MAX_BANDS);
     Timeline {
         start: window.start,
         end: window.end,
@@ -111,6 +111,8 @@ pub(crate) fn timeline_scanning(
         big_top,
         threshold,
         y_max,
+        y_range: [0, y_max],
+        detail: MAX_BANDS,
         bands,
     }
 }

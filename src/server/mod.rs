@@ -244,6 +244,10 @@ pub fn router(state: AppState) -> Router {
         .route("/api/snapshots/{id}/raw", get(api::raw))
         .route("/api/snapshots/{id}/status", get(api::status))
         .route("/api/snapshots/{id}/timeline", get(views::timeline_view))
+        .route(
+            "/api/snapshots/{id}/timeline/column",
+            get(views::timeline_column_view),
+        )
         .route("/api/snapshots/{id}/roles", get(views::roles_view))
         .route(
             "/api/snapshots/{id}/rules",

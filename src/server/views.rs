@@ -6,7 +6,8 @@ use super::cache::Loaded;
 use super::error::ApiError;
 use super::extract::{DeviceChoice, DeviceMoment, LoadedSnapshot, one_of};
 use super::wire::{
-    AllocationView, BandRoles, FlameAnswer, FrameView, RolesAnswer, TimeSpan, TimelineAnswer,
+    AllocationView, BandRoles, ColumnAnswer, ColumnRow, FlameAnswer, FrameView, RolesAnswer,
+    TimeSpan, TimelineAnswer,
 };
 use crate::analysis::DeviceAnalysis;
 use crate::analysis::events::{EventFilter, EventPage, page};
@@ -15,7 +16,10 @@ use crate::analysis::markers::{Columns, Markers, annotation_markers};
 use crate::analysis::memory_map::{MemoryMap, memory_map};
 use crate::analysis::moment::Moment;
 use crate::analysis::roles::{DeviceRoles, UserRules, role_window};
-use crate::analysis::timeline::{Axis, Window, timeline};
+use crate::analysis::timeline::{
+    Axis, ColumnError, Detail, MAX_BANDS, MAX_COLUMN_EVENTS, Window, column_allocations,
+    timeline_detailed,
+};
 use axum::Json;
 use axum::extract::{Path, Query};
 use serde::Deserialize;
@@ -27,6 +31,11 @@ pub struct TimelineQuery {
     width: Option<usize>,
     height: Option<usize>,
     axis: Option<String>,
+    /// The byte axis's zoom: bytes at the plot's bottom and top (both or neither).
+    y0: Option<u64>,
+    y1: Option<u64>,
+    /// Most allocations drawn one by one (PyTorch's viewer's "detail").
+    detail: Option<usize>,
 }
 
 impl TimelineQuery {
@@ -45,6 +54,24 @@ impl TimelineQuery {
             axis,
         })
     }
+
+    /// The byte zoom and detail asked for (default: no zoom, `MAX_BANDS` bands).
+    fn detail(&self) -> Result<Detail, ApiError> {
+        let y_range = match (self.y0, self.y1) {
+            (None, None) => None,
+            (Some(low), Some(high)) if low < high => Some((low, high)),
+            _ => {
+                return Err(ApiError::BadRequest(
+                    "y0 and y1 go together, with y0 < y1 (bytes at the bottom and top of the plot)"
+                        .into(),
+                ));
+            }
+        };
+        Ok(Detail {
+            y_range,
+            max_bands: self.detail.unwrap_or(MAX_BANDS),
+        })
+    }
 }
 
 /// `GET /api/snapshots/{id}/timeline`.
@@ -54,10 +81,11 @@ pub async fn timeline_view(
     Query(query): Query<TimelineQuery>,
 ) -> Result<Json<TimelineAnswer>, ApiError> {
     let window = query.window()?;
+    let detail = query.detail()?;
     snapshot
         .on_device(device, move |loaded, device| {
             let trace = loaded.snapshot.trace(device.device);
-            let timeline = timeline(device, trace, window);
+            let timeline = timeline_detailed(device, trace, window, detail);
             let columns = Columns {
                 start: timeline.start,
                 end: timeline.end,
@@ -138,6 +166,90 @@ pub async fn roles_view(
                 device: device.device,
                 window: role_window(device, roles, trace, window),
                 axis: window.axis,
+            })
+        })
+        .await
+        .map(Json)
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ColumnQuery {
+    column: usize,
+    limit: Option<usize>,
+}
+
+/// `GET /api/snapshots/{id}/timeline/column`: the allocations a column of the timeline answer
+/// to the same query draws in grey, largest first, with their roles and first frames.
+pub async fn timeline_column_view(
+    snapshot: LoadedSnapshot,
+    Query(device): Query<DeviceChoice>,
+    Query(query): Query<TimelineQuery>,
+    Query(column): Query<ColumnQuery>,
+) -> Result<Json<ColumnAnswer>, ApiError> {
+    let window = query.window()?;
+    let detail = query.detail()?;
+    snapshot
+        .on_device(device, move |loaded, device| {
+            let snapshot = &loaded.snapshot;
+            let trace = snapshot.trace(device.device);
+            let listed = column_allocations(
+                device,
+                trace,
+                window,
+                detail,
+                column.column,
+                column.limit.unwrap_or(50),
+            )
+            .map_err(|error| match error {
+                ColumnError::NoSuchColumn { column, columns } => ApiError::BadRequest(format!(
+                    "column {column} is not in this window (it has {columns} columns)"
+                )),
+                ColumnError::TooLong { events } => ApiError::BadRequest(format!(
+                    "the column spans {events} events; ask for a narrower window or more columns \
+                     (a listed column spans at most {MAX_COLUMN_EVENTS} events)"
+                )),
+            })?;
+            let roles = device_roles(loaded, device);
+            let allocations = &device.replay.allocations;
+            // A row shows the first few frames that PyTorch's viewer would show.
+            const ROW_FRAMES: usize = 3;
+            let rows = listed
+                .ids
+                .iter()
+                .map(|&id| {
+                    let a = allocations.at(id as usize);
+                    ColumnRow {
+                        id,
+                        block_id: a.id(),
+                        size: a.size,
+                        start: a.start,
+                        end: a.end,
+                        role: roles.role_of(id).to_owned(),
+                        frames: snapshot
+                            .stacks
+                            .get(a.stack)
+                            .iter()
+                            .map(|&f| snapshot.frames.get(f))
+                            .filter(|frame| !frame.is_hidden())
+                            .take(ROW_FRAMES)
+                            .map(|frame| FrameView {
+                                name: frame.name.to_string(),
+                                filename: frame.filename.to_string(),
+                                line: frame.line,
+                                hidden: false,
+                            })
+                            .collect(),
+                    }
+                })
+                .collect();
+            Ok(ColumnAnswer {
+                device: device.device,
+                column: listed.column,
+                first_event: listed.first_event,
+                last_event: listed.last_event,
+                total: listed.total,
+                total_bytes: listed.total_bytes,
+                rows,
             })
         })
         .await

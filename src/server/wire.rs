@@ -255,6 +255,32 @@ pub struct FrameView {
     pub hidden: bool,
 }
 
+/// `GET /api/snapshots/{id}/timeline/column`: the allocations one timeline column draws in grey.
+#[derive(Serialize)]
+pub struct ColumnAnswer {
+    pub device: usize,
+    pub column: usize,
+    pub first_event: usize,
+    pub last_event: usize,
+    /// Every allocation of the column not drawn as a band: how many, how many bytes.
+    pub total: usize,
+    pub total_bytes: u64,
+    /// The largest of them (at most `limit`), largest first; `total - rows.len()` more.
+    pub rows: Vec<ColumnRow>,
+}
+
+/// One allocation of a column's list: what the row shows, and its first visible frames.
+#[derive(Serialize)]
+pub struct ColumnRow {
+    pub id: u32,
+    pub block_id: String,
+    pub size: u64,
+    pub start: Option<u32>,
+    pub end: Option<u32>,
+    pub role: String,
+    pub frames: Vec<FrameView>,
+}
+
 /// `GET /api/snapshots/{id}/allocations/{n}`.
 #[derive(Serialize)]
 pub struct AllocationView {

@@ -2,7 +2,7 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { byteTicks, clamp, eventTicks, linear, niceStep, ticks, timeTicks } from "./scale.js";
+import { byteRangeTicks, byteTicks, clamp, eventTicks, linear, niceStep, ticks, timeTicks } from "./scale.js";
 
 test("linear maps a domain to a range and back", () => {
   const x = linear(0, 100, 50, 250);
@@ -104,4 +104,31 @@ test("clamp", () => {
   assert.equal(clamp(5, 0, 10), 5);
   assert.equal(clamp(-1, 0, 10), 0);
   assert.equal(clamp(11, 0, 10), 10);
+});
+
+test("byteRangeTicks on a zoomed axis: inside the range, distinct labels, enough decimals", () => {
+  const low = 4 * 2 ** 30;
+  const high = low + 100 * 2 ** 20;
+  const t = byteRangeTicks(low, high, 5);
+  assert.ok(t.length >= 3, JSON.stringify(t));
+  assert.ok(t.every((tick) => tick.value >= low && tick.value <= high));
+  assert.equal(new Set(t.map((tick) => tick.label)).size, t.length, t.map((tick) => tick.label).join());
+  assert.ok(t[0].label.endsWith("GiB"));
+  assert.deepEqual(
+    byteRangeTicks(0, 4 * 2 ** 30, 4).map((tick) => tick.label),
+    ["0", "1 GiB", "2 GiB", "3 GiB", "4 GiB"],
+  );
+});
+
+test("timeTicks on a window of a fraction of a millisecond: labels never repeat", () => {
+  // 164 ms to 165.2 ms after the first event ("164 ms, 164 ms, 165 ms" before).
+  const origin = 1_000_000_000;
+  const t = timeTicks(origin + 164_000, origin + 165_200, origin, 6);
+  const labels = t.map((tick) => tick.label);
+  assert.equal(new Set(labels).size, labels.length, labels.join());
+  assert.ok(
+    labels.every((l) => l.endsWith(" ms")),
+    labels.join(),
+  );
+  assert.equal(labels[0], "164.0 ms");
 });

@@ -3,7 +3,8 @@
 
 export const TABS = ["overview", "timeline", "flame", "segments", "events"];
 
-const INTEGER_KEYS = ["device", "start", "end", "at", "alloc", "min"];
+// y0, y1: the timeline's byte zoom (bytes at the plot's bottom and top); detail: most bands.
+const INTEGER_KEYS = ["device", "start", "end", "at", "alloc", "min", "y0", "y1", "detail"];
 const TEXT_KEYS = ["q", "frame", "action", "zoom"];
 
 /** Default state: the overview, no moment chosen (the peak), the whole trace. */
@@ -13,6 +14,9 @@ export function defaults() {
     device: null,
     start: null,
     end: null,
+    y0: null,
+    y1: null,
+    detail: null,
     axis: "event",
     at: null,
     alloc: null,
@@ -48,6 +52,12 @@ export function parse(search) {
     state.start = null;
     state.end = null;
   }
+  // The byte zoom needs both ends, in order, not below zero.
+  if (state.y0 === null || state.y1 === null || state.y0 < 0 || state.y1 <= state.y0) {
+    state.y0 = null;
+    state.y1 = null;
+  }
+  if (state.detail !== null && state.detail < 1) state.detail = null;
   return state;
 }
 
@@ -55,7 +65,26 @@ export function parse(search) {
 export function serialize(state) {
   const base = defaults();
   const params = new URLSearchParams();
-  for (const key of ["tab", "device", "axis", "start", "end", "at", "alloc", "mode", "q", "zoom", "action", "min", "frame", "color", "by"]) {
+  for (const key of [
+    "tab",
+    "device",
+    "axis",
+    "start",
+    "end",
+    "y0",
+    "y1",
+    "detail",
+    "at",
+    "alloc",
+    "mode",
+    "q",
+    "zoom",
+    "action",
+    "min",
+    "frame",
+    "color",
+    "by",
+  ]) {
     const value = state[key];
     if (value === null || value === undefined || value === base[key] || value === "") continue;
     params.set(key, String(value));

@@ -77,3 +77,15 @@ test("colour by role and the flame by role live in the URL; other values fall ba
   assert.equal(parse("?by=file").by, "stack");
   assert.equal(serialize({ ...defaults(), color: "allocation", by: "stack" }), "", "defaults are left out");
 });
+
+test("the timeline's byte zoom and detail round-trip, and a half or reversed zoom is dropped", () => {
+  const state = parse("?tab=timeline&y0=1000&y1=50000&detail=500");
+  assert.equal(state.y0, 1000);
+  assert.equal(state.y1, 50000);
+  assert.equal(state.detail, 500);
+  assert.ok(serialize(state).includes("y0=1000&y1=50000&detail=500"), serialize(state));
+  assert.equal(parse("?y0=1000").y0, null, "y0 alone");
+  assert.equal(parse("?y0=5000&y1=1000").y1, null, "reversed");
+  assert.equal(parse("?y0=-5&y1=1000").y0, null, "below zero");
+  assert.equal(parse("?detail=0").detail, null);
+});

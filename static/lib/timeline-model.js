@@ -132,3 +132,121 @@ export function clampWindow(model, a, b, minSpan = 16) {
   }
   return { start, end: Math.max(start, endExclusive - 1) };
 }
+
+/** The smallest byte range the y axis zooms to: a 512-byte block is then many pixels tall. */
+export const MIN_BYTE_SPAN = 16 * 1024;
+
+/**
+ * The byte range [low, high] zoomed by `factor` (< 1 zooms in) around `bytes`, kept inside
+ * [0, full]; null when it would show all of [0, full] (no zoom).
+ */
+export function zoomByteRange(range, full, bytes, factor) {
+  const [low, high] = range ?? [0, full];
+  const span = Math.max(MIN_BYTE_SPAN, (high - low) * factor);
+  if (span >= full) return null;
+  const share = high > low ? (bytes - low) / (high - low) : 0.5;
+  return clampByteRange(bytes - share * span, bytes - share * span + span, full);
+}
+
+/** [a, b] as whole bytes inside [0, full], at least MIN_BYTE_SPAN wide; null when it is all of it. */
+export function clampByteRange(a, b, full) {
+  let low = Math.min(a, b);
+  let high = Math.max(a, b);
+  if (high - low < MIN_BYTE_SPAN) {
+    const middle = (low + high) / 2;
+    low = middle - MIN_BYTE_SPAN / 2;
+    high = middle + MIN_BYTE_SPAN / 2;
+  }
+  if (low < 0) {
+    high -= low;
+    low = 0;
+  }
+  if (high >= full && low <= 0) return null;
+  return [Math.max(0, Math.round(low)), Math.round(high)];
+}
+
+/** The grey (small allocations) part of column c: [from, to] bytes, from the top of the bands to the column's maximum. */
+export function greyRange(model, c) {
+  if (c < 0 || c >= model.n) return null;
+  const from = model.data.big_top[c];
+  const to = model.data.allocated_max[c];
+  return to > from ? [from, to] : null;
+}
+
+/** What is under column units u and height `bytes`: a band, the grey part of a column, or nothing. */
+export function hitAt(model, u, bytes) {
+  const band = bandAt(model, u, bytes);
+  if (band) return { kind: "band", band, column: Math.floor(u) };
+  const c = Math.floor(u);
+  const grey = greyRange(model, c);
+  if (grey && bytes >= grey[0] && bytes <= grey[1]) return { kind: "grey", column: c };
+  return { kind: "none", column: c };
+}
+
+/**
+ * The grey part of each column split by role, in `order` (bottom first): the column's bytes of
+ * each role (the `/roles` answer for the same columns, taken at the column's peak) less the
+ * bytes of that role's bands live in the column, scaled to fill the grey part exactly.
+ * Returns per column an array of [role, bytes] (empty where the answers' columns differ).
+ */
+export function greyByRole(model, roles) {
+  const out = [];
+  const same = roles && roles.n === model.n && roles.cs[0] === model.cs[0] && roles.cs[roles.n] === model.cs[model.n];
+  if (!same) return out;
+  const data = roles.data;
+  const inBands = new Map();
+  for (const band of model.bands) {
+    let row = inBands.get(band.role);
+    if (!row) {
+      row = new Float64Array(model.n);
+      inBands.set(band.role, row);
+    }
+    for (let c = Math.max(0, band.c0); c <= Math.min(model.n - 1, band.c1); c += 1) row[c] += band.size;
+  }
+  for (let c = 0; c < model.n; c += 1) {
+    const grey = Math.max(0, model.data.allocated_max[c] - model.data.big_top[c]);
+    const parts = [];
+    let sum = 0;
+    for (const role of roles.order) {
+      const bytes = data.bytes[data.roles.indexOf(role)][c] - (inBands.get(role)?.[c] ?? 0);
+      if (bytes > 0) {
+        parts.push([role, bytes]);
+        sum += bytes;
+      }
+    }
+    const k = sum > 0 ? grey / sum : 0;
+    out.push(parts.map(([role, bytes]) => [role, bytes * k]));
+  }
+  return out;
+}
+
+/**
+ * Annotations at CSS px `x` grouped into clusters at least `gap` px apart, so thousands of them
+ * read as a row of markers with counts, not a solid bar. Input sorted or not; each cluster has
+ * its mean x, its annotations' count, first and last event and the names with their counts
+ * (most frequent first).
+ */
+export function clusterAnnotations(marks, gap = 10) {
+  const sorted = [...marks].sort((a, b) => a.x - b.x);
+  const clusters = [];
+  let current = null;
+  for (const mark of sorted) {
+    if (!current || mark.x - current.x0 >= gap) {
+      current = { x0: mark.x, sumX: 0, count: 0, first: mark.event, last: mark.event, names: new Map() };
+      clusters.push(current);
+    }
+    current.sumX += mark.x;
+    current.count += 1;
+    current.first = Math.min(current.first, mark.event);
+    current.last = Math.max(current.last, mark.event);
+    const name = `${mark.name ?? "annotation"}${mark.stage ? ` (${mark.stage})` : ""}`;
+    current.names.set(name, (current.names.get(name) ?? 0) + 1);
+  }
+  return clusters.map((c) => ({
+    x: c.sumX / c.count,
+    count: c.count,
+    first: c.first,
+    last: c.last,
+    names: [...c.names.entries()].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)),
+  }));
+}

@@ -3,7 +3,25 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { bandAt, bandOffset, bandRuns, clampWindow, columnOf, eventOfUnit, panWindow, prepare, unitOfEvent, zoomWindow } from "./timeline-model.js";
+import {
+  bandAt,
+  bandOffset,
+  bandRuns,
+  clampByteRange,
+  clampWindow,
+  clusterAnnotations,
+  columnOf,
+  eventOfUnit,
+  greyByRole,
+  greyRange,
+  hitAt,
+  MIN_BYTE_SPAN,
+  panWindow,
+  prepare,
+  unitOfEvent,
+  zoomByteRange,
+  zoomWindow,
+} from "./timeline-model.js";
 
 /** An answer of 4 columns over events 0..99 (25 a column) with two bands. */
 function answer() {
@@ -141,4 +159,101 @@ test("bands carry their role and why from band_roles; answers without them say u
   const bare = prepare(answer());
   assert.equal(bare.bands[0].role, "unknown");
   assert.equal(bare.bands[0].because, "");
+});
+
+// Issue 20: the byte zoom, the grey part's hit test and split by role, clustered annotations.
+
+test("zoomByteRange zooms around a height, stays in [0, full], and null means the whole axis", () => {
+  const full = 8 * 2 ** 30;
+  const half = zoomByteRange(null, full, 2 * 2 ** 30, 0.5);
+  assert.ok(half[1] - half[0] <= full / 2 + 1, `${half}`);
+  // The height under the pointer stays where it was on screen (a quarter up).
+  assert.ok(Math.abs((2 * 2 ** 30 - half[0]) / (half[1] - half[0]) - 0.25) < 1e-6);
+  assert.equal(zoomByteRange(half, full, 2 * 2 ** 30, 4), null, "zooming out past the whole axis");
+  const low = zoomByteRange(null, full, 0, 0.1);
+  assert.equal(low[0], 0, "never below 0");
+  // Never narrower than MIN_BYTE_SPAN.
+  let range = null;
+  for (let i = 0; i < 60; i += 1) range = zoomByteRange(range, full, 2 ** 30, 0.2);
+  assert.equal(range[1] - range[0], MIN_BYTE_SPAN);
+  assert.deepEqual(clampByteRange(-100, 5000, full), [0, MIN_BYTE_SPAN]);
+  assert.equal(clampByteRange(0, full, full), null);
+});
+
+test("hitAt tells a band, the grey part of a column and empty space apart", () => {
+  const model = prepare({
+    start: 0,
+    end: 3,
+    events: 4,
+    column_start: [0, 1, 2, 3, 4],
+    allocated_max: [100, 150, 150, 100],
+    allocated_min: [100, 120, 150, 100],
+    big_top: [60, 60, 60, 0],
+    bands: { id: [7], size: [60], start: [null], end: [3], points: [[0, 0]] },
+  });
+  assert.equal(hitAt(model, 1.5, 30).kind, "band");
+  assert.equal(hitAt(model, 1.5, 30).band.id, 7);
+  assert.deepEqual(hitAt(model, 1.5, 100), { kind: "grey", column: 1 });
+  assert.deepEqual(hitAt(model, 1.5, 149), { kind: "grey", column: 1 });
+  assert.equal(hitAt(model, 1.5, 151).kind, "none");
+  assert.deepEqual(greyRange(model, 3), [0, 100]);
+  assert.equal(greyRange(model, 9), null);
+});
+
+test("greyByRole splits each column's grey part by role, less the bands' bytes, filling it exactly", () => {
+  const model = prepare({
+    start: 0,
+    end: 1,
+    events: 2,
+    column_start: [0, 1, 2],
+    allocated_max: [100, 200],
+    allocated_min: [100, 200],
+    big_top: [60, 60],
+    bands: { id: [1], size: [60], start: [null], end: [null], points: [[0, 0]] },
+    band_roles: { names: ["parameter"], role: [0], reasons: [""], because: [0] },
+  });
+  const roles = {
+    n: 2,
+    cs: [0, 1, 2],
+    order: ["parameter", "activation"],
+    data: {
+      roles: ["parameter", "activation"],
+      bytes: [
+        [70, 70],
+        [30, 130],
+      ],
+    },
+  };
+  const parts = greyByRole(model, roles);
+  // Column 0: parameter 70 - 60 in bands = 10, activation 30: grey 40 split 10 / 30.
+  assert.deepEqual(parts[0], [
+    ["parameter", 10],
+    ["activation", 30],
+  ]);
+  const sum = parts[1].reduce((a, [, b]) => a + b, 0);
+  assert.ok(Math.abs(sum - 140) < 1e-9, `column 1 fills its grey: ${sum}`);
+  assert.deepEqual(greyByRole(model, { ...roles, n: 3, cs: [0, 1, 2, 3] }), [], "other columns: nothing");
+});
+
+test("clusterAnnotations groups marks closer than the gap, counting names", () => {
+  const marks = [
+    { x: 10, event: 5, name: "step", stage: "START" },
+    { x: 14, event: 9, name: "step", stage: "END" },
+    { x: 12, event: 7, name: "step", stage: "START" },
+    { x: 40, event: 30, name: "zero_grad" },
+  ];
+  const clusters = clusterAnnotations(marks, 10);
+  assert.equal(clusters.length, 2);
+  assert.equal(clusters[0].count, 3);
+  assert.equal(clusters[0].first, 5);
+  assert.equal(clusters[0].last, 9);
+  assert.deepEqual(clusters[0].names, [
+    ["step (START)", 2],
+    ["step (END)", 1],
+  ]);
+  assert.equal(clusters[0].x, 12);
+  assert.equal(clusters[1].count, 1);
+  // A mark per pixel over 1000 px: a hundred markers at most.
+  const dense = Array.from({ length: 4000 }, (_, i) => ({ x: i / 4, event: i, name: "a" }));
+  assert.ok(clusterAnnotations(dense, 10).length <= 100);
 });

@@ -18,6 +18,7 @@ export const VIEW_KEYS = [
   ["4", "Events"],
   ["← →", "Step the selected moment one event (Shift: 100)"],
   ["+ -", "Zoom the timeline in or out"],
+  ["↑ ↓", "Zoom the timeline's byte axis in or out"],
   ["/", "Search (flame graph) or filter by frame (events)"],
   ["o", "Roles: colour the timeline by role, root the flame graph by role"],
   ["Esc", "Unpin the allocation"],
@@ -85,7 +86,8 @@ export async function startViews() {
      * peak of a trace that never rises above its start), null only when there is no history. */
     moment() {
       const at = store.get().at;
-      if (at !== null) return at;
+      // A link past the end (?at=999999) shows the last event; the timeline says so.
+      if (at !== null) return ctx.events() > 0 ? Math.min(at, ctx.events() - 1) : at;
       return ctx.deviceInfo()?.peak_event_index ?? (ctx.events() > 0 ? -1 : null);
     },
     setMoment(at) {
@@ -192,6 +194,10 @@ export async function startViews() {
     } else if ((event.key === "ArrowLeft" || event.key === "ArrowRight") && tab !== "overview") {
       event.preventDefault();
       ctx.step((event.key === "ArrowLeft" ? -1 : 1) * (event.shiftKey ? 100 : 1));
+    } else if ((event.key === "ArrowUp" || event.key === "ArrowDown") && tab === "timeline") {
+      // The timeline's byte axis: up zooms in, down zooms out.
+      event.preventDefault();
+      views.timeline.zoomBytesBy(event.key === "ArrowUp" ? 0.5 : 2);
     } else if ((event.key === "+" || event.key === "=" || event.key === "-") && tab !== "overview") {
       event.preventDefault();
       if (tab !== "timeline") store.set({ tab: "timeline" });

@@ -57,6 +57,7 @@ export function theme() {
     warn: v("--warn"),
     small: v("--viz-small"),
     smallRange: v("--viz-small-range"),
+    smallEdge: v("--viz-small-edge"),
     reserved: v("--viz-reserved"),
     peak: v("--viz-peak"),
     annotation: v("--viz-annotation"),

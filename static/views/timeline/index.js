@@ -9,14 +9,14 @@
 // zooming and panning never wait for the network.
 
 import { byteTicks, clamp } from "../../lib/scale.js";
-import { prepare, unitOfEvent, zoomWindow } from "../../lib/timeline-model.js";
+import { clampByteRange, prepare, unitOfEvent, zoomByteRange, zoomWindow } from "../../lib/timeline-model.js";
 import { count } from "../../lib/units.js";
 import { frameScheduler, getJSON, h, onThemeChange } from "../common.js";
 import { bindChart } from "./interaction.js";
 import { bindMinimap, MINIMAP_HEIGHT, paintMinimap } from "./minimap.js";
 import { HEIGHT, MARGIN, paintTimeline } from "./paint.js";
 import { bindRoleStrip, loadRoles, paintRoleStrip } from "./roles.js";
-import { renderLegend, renderSide } from "./side.js";
+import { closeColumnList, renderLegend, renderSide } from "./side.js";
 
 /** How long the window must stay still before its answer is asked for (zooming asks once). */
 const FETCH_DELAY_MS = 100;
@@ -33,6 +33,9 @@ export class TimelineView {
     this.empty = panel.querySelector("#timeline-empty");
     this.side = panel.querySelector("#alloc-panel");
     this.legend = panel.querySelector("#timeline-legend");
+    // The list of a grey column's allocations (a click on the grey part opens it).
+    this.columnList = panel.querySelector("#timeline-column-list");
+    this.detailSelect = panel.querySelector("#timeline-detail");
     // Colour by role: the strip of memory by role under the chart, and its last answer.
     this.roleCanvas = panel.querySelector("#timeline-roles");
     this.resetData();
@@ -98,6 +101,11 @@ export class TimelineView {
   }
 
   showEmpty() {
+    // Only the reason: no "Loading…" beside it.
+    clearTimeout(this.fetchTimer);
+    this.abort?.abort();
+    this.loading = false;
+    this.status.textContent = "";
     this.empty.hidden = false;
     this.empty.replaceChildren(
       h("strong", {}, "No timeline: "),
@@ -142,7 +150,11 @@ export class TimelineView {
       this.show();
       return;
     }
-    if (changed.has("start") || changed.has("end")) this.fetchWindow(FETCH_DELAY_MS);
+    if (["start", "end", "y0", "y1", "detail"].some((key) => changed.has(key))) {
+      this.fetchWindow(FETCH_DELAY_MS);
+      closeColumnList(this);
+    }
+    if (changed.has("detail")) this.syncDetail();
     this.draw();
     this.drawMinimap();
   }
@@ -169,6 +181,12 @@ export class TimelineView {
     params.set("width", Math.round(plot.w));
     params.set("height", Math.round(plot.h));
     if (s.axis === "time") params.set("axis", "time");
+    // The byte zoom and detail choose the bands (the server lowers its threshold with them).
+    if (s.y0 !== null && s.y1 !== null) {
+      params.set("y0", s.y0);
+      params.set("y1", s.y1);
+    }
+    if (s.detail !== null) params.set("detail", s.detail);
     const key = params.toString();
     // The role strip asks for the same window (the answers share their columns).
     if (s.color === "role") loadRoles(this, key);
@@ -229,6 +247,9 @@ export class TimelineView {
     const parts = [];
     if (n) parts.push(start === 0 && end === n - 1 ? `all ${count(n)} events` : `events ${count(start)}–${count(end)} of ${count(n)}`);
     if (this.model?.data.bands) parts.push(`${count(this.model.data.bands.id.length)} bands`);
+    const asked = this.state().at;
+    if (asked !== null && n && asked > n - 1) parts.push(`at=${count(asked)} is past the end: showing the last event, ${count(n - 1)}`);
+    if (this.byteRange()) parts.push("bytes zoomed");
     if (loading) parts.push(loading);
     const text = parts.join(" · ");
     if (this.status.textContent !== text) this.status.textContent = text;
@@ -243,20 +264,37 @@ export class TimelineView {
     return [unitOfEvent(model, start), unitOfEvent(model, end + 1)];
   }
 
+  /** The byte zoom from the URL, [low, high], or null for the whole axis. */
+  byteRange() {
+    const s = this.state();
+    return s.y0 !== null && s.y1 !== null && s.y1 > s.y0 ? [s.y0, s.y1] : null;
+  }
+
+  /** The top of the unzoomed byte axis (a round value above the window's maximum). */
+  fullTop() {
+    return byteTicks(this.model?.data.y_max ?? 1).top;
+  }
+
   mapping() {
     const plot = this.plot();
     const [u0, u1] = this.units();
     const k = plot.w / Math.max(1e-9, u1 - u0);
-    const yTop = byteTicks(this.model.data.y_max).top;
+    const range = this.byteRange();
+    const yTop = this.fullTop();
+    const [yLow, yHigh] = range ?? [0, yTop];
+    const span = Math.max(1, yHigh - yLow);
     return {
       plot,
       u0,
       u1,
       yTop,
+      yLow,
+      yHigh,
+      zoomedY: range !== null,
       px: (u) => plot.x + (u - u0) * k,
       unit: (x) => u0 + (x - plot.x) / k,
-      py: (b) => plot.y + plot.h - (b / yTop) * plot.h,
-      bytesAt: (y) => ((plot.y + plot.h - y) / plot.h) * yTop,
+      py: (b) => plot.y + plot.h - ((b - yLow) / span) * plot.h,
+      bytesAt: (y) => yLow + ((plot.y + plot.h - y) / plot.h) * span,
     };
   }
 
@@ -286,6 +324,11 @@ export class TimelineView {
   bind() {
     bindChart(this);
     bindMinimap(this);
+    this.syncDetail();
+    this.detailSelect?.addEventListener("change", () => {
+      const value = this.detailSelect.value;
+      this.ctx.store.set({ detail: value === "" ? null : Number(value) });
+    });
     let lastWidth = 0;
     new ResizeObserver((entries) => {
       const width = Math.floor(entries[entries.length - 1].contentRect.width);
@@ -307,7 +350,45 @@ export class TimelineView {
   }
 
   reset() {
-    this.ctx.store.set({ start: null, end: null });
+    this.ctx.store.set({ start: null, end: null, y0: null, y1: null });
+  }
+
+  /** Sets the byte zoom ([low, high] bytes, or null for the whole axis). */
+  setByteRange(range) {
+    this.ctx.store.set(range ? { y0: range[0], y1: range[1] } : { y0: null, y1: null });
+  }
+
+  /** Zooms the byte axis by `factor` (< 1: in) around `bytes` (default: the middle shown). */
+  zoomBytesBy(factor, bytes) {
+    if (!this.model) return;
+    const m = this.mapping();
+    this.setByteRange(zoomByteRange(this.byteRange(), m.yTop, bytes ?? (m.yLow + m.yHigh) / 2, factor));
+  }
+
+  /** Zooms both axes to a box drawn on the chart (CSS px corners). */
+  zoomToBox(x0, y0, x1, y1) {
+    if (!this.model) return;
+    const m = this.mapping();
+    const a = clamp(Math.min(x0, x1), m.plot.x, m.plot.x + m.plot.w);
+    const b = clamp(Math.max(x0, x1), m.plot.x, m.plot.x + m.plot.w);
+    const window = zoomWindow(this.model, m.unit(a), m.unit(b), m.unit(a), 1);
+    const range = clampByteRange(m.bytesAt(Math.max(y0, y1)), m.bytesAt(Math.min(y0, y1)), m.yTop);
+    const last = this.events() - 1;
+    const whole = window.start <= 0 && window.end >= last;
+    this.ctx.store.set({
+      start: whole ? null : window.start,
+      end: whole ? null : window.end,
+      y0: range ? range[0] : null,
+      y1: range ? range[1] : null,
+    });
+  }
+
+  /** The detail select shows the URL's detail. */
+  syncDetail() {
+    if (!this.detailSelect) return;
+    const value = String(this.state().detail ?? "");
+    if (![...this.detailSelect.options].some((o) => o.value === value)) this.detailSelect.add(new Option(`${count(Number(value))} bands`, value));
+    this.detailSelect.value = value;
   }
 
   setWindow({ start, end }) {

@@ -1,10 +1,13 @@
-// The timeline's pointer and toolbar: wheel zooms (sideways scrolls pan), drag pans, a click
-// pins the band under it and moves the moment there, hover explains what is under the pointer.
+// The timeline's pointer and toolbar: wheel zooms (sideways scrolls pan; with Shift or Alt it
+// zooms the byte axis), drag pans (with Shift it draws a box to zoom both axes to), a click
+// pins the band under it or lists the grey column's allocations and moves the moment there,
+// hover explains what is under the pointer.
 
 import { clamp } from "../../lib/scale.js";
-import { bandAt, eventOfUnit, panWindow, zoomWindow } from "../../lib/timeline-model.js";
+import { eventOfUnit, hitAt, panWindow, zoomWindow } from "../../lib/timeline-model.js";
 import { bytes, count, duration, hex } from "../../lib/units.js";
 import { allocation, frameParts, h, hideTip, showTip, tipRow, visibleFrames } from "../common.js";
+import { openColumnList } from "./side.js";
 
 /** Listens on the chart's canvas and on the toolbar's axis and zoom buttons. */
 export function bindChart(view) {
@@ -27,6 +30,15 @@ export function bindChart(view) {
   for (const b of view.panel.querySelectorAll("[data-axis]")) {
     b.addEventListener("click", () => view.ctx.store.set({ axis: b.dataset.axis }));
   }
+  for (const b of view.panel.querySelectorAll("[data-yzoom]")) {
+    b.addEventListener("click", () => {
+      if (b.dataset.yzoom === "reset") view.setByteRange(null);
+      else view.zoomBytesBy(b.dataset.yzoom === "in" ? 0.5 : 2);
+    });
+  }
+  // What is under a point of the chart (CSS px of the canvas): the tests walk allocations with it.
+  view.hitTest = (x, y) => hitTest(view, x, y);
+  view.openColumn = (column, limit) => openColumnList(view, column, limit);
   for (const b of view.panel.querySelectorAll("[data-zoom]")) {
     b.addEventListener("click", () => {
       if (b.dataset.zoom === "reset") view.reset();
@@ -47,6 +59,14 @@ function onWheel(view, event) {
   const m = view.mapping();
   const { x } = local(view, event);
   const scale = event.deltaMode === 1 ? 30 : event.deltaMode === 2 ? 300 : 1;
+  if (event.shiftKey || event.altKey) {
+    // The byte axis, around the pointer's height (browsers turn a Shift + wheel sideways).
+    const delta = event.deltaY || event.deltaX;
+    const factor = clamp(Math.exp(delta * scale * 0.0015), 0.2, 5);
+    const { y } = local(view, event);
+    view.zoomBytesBy(factor, m.bytesAt(clamp(y, m.plot.y, m.plot.y + m.plot.h)));
+    return;
+  }
   if (Math.abs(event.deltaX) > Math.abs(event.deltaY) && !event.ctrlKey) {
     const du = ((event.deltaX * scale) / m.plot.w) * (m.u1 - m.u0);
     view.setWindow(panWindow(view.model, m.u0, m.u1, du));
@@ -61,12 +81,21 @@ function onDown(view, event) {
   if (!view.model || event.button !== 0) return;
   const m = view.mapping();
   view.canvas.setPointerCapture(event.pointerId);
-  view.drag = { x: local(view, event).x, u0: m.u0, u1: m.u1, moved: false };
+  const { x, y } = local(view, event);
+  view.drag = { x, y, u0: m.u0, u1: m.u1, moved: false, box: event.shiftKey };
 }
 
 function onMove(view, event) {
   if (!view.model) return;
   const { x, y } = local(view, event);
+  if (view.drag?.box) {
+    // Shift + drag: the box to zoom to, drawn by the painter.
+    if (Math.abs(x - view.drag.x) > 3 || Math.abs(y - view.drag.y) > 3) view.drag.moved = true;
+    view.zoomBox = view.drag.moved ? { x0: view.drag.x, y0: view.drag.y, x1: x, y1: y } : null;
+    hideTip();
+    view.draw();
+    return;
+  }
   if (view.drag) {
     const dx = x - view.drag.x;
     if (Math.abs(dx) > 3) view.drag.moved = true;
@@ -87,17 +116,35 @@ function onUp(view, event) {
   const drag = view.drag;
   view.drag = null;
   view.canvas.classList.remove("panning");
-  if (!drag || drag.moved || !view.model) return;
   const { x, y } = local(view, event);
+  if (drag?.box && drag.moved) {
+    view.zoomBox = null;
+    view.zoomToBox(drag.x, drag.y, x, y);
+    return;
+  }
+  if (!drag || drag.moved || !view.model) return;
   const m = view.mapping();
   if (x < m.plot.x || x > m.plot.x + m.plot.w) return;
   const u = m.unit(x);
   const clickedEvent = Math.round(eventOfUnit(view.model, u)) - 1;
-  const band = y >= m.plot.y && y <= m.plot.y + m.plot.h ? bandAt(view.model, u, m.bytesAt(y)) : null;
+  const hit = hitTest(view, x, y);
   const patch = {};
-  if (band) patch.alloc = band.id;
+  if (hit.kind === "band") patch.alloc = hit.band.id;
   view.ctx.store.set(patch);
   view.ctx.setMoment(clamp(clickedEvent, -1, view.model.events - 1));
+  if (hit.kind === "grey") {
+    // The list below the chart answers the click; the hover's tip would cover it.
+    hideTip();
+    openColumnList(view, hit.column);
+  }
+}
+
+/** What is at CSS px (x, y) of the chart: {kind: "band", band}, {kind: "grey", column} or {kind: "none"}. */
+function hitTest(view, x, y) {
+  if (!view.model) return { kind: "none" };
+  const m = view.mapping();
+  if (x < m.plot.x || x > m.plot.x + m.plot.w || y < m.plot.y || y > m.plot.y + m.plot.h) return { kind: "none" };
+  return hitAt(view.model, m.unit(x), m.bytesAt(y));
 }
 
 /** The crosshair and the tooltip for what is at (x, y): an annotation, a band, or the column. */
@@ -112,17 +159,24 @@ function hoverAt(view, x, y, clientX, clientY) {
   }
   const u = m.unit(x);
   const c = Math.floor(u);
-  const band = bandAt(model, u, m.bytesAt(y));
+  const hit = hitAt(model, u, m.bytesAt(y));
+  const band = hit.kind === "band" ? hit.band : null;
   view.hover = { x, y, band };
   view.draw();
-  const annotation = (view.layout?.annotations ?? []).find((a) => Math.abs(a.x - x) < 5 && y < m.plot.y + 10);
-  if (annotation) {
+  const clusters = view.layout?.annotations ?? [];
+  const cluster = y < m.plot.y + 10 ? nearest(clusters, x, 6) : null;
+  if (cluster) {
     showTip(
       clientX,
       clientY,
-      h("div", { className: "tip-title" }, `${annotation.name ?? "annotation"}`),
-      tipRow("stage", annotation.stage ?? ""),
-      tipRow("event", count(annotation.event)),
+      h("div", { className: "tip-title" }, cluster.count === 1 ? cluster.names[0][0] : `${count(cluster.count)} annotations`),
+      cluster.count > 1 ? cluster.names.slice(0, 6).map(([name, n]) => tipRow(name, `× ${count(n)}`)) : null,
+      cluster.names.length > 6 ? h("div", { className: "tip-note" }, `and ${count(cluster.names.length - 6)} other names`) : null,
+      tipRow(
+        cluster.first === cluster.last ? "event" : "events",
+        cluster.first === cluster.last ? count(cluster.first) : `${count(cluster.first)}–${count(cluster.last)}`,
+      ),
+      cluster.count > 1 ? h("div", { className: "tip-note" }, "Zoom in to tell them apart.") : null,
     );
     return;
   }
@@ -147,8 +201,24 @@ function hoverAt(view, x, y, clientX, clientY) {
     ),
     tipRow("reserved", bytes(data.reserved[c])),
     tipRow("in bands", bytes(data.big_top[c])),
-    h("div", { className: "tip-note" }, `Allocations under ${bytes(data.threshold)} are drawn together (grey). Zoom in to see each.`),
+    h(
+      "div",
+      { className: "tip-note" },
+      hit.kind === "grey"
+        ? `Grey: allocations drawn together here (under ${bytes(data.threshold)}, or too short or too many at this zoom). Click to list them; zoom in (Shift + scroll for bytes) to draw each.`
+        : `Allocations under ${bytes(data.threshold)} are drawn together (grey). Zoom in to see each.`,
+    ),
   );
+}
+
+/** The cluster whose x is nearest `x`, within `slack` px (they are sorted by x). */
+function nearest(clusters, x, slack) {
+  let best = null;
+  for (const cluster of clusters) {
+    const d = Math.abs(cluster.x - x);
+    if (d <= slack && (!best || d < Math.abs(best.x - x))) best = cluster;
+  }
+  return best;
 }
 
 /** A band's tooltip: what the answer knows at once, then its stack once that has loaded. */

@@ -24,10 +24,18 @@ export function paintMinimap(view) {
   const x = (u) => plot.x + (u / model.n) * plot.w;
   const yTop = Math.max(1, data.y_max);
   const y = (b) => MINIMAP_HEIGHT - 3 - (b / yTop) * (MINIMAP_HEIGHT - 8);
-  ctx.fillStyle = t.small;
+  // As the chart draws it: solid up to each column's lowest total, lighter up to its highest,
+  // the highest outlined, so the steps of a long run show in the overview too.
   for (let c = 0; c < model.n; c += 1) {
     const top = y(data.allocated_max[c]);
-    ctx.fillRect(x(c), top, x(c + 1) - x(c), y(0) - top);
+    const low = y(data.allocated_min[c]);
+    const w = Math.max(0.6, x(c + 1) - x(c));
+    ctx.fillStyle = t.small;
+    ctx.fillRect(x(c), low, w, y(0) - low);
+    ctx.fillStyle = t.smallRange;
+    ctx.fillRect(x(c), top, w, low - top);
+    ctx.fillStyle = t.smallEdge;
+    ctx.fillRect(x(c), top - 0.5, w, 1);
   }
   ctx.fillStyle = t.reserved;
   stepLine(ctx, model.n, x, (c) => y(data.reserved[c]), 1, plot.x, plot.x + plot.w);

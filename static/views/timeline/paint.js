@@ -4,8 +4,8 @@
 // so the order of the steps in paintTimeline is part of the drawing.
 
 import { bandColor, roleColor } from "../../lib/color.js";
-import { byteTicks, clamp, eventTicks, timeTicks } from "../../lib/scale.js";
-import { bandRuns, eventOfUnit, unitOfEvent } from "../../lib/timeline-model.js";
+import { byteRangeTicks, clamp, eventTicks, timeTicks } from "../../lib/scale.js";
+import { bandRuns, clusterAnnotations, eventOfUnit, greyByRole, unitOfEvent } from "../../lib/timeline-model.js";
 import { bytes, count } from "../../lib/units.js";
 import { fitCanvas, theme } from "../common.js";
 
@@ -34,12 +34,14 @@ export function paintTimeline(view) {
   const model = view.model;
   const data = model.data;
   const s = view.state();
-  const scene = { ctx, t, m, plot, model, data, byRole: s.color === "role" };
+  const byRole = s.color === "role";
+  const scene = { ctx, t, m, plot, model, data, byRole, greyRoles: byRole ? greyRolesOf(view) : null };
   const layout = {
     plot,
     u0: m.u0,
     u1: m.u1,
     yTop: m.yTop,
+    yRange: [m.yLow, m.yHigh],
     window: view.window(),
     request: { start: data.start, end: data.end },
     bands: [],
@@ -47,7 +49,7 @@ export function paintTimeline(view) {
     peak: null,
   };
 
-  paintGrid(scene);
+  layout.yTicks = paintGrid(scene);
 
   // Everything inside the plot is clipped to it.
   ctx.save();
@@ -82,10 +84,11 @@ export function paintTimeline(view) {
   layout.peak = markPeak(scene, labels);
   markEndOfTrace(scene, labels);
   layout.moment = markMoment(scene, view.ctx.moment());
-  placeLabels(scene, labels);
+  layout.labels = placeLabels(scene, labels);
 
-  paintXAxis(scene, s.axis === "time" && data.time_us);
+  layout.xTicks = paintXAxis(scene, s.axis === "time" && data.time_us);
   paintCrosshair(scene, view.hover);
+  paintZoomBox(scene, view.zoomBox);
   view.layout = layout;
   view.setStatus(view.loading ? "Loading…" : "");
 }
@@ -109,11 +112,12 @@ function vline({ ctx, plot }, x, color, dash, width = 1) {
 }
 
 /** Horizontal grid lines and the byte labels of the y axis. */
-function paintGrid({ ctx, t, m, plot, data }) {
+function paintGrid({ ctx, t, m, plot }) {
   ctx.font = t.font;
   ctx.textBaseline = "middle";
   ctx.textAlign = "right";
-  for (const tick of byteTicks(data.y_max).ticks) {
+  const ticks = byteRangeTicks(m.yLow, m.yHigh, Math.max(2, Math.min(5, Math.floor(plot.h / 60))));
+  for (const tick of ticks) {
     const y = Math.round(m.py(tick.value)) + 0.5;
     ctx.strokeStyle = t.line;
     ctx.lineWidth = 1;
@@ -124,6 +128,7 @@ function paintGrid({ ctx, t, m, plot, data }) {
     ctx.fillStyle = t.muted;
     ctx.fillText(tick.label, plot.x - 8, y);
   }
+  return ticks.map((tick) => tick.label);
 }
 
 /** Shades the part of the trace whose history is incomplete (before `complete_from`). */
@@ -138,23 +143,66 @@ function paintIncompleteHistory({ ctx, t, m, plot, model, data }) {
 }
 
 /**
- * Small allocations: between the top of the bands and the column's maximum.
+ * Small allocations: between the top of the bands and the column's maximum. Up to the column's
+ * lowest total they are there the whole column (solid); from there to its highest only for part
+ * of it (lighter), so a column spanning whole training steps shows the steps' low and high. The
+ * lowest and highest totals are outlined, so the pattern of steps reads at the whole trace.
+ * By role, the grey part is split by role (each role's share of the column's small bytes).
  * (fillRect per column, not one path: a many-rect path is slow to rasterize in software.)
  */
-function paintSmallAllocations({ ctx, t, m, plot, model, data }) {
-  ctx.fillStyle = t.small;
-  for (let c = 0; c < model.n; c += 1) {
+function paintSmallAllocations({ ctx, t, m, plot, model, data, byRole, greyRoles }) {
+  const visible = (c) => {
     const x0 = m.px(c);
     const x1 = m.px(c + 1);
-    if (x1 < plot.x || x0 > plot.x + plot.w) continue;
+    return x1 >= plot.x && x0 <= plot.x + plot.w ? [x0, Math.max(0.6, x1 - x0)] : null;
+  };
+  for (let c = 0; c < model.n; c += 1) {
+    const span = visible(c);
+    if (!span) continue;
+    const [x0, w] = span;
     const top = m.py(data.allocated_max[c]);
     const low = m.py(Math.max(data.allocated_min[c], data.big_top[c]));
     const bottom = m.py(data.big_top[c]);
-    if (bottom - low > 0.05) ctx.fillRect(x0, low, Math.max(0.6, x1 - x0), bottom - low);
-    ctx.fillStyle = t.smallRange;
-    if (low - top > 0.05) ctx.fillRect(x0, top, Math.max(0.6, x1 - x0), low - top);
+    const parts = greyRoles?.[c];
+    if (byRole && parts?.length) {
+      // Stacked by role from the top of the bands, in the roles' order (bottom first).
+      let below = data.big_top[c];
+      for (const [role, bytes] of parts) {
+        const y1 = m.py(below);
+        const y0 = m.py(below + bytes);
+        ctx.fillStyle = roleColor(role, t.dark);
+        ctx.globalAlpha = below + bytes > Math.max(data.allocated_min[c], data.big_top[c]) ? 0.45 : 0.8;
+        if (y1 - y0 > 0.05) ctx.fillRect(x0, y0, w, y1 - y0);
+        below += bytes;
+      }
+      ctx.globalAlpha = 1;
+      continue;
+    }
     ctx.fillStyle = t.small;
+    if (bottom - low > 0.05) ctx.fillRect(x0, low, w, bottom - low);
+    ctx.fillStyle = t.smallRange;
+    if (low - top > 0.05) ctx.fillRect(x0, top, w, low - top);
   }
+  // The outline of the highest and lowest totals (one rect per column: cheap, and exact).
+  ctx.fillStyle = t.smallEdge;
+  for (let c = 0; c < model.n; c += 1) {
+    const span = visible(c);
+    if (!span) continue;
+    const [x0, w] = span;
+    const top = m.py(data.allocated_max[c]);
+    const low = m.py(Math.max(data.allocated_min[c], data.big_top[c]));
+    ctx.fillRect(x0, top - 0.5, w, 1);
+    if (low - top > 1.5) ctx.fillRect(x0, low - 0.5, w, 1);
+  }
+}
+
+/** The grey part split by role, recomputed only when the answer or the roles change. */
+function greyRolesOf(view) {
+  const cache = view.greyRolesCache;
+  if (cache && cache.model === view.model && cache.roles === view.roles) return cache.parts;
+  const parts = view.roles && view.model ? greyByRole(view.model, view.roles) : [];
+  view.greyRolesCache = { model: view.model, roles: view.roles, parts };
+  return parts;
 }
 
 /** Every band's runs; returns each drawn band's largest visible rectangle (for labels and tests). */
@@ -170,9 +218,13 @@ function paintBands({ ctx, t, m, plot, model, byRole }) {
       const y0 = m.py(run.offset + band.size);
       const y1 = m.py(run.offset);
       ctx.fillRect(x0, y0, Math.max(0.6, x1 - x0), Math.max(0.6, y1 - y0));
+      // The part inside the plot (a zoomed byte axis clips bands above and below it).
       const cx0 = Math.max(x0, plot.x);
       const cx1 = Math.min(x1, plot.x + plot.w);
-      if (!best || (cx1 - cx0) * (y1 - y0) > best.w * best.h) best = { x: cx0, y: y0, w: cx1 - cx0, h: y1 - y0 };
+      const cy0 = Math.max(y0, plot.y);
+      const cy1 = Math.min(y1, plot.y + plot.h);
+      if (cy1 <= cy0) continue;
+      if (!best || (cx1 - cx0) * (cy1 - cy0) > best.w * best.h) best = { x: cx0, y: cy0, w: cx1 - cx0, h: cy1 - cy0 };
     }
     if (best) drawn.push({ id: band.id, size: band.size, role: band.role, ...best });
   }
@@ -227,30 +279,41 @@ function markOoms(scene, labels) {
   }
 }
 
-/** Annotations as triangles on the top edge (ticks when dense); returns where each was drawn. */
+/**
+ * Annotations as triangles on the top edge, those closer than a triangle's width clustered into
+ * one (a number above it counts them; hover says which): thousands of step markers read as a row
+ * of markers, not a solid bar. Returns the clusters drawn, with their x.
+ */
 function markAnnotations(scene) {
   const { ctx, t, m, plot, model, data } = scene;
-  const drawn = [];
-  const annotations = data.markers?.annotations ?? [];
-  // Dense annotations (a step marker per column) become ticks instead of triangles.
-  const dense = annotations.length > plot.w / 12;
-  ctx.fillStyle = t.annotation;
-  for (const a of annotations) {
+  const marks = [];
+  for (const a of data.markers?.annotations ?? []) {
     const x = m.px(unitOfEvent(model, a.event));
-    if (!inside(scene, x)) continue;
-    if (dense) {
-      ctx.fillRect(Math.round(x), plot.y, 1, 5);
-    } else {
-      ctx.beginPath();
-      ctx.moveTo(x, plot.y + 7);
-      ctx.lineTo(x - 4, plot.y);
-      ctx.lineTo(x + 4, plot.y);
-      ctx.closePath();
-      ctx.fill();
-    }
-    drawn.push({ x, ...a });
+    if (inside(scene, x)) marks.push({ x, ...a });
   }
-  return drawn;
+  const clusters = clusterAnnotations(marks, 10);
+  ctx.fillStyle = t.annotation;
+  ctx.font = t.font;
+  ctx.textAlign = "center";
+  ctx.textBaseline = "top";
+  for (const cluster of clusters) {
+    const x = cluster.x;
+    ctx.beginPath();
+    ctx.moveTo(x, plot.y + 7);
+    ctx.lineTo(x - 4, plot.y);
+    ctx.lineTo(x + 4, plot.y);
+    ctx.closePath();
+    ctx.fill();
+  }
+  // Counts under the triangles (inside the plot: the labels' rows are above it), only where
+  // every count fits with room to spare, so they read as numbers and not as a second bar.
+  const withCounts = clusters.filter((c) => c.count > 1);
+  const room = Math.min(...clusters.slice(1).map((c, i) => c.x - clusters[i].x));
+  if (withCounts.length && room >= 26) {
+    ctx.fillStyle = t.text;
+    for (const cluster of withCounts) ctx.fillText(cluster.count > 999 ? "999+" : String(cluster.count), cluster.x, plot.y + 8);
+  }
+  return clusters;
 }
 
 /** The peak: a dashed line and a dot at its height; returns where, or null when off the window. */
@@ -301,22 +364,34 @@ function markMoment(scene, at) {
   return { x, at };
 }
 
-/** Marker labels above the plot, left to right, a label that would overlap the last moved up a row. */
+/**
+ * Marker labels above the plot in two rows: each label takes the first row where it overlaps
+ * nothing already placed (checked by drawn extent, after clamping to the plot); one that fits
+ * neither row is left out (its marker is still drawn, and hover explains it). Returns what was
+ * placed, for the tests.
+ */
 function placeLabels({ ctx, t, plot }, labels) {
-  labels.sort((a, b) => a.x - b.x);
-  let lastRight = -Infinity;
+  // The most important first: OOMs and the peak keep their place over the end of the trace.
+  const rank = (label) => (label.bold ? 0 : 1);
+  const order = [...labels].sort((a, b) => rank(a) - rank(b) || a.x - b.x);
+  const rows = [[], []];
+  const placed = [];
   ctx.textBaseline = "alphabetic";
-  for (const label of labels) {
+  for (const label of order) {
     ctx.font = label.bold ? t.fontBold : t.font;
     const w = ctx.measureText(label.text).width;
     let x = label.align === "right" ? label.x - w - 3 : label.align === "left" ? label.x + 3 : label.x - w / 2;
     x = clamp(x, plot.x, plot.x + plot.w - w);
-    const row = x < lastRight + 6 ? 1 : 0;
+    const row = rows.findIndex((spans) => spans.every(([a, b]) => x + w + 6 <= a || x >= b + 6));
+    if (row < 0) continue;
+    rows[row].push([x, x + w]);
     ctx.fillStyle = label.color;
     ctx.textAlign = "left";
-    ctx.fillText(label.text, x, row ? plot.y - 4 : plot.y - 18);
-    if (!row) lastRight = x + w;
+    const y = row === 0 ? plot.y - 18 : plot.y - 4;
+    ctx.fillText(label.text, x, y);
+    placed.push({ text: label.text, x, y, w });
   }
+  return placed;
 }
 
 /** The x axis in events, or in time since the first event when `byTime`; and the axis titles. */
@@ -343,8 +418,10 @@ function paintXAxis(scene, byTime) {
     const e1 = Math.min(model.events, eventOfUnit(model, m.u1));
     xTicks = eventTicks(e0, e1, tickCount).map((tk) => ({ x: m.px(unitOfEvent(model, tk.value)), label: tk.label }));
   }
+  const labels = [];
   for (const tk of xTicks) {
     if (!inside(scene, tk.x)) continue;
+    labels.push(tk.label);
     ctx.beginPath();
     ctx.moveTo(Math.round(tk.x) + 0.5, plot.y + plot.h);
     ctx.lineTo(Math.round(tk.x) + 0.5, plot.y + plot.h + 4);
@@ -356,6 +433,13 @@ function paintXAxis(scene, byTime) {
   ctx.fillText(byTime ? "time since the first event →" : "event →", plot.x + plot.w, plot.y + plot.h + 18);
   ctx.textAlign = "left";
   ctx.fillText("live bytes", 4, 4);
+  // A zoomed byte axis does not start at 0: a second line says so (within the left margin, so
+  // it never runs into the markers' labels on a narrow screen).
+  if (m.zoomedY) {
+    ctx.fillStyle = t.accent;
+    ctx.fillText("zoomed ↕", 4, 17);
+  }
+  return labels;
 }
 
 function paintCrosshair(scene, hover) {
@@ -391,4 +475,18 @@ export function stepLine(ctx, n, x, y, width, left, right) {
     }
     c = k;
   }
+}
+
+/** The box a Shift + drag is drawing (both axes zoom to it on release). */
+function paintZoomBox({ ctx, t }, box) {
+  if (!box) return;
+  ctx.save();
+  ctx.strokeStyle = t.accent;
+  ctx.fillStyle = t.dark ? "rgba(120,150,255,0.15)" : "rgba(60,90,220,0.1)";
+  ctx.setLineDash([4, 3]);
+  const x = Math.min(box.x0, box.x1);
+  const y = Math.min(box.y0, box.y1);
+  ctx.fillRect(x, y, Math.abs(box.x1 - box.x0), Math.abs(box.y1 - box.y0));
+  ctx.strokeRect(x + 0.5, y + 0.5, Math.abs(box.x1 - box.x0), Math.abs(box.y1 - box.y0));
+  ctx.restore();
 }

@@ -33,6 +33,8 @@ export async function loadRoles(view, key) {
     view.rolesKey = key;
     view.roles = prepareRoles(data);
     paintRoleStrip(view);
+    // The chart's grey part is split by role from this answer.
+    view.draw();
   } catch (error) {
     if (error.name === "AbortError") return;
     view.roles = null;

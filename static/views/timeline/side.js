@@ -3,7 +3,12 @@
 import { roleColor } from "../../lib/color.js";
 import { ROLES, roleHelp } from "../../lib/roles.js";
 import { bytes, count, duration, hex } from "../../lib/units.js";
-import { allocation, frameParts, h, theme, visibleFrames } from "../common.js";
+import { allocation, frameParts, getJSON, h, theme, visibleFrames } from "../common.js";
+
+/** Rows a grey column's list asks for (the server says how many more there are). */
+export const COLUMN_ROWS = 50;
+/** The most the server lists at once (`MAX_COLUMN_ROWS`). */
+const COLUMN_ROWS_MAX = 500;
 
 export async function renderSide(view) {
   const s = view.state();
@@ -14,7 +19,7 @@ export async function renderSide(view) {
       h(
         "p",
         { className: "muted small" },
-        "Hover a band to see what it is; click one to pin its whole stack here. Grey is allocations too small to draw one by one at this zoom.",
+        "Hover a band to see what it is; click one to pin its whole stack here. Grey is allocations too small to draw one by one at this zoom: click it to list them, or zoom in (Shift + scroll zooms the bytes).",
       ),
     );
     return;
@@ -156,4 +161,111 @@ export function renderLegend(view) {
     ...(view.ctx.incomplete ? [item("sw-incomplete", "history incomplete", view.ctx.incomplete)] : []),
   ];
   view.legend.replaceChildren(...items.filter(Boolean));
+}
+
+/** Hides the grey column's list (the window changed: its columns are gone). */
+export function closeColumnList(view) {
+  view.columnAbort?.abort();
+  view.columnListed = null;
+  if (view.columnList) {
+    view.columnList.hidden = true;
+    view.columnList.replaceChildren();
+  }
+}
+
+/**
+ * Lists the allocations drawn in grey in column `column` of the answer drawn now (the same query
+ * plus the column), largest first; a row pins its allocation. Resolves to the answer (the tests
+ * read it), or null when a newer request replaced it.
+ */
+export async function openColumnList(view, column, limit = COLUMN_ROWS) {
+  const model = view.model;
+  if (!model || !view.columnList) return null;
+  view.columnAbort?.abort();
+  const controller = new AbortController();
+  view.columnAbort = controller;
+  const list = view.columnList;
+  list.hidden = false;
+  const e0 = model.cs[column];
+  const e1 = model.cs[column + 1] - 1;
+  const where = e1 > e0 ? `events ${count(e0)}–${count(e1)}` : `event ${count(e0)}`;
+  const head = (...rest) =>
+    h(
+      "div",
+      { className: "column-list-head" },
+      h("h4", {}, `Grey allocations, ${where}`),
+      ...rest,
+      h(
+        "button",
+        { type: "button", className: "close-button", title: "Close the list", "aria-label": "Close the list", onclick: () => closeColumnList(view) },
+        "×",
+      ),
+    );
+  list.replaceChildren(head(), h("p", { className: "muted small" }, "Loading…"));
+  let answer;
+  try {
+    answer = await getJSON(`/api/snapshots/${view.ctx.id}/timeline/column?${view.dataKey}&column=${column}&limit=${limit}`, controller.signal);
+  } catch (error) {
+    if (error.name === "AbortError") return null;
+    list.replaceChildren(head(), h("p", { className: "view-error" }, `The column's allocations could not load. ${error.message}`));
+    return null;
+  }
+  if (controller.signal.aborted) return null;
+  view.columnListed = answer;
+  const pinned = view.state().alloc;
+  const more = answer.total - answer.rows.length;
+  const dark = theme().dark;
+  list.replaceChildren(
+    head(h("span", { className: "muted small" }, `${count(answer.total)} allocations, ${bytes(answer.total_bytes)}`)),
+    answer.rows.length
+      ? h(
+          "ol",
+          { className: "column-rows" },
+          answer.rows.map((row) =>
+            h(
+              "li",
+              {},
+              h(
+                "button",
+                {
+                  type: "button",
+                  className: `column-row${row.id === pinned ? " pinned" : ""}`,
+                  dataset: { alloc: String(row.id) },
+                  title: "Pin this allocation (its stack shows beside the chart)",
+                  onclick: () => view.ctx.store.set({ alloc: row.id }),
+                },
+                h("span", { className: "column-size" }, bytes(row.size)),
+                h("span", { className: "role-chip", style: `--role:${roleColor(row.role, dark)}` }, row.role),
+                h(
+                  "span",
+                  { className: "column-life muted" },
+                  `${row.start === null ? "before the trace" : count(row.start)} → ${row.end === null ? "alive" : count(row.end)}`,
+                ),
+                h("span", { className: "column-frames" }, row.frames.length ? row.frames.map((f) => frameParts(f).name).join(" ← ") : "no Python frames"),
+              ),
+            ),
+          ),
+        )
+      : h("p", { className: "muted small" }, "Nothing here: every allocation of this column is drawn as a band."),
+    more > 0
+      ? h(
+          "p",
+          { className: "muted small column-more" },
+          `${count(more)} more, smaller. `,
+          // The server lists at most 500 at once; past that, zooming in splits the column.
+          limit < COLUMN_ROWS_MAX
+            ? h(
+                "button",
+                {
+                  type: "button",
+                  className: "button button-small",
+                  onclick: () => openColumnList(view, column, Math.min(COLUMN_ROWS_MAX, limit + COLUMN_ROWS)),
+                },
+                `Show ${count(Math.min(more, COLUMN_ROWS_MAX - limit, COLUMN_ROWS))} more`,
+              )
+            : "Zoom in on this column to see the rest.",
+        )
+      : null,
+  );
+  return answer;
 }
