@@ -7,11 +7,15 @@
 //! allocations of the replay are placed at their addresses with their size rounded up to 512
 //! bytes, the caching allocator's default rounding. The trace does not record block splits, so
 //! earlier maps are close to, not exactly, what the allocator held; `exact` says which.
+//!
+//! A block whose free was requested but not completed (it waits on another stream after
+//! `record_stream`) is `active_pending_free` at every moment between the two events, as the
+//! snapshot's own blocks are at the end.
 
 use super::DeviceAnalysis;
 use super::replay::AllocationId;
 use super::segments::SegmentStats;
-use crate::snapshot::{ActionCode, BlockState, Snapshot};
+use crate::snapshot::{ActionCode, BlockState, Snapshot, StackId, StreamColumn};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -27,7 +31,81 @@ pub struct MemoryMap {
     pub exact: bool,
     pub totals: Totals,
     pub segments: Vec<MapSegment>,
+    /// Short names of the device's streams, `stream_names[i]` for `streams[i]` ("stream 0" is
+    /// the default stream): raw `cudaStream_t` values are pointers, above 2^53.
+    pub streams: StreamNames,
+    /// The cudaMalloc stacks of the segments, by stack id (each segment's `stack`).
+    pub segment_stacks: BTreeMap<StackId, Vec<String>>,
 }
+
+/// A device's streams in a stable order and their short names (`stream 0` is the default).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StreamNames {
+    /// The raw values as decimal strings (they exceed what a JSON number keeps exact).
+    pub raw: Vec<String>,
+    #[serde(skip)]
+    values: Vec<u64>,
+}
+
+impl StreamNames {
+    /// The default stream first, then the trace's streams in order of first use, then any
+    /// other stream a segment names.
+    pub fn of(snapshot: &Snapshot, device: usize) -> Self {
+        let trace = snapshot.trace(device);
+        let mut values = vec![0u64];
+        let add = |value: u64, values: &mut Vec<u64>| {
+            if !values.contains(&value) && values.len() < MAX_STREAMS {
+                values.push(value);
+            }
+        };
+        match &trace.stream {
+            StreamColumn::Coded { streams, .. } => {
+                for &value in streams {
+                    add(value, &mut values);
+                }
+            }
+            StreamColumn::Raw(column) => {
+                for &value in column.iter() {
+                    add(value, &mut values);
+                }
+            }
+        }
+        for segment in snapshot.device_segments(device) {
+            add(segment.stream, &mut values);
+        }
+        Self {
+            raw: values.iter().map(u64::to_string).collect(),
+            values,
+        }
+    }
+
+    /// The short name of `stream`: `stream N`, N its position.
+    pub fn name(&self, stream: u64) -> String {
+        match self.values.iter().position(|&v| v == stream) {
+            Some(n) => format!("stream {n}"),
+            None => "another stream".to_owned(),
+        }
+    }
+
+    /// The position of `stream` (`None` past the names kept).
+    pub fn index(&self, stream: u64) -> Option<usize> {
+        self.values.iter().position(|&v| v == stream)
+    }
+
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+}
+
+/// Streams named one by one: a program uses a handful; past this they are "another stream".
+const MAX_STREAMS: usize = 256;
+
+/// Frames kept of a segment's cudaMalloc stack (innermost first).
+const SEGMENT_STACK_FRAMES: usize = 40;
 
 #[derive(Debug, Default, Serialize)]
 pub struct Totals {
@@ -41,7 +119,13 @@ pub struct Totals {
 pub struct MapSegment {
     pub address: u64,
     pub size: u64,
+    /// The raw `cudaStream_t` (a pointer: above 2^53, so not sent; `stream_id` is).
+    #[serde(skip)]
     pub stream: u64,
+    /// The position of its stream in [`MemoryMap::streams`]: shown as `stream N`.
+    pub stream_id: usize,
+    /// The stack that called cudaMalloc (0: not recorded), a key of `segment_stacks`.
+    pub stack: StackId,
     pub pool: (i64, i64),
     pub expandable: bool,
     #[serde(rename = "type")]
@@ -58,6 +142,9 @@ pub struct MapBlock {
     pub state: &'static str,
     /// The replay allocation held here, if any.
     pub allocation: Option<AllocationId>,
+    /// For a pending free, the event of its `free_requested` (when the trace has it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub free_requested_at: Option<u32>,
 }
 
 /// A reserved address range and what the snapshot says about it.
@@ -65,6 +152,7 @@ pub struct MapBlock {
 struct Range {
     end: u64,
     stream: u64,
+    stack: StackId,
     pool: (i64, i64),
     expandable: bool,
     segment_type: String,
@@ -124,6 +212,7 @@ fn rebuilt(
             Range {
                 end: segment.address + segment.total_size,
                 stream: segment.stream,
+                stack: segment.stack,
                 pool: segment.pool_id,
                 expandable: segment.is_expandable,
                 segment_type: segment.segment_type.clone(),
@@ -135,6 +224,7 @@ fn rebuilt(
         let range = Range {
             end: addr + size,
             stream: trace.stream(event),
+            stack: trace.stack.get(event),
             pool: (0, 0),
             expandable: matches!(
                 trace.action[event],
@@ -167,6 +257,11 @@ fn rebuilt(
             }
         }
     }
+    let pending: BTreeMap<AllocationId, u32> = replay
+        .pending_frees_after(at)
+        .into_iter()
+        .map(|(request, id)| (id, request))
+        .collect();
     let mut live: Vec<(u64, u64, u64, AllocationId)> = replay
         .live_after(at)
         .into_iter()
@@ -181,6 +276,7 @@ fn rebuilt(
         .collect();
     live.sort_unstable();
 
+    let streams = StreamNames::of(snapshot, device.device);
     let mut segments = Vec::with_capacity(ranges.len());
     let mut totals = Totals::default();
     for (&start, range) in &ranges {
@@ -195,12 +291,18 @@ fn rebuilt(
                 blocks.push(free_block(cursor, addr - cursor));
             }
             let size = size.min(range.end - addr);
+            let free_requested_at = pending.get(&id).copied();
             blocks.push(MapBlock {
                 address: addr,
                 size,
                 requested: requested.min(size),
-                state: "active_allocated",
+                state: if free_requested_at.is_some() {
+                    "active_pending_free"
+                } else {
+                    "active_allocated"
+                },
                 allocation: Some(id),
+                free_requested_at,
             });
             cursor = cursor.max(addr + size);
         }
@@ -213,6 +315,8 @@ fn rebuilt(
             address: start,
             size: range.end - start,
             stream: range.stream,
+            stream_id: streams.index(range.stream).unwrap_or(streams.len()),
+            stack: range.stack,
             pool: range.pool,
             expandable: range.expandable,
             segment_type: range.segment_type.clone(),
@@ -227,7 +331,9 @@ fn rebuilt(
         at,
         exact: false,
         totals,
+        segment_stacks: segment_stacks(snapshot, &segments),
         segments,
+        streams,
     }
 }
 
@@ -259,6 +365,12 @@ fn exact(snapshot: &Snapshot, device: &DeviceAnalysis) -> MemoryMap {
         .into_iter()
         .map(|id| (replay.allocations.addr(id as usize), id))
         .collect();
+    let requested_at: BTreeMap<AllocationId, u32> = replay
+        .pending_frees_after(last)
+        .into_iter()
+        .map(|(request, id)| (id, request))
+        .collect();
+    let streams = StreamNames::of(snapshot, device.device);
     let mut totals = Totals::default();
     let segments: Vec<MapSegment> = snapshot
         .device_segments(device.device)
@@ -269,6 +381,8 @@ fn exact(snapshot: &Snapshot, device: &DeviceAnalysis) -> MemoryMap {
                 address: segment.address,
                 size: segment.total_size,
                 stream: segment.stream,
+                stream_id: streams.index(segment.stream).unwrap_or(streams.len()),
+                stack: segment.stack,
                 pool: segment.pool_id,
                 expandable: segment.is_expandable,
                 segment_type: segment.segment_type.clone(),
@@ -276,14 +390,20 @@ fn exact(snapshot: &Snapshot, device: &DeviceAnalysis) -> MemoryMap {
                 blocks: segment
                     .blocks
                     .iter()
-                    .map(|block| MapBlock {
-                        address: block.address,
-                        size: block.size,
-                        requested: block.requested_size,
-                        state: state_name(&block.state),
-                        allocation: (block.state != BlockState::Inactive)
+                    .map(|block| {
+                        let allocation = (block.state != BlockState::Inactive)
                             .then(|| open.get(&block.address).copied())
-                            .flatten(),
+                            .flatten();
+                        MapBlock {
+                            address: block.address,
+                            size: block.size,
+                            requested: block.requested_size,
+                            state: state_name(&block.state),
+                            allocation,
+                            free_requested_at: (block.state == BlockState::ActivePendingFree)
+                                .then(|| allocation.and_then(|id| requested_at.get(&id).copied()))
+                                .flatten(),
+                        }
                     })
                     .collect(),
             }
@@ -296,7 +416,9 @@ fn exact(snapshot: &Snapshot, device: &DeviceAnalysis) -> MemoryMap {
         at: last,
         exact: true,
         totals,
+        segment_stacks: segment_stacks(snapshot, &segments),
         segments,
+        streams,
     }
 }
 
@@ -307,7 +429,30 @@ fn free_block(address: u64, size: u64) -> MapBlock {
         requested: 0,
         state: "inactive",
         allocation: None,
+        free_requested_at: None,
     }
+}
+
+/// The distinct cudaMalloc stacks of `segments`, each as its shown frames (innermost first,
+/// `name (file:line)`), the frames PyTorch's viewer hides left out.
+fn segment_stacks(snapshot: &Snapshot, segments: &[MapSegment]) -> BTreeMap<StackId, Vec<String>> {
+    let mut stacks = BTreeMap::new();
+    for segment in segments {
+        if segment.stack == 0 || stacks.contains_key(&segment.stack) {
+            continue;
+        }
+        let frames = snapshot
+            .stacks
+            .get(segment.stack)
+            .iter()
+            .map(|&f| snapshot.frames.get(f))
+            .filter(|frame| !frame.is_hidden())
+            .take(SEGMENT_STACK_FRAMES)
+            .map(|frame| format!("{} ({}:{})", frame.name, frame.filename, frame.line))
+            .collect();
+        stacks.insert(segment.stack, frames);
+    }
+    stacks
 }
 
 fn stats_of(reserved: u64, blocks: &[MapBlock]) -> SegmentStats {
@@ -317,12 +462,19 @@ fn stats_of(reserved: u64, blocks: &[MapBlock]) -> SegmentStats {
         ..SegmentStats::default()
     };
     for block in blocks {
-        if block.state == "inactive" {
-            stats.external_free += block.size;
-            stats.largest_free_block = stats.largest_free_block.max(block.size);
-        } else {
-            stats.allocated += block.requested;
-            stats.internal_free += block.size - block.requested;
+        match block.state {
+            "inactive" => {
+                stats.external_free += block.size;
+                stats.largest_free_block = stats.largest_free_block.max(block.size);
+            }
+            "active_pending_free" => {
+                stats.pending_free += block.requested;
+                stats.internal_free += block.size - block.requested;
+            }
+            _ => {
+                stats.allocated += block.requested;
+                stats.internal_free += block.size - block.requested;
+            }
         }
     }
     stats
