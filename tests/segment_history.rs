@@ -201,3 +201,175 @@ fn side_stream_frees_totals_say_allocated_pending_and_free_once() {
         );
     }
 }
+
+mod api {
+    use super::common;
+    use super::common::server::TestServer;
+    use serde_json::Value;
+
+    fn numbers(value: &Value) -> Vec<u64> {
+        value
+            .as_array()
+            .expect("array")
+            .iter()
+            .map(|v| v.as_u64().expect("number"))
+            .collect()
+    }
+
+    /// The cached segment timeline's reserved total is the allocation timeline's reserved curve
+    /// at every column, over the whole trace and zoomed in, on both axes; and its bands sum to it.
+    async fn segment_timeline_agrees(state: &TestServer, name: &str, bytes: Vec<u8>) {
+        let (status, json) = state.upload(bytes, "").await;
+        assert!(status.is_success(), "{json}");
+        let id = json["id"].as_str().expect("id").to_owned();
+        let detail = state.get(&format!("/api/snapshots/{id}")).await;
+        for device in detail["analysis"]["devices"].as_array().expect("devices") {
+            let d = device["device"].as_u64().expect("device");
+            let events = device["trace_entries"].as_u64().expect("entries");
+            if events == 0 {
+                continue;
+            }
+            let windows = [
+                String::new(),
+                format!(
+                    "&start={}&end={}",
+                    events / 3,
+                    events / 3 + events / 10 + 20
+                ),
+                "&axis=time".to_owned(),
+            ];
+            for (width, window) in [(800, &windows[0]), (300, &windows[1]), (640, &windows[2])] {
+                let query = format!("device={d}&width={width}{window}");
+                let timeline = state
+                    .get(&format!("/api/snapshots/{id}/timeline?{query}"))
+                    .await;
+                if timeline.get("reserved").is_none() {
+                    continue; // a time axis refused on a trace without times
+                }
+                let segments = state
+                    .get(&format!("/api/snapshots/{id}/segment-timeline?{query}"))
+                    .await;
+                assert_eq!(
+                    numbers(&segments["reserved"]),
+                    numbers(&timeline["reserved"]),
+                    "{name} cuda:{d} {query}: reserved per column"
+                );
+                assert_eq!(segments["column_start"], timeline["column_start"]);
+                // The bands and `other` stack to the total in every column.
+                let reserved = numbers(&segments["reserved"]);
+                let other = numbers(&segments["other"]);
+                let bands = &segments["bands"];
+                let sizes = numbers(&bands["size"]);
+                let mut top = other.clone();
+                for (band, points) in bands["points"]
+                    .as_array()
+                    .expect("points")
+                    .iter()
+                    .enumerate()
+                {
+                    let points = numbers(points);
+                    let first = points[0] as usize;
+                    let last = reserved.len().min(
+                        1 + segments["column_start"]
+                            .as_array()
+                            .expect("columns")
+                            .iter()
+                            .position(|c| c == &bands["end"][band])
+                            .expect("end column"),
+                    );
+                    for (c, column_top) in top.iter_mut().enumerate().take(last).skip(first) {
+                        let offset = points
+                            .chunks(2)
+                            .take_while(|p| p[0] as usize <= c)
+                            .last()
+                            .map_or(0, |p| p[1]);
+                        *column_top = (*column_top).max(offset + sizes[band] + other[c]);
+                    }
+                }
+                for (c, (&total, &stack_top)) in reserved.iter().zip(&top).enumerate() {
+                    assert!(stack_top <= total, "{name} {query}: column {c} overflows");
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn segment_timeline_reserved_is_the_timelines_for_every_small_file() {
+        let state = TestServer::new();
+        for name in common::small_names() {
+            segment_timeline_agrees(
+                &state,
+                &name,
+                std::fs::read(common::path_of(&name)).expect("fixture"),
+            )
+            .await;
+        }
+        let name = "alloc_detail/side_stream_frees";
+        segment_timeline_agrees(
+            &state,
+            name,
+            std::fs::read(common::path_of(name)).expect("fixture"),
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    async fn segment_timeline_agrees_for_large_files_when_present() {
+        let state = TestServer::new();
+        for (name, path) in common::large_names() {
+            segment_timeline_agrees(&state, &name, std::fs::read(&path).expect("large")).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn history_lists_the_events_around_the_moment_with_short_streams() {
+        let state = TestServer::new();
+        let name = "alloc_detail/side_stream_frees";
+        let (_, json) = state
+            .upload(std::fs::read(common::path_of(name)).expect("fixture"), "")
+            .await;
+        let id = json["id"].as_str().expect("id");
+        let history = state
+            .get(&format!(
+                "/api/snapshots/{id}/history?at=100&before=5&after=7"
+            ))
+            .await;
+        let rows = history["rows"].as_array().expect("rows");
+        assert_eq!(rows.len(), 13);
+        assert_eq!(rows[0]["index"], 95);
+        assert_eq!(history["selected"]["index"], 100);
+        for row in rows {
+            let stream = row["stream"].as_str().expect("stream");
+            assert!(stream.starts_with("stream "), "{stream}");
+            assert!(stream.len() < 12, "a short id, not a pointer: {stream}");
+        }
+        let streams: std::collections::BTreeSet<&str> = state
+            .get(&format!(
+                "/api/snapshots/{id}/history?at=300&before=200&after=200"
+            ))
+            .await["rows"]
+            .as_array()
+            .expect("rows")
+            .iter()
+            .map(|r| r["stream"].as_str().unwrap_or_default().to_owned())
+            .collect::<Vec<_>>()
+            .leak()
+            .iter()
+            .map(String::as_str)
+            .collect();
+        assert!(streams.contains("stream 1"), "{streams:?}");
+        // Bounded: asking for more gets MAX_AROUND on each side.
+        let wide = state
+            .get(&format!(
+                "/api/snapshots/{id}/history?at=250&before=100000&after=100000"
+            ))
+            .await;
+        assert!(wide["rows"].as_array().expect("rows").len() <= 401);
+        // The selected event's totals: allocated + pending is PyTorch's viewer's curve.
+        let selected = &history["selected"];
+        let reserved = selected["reserved"].as_u64().expect("reserved");
+        let held = selected["allocated"].as_u64().expect("allocated")
+            + selected["pending"].as_u64().expect("pending");
+        assert!(held <= reserved, "{held} of {reserved}");
+    }
+}

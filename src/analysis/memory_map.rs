@@ -104,9 +104,6 @@ impl StreamNames {
 /// Streams named one by one: a program uses a handful; past this they are "another stream".
 const MAX_STREAMS: usize = 256;
 
-/// Frames kept of a segment's cudaMalloc stack (innermost first).
-const SEGMENT_STACK_FRAMES: usize = 40;
-
 #[derive(Debug, Default, Serialize)]
 pub struct Totals {
     #[serde(flatten)]
@@ -149,13 +146,13 @@ pub struct MapBlock {
 
 /// A reserved address range and what the snapshot says about it.
 #[derive(Debug, Clone)]
-struct Range {
-    end: u64,
-    stream: u64,
-    stack: StackId,
-    pool: (i64, i64),
-    expandable: bool,
-    segment_type: String,
+pub(crate) struct Range {
+    pub(crate) end: u64,
+    pub(crate) stream: u64,
+    pub(crate) stack: StackId,
+    pub(crate) pool: (i64, i64),
+    pub(crate) expandable: bool,
+    pub(crate) segment_type: String,
 }
 
 fn state_name(state: &BlockState) -> &'static str {
@@ -193,20 +190,16 @@ pub fn memory_map(snapshot: &Snapshot, device: &DeviceAnalysis, at: Option<usize
     rebuilt(snapshot, device, at, undone)
 }
 
-/// The map after `at` rebuilt from the snapshot's by undoing the segment events among `undone`
-/// (the events after `at`, newest first; the others are passed over).
-fn rebuilt(
+/// The reserved ranges of `device`: the snapshot's segments with the segment events among
+/// `undone` (newest first; other events are passed over) undone.
+pub(crate) fn reserved_ranges(
     snapshot: &Snapshot,
-    device: &DeviceAnalysis,
-    at: Option<usize>,
+    device: usize,
     undone: impl Iterator<Item = usize>,
-) -> MemoryMap {
-    let trace = snapshot.trace(device.device);
-    let replay = &device.replay;
-
-    // Reserved ranges at the snapshot, then segment events after `at` undone, newest first.
+) -> BTreeMap<u64, Range> {
+    let trace = snapshot.trace(device);
     let mut ranges: BTreeMap<u64, Range> = BTreeMap::new();
-    for segment in snapshot.device_segments(device.device) {
+    for segment in snapshot.device_segments(device) {
         ranges.insert(
             segment.address,
             Range {
@@ -220,26 +213,11 @@ fn rebuilt(
         );
     }
     for event in undone {
-        let (addr, size) = (trace.addr.get(event), trace.size.get(event));
-        let range = Range {
-            end: addr + size,
-            stream: trace.stream(event),
-            stack: trace.stack.get(event),
-            pool: (0, 0),
-            expandable: matches!(
-                trace.action[event],
-                ActionCode::SEGMENT_MAP | ActionCode::SEGMENT_UNMAP
-            ),
-            segment_type: if size < (1 << 20) * 2 + 1 {
-                "small"
-            } else {
-                "large"
-            }
-            .to_owned(),
-        };
+        let range = range_of_event(trace, event);
+        let addr = trace.addr.get(event);
         match trace.action[event] {
             ActionCode::SEGMENT_ALLOC | ActionCode::SEGMENT_MAP => {
-                remove(&mut ranges, addr, addr + size);
+                remove(&mut ranges, addr, range.end);
             }
             ActionCode::SEGMENT_FREE | ActionCode::SEGMENT_UNMAP => {
                 insert(&mut ranges, addr, range);
@@ -247,6 +225,41 @@ fn rebuilt(
             _ => {}
         }
     }
+    ranges
+}
+
+/// The range a segment event names, with what the trace says of it (the pool is not traced).
+pub(crate) fn range_of_event(trace: &crate::snapshot::Trace, event: usize) -> Range {
+    let (addr, size) = (trace.addr.get(event), trace.size.get(event));
+    Range {
+        end: addr + size,
+        stream: trace.stream(event),
+        stack: trace.stack.get(event),
+        pool: (0, 0),
+        expandable: matches!(
+            trace.action[event],
+            ActionCode::SEGMENT_MAP | ActionCode::SEGMENT_UNMAP
+        ),
+        segment_type: if size < (1 << 20) * 2 + 1 {
+            "small"
+        } else {
+            "large"
+        }
+        .to_owned(),
+    }
+}
+
+/// The map after `at` rebuilt from the snapshot's by undoing the segment events among `undone`
+/// (the events after `at`, newest first; the others are passed over).
+fn rebuilt(
+    snapshot: &Snapshot,
+    device: &DeviceAnalysis,
+    at: Option<usize>,
+    undone: impl Iterator<Item = usize>,
+) -> MemoryMap {
+    let replay = &device.replay;
+
+    let ranges = reserved_ranges(snapshot, device.device, undone);
 
     // Live allocations at their addresses. A block still alive at the end has its exact size.
     let mut exact_size: BTreeMap<u64, u64> = BTreeMap::new();
@@ -441,15 +454,7 @@ fn segment_stacks(snapshot: &Snapshot, segments: &[MapSegment]) -> BTreeMap<Stac
         if segment.stack == 0 || stacks.contains_key(&segment.stack) {
             continue;
         }
-        let frames = snapshot
-            .stacks
-            .get(segment.stack)
-            .iter()
-            .map(|&f| snapshot.frames.get(f))
-            .filter(|frame| !frame.is_hidden())
-            .take(SEGMENT_STACK_FRAMES)
-            .map(|frame| format!("{} ({}:{})", frame.name, frame.filename, frame.line))
-            .collect();
+        let frames = super::segment_timeline::shown_frames(snapshot, segment.stack);
         stacks.insert(segment.stack, frames);
     }
     stacks
@@ -481,7 +486,7 @@ fn stats_of(reserved: u64, blocks: &[MapBlock]) -> SegmentStats {
 }
 
 /// Removes `[start, end)` from the reserved ranges, splitting any range it cuts.
-fn remove(ranges: &mut BTreeMap<u64, Range>, start: u64, end: u64) {
+pub(crate) fn remove(ranges: &mut BTreeMap<u64, Range>, start: u64, end: u64) {
     let overlapping: Vec<u64> = ranges
         .range(..end)
         .filter(|(_, r)| r.end > start)
@@ -507,7 +512,7 @@ fn remove(ranges: &mut BTreeMap<u64, Range>, start: u64, end: u64) {
 }
 
 /// Adds `[start, range.end)`, joining an expandable range to the ones it touches.
-fn insert(ranges: &mut BTreeMap<u64, Range>, start: u64, range: Range) {
+pub(crate) fn insert(ranges: &mut BTreeMap<u64, Range>, start: u64, range: Range) {
     remove(ranges, start, range.end);
     let mut start = start;
     let mut range = range;
