@@ -354,6 +354,17 @@ fn every_answer_has_the_documented_shape() {
         &maps.iter().collect::<Vec<_>>(),
     );
 
+    let histories = each("/history?at=peak&before=3&after=3");
+    contract.add(
+        "GET /api/snapshots/{id}/history",
+        &histories.iter().collect::<Vec<_>>(),
+    );
+    let segment_timelines = each("/segment-timeline?width=200");
+    contract.add(
+        "GET /api/snapshots/{id}/segment-timeline",
+        &segment_timelines.iter().collect::<Vec<_>>(),
+    );
+
     let events = client.get(&format!("/api/snapshots/{mlp}/events?limit=50"));
     let mut pages = each("/events?limit=20");
     pages.push(events);
