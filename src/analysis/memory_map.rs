@@ -344,7 +344,7 @@ fn rebuilt(
         at,
         exact: false,
         totals,
-        segment_stacks: segment_stacks(snapshot, &segments),
+        segment_stacks: segment_stacks(snapshot, device, at, &mut segments),
         segments,
         streams,
     }
@@ -385,7 +385,7 @@ fn exact(snapshot: &Snapshot, device: &DeviceAnalysis) -> MemoryMap {
         .collect();
     let streams = StreamNames::of(snapshot, device.device);
     let mut totals = Totals::default();
-    let segments: Vec<MapSegment> = snapshot
+    let mut segments: Vec<MapSegment> = snapshot
         .device_segments(device.device)
         .map(|segment| {
             let stats = SegmentStats::of(segment);
@@ -429,7 +429,7 @@ fn exact(snapshot: &Snapshot, device: &DeviceAnalysis) -> MemoryMap {
         at: last,
         exact: true,
         totals,
-        segment_stacks: segment_stacks(snapshot, &segments),
+        segment_stacks: segment_stacks(snapshot, device, last, &mut segments),
         segments,
         streams,
     }
@@ -447,10 +447,38 @@ fn free_block(address: u64, size: u64) -> MapBlock {
 }
 
 /// The distinct cudaMalloc stacks of `segments`, each as its shown frames (innermost first,
-/// `name (file:line)`), the frames PyTorch's viewer hides left out.
-fn segment_stacks(snapshot: &Snapshot, segments: &[MapSegment]) -> BTreeMap<StackId, Vec<String>> {
+/// `name (file:line)`), the frames PyTorch's viewer hides left out. A segment the snapshot
+/// recorded no stack for takes the stack of the last `segment_alloc`/`segment_map` at its
+/// address up to `at` (the trace's segment events are few: one per cudaMalloc).
+fn segment_stacks(
+    snapshot: &Snapshot,
+    device: &DeviceAnalysis,
+    at: Option<usize>,
+    segments: &mut [MapSegment],
+) -> BTreeMap<StackId, Vec<String>> {
+    let trace = snapshot.trace(device.device);
+    let mut traced: BTreeMap<u64, StackId> = BTreeMap::new();
+    for &(event, _) in &device.replay.reserved_steps {
+        let event = event as usize;
+        if at.is_none_or(|at| event > at) {
+            break;
+        }
+        if matches!(
+            trace.action[event],
+            ActionCode::SEGMENT_ALLOC | ActionCode::SEGMENT_MAP
+        ) {
+            traced.insert(trace.addr.get(event), trace.stack.get(event));
+        }
+    }
+    for segment in segments.iter_mut() {
+        if segment.stack == 0
+            && let Some(&stack) = traced.get(&segment.address)
+        {
+            segment.stack = stack;
+        }
+    }
     let mut stacks = BTreeMap::new();
-    for segment in segments {
+    for segment in segments.iter() {
         if segment.stack == 0 || stacks.contains_key(&segment.stack) {
             continue;
         }

@@ -211,9 +211,14 @@ export class SegmentsView {
       list,
       detail,
     );
-    // The selected row in the middle of the list, without scrolling the page.
+    // The selected row in the middle of the list, without scrolling the page; read after the
+    // next layout, so this does not force one of its own (a long task on a big page).
     const row = list.querySelector(".selected");
-    if (row) list.scrollTop += row.getBoundingClientRect().top - list.getBoundingClientRect().top - list.clientHeight / 2 + row.clientHeight / 2;
+    if (row) {
+      requestAnimationFrame(() => {
+        list.scrollTop = row.offsetTop - list.clientHeight / 2 + row.clientHeight / 2;
+      });
+    }
   }
 
   setZoom(zoom, offset) {
@@ -308,6 +313,11 @@ export class SegmentsView {
 
   renderTable() {
     const segments = this.data.segments;
+    // Stepping one event changes a block or two: the table (hundreds of rows on a big trace)
+    // is rebuilt only when a row would read differently.
+    const key = segments.map((s) => `${s.address}:${s.size}:${s.stream_id}:${Object.values(s.stats).join(",")}`).join(";");
+    if (key === this.tableKey) return;
+    this.tableKey = key;
     const head = h(
       "thead",
       {},
