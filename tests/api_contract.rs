@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 /// Objects whose keys are data, not fields (a map): their keys show as `{*}`.
-const MAPS: &[&str] = &[".analysis.devices[].actions"];
+const MAPS: &[&str] = &[".analysis.devices[].actions", ".segment_stacks", ".stacks"];
 /// Values that are free-form JSON (the allocator's settings as torch wrote them, an audit
 /// entry's details): their type is checked, their insides are not part of the contract.
 const FREE_FORM: &[&str] = &[
