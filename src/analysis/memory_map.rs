@@ -65,7 +65,7 @@ impl StreamNames {
                 }
             }
             StreamColumn::Raw(column) => {
-                for &value in column.iter() {
+                for &value in column {
                     add(value, &mut values);
                 }
             }

@@ -70,7 +70,8 @@ export class SegmentTimelineView {
       const bands = data.bands.id.length;
       const peak = Math.max(0, ...data.reserved);
       this.status.textContent = `${count(bands)} reserved ${data.bands.expandable.some(Boolean) ? "ranges" : bands === 1 ? "segment" : "segments"} in events ${count(data.start)}–${count(data.end)}, at most ${bytes(peak)} reserved`;
-      this.paint();
+      // Next frame: painting now would force a layout of the page just changed (a long task).
+      this.draw();
     });
   }
 

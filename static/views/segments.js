@@ -139,7 +139,8 @@ export class SegmentsView {
       this.renderSource();
       this.renderTotals();
       this.renderTable();
-      this.paint();
+      // Next frame: painting now would force a layout of the page just changed (a long task).
+      this.draw();
     });
   }
 
