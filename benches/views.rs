@@ -3,15 +3,18 @@
 //! `cargo bench --bench views [-- NAME]` loads each large file once (decompressed by
 //! `benches/core.rs`, or from `SNAPVIEW_LARGE_DIR`), then times timeline windows at every zoom
 //! level for a 1600 px view (and their JSON size), the `/roles` window, the flame graph, the
-//! segment map at spread-out and at pseudo-random moments, and filtered pages of the event list.
+//! segment map at spread-out and at pseudo-random moments, the allocator's history and the
+//! cached segment timeline, and filtered pages of the event list.
 //! Prints median and max per query kind. With `NAME`, only that file (e.g.
 //! `gpt2_huge_trace_x10`, the ten-times file, which takes ~3 GB to load: one at a time).
 
 use snapview::analysis::Analysis;
 use snapview::analysis::events::{EventFilter, page};
 use snapview::analysis::flame::{FlameMode, flame};
+use snapview::analysis::history::history;
 use snapview::analysis::memory_map::memory_map;
 use snapview::analysis::roles::{UserRules, role_window};
+use snapview::analysis::segment_timeline::segment_timeline;
 use snapview::analysis::timeline::{
     Axis, Detail, MAX_DETAIL, Window, column_allocations, timeline, timeline_detailed,
 };
@@ -197,6 +200,42 @@ fn main() {
             times.push(began.elapsed().as_secs_f64() * 1e3);
         }
         report("segment map at random events", &mut times);
+
+        // The allocator's history beside the map, at the same random moments, and the cached
+        // segment timeline at every zoom (issue 20).
+        let mut times = Vec::new();
+        for _ in 0..30 {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            let at = (state >> 33) as usize % n;
+            let began = Instant::now();
+            let h = history(&snapshot, device, Some(at), 12, 12);
+            let _ = serde_json::to_string(&h).expect("json");
+            times.push(began.elapsed().as_secs_f64() * 1e3);
+        }
+        report("allocator history at random events", &mut times);
+        let mut times = Vec::new();
+        for zoom in [1usize, 10, 100, 1000, 10_000, 100_000] {
+            let span = (n / zoom).max(10);
+            for k in 0..5 {
+                let start = (n - span) * k / 4;
+                for axis in [Axis::Event, Axis::Time] {
+                    let window = Window {
+                        start,
+                        end: start + span - 1,
+                        width: 1600,
+                        height: 400,
+                        axis,
+                    };
+                    let began = Instant::now();
+                    let t = segment_timeline(&snapshot, device, window);
+                    let _ = serde_json::to_string(&t).expect("json");
+                    times.push(began.elapsed().as_secs_f64() * 1e3);
+                }
+            }
+        }
+        report("segment timeline 1600px (incl. JSON)", &mut times);
 
         // Filtered pages of the event list: a new filter's first page, then paging through it
         // and jumping to an event, as the list does.

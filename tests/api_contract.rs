@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 /// Objects whose keys are data, not fields (a map): their keys show as `{*}`.
-const MAPS: &[&str] = &[".analysis.devices[].actions"];
+const MAPS: &[&str] = &[".analysis.devices[].actions", ".segment_stacks", ".stacks"];
 /// Values that are free-form JSON (the allocator's settings as torch wrote them, an audit
 /// entry's details): their type is checked, their insides are not part of the contract.
 const FREE_FORM: &[&str] = &[
@@ -366,6 +366,17 @@ fn every_answer_has_the_documented_shape() {
     contract.add(
         "GET /api/snapshots/{id}/segments",
         &maps.iter().collect::<Vec<_>>(),
+    );
+
+    let histories = each("/history?at=peak&before=3&after=3");
+    contract.add(
+        "GET /api/snapshots/{id}/history",
+        &histories.iter().collect::<Vec<_>>(),
+    );
+    let segment_timelines = each("/segment-timeline?width=200");
+    contract.add(
+        "GET /api/snapshots/{id}/segment-timeline",
+        &segment_timelines.iter().collect::<Vec<_>>(),
     );
 
     let events = client.get(&format!("/api/snapshots/{mlp}/events?limit=50"));

@@ -117,6 +117,20 @@ fn roles_show_in_the_views_in_a_real_browser() {
 }
 
 /// The compare page, its picker, the group page and the list's selection:
+/// The allocator's blocks: the segment map's history, zoom and pending frees, and the cached
+/// segment timeline: `tests/browser/segments.mjs` (with the huge trace when SNAPVIEW_LARGE_DIR
+/// names its folder).
+#[test]
+fn segment_views_work_in_a_real_browser() {
+    let large = std::env::var("SNAPVIEW_LARGE_DIR").unwrap_or_default();
+    run_script_with(
+        "tests/browser/segments.mjs",
+        Duration::from_secs(260),
+        &[],
+        &[("SNAPVIEW_LARGE_DIR", large.as_str())],
+    );
+}
+
 /// `tests/browser/compare.mjs`.
 #[test]
 fn compare_and_group_pages_work_in_a_real_browser() {

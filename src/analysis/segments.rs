@@ -14,7 +14,9 @@ pub struct SegmentStats {
     pub internal_free: u64,
     /// Bytes of `inactive` blocks: cached, reusable.
     pub external_free: u64,
-    /// Bytes freed by tensors but waiting on another stream.
+    /// Requested bytes of blocks freed by tensors but waiting on another stream
+    /// (`active_pending_free`; their rounding counts in `internal_free`, as an allocated
+    /// block's does), so allocated + pending + rounding + free is what is reserved.
     pub pending_free: u64,
     /// The largest single `inactive` block: the biggest request this segment could serve.
     pub largest_free_block: u64,
@@ -34,7 +36,10 @@ impl SegmentStats {
                     stats.allocated += block.requested_size;
                     stats.internal_free += block.size.saturating_sub(block.requested_size);
                 }
-                BlockState::ActivePendingFree => stats.pending_free += block.size,
+                BlockState::ActivePendingFree => {
+                    stats.pending_free += block.requested_size;
+                    stats.internal_free += block.size.saturating_sub(block.requested_size);
+                }
                 BlockState::Inactive => {
                     stats.external_free += block.size;
                     stats.largest_free_block = stats.largest_free_block.max(block.size);

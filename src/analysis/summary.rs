@@ -48,10 +48,18 @@ pub struct DeviceSummary {
     pub oom_events: Vec<OomEvent>,
     /// Stacks holding the most bytes at the peak.
     pub top_stacks_at_peak: Vec<StackBytes>,
-    /// Bytes live at the peak, by role (see docs/roles.md).
+    /// Bytes live at the peak, by role (see docs/roles.md); frees still pending are not here
+    /// but in `pending_at_peak_bytes`.
     pub roles_at_peak: BTreeMap<String, u64>,
-    /// Bytes live after the last event (at the dump), by role.
+    /// Bytes live after the last event (at the dump), by role; pending frees aside, as above.
     pub roles_at_snapshot: BTreeMap<String, u64>,
+    /// Requested bytes whose free waited on another stream at the peak: PyTorch's viewer counts
+    /// them in the peak (they are not reusable yet), no tensor holds them.
+    #[serde(default)]
+    pub pending_at_peak_bytes: u64,
+    /// The same after the last event: the snapshot's `active_pending_free` blocks.
+    #[serde(default)]
+    pub pending_bytes_at_snapshot: u64,
     /// Diagnoses with the fix, warnings first.
     pub findings: Vec<Finding>,
 }
@@ -90,7 +98,20 @@ impl Summary {
                 let peak_reserved = replay.peak_reserved(trace);
                 let live = replay.live_after(peak.event_index);
                 let roles = device.roles(snapshot, rules);
-                let at_snapshot = replay.live_after(replay.len().checked_sub(1));
+                let last = replay.len().checked_sub(1);
+                let at_snapshot = replay.live_after(last);
+                // Pending frees are said once, as pending, not also under their role.
+                let held = |live: &[u32], at: Option<usize>| -> Vec<u32> {
+                    let pending: std::collections::BTreeSet<u32> = replay
+                        .pending_frees_after(at)
+                        .into_iter()
+                        .map(|(_, id)| id)
+                        .collect();
+                    live.iter()
+                        .copied()
+                        .filter(|id| !pending.contains(id))
+                        .collect()
+                };
                 let stats = segments::totals(snapshot.device_segments(device.device));
                 let oom_events = trace
                     .action
@@ -127,8 +148,10 @@ impl Summary {
                         &live,
                         TOP_STACKS,
                     ),
-                    roles_at_peak: roles.bytes_by_role(replay, &live),
-                    roles_at_snapshot: roles.bytes_by_role(replay, &at_snapshot),
+                    roles_at_peak: roles.bytes_by_role(replay, &held(&live, peak.event_index)),
+                    roles_at_snapshot: roles.bytes_by_role(replay, &held(&at_snapshot, last)),
+                    pending_at_peak_bytes: replay.pending_after(peak.event_index),
+                    pending_bytes_at_snapshot: replay.pending_after(last),
                     findings: device_findings(snapshot, device, roles),
                 }
             })

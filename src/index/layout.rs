@@ -155,4 +155,7 @@ pub(super) struct DeviceMeta {
     pub(super) allocation_streams: Option<Vec<u64>>,
     /// `(allocation, bytes)` of the sizes of 4 GiB or more.
     pub(super) allocation_large_sizes: Vec<(usize, u64)>,
+    /// The replay's frees that waited on another stream: `(request event, allocation)`. Few
+    /// (only `record_stream` frees wait), so JSON rather than a column.
+    pub(super) pending_requests: Vec<(u32, u32)>,
 }

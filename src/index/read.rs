@@ -457,7 +457,18 @@ fn analysis(sections: &Sections, meta: &Meta, snapshot: &Snapshot) -> Result<Ana
                 origin: sections.column(Kind::AllocationOrigin, part, count)?,
             };
             let steps: Column<StoredStep> = sections.column(Kind::ReservedSteps, part, None)?;
+            if stored
+                .pending_requests
+                .iter()
+                .any(|&(_, id)| id as usize >= stored.allocations)
+            {
+                return Err(IndexError::malformed("a pending free names no allocation"));
+            }
+            let pending_steps =
+                crate::analysis::replay::pending_over_time(&allocations, &stored.pending_requests);
             let replay = Replay {
+                pending_requests: stored.pending_requests.clone(),
+                pending_steps,
                 allocations,
                 allocated: sections.column(Kind::Allocated, part, events)?,
                 allocated_at_start: stored.allocated_at_start,

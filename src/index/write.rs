@@ -333,6 +333,7 @@ fn meta(
                     .1
                     .map(<[u64]>::to_vec),
                 allocation_large_sizes: device.replay.allocations.size.parts().1.to_vec(),
+                pending_requests: device.replay.pending_requests.clone(),
             })
             .collect(),
         summary: summary.clone(),

@@ -12,10 +12,12 @@ use super::wire::{
 use crate::analysis::DeviceAnalysis;
 use crate::analysis::events::{EventFilter, EventPage, page};
 use crate::analysis::flame::{FlameMode, flame, flame_by_role};
+use crate::analysis::history::{History, history};
 use crate::analysis::markers::{Columns, Markers, annotation_markers};
 use crate::analysis::memory_map::{MemoryMap, memory_map};
 use crate::analysis::moment::Moment;
 use crate::analysis::roles::{DeviceRoles, UserRules, role_window};
+use crate::analysis::segment_timeline::{SegmentTimeline, segment_timeline};
 use crate::analysis::timeline::{
     Axis, ColumnError, Detail, MAX_BANDS, MAX_COLUMN_EVENTS, Window, column_allocations,
     timeline_detailed,
@@ -384,6 +386,52 @@ pub async fn segments_view(
             let trace = loaded.snapshot.trace(device.device);
             let at = moment.resolve(trace, &device.replay);
             Ok(memory_map(&loaded.snapshot, device, at))
+        })
+        .await
+        .map(Json)
+}
+
+#[derive(Debug, Deserialize)]
+pub struct HistoryQuery {
+    before: Option<usize>,
+    after: Option<usize>,
+}
+
+/// `GET /api/snapshots/{id}/history`: the events around a moment (default: the last), with the
+/// moment's stack and totals: the Allocator State History beside the segment map.
+pub async fn history_view(
+    snapshot: LoadedSnapshot,
+    at: DeviceMoment,
+    Query(query): Query<HistoryQuery>,
+) -> Result<Json<History>, ApiError> {
+    let moment = at.moment_or(Moment::End);
+    snapshot
+        .on_device(at.device, move |loaded, device| {
+            let trace = loaded.snapshot.trace(device.device);
+            let at = moment.resolve(trace, &device.replay);
+            Ok(history(
+                &loaded.snapshot,
+                device,
+                at,
+                query.before.unwrap_or(20),
+                query.after.unwrap_or(20),
+            ))
+        })
+        .await
+        .map(Json)
+}
+
+/// `GET /api/snapshots/{id}/segment-timeline`: the reserved ranges over the window, one band
+/// each (the Active Cached Segment Timeline), bounded by the width like the timeline.
+pub async fn segment_timeline_view(
+    snapshot: LoadedSnapshot,
+    Query(device): Query<DeviceChoice>,
+    Query(query): Query<TimelineQuery>,
+) -> Result<Json<SegmentTimeline>, ApiError> {
+    let window = query.window()?;
+    snapshot
+        .on_device(device, move |loaded, device| {
+            Ok(segment_timeline(&loaded.snapshot, device, window))
         })
         .await
         .map(Json)

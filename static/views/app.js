@@ -17,6 +17,7 @@ export const VIEW_KEYS = [
   ["3", "Segments"],
   ["4", "Events"],
   ["← →", "Step the selected moment one event (Shift: 100)"],
+  ["↑ ↓", "Segments: step the allocator's history one event"],
   ["+ -", "Zoom the timeline in or out"],
   ["↑ ↓", "Zoom the timeline's byte axis in or out"],
   ["/", "Search (flame graph) or filter by frame (events)"],

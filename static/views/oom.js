@@ -65,6 +65,14 @@ function panel(report) {
       h("span", { className: "muted small" }, `event ${count(report.event_index)}${report.map_exact ? " · the snapshot was taken at this moment" : ""}`),
     ),
     h("p", { className: "oom-explanation" }, report.explanation),
+    // Said once where it changes what "reserved" and "fragmentation" mean (issue 20).
+    report.allocator_settings?.expandable_segments === true
+      ? h(
+          "p",
+          { className: "oom-expandable muted" },
+          "Expandable segments are on: each segment grows and shrinks in place (segment_map / segment_unmap), so reserved memory is mapped ranges rather than fixed cudaMalloc segments, and the free space above is gaps between live blocks inside them.",
+        )
+      : null,
     h(
       "div",
       { className: "oom-numbers" },

@@ -1,7 +1,11 @@
-// The segment map at the selected moment: every segment of the device to scale, its blocks
-// coloured by state, rounding waste marked; totals and per-segment stats; hover for a block's
-// allocation and stack. The map follows the moment (← → step it).
+// The segment map at the selected moment: every segment of the device to scale, each live
+// block in its allocation's own colour (the timeline's), pending frees hatched, rounding waste
+// marked; totals and per-segment stats; hover for a block's allocation and stack, a segment's
+// cudaMalloc stack. Beside it the Allocator State History: the events around the moment
+// (↑ ↓ or ← → step it), the selected event's stack and totals, its block outlined on the map.
+// The wheel zooms the map (around the pointer) so that small blocks can be hovered.
 
+import { bandColor } from "../lib/color.js";
 import { bytes, count, hex, percent } from "../lib/units.js";
 import {
   allocation,
@@ -18,11 +22,30 @@ import {
   tipRow,
   visibleFrames,
 } from "./common.js";
+import { SegmentTimelineView } from "./segment-timeline.js";
 
 const ROW = 22;
 const ROW_GAP = 8;
 const SEGMENT_GAP = 3;
 const STATE_NAMES = { active_allocated: "allocated", active_pending_free: "pending free", inactive: "free" };
+/** The most the map magnifies: a 512 B block of a 20 GiB device is then a few px wide. */
+export const MAX_ZOOM = 1 << 20;
+/** Events listed on each side of the moment. */
+const AROUND = 12;
+
+/** Why a block waits: pending frees say for whom, as far as the trace can tell. */
+export function pendingReason(block, segmentStream, streams) {
+  const others = streams.map((_, i) => i).filter((i) => i !== segmentStream);
+  const waitingFor = others.length === 1 ? `waiting for stream ${others[0]}` : "waiting for another stream";
+  const when = block.free_requested_at !== undefined ? ` since event ${count(block.free_requested_at)}` : "";
+  return `${waitingFor}: \`record_stream\`${when}. The program freed it; the allocator reuses it once that stream's work is done.`;
+}
+
+/** "segment(s)", or "mapped range(s)" where the allocator grows expandable segments. */
+function segmentWord(data, n) {
+  const expandable = data?.segments?.some((s) => s.expandable);
+  return `${expandable ? "expandable segment" : "segment"}${n === 1 ? "" : "s"}`;
+}
 
 export class SegmentsView {
   constructor(ctx, panel) {
@@ -36,6 +59,13 @@ export class SegmentsView {
     this.error = panel.querySelector("#segments-error");
     this.fetchSegments = newestOnly({ staleMark: this.source, errorBox: this.error, what: "The segment map" });
     this.legend = panel.querySelector("#segments-legend");
+    this.historyBox = panel.querySelector("#segments-history");
+    this.fetchHistory = newestOnly({ staleMark: this.historyBox, errorBox: this.error, what: "The allocator's history" });
+    this.history = null;
+    // The segments over time, above the map: same window and moment as the timeline.
+    this.overTime = new SegmentTimelineView(ctx, panel);
+    this.zoom = 1;
+    this.offset = 0;
     this.data = null;
     this.key = "";
     this.pieces = [];
@@ -51,6 +81,21 @@ export class SegmentsView {
       const piece = this.pieceAt(event);
       if (piece?.block.allocation !== null && piece?.block.allocation !== undefined) ctx.store.set({ alloc: piece.block.allocation });
     });
+    this.canvas.addEventListener("wheel", (event) => this.onWheel(event), { passive: false });
+    for (const b of panel.querySelectorAll("[data-map-zoom]")) {
+      b.addEventListener("click", () => {
+        if (b.dataset.mapZoom === "reset") this.setZoom(1, 0);
+        else this.zoomAround(b.dataset.mapZoom === "in" ? 4 : 0.25, null);
+      });
+    }
+    document.addEventListener("keydown", (event) => {
+      if (!this.visible() || (event.key !== "ArrowUp" && event.key !== "ArrowDown")) return;
+      if (event.ctrlKey || event.metaKey || event.altKey) return;
+      const target = event.target;
+      if (target instanceof HTMLElement && (target.isContentEditable || /^(INPUT|SELECT|TEXTAREA)$/.test(target.tagName))) return;
+      event.preventDefault();
+      ctx.step((event.key === "ArrowUp" ? -1 : 1) * (event.shiftKey ? 100 : 1));
+    });
     new ResizeObserver(() => this.visible() && this.draw()).observe(this.chart);
     onThemeChange(() => this.draw());
     const item = (cls, text, title) => h("li", { title }, h("span", { className: `swatch ${cls}` }), text);
@@ -60,6 +105,7 @@ export class SegmentsView {
       item("sw-pending", "pending free", "Freed by the program but still in use by a stream; not reusable yet"),
       item("sw-free", "free (cached)", "Cached by the allocator, reusable without asking CUDA"),
       item("sw-segment", "segment", "One cudaMalloc (or an expandable segment); gaps separate segments"),
+      item("sw-touched", "this event's block", "The block the selected event allocated, freed or mapped"),
     );
   }
 
@@ -70,11 +116,13 @@ export class SegmentsView {
   show() {
     this.load();
     this.draw();
+    this.overTime.show();
   }
 
-  update(_state, changed) {
+  update(state, changed) {
     if (this.visible() && (changed.has("at") || changed.has("device"))) this.load();
     else if (this.visible() && changed.has("alloc")) this.draw();
+    this.overTime.update(state, changed);
   }
 
   async load() {
@@ -84,14 +132,127 @@ export class SegmentsView {
     if (at !== null) params.set("at", at);
     const key = params.toString();
     if (key === this.key) return;
+    this.loadHistory(key);
     await this.fetchSegments(`/api/snapshots/${this.ctx.id}/segments?${key}`, (data) => {
       this.key = key;
       this.data = data;
       this.renderSource();
       this.renderTotals();
       this.renderTable();
-      this.paint();
+      // Next frame: painting now would force a layout of the page just changed (a long task).
+      this.draw();
     });
+  }
+
+  async loadHistory(key) {
+    await this.fetchHistory(`/api/snapshots/${this.ctx.id}/history?${key}&before=${AROUND}&after=${AROUND}`, (data) => {
+      this.history = data;
+      this.renderHistory();
+      this.draw();
+    });
+  }
+
+  /** The touched address of the selected event (alloc, free, segment event), or null. */
+  touched() {
+    const selected = this.history?.selected;
+    if (!selected || selected.action === "snapshot" || selected.action === "oom") return null;
+    return selected;
+  }
+
+  renderHistory() {
+    const d = this.history;
+    if (!d) return;
+    const selected = d.selected;
+    const list = h(
+      "ol",
+      { className: "history-list", "aria-label": "Events around the moment" },
+      d.rows.map((row) =>
+        h(
+          "li",
+          {
+            className: `history-row${row.index === d.at ? " selected" : ""}`,
+            "data-event": String(row.index),
+            "aria-current": row.index === d.at ? "true" : null,
+            onclick: () => this.ctx.setMoment(row.index),
+            title: `Event ${count(row.index)}: click to show the map after it`,
+          },
+          h("span", { className: "history-index num" }, count(row.index)),
+          h("span", { className: `history-action action-${row.action}` }, row.action),
+          h("span", { className: "history-size num" }, row.action === "snapshot" ? "" : bytes(row.size)),
+          h("code", { className: "history-addr" }, row.address ? hex(row.address) : ""),
+          h("span", { className: "history-stream" }, row.stream),
+        ),
+      ),
+    );
+    const detail = selected
+      ? h(
+          "div",
+          { className: "history-detail" },
+          h(
+            "div",
+            { className: "history-title" },
+            `Event ${count(selected.index)}: ${selected.action} ${selected.action === "snapshot" ? "" : bytes(selected.size)} · ${selected.stream}`,
+          ),
+          h(
+            "div",
+            { className: "history-totals small", "data-history-totals": "" },
+            `After it: ${bytes(selected.allocated)} allocated${selected.pending ? ` · ${bytes(selected.pending)} pending free` : ""} · ${bytes(selected.reserved)} reserved`,
+          ),
+          selected.frames.length
+            ? h(
+                "ol",
+                { className: "tip-frames history-frames", "aria-label": "Stack, innermost first" },
+                selected.frames.map((f) => h("li", {}, f)),
+              )
+            : h("p", { className: "muted small" }, "No stack recorded for this event."),
+        )
+      : h("p", { className: "muted small" }, "No events at this moment.");
+    this.historyBox.replaceChildren(
+      h("h3", { className: "history-heading" }, "Allocator state history", h("span", { className: "muted small" }, " ↑ ↓ step")),
+      list,
+      detail,
+    );
+    // The selected row in the middle of the list, without scrolling the page; read after the
+    // next layout, so this does not force one of its own (a long task on a big page).
+    const row = list.querySelector(".selected");
+    if (row) {
+      requestAnimationFrame(() => {
+        list.scrollTop = row.offsetTop - list.clientHeight / 2 + row.clientHeight / 2;
+      });
+    }
+  }
+
+  setZoom(zoom, offset) {
+    this.zoom = Math.max(1, Math.min(MAX_ZOOM, zoom));
+    const tape = this.layout?.tape ?? 0;
+    this.offset = Math.max(0, Math.min(tape * this.zoom - tape, offset));
+    if (this.zoom === 1) this.offset = 0;
+    this.draw();
+  }
+
+  /** Zooms by `factor` keeping tape position `q` (visible px along the tape; null: the
+   * touched block, else the middle) where it is. */
+  zoomAround(factor, q) {
+    const tape = this.layout?.tape ?? 0;
+    let anchor = q;
+    if (anchor === null) {
+      const target = this.touchedAt;
+      anchor = target !== undefined && target !== null ? target * this.zoom - this.offset : tape / 2;
+      anchor = Math.max(0, Math.min(tape, anchor));
+    }
+    const zoom = Math.max(1, Math.min(MAX_ZOOM, this.zoom * factor));
+    const absolute = ((this.offset + anchor) * zoom) / this.zoom;
+    this.setZoom(zoom, absolute - anchor);
+  }
+
+  onWheel(event) {
+    if (!this.layout) return;
+    event.preventDefault();
+    const box = this.canvas.getBoundingClientRect();
+    const x = event.clientX - box.left;
+    const row = Math.max(0, Math.floor((event.clientY - box.top) / (ROW + ROW_GAP)));
+    const scale = event.deltaMode === 1 ? 30 : event.deltaMode === 2 ? 300 : 1;
+    this.zoomAround(Math.exp(-event.deltaY * scale * 0.004), row * this.layout.width + x);
   }
 
   renderSource() {
@@ -123,8 +284,19 @@ export class SegmentsView {
         h("span", { className: "detail" }, detail),
       );
     this.totals.replaceChildren(
-      stat("Reserved", bytes(t.reserved), `in ${count(t.segments)} segments`, "Bytes of all segments: what the allocator holds from CUDA"),
+      stat(
+        "Reserved",
+        bytes(t.reserved),
+        `in ${count(t.segments)} ${segmentWord(this.data, t.segments)}`,
+        "Bytes of all segments: what the allocator holds from CUDA",
+      ),
       stat("Allocated", bytes(t.allocated), `${percent(t.allocated, t.reserved)} of reserved`, "Requested bytes of live blocks"),
+      stat(
+        "Pending free",
+        bytes(t.pending_free),
+        t.pending_free ? `${percent(t.pending_free, t.reserved)} of reserved` : "none waiting",
+        "Freed by the program but waiting for work on another stream (record_stream): not reusable until it completes",
+      ),
       stat(
         "Free",
         bytes(t.external_free),
@@ -134,7 +306,7 @@ export class SegmentsView {
       stat(
         "Fragmentation",
         `${(100 * t.fragmentation).toFixed(0)}%`,
-        `rounding ${bytes(t.internal_free)}${t.pending_free ? ` · pending ${bytes(t.pending_free)}` : ""}`,
+        `rounding ${bytes(t.internal_free)}`,
         "The share of free bytes outside the largest free block. Rounding: bytes inside live blocks beyond the request.",
       ),
     );
@@ -142,13 +314,18 @@ export class SegmentsView {
 
   renderTable() {
     const segments = this.data.segments;
+    // Stepping one event changes a block or two: the table (hundreds of rows on a big trace)
+    // is rebuilt only when a row would read differently.
+    const key = segments.map((s) => `${s.address}:${s.size}:${s.stream_id}:${Object.values(s.stats).join(",")}`).join(";");
+    if (key === this.tableKey) return;
+    this.tableKey = key;
     const head = h(
       "thead",
       {},
       h(
         "tr",
         {},
-        ["Segment", "Size", "Stream", "Pool", "Allocated", "Free", "Largest free", "Fragmentation", "Blocks"].map((c, i) =>
+        ["Segment", "Size", "Stream", "Pool", "Allocated", "Pending", "Free", "Largest free", "Fragmentation", "Blocks"].map((c, i) =>
           h("th", { className: i ? "num" : "" }, c),
         ),
       ),
@@ -170,9 +347,10 @@ export class SegmentsView {
         },
         h("td", {}, h("code", {}, hex(s.address)), s.expandable ? h("span", { className: "badge" }, "expandable") : null),
         h("td", { className: "num" }, bytes(s.size)),
-        h("td", { className: "num" }, String(s.stream)),
+        h("td", { className: "num" }, `stream ${s.stream_id}`),
         h("td", { className: "num" }, `${s.type}${s.pool && (s.pool[0] || s.pool[1]) ? ` (${s.pool.join(",")})` : ""}`),
         h("td", { className: "num" }, bytes(st.allocated)),
+        h("td", { className: "num" }, st.pending_free ? bytes(st.pending_free) : "–"),
         h("td", { className: "num" }, bytes(st.external_free)),
         h("td", { className: "num" }, bytes(st.largest_free_block)),
         h("td", { className: "num" }, st.external_free ? `${(100 * (st.fragmentation ?? 1 - st.largest_free_block / st.external_free)).toFixed(0)}%` : "–"),
@@ -181,7 +359,11 @@ export class SegmentsView {
       body.append(row);
     }
     this.table.replaceChildren(
-      h("caption", { className: "muted small" }, `${count(segments.length)} segments, by address. Hover a row to find it in the map.`),
+      h(
+        "caption",
+        { className: "muted small" },
+        `${count(segments.length)} ${segmentWord(this.data, segments.length)}, by address. Hover a row to find it in the map.`,
+      ),
       head,
       body,
     );
@@ -200,12 +382,30 @@ export class SegmentsView {
     const rows = Math.max(4, Math.min(32, Math.ceil(segments.length / 7)));
     const usable = width * rows - segments.length * SEGMENT_GAP;
     const perPx = Math.max(1, reserved / Math.max(1, usable));
-    // The tape: segments laid end to end, wrapping at the right edge.
+    // The tape: segments laid end to end at zoom 1, wrapping at the right edge. Zoomed, the
+    // tape is `zoom` times longer and the canvas shows the part from `offset` on.
     let cursor = 0;
+    const placed = segments.map((s) => {
+      const length = Math.max(2, s.size / perPx);
+      const at = cursor;
+      cursor += length + SEGMENT_GAP;
+      return { segment: s, at, length };
+    });
+    const tape = Math.max(width, Math.ceil(cursor / width) * width);
+    const zoom = this.zoom;
+    const offset = Math.max(0, Math.min(tape * zoom - tape, this.offset));
+    this.offset = offset;
+    // A piece of the zoomed tape [start, start + length) as drawn rows, clipped to the view.
     const place = (start, length) => {
+      let x = start * zoom - offset;
+      let left = length * zoom;
+      if (x + left <= 0 || x >= tape) return [];
+      if (x < 0) {
+        left += x;
+        x = 0;
+      }
+      left = Math.min(left, tape - x);
       const pieces = [];
-      let x = start;
-      let left = length;
       while (left > 0.01) {
         const row = Math.floor(x / width);
         const inRow = x - row * width;
@@ -216,13 +416,7 @@ export class SegmentsView {
       }
       return pieces;
     };
-    const placed = segments.map((s) => {
-      const length = Math.max(2, s.size / perPx);
-      const at = cursor;
-      cursor += length + SEGMENT_GAP;
-      return { segment: s, at, length };
-    });
-    const totalRows = Math.max(1, Math.ceil(cursor / width));
+    const totalRows = Math.max(1, Math.ceil(tape / width));
     const height = totalRows * (ROW + ROW_GAP);
     const ctx = fitCanvas(this.canvas, width, height);
     ctx.fillStyle = t.bg;
@@ -230,43 +424,102 @@ export class SegmentsView {
     const pieces = [];
     const y = (row) => row * (ROW + ROW_GAP) + 2;
     const alloc = this.ctx.store.get().alloc;
+    const touched = this.touched();
+    const touchedBoxes = [];
+    this.touchedAt = null;
     for (const [si, p] of placed.entries()) {
       const s = p.segment;
       const scale = p.length / s.size;
-      for (const piece of place(p.at, p.length)) {
+      const segmentPieces = place(p.at, p.length);
+      for (const piece of segmentPieces) {
         ctx.fillStyle = t.free;
         ctx.fillRect(piece.x, y(piece.row), piece.w, ROW);
       }
+      const segmentTouched = touched && /^segment_/.test(touched.action) && touched.address >= s.address && touched.address < s.address + s.size;
+      if (segmentTouched) {
+        this.touchedAt = p.at + (touched.address - s.address) * scale;
+        for (const piece of place(this.touchedAt, Math.max(1 / zoom, Math.min(touched.size, s.size) * scale))) touchedBoxes.push({ ...piece, y: y(piece.row) });
+      }
+      if (segmentPieces.length === 0) continue;
       for (const [bi, block] of s.blocks.entries()) {
-        const offset = (block.address - s.address) * scale;
-        const length = Math.max(block.state === "inactive" ? 0 : 1, block.size * scale);
+        const offsetPx = (block.address - s.address) * scale;
+        // At least a pixel at any zoom, so every block can be found and hovered.
+        const length = Math.max(1 / zoom, block.size * scale);
         const used = block.state === "inactive" ? 0 : Math.min(block.size, block.requested || block.size) * scale;
-        for (const piece of place(p.at + offset, Math.max(0.5, length))) {
-          pieces.push({ x: piece.x, y: y(piece.row), w: Math.max(1, piece.w), segment: si, block, blockIndex: bi });
+        const blockPieces = place(p.at + offsetPx, length);
+        for (const piece of blockPieces) pieces.push({ x: piece.x, y: y(piece.row), w: Math.max(1, piece.w), segment: si, block, blockIndex: bi });
+        if (touched && !/^segment_/.test(touched.action) && block.address === touched.address && block.state !== "inactive") {
+          this.touchedAt = p.at + offsetPx;
+          for (const piece of blockPieces) touchedBoxes.push({ ...piece, y: y(piece.row) });
         }
         if (block.state === "inactive") continue;
-        ctx.fillStyle = block.state === "active_pending_free" ? t.pending : t.allocated;
+        const pending = block.state === "active_pending_free";
+        ctx.fillStyle = pending ? t.pending : block.allocation !== null && block.allocation !== undefined ? bandColor(block.allocation, t.dark) : t.allocated;
         // A 1 px gap after each wide block shows where blocks meet.
-        for (const piece of place(p.at + offset, length)) ctx.fillRect(piece.x, y(piece.row), Math.max(1, piece.w - (piece.w > 4 ? 1 : 0)), ROW);
-        if (block.size * scale - used >= 0.5) {
+        for (const piece of blockPieces) ctx.fillRect(piece.x, y(piece.row), Math.max(1, piece.w - (piece.w > 4 ? 1 : 0)), ROW);
+        if (pending) {
+          // Hatched: held, but by no tensor.
+          ctx.strokeStyle = t.bg;
+          ctx.lineWidth = 1;
+          for (const piece of blockPieces) {
+            ctx.save();
+            ctx.beginPath();
+            ctx.rect(piece.x, y(piece.row), piece.w, ROW);
+            ctx.clip();
+            ctx.beginPath();
+            for (let hx = piece.x - ROW; hx < piece.x + piece.w; hx += 6) {
+              ctx.moveTo(hx, y(piece.row) + ROW);
+              ctx.lineTo(hx + ROW, y(piece.row));
+            }
+            ctx.stroke();
+            ctx.restore();
+          }
+        }
+        if ((block.size * scale - used) * zoom >= 0.5) {
           ctx.fillStyle = t.rounding;
-          for (const piece of place(p.at + offset + used, block.size * scale - used))
+          for (const piece of place(p.at + offsetPx + used, block.size * scale - used))
             ctx.fillRect(piece.x, y(piece.row) + ROW * 0.45, Math.max(1, piece.w), ROW * 0.55);
         }
         if (alloc !== null && block.allocation === alloc) {
           ctx.strokeStyle = t.accent;
           ctx.lineWidth = 2;
-          for (const piece of place(p.at + offset, length)) ctx.strokeRect(piece.x + 1, y(piece.row) - 1, Math.max(1, piece.w - 2), ROW + 2);
+          for (const piece of blockPieces) ctx.strokeRect(piece.x + 1, y(piece.row) - 1, Math.max(1, piece.w - 2), ROW + 2);
         }
       }
-      ctx.strokeStyle = this.hoverSegment === si || this.hover?.segment === si ? t.text : t.lineStrong;
-      ctx.lineWidth = this.hoverSegment === si || this.hover?.segment === si ? 2 : 1;
-      for (const piece of place(p.at, p.length)) ctx.strokeRect(piece.x + 0.5, y(piece.row) + 0.5, Math.max(1, piece.w - 1), ROW - 1);
+      const hovered = this.hoverSegment === si || this.hover?.segment === si;
+      ctx.strokeStyle = hovered ? t.text : t.lineStrong;
+      ctx.lineWidth = hovered ? 2 : 1;
+      for (const piece of segmentPieces) ctx.strokeRect(piece.x + 0.5, y(piece.row) + 0.5, Math.max(1, piece.w - 1), ROW - 1);
+    }
+    // The selected event's block: a thick outline and a marker above it, seen at any size.
+    ctx.strokeStyle = t.oom;
+    ctx.fillStyle = t.oom;
+    ctx.lineWidth = 3;
+    for (const box of touchedBoxes) {
+      ctx.strokeRect(box.x - 1.5, box.y - 1.5, Math.max(3, box.w + 3), ROW + 3);
+      ctx.beginPath();
+      ctx.moveTo(box.x + Math.max(3, box.w) / 2 - 4, box.y - 6);
+      ctx.lineTo(box.x + Math.max(3, box.w) / 2 + 4, box.y - 6);
+      ctx.lineTo(box.x + Math.max(3, box.w) / 2, box.y - 1);
+      ctx.fill();
     }
     // Tiny blocks last, so hit-testing prefers them over their neighbours' padding.
     pieces.sort((a, b) => b.w - a.w);
     this.pieces = pieces;
-    this.layout = { width, height, rows: totalRows, perPx, segments: segments.length, blocks: pieces.length };
+    this.layout = {
+      width,
+      height,
+      rows: totalRows,
+      perPx,
+      tape,
+      zoom,
+      offset,
+      segments: segments.length,
+      blocks: pieces.length,
+      touched: touchedBoxes.map((b) => ({ x: b.x, y: b.y, w: b.w })),
+    };
+    const zoomLabel = this.panel.querySelector("#segments-zoom-level");
+    if (zoomLabel) zoomLabel.textContent = zoom > 1 ? `×${zoom >= 100 ? Math.round(zoom) : zoom.toFixed(1)}` : "";
   }
 
   pieceAt(event) {
@@ -289,6 +542,8 @@ export class SegmentsView {
     }
     const { block } = piece;
     const s = this.data.segments[piece.segment];
+    const streams = this.data.streams?.raw ?? [];
+    const segmentStack = this.data.segment_stacks?.[s.stack] ?? [];
     const rounding = block.state === "inactive" ? 0 : Math.max(0, block.size - block.requested);
     const render = (info) =>
       showTip(
@@ -300,10 +555,12 @@ export class SegmentsView {
           `${STATE_NAMES[block.state] ?? block.state} · ${bytes(block.size)}`,
           info ? h("span", { className: "tip-id" }, ` ${info.block_id}`) : null,
         ),
+        block.state === "active_pending_free" ? h("div", { className: "tip-note tip-pending" }, pendingReason(block, s.stream_id, streams)) : null,
         block.state !== "inactive" ? tipRow("requested", bytes(block.requested)) : null,
         rounding ? tipRow("rounding", bytes(rounding)) : null,
         tipRow("address", hex(block.address)),
-        tipRow("segment", `${hex(s.address)} · ${bytes(s.size)} · stream ${s.stream}`),
+        tipRow("segment", `${hex(s.address)} · ${bytes(s.size)} · stream ${s.stream_id}${s.expandable ? " · expandable" : ""}`),
+        tipRow("pool", s.pool && (s.pool[0] || s.pool[1]) ? `private (${s.pool.join(", ")})` : "default"),
         tipRow("segment free", `${bytes(s.stats.external_free)} (largest ${bytes(s.stats.largest_free_block)})`),
         info
           ? h(
@@ -315,6 +572,18 @@ export class SegmentsView {
             )
           : null,
         info && !visibleFrames(info.frames).length ? h("div", { className: "tip-note" }, "No Python frames recorded.") : null,
+        h(
+          "div",
+          { className: "tip-note" },
+          segmentStack.length ? `Segment ${s.expandable ? "mapped" : "cudaMalloc'd"} at:` : "No stack recorded for the segment's cudaMalloc.",
+        ),
+        segmentStack.length
+          ? h(
+              "ol",
+              { className: "tip-frames tip-segment-stack" },
+              segmentStack.slice(0, 4).map((f) => h("li", {}, f)),
+            )
+          : null,
         block.allocation !== null && block.allocation !== undefined ? h("div", { className: "tip-note" }, "Click to pin this allocation.") : null,
       );
     render(null);

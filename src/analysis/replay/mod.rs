@@ -109,6 +109,13 @@ pub struct Replay {
     pub(crate) freed_without_alloc: Column<AllocationId>,
     /// Allocations alive throughout.
     pub(crate) ghosts: Column<AllocationId>,
+    /// Frees that waited: `(event of the lone free_requested, allocation)`, by request event.
+    /// From the request to its `free_completed` the block is still the allocation's (MemoryViz
+    /// counts it as allocated) but no tensor holds it: it is a pending free, as the snapshot's
+    /// `active_pending_free` blocks are at the end.
+    pub(crate) pending_requests: Vec<(u32, AllocationId)>,
+    /// Requested bytes of pending frees as a step function: `(event index, bytes after it)`.
+    pub pending_steps: Vec<(u32, u64)>,
 }
 
 /// A maximum of a memory curve.
@@ -144,8 +151,18 @@ impl Replay {
             addresses,
             freed_without_alloc,
             allocated_change,
+            awaiting_completion,
+            mut pending_requests,
             ..
         } = pass;
+        // Requests not completed by the end: the allocation still open at the address waits.
+        for (addr, request) in awaiting_completion {
+            let open = addresses.state(&allocations, addr).open;
+            if open != NO_ALLOCATION {
+                pending_requests.push((request, open));
+            }
+        }
+        pending_requests.sort_unstable();
 
         let mut ghosts = Vec::new();
         for segment in snapshot.device_segments(device) {
@@ -188,8 +205,11 @@ impl Replay {
             .collect();
         allocated.shrink_to_fit();
         let (reserved_at_start, reserved_steps) = reserved_over_time(snapshot, device, trace);
+        let pending_steps = pending_over_time(&allocations, &pending_requests);
 
         Self {
+            pending_requests,
+            pending_steps,
             allocations,
             allocated,
             allocated_at_start,
@@ -236,6 +256,33 @@ impl Replay {
             0 => self.reserved_at_start,
             k => self.reserved_steps[k - 1].1,
         }
+    }
+
+    /// Requested bytes of pending frees after event `at` (`None`: before the first event).
+    pub fn pending_after(&self, at: Option<usize>) -> u64 {
+        let Some(at) = at else { return 0 };
+        let steps = self
+            .pending_steps
+            .partition_point(|&(event, _)| event as usize <= at);
+        steps.checked_sub(1).map_or(0, |k| self.pending_steps[k].1)
+    }
+
+    /// The allocations whose free was requested but not completed after event `at`, each with
+    /// the event of its request, by request event. Costs the requests up to `at`.
+    pub fn pending_frees_after(&self, at: Option<usize>) -> Vec<(u32, AllocationId)> {
+        let Some(at) = at else { return Vec::new() };
+        let requested = self
+            .pending_requests
+            .partition_point(|&(event, _)| event as usize <= at);
+        self.pending_requests[..requested]
+            .iter()
+            .copied()
+            .filter(|&(_, id)| {
+                self.allocations
+                    .end(id as usize)
+                    .is_none_or(|end| end as usize > at)
+            })
+            .collect()
     }
 
     /// The highest allocated total and where it was first reached.
@@ -306,6 +353,8 @@ impl Replay {
             + self.lifetimes.heap_bytes()
             + self.freed_without_alloc.heap_bytes()
             + self.ghosts.heap_bytes()
+            + vec_bytes(&self.pending_requests) as u64
+            + vec_bytes(&self.pending_steps) as u64
     }
 
     /// The allocations alive from the start that are still alive after event `at` (`None`:
@@ -356,6 +405,37 @@ fn reserved_over_time(snapshot: &Snapshot, device: usize, trace: &Trace) -> (u64
         })
         .collect();
     (u64::try_from(start).unwrap_or(u64::MAX), steps)
+}
+
+/// Pending bytes over time from the requests (`(request event, allocation)`): each adds the
+/// allocation's requested bytes at its request and takes them away at its completion (the
+/// allocation's end). Ids past `allocations` (a damaged stored index) are passed over.
+pub(crate) fn pending_over_time(
+    allocations: &Allocations,
+    requests: &[(u32, AllocationId)],
+) -> Vec<(u32, u64)> {
+    let mut changes: Vec<(u32, i128)> = Vec::with_capacity(requests.len() * 2);
+    for &(request, id) in requests {
+        let Some(allocation) = allocations.get(id as usize) else {
+            continue;
+        };
+        changes.push((request, i128::from(allocation.size)));
+        if let Some(end) = allocation.end {
+            changes.push((end, -i128::from(allocation.size)));
+        }
+    }
+    changes.sort_unstable_by_key(|&(event, _)| event);
+    let mut steps: Vec<(u32, u64)> = Vec::with_capacity(changes.len());
+    let mut total: i128 = 0;
+    for (event, change) in changes {
+        total = (total + change).max(0);
+        let bytes = u64::try_from(total).unwrap_or(u64::MAX);
+        match steps.last_mut() {
+            Some(last) if last.0 == event => last.1 = bytes,
+            _ => steps.push((event, bytes)),
+        }
+    }
+    steps
 }
 
 /// Sorts `ids`, distinct ids below `count`, ascending. A leak's live set is most of the

@@ -105,6 +105,12 @@ pub(crate) struct EventPass {
     /// (it dips below zero as allocations from before the trace are freed).
     pub(super) allocated_change: Vec<u64>,
     pub(super) change: u64,
+    /// Per address, the lone `free_requested` (one a `free_completed` does not follow at once:
+    /// the block waits on another stream, after `record_stream`) not completed yet.
+    pub(super) awaiting_completion: rustc_hash::FxHashMap<u64, u32>,
+    /// `(request event, allocation)` of every lone `free_requested` completed so far, in the
+    /// order of the completions.
+    pub(super) pending_requests: Vec<(u32, AllocationId)>,
 }
 
 impl TraceFollower for EventPass {
@@ -171,6 +177,9 @@ impl TraceFollower for EventPass {
                                 id
                             }
                         };
+                        if !merged && let Some(request) = self.awaiting_completion.remove(&addr) {
+                            self.pending_requests.push((request, id));
+                        }
                         let size = self.allocations.size(id as usize);
                         self.change = self.change.wrapping_sub(size);
                         self.record(id);
@@ -180,6 +189,8 @@ impl TraceFollower for EventPass {
                             i += 1;
                         }
                     } else {
+                        // The first request counts: the block is pending from then on.
+                        self.awaiting_completion.entry(addr).or_insert(i as u32);
                         self.record(NO_ALLOCATION);
                     }
                 }

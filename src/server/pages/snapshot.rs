@@ -9,6 +9,7 @@ use crate::format::{bytes, count, duration_us};
 use crate::server::AppState;
 use crate::server::cache::{LoadState, Loaded};
 use crate::server::extract::StoredSnapshot;
+use crate::snapshot::ActionCode;
 use crate::snapshot::short_frame_label;
 use askama::Template;
 use axum::extract::{Path, State};
@@ -54,6 +55,15 @@ struct DeviceView {
     allocated_now: String,
     reserved_now: String,
     free_now: String,
+    /// Requested bytes whose free waits on another stream at the snapshot ("" when none).
+    pending_now: String,
+    /// Pending bytes counted in the peak ("" when none).
+    peak_pending: String,
+    /// What the reserved bytes are: segments from cudaMalloc, or mapped ranges when the
+    /// allocator grows expandable segments (one cudaMalloc-free range each).
+    reserved_source: &'static str,
+    /// "segment" or "segments", after `segments`.
+    segments_word: &'static str,
     largest_free: String,
     rounding: String,
     /// Free bytes outside the largest free block, and their share of the free bytes.
@@ -133,7 +143,11 @@ struct RoleBarView {
     total_bytes: u64,
     reserved: String,
     segments: Vec<RoleSegmentView>,
-    /// Reserved but not allocated, in percent of the bar (the rest of the reserved bytes).
+    /// Freed but waiting on another stream (`record_stream`), in percent of the bar, and bytes
+    /// ("" when none).
+    pending_width: String,
+    pending: String,
+    /// Reserved but neither allocated nor pending, in percent of the bar.
     unused_width: String,
     unused: String,
 }
@@ -152,10 +166,11 @@ impl RoleBarView {
         moment: &str,
         label: &str,
         roles: &std::collections::BTreeMap<String, u64>,
+        pending: u64,
         reserved: u64,
     ) -> Option<Self> {
         let total: u64 = roles.values().sum();
-        if total == 0 {
+        if total == 0 && pending == 0 {
             return None;
         }
         // Built-in roles in their fixed order (the same as static/lib/roles.js, so colours and
@@ -168,7 +183,8 @@ impl RoleBarView {
         };
         let mut ordered: Vec<(&String, &u64)> = roles.iter().filter(|(_, b)| **b > 0).collect();
         ordered.sort_by(|a, b| (rank(a.0), a.0).cmp(&(rank(b.0), b.0)));
-        let scale = reserved.max(total) as f64;
+        let scale = reserved.max(total + pending).max(1) as f64;
+        let unused = reserved.saturating_sub(total + pending);
         Some(Self {
             moment: moment.to_owned(),
             label: label.to_owned(),
@@ -181,15 +197,18 @@ impl RoleBarView {
                     role: role.clone(),
                     bytes: bytes(*b),
                     bytes_exact: *b,
-                    share: format!("{:.0}%", *b as f64 * 100.0 / total as f64),
+                    share: format!("{:.0}%", *b as f64 * 100.0 / total.max(1) as f64),
                     width: format!("{:.3}", *b as f64 * 100.0 / scale),
                 })
                 .collect(),
-            unused_width: format!(
-                "{:.3}",
-                reserved.saturating_sub(total) as f64 * 100.0 / scale
-            ),
-            unused: bytes(reserved.saturating_sub(total)),
+            pending_width: format!("{:.3}", pending as f64 * 100.0 / scale),
+            pending: if pending > 0 {
+                bytes(pending)
+            } else {
+                String::new()
+            },
+            unused_width: format!("{:.3}", unused as f64 * 100.0 / scale),
+            unused: bytes(unused),
         })
     }
 }
@@ -238,7 +257,7 @@ fn distinguishing_frames(stacks: &[Vec<String>]) -> Vec<Option<usize>> {
 }
 
 impl DeviceView {
-    fn new(device: &DeviceSummary, trace: &crate::snapshot::Trace) -> Self {
+    fn new(device: &DeviceSummary, trace: &crate::snapshot::Trace, expandable: bool) -> Self {
         let start = trace.time_us.first().unwrap_or(0);
         let at = |event: Option<usize>| match event {
             None => "before the first event".to_owned(),
@@ -278,6 +297,18 @@ impl DeviceView {
             allocated_now: bytes(device.allocated_bytes_at_snapshot),
             reserved_now: bytes(device.reserved_bytes_at_snapshot),
             free_now: bytes(stats.external_free),
+            pending_now: nonzero_bytes(stats.pending_free),
+            peak_pending: nonzero_bytes(device.pending_at_peak_bytes),
+            reserved_source: if expandable {
+                "mapped ranges of expandable segments"
+            } else {
+                "segments from cudaMalloc"
+            },
+            segments_word: if device.segments == 1 {
+                "segment"
+            } else {
+                "segments"
+            },
             largest_free: bytes(stats.largest_free_block),
             rounding: bytes(stats.internal_free),
             free_elsewhere: bytes(elsewhere),
@@ -334,12 +365,14 @@ impl DeviceView {
                     "peak",
                     "At the peak",
                     &device.roles_at_peak,
+                    device.pending_at_peak_bytes,
                     device.peak_reserved_bytes,
                 ),
                 RoleBarView::new(
                     "snapshot",
                     "At the snapshot",
                     &device.roles_at_snapshot,
+                    device.pending_bytes_at_snapshot,
                     device.reserved_bytes_at_snapshot,
                 ),
             ]
@@ -347,6 +380,15 @@ impl DeviceView {
             .flatten()
             .collect(),
         }
+    }
+}
+
+/// `bytes`, or "" for none (a figure the page leaves out).
+fn nonzero_bytes(value: u64) -> String {
+    if value == 0 {
+        String::new()
+    } else {
+        bytes(value)
     }
 }
 
@@ -469,7 +511,14 @@ fn snapshot_page(state: &AppState, stored: StoredSnapshot, loaded: &Loaded) -> S
         devices: summary
             .devices
             .iter()
-            .map(|d| DeviceView::new(d, snapshot.trace(d.device)))
+            .map(|d| {
+                let expandable =
+                    snapshot.device_segments(d.device).any(|s| s.is_expandable)
+                        || snapshot.trace(d.device).action.iter().any(|&a| {
+                            a == ActionCode::SEGMENT_MAP || a == ActionCode::SEGMENT_UNMAP
+                        });
+                DeviceView::new(d, snapshot.trace(d.device), expandable)
+            })
             .collect(),
         settings,
         annotations: snapshot.external_annotations.len(),
