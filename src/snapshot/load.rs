@@ -2,6 +2,7 @@
 //! build the model.
 
 use super::build::{ShapeError, TraceCompactor, build};
+use super::compact::parallel::{Parallel, Splicer, Splicing, plan_chunks};
 use super::follow::{Followed, TraceFollower};
 use super::{Compression, Snapshot, json};
 use crate::pickle::{
@@ -68,6 +69,8 @@ pub struct LoadOptions<'a> {
     pub max_events: u64,
     pub events: Option<&'a dyn EventGate>,
     pub progress: Option<&'a dyn Fn(u64)>,
+    /// Threads that may decode a large uncompressed file (1: the single-thread decoder).
+    pub threads: usize,
 }
 
 impl Default for LoadOptions<'_> {
@@ -77,8 +80,15 @@ impl Default for LoadOptions<'_> {
             max_events: DEFAULT_MAX_EVENTS,
             events: None,
             progress: None,
+            threads: default_threads(),
         }
     }
+}
+
+/// The cores this process may use: its CPU affinity and, on Linux, its cgroup's CPU quota
+/// (what `std::thread::available_parallelism` reads), 1 if that cannot be told.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
 }
 
 /// A loaded snapshot, and what a [`TraceFollower`] made of its trace while it was read (`None`
@@ -100,6 +110,18 @@ pub fn load_path_following<F: TraceFollower>(
         source,
     })?;
     let size = file.metadata().map_or(0, |metadata| metadata.len());
+    if options.threads > 1 && size >= PARALLEL_FROM {
+        // SAFETY: a snapshot file is only read here; one truncated by another process while
+        // it is mapped would make a read of a lost page raise SIGBUS, which no check can
+        // prevent with a shared map. The server's stored snapshots are written once and
+        // replaced only by rename (the map keeps the old inode); for a user's own file on the
+        // command line the risk is theirs, as with any tool that maps its input.
+        if let Ok(map) = unsafe { memmap2::Mmap::map(&file) }
+            && matches!(map.get(..2), Some([0x80, 4..=5]))
+        {
+            return load_slice_following(&map, options, Parallel::with_threads(options.threads));
+        }
+    }
     if size < READ_AHEAD_FROM {
         return load_reader_following(file, options);
     }
@@ -116,6 +138,58 @@ pub fn load_path_following<F: TraceFollower>(
             }
         }
         Err(file) => load_reader_following(file, options),
+    })
+}
+
+/// Uncompressed pickles from this size on are decoded on several threads when allowed: below
+/// it, starting threads costs more than it saves.
+const PARALLEL_FROM: u64 = 8 << 20;
+
+/// Decodes a whole pickle held in memory, on `parallel.threads` worker threads when it is
+/// framed (protocol 4-5), else on this one. The model is the same either way (tested in
+/// `tests/parallel.rs`); `parallel.chunk_bytes` is a knob for those tests.
+pub fn load_slice_following<F: TraceFollower>(
+    data: &[u8],
+    options: LoadOptions<'_>,
+    parallel: Parallel,
+) -> Result<WithFollowed<F>, LoadError> {
+    let head = &data[..data.len().min(SNIFF)];
+    if pickle::detect_encoding(head)? != Encoding::Pickle {
+        return load_reader_following(data, options);
+    }
+    let chunks = if parallel.threads > 1 {
+        plan_chunks(data, parallel)
+    } else {
+        None
+    };
+    std::thread::scope(|scope| {
+        let mut compactor = TraceCompactor::<F>::pipelined(scope)
+            .expecting_bytes(Some(data.len() as u64))
+            .counting_events(options.max_events, options.events);
+        let limits = options.limits;
+        let decoded = match chunks {
+            Some(chunks) => {
+                let mut splicing = Splicing {
+                    compactor: &mut compactor,
+                    splicer: Splicer::new(scope, data, chunks, parallel.threads, limits),
+                    progress: options.progress,
+                };
+                pickle::decode_slice(data, &limits, &mut splicing)
+            }
+            None => pickle::decode_slice(data, &limits, &mut compactor),
+        };
+        if let Some(progress) = options.progress {
+            progress(data.len() as u64);
+        }
+        let decoded = match decoded {
+            Ok(decoded) => decoded,
+            Err(error) => return Err(compactor.take_stop().unwrap_or(error.into())),
+        };
+        let (mut snapshot, followed) = build(decoded.root, decoded.heap, compactor)?;
+        snapshot.source.pickle_protocol = Some(decoded.protocol);
+        snapshot.source.decoded_bytes = decoded.bytes;
+        snapshot.source.compression = Compression::None;
+        Ok((snapshot, followed))
     })
 }
 
