@@ -29,6 +29,9 @@ use std::path::{Path, PathBuf};
 pub fn main() -> i32 {
     let cli = Cli::parse();
     let max_events = cli.max_events();
+    if let Some(threads) = cli.threads() {
+        crate::snapshot::set_default_threads(threads);
+    }
     match Config::from_cli(cli).and_then(|config| run(config, max_events)) {
         Ok(Outcome::Done) => 0,
         Ok(Outcome::Regression) => 1,

@@ -12,56 +12,68 @@ pub const FRAME: u8 = 0x95;
 /// The MEMOIZE opcode: a memo put at index `len(memo)`.
 pub const MEMOIZE: u8 = 0x94;
 
+/// How an opcode's length is told, by opcode byte: `FIXED + n` for `n` argument bytes, a
+/// length prefix of 1, 4 or 8 bytes, or not followed (text opcodes, explicit memo puts, code).
+const NOT_FOLLOWED: u8 = 0;
+const PREFIX_1: u8 = 1;
+const PREFIX_4: u8 = 2;
+const PREFIX_8: u8 = 3;
+const FIXED: u8 = 4;
+
+const LENGTH_RULES: [u8; 256] = {
+    let mut rules = [NOT_FOLLOWED; 256];
+    let no_argument: &[u8] = &[
+        b'(', b')', b']', b'}', b'.', b'0', b'1', b'2', b'N', 0x88, 0x89, b'a', b'e', b'u', b's',
+        b't', b'l', b'd', 0x85, 0x86, 0x87, MEMOIZE, 0x8f, 0x90, 0x91,
+    ];
+    let mut i = 0;
+    while i < no_argument.len() {
+        rules[no_argument[i] as usize] = FIXED;
+        i += 1;
+    }
+    rules[b'K' as usize] = FIXED + 1;
+    rules[b'h' as usize] = FIXED + 1;
+    rules[0x80] = FIXED + 1;
+    rules[b'M' as usize] = FIXED + 2;
+    rules[b'J' as usize] = FIXED + 4;
+    rules[b'j' as usize] = FIXED + 4;
+    rules[b'G' as usize] = FIXED + 8;
+    rules[FRAME as usize] = FIXED + 8;
+    rules[0x8a] = PREFIX_1;
+    rules[0x8c] = PREFIX_1;
+    rules[b'U' as usize] = PREFIX_1;
+    rules[b'C' as usize] = PREFIX_1;
+    rules[b'X' as usize] = PREFIX_4;
+    rules[b'B' as usize] = PREFIX_4;
+    rules[0x8b] = PREFIX_4;
+    rules[0x8d] = PREFIX_8;
+    rules[0x8e] = PREFIX_8;
+    rules[0x96] = PREFIX_8;
+    rules
+};
+
 /// What one opcode occupies: its total length in bytes (opcode and argument) at `at`, or
 /// `None` when it is not one a parallel decode handles (a text opcode, an explicit memo put,
 /// an opcode that runs code, an unknown byte, or one cut short by the end of `data`).
 #[inline]
 pub fn opcode_len(data: &[u8], at: usize) -> Option<usize> {
     let opcode = *data.get(at)?;
-    let fixed = |arg: usize| Some(1 + arg);
-    let counted = |width: usize| -> Option<usize> {
+    let rule = LENGTH_RULES[usize::from(opcode)];
+    let len = if rule >= FIXED {
+        1 + usize::from(rule - FIXED)
+    } else {
+        let width = match rule {
+            PREFIX_1 => 1,
+            PREFIX_4 => 4,
+            PREFIX_8 => 8,
+            _ => return None,
+        };
         let bytes = data.get(at + 1..at + 1 + width)?;
         let mut buf = [0u8; 8];
         buf[..width].copy_from_slice(bytes);
         let len = usize::try_from(u64::from_le_bytes(buf)).ok()?;
-        1usize.checked_add(width)?.checked_add(len)
+        (1 + width).checked_add(len)?
     };
-    let len = match opcode {
-        // No argument.
-        b'('
-        | b')'
-        | b']'
-        | b'}'
-        | b'.'
-        | b'0'
-        | b'1'
-        | b'2'
-        | b'N'
-        | 0x88
-        | 0x89
-        | b'a'
-        | b'e'
-        | b'u'
-        | b's'
-        | b't'
-        | b'l'
-        | b'd'
-        | 0x85..=0x87
-        | MEMOIZE
-        | 0x8f
-        | 0x90
-        | 0x91 => fixed(0),
-        b'K' | b'h' | 0x80 => fixed(1),
-        b'M' => fixed(2),
-        b'J' | b'j' => fixed(4),
-        b'G' | FRAME => fixed(8),
-        0x8a | 0x8c | b'U' | b'C' => counted(1),
-        b'X' | b'B' | 0x8b => counted(4),
-        0x8d | 0x8e | 0x96 => counted(8),
-        // BINSTRING's length is signed; the rest (text opcodes, explicit puts, code) are left
-        // to the sequential decoder.
-        _ => None,
-    }?;
     (at.checked_add(len)? <= data.len()).then_some(len)
 }
 

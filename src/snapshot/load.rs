@@ -85,10 +85,23 @@ impl Default for LoadOptions<'_> {
     }
 }
 
-/// The cores this process may use: its CPU affinity and, on Linux, its cgroup's CPU quota
-/// (what `std::thread::available_parallelism` reads), 1 if that cannot be told.
+/// Threads [`LoadOptions::default`] gives a load: set once by `--threads`; 0 until then.
+static DEFAULT_THREADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Sets the threads every load that takes [`LoadOptions::default`] may use (`--threads`, for
+/// the CLI's commands and the server alike).
+pub fn set_default_threads(threads: usize) {
+    DEFAULT_THREADS.store(threads.max(1), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The threads a load may use: `--threads` if it was given, else the cores this process may
+/// use, from its CPU affinity and, on Linux, its cgroup's CPU quota (what
+/// `std::thread::available_parallelism` reads), 1 if that cannot be told.
 pub fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    match DEFAULT_THREADS.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+        threads => threads,
+    }
 }
 
 /// A loaded snapshot, and what a [`TraceFollower`] made of its trace while it was read (`None`
@@ -110,7 +123,7 @@ pub fn load_path_following<F: TraceFollower>(
         source,
     })?;
     let size = file.metadata().map_or(0, |metadata| metadata.len());
-    if options.threads > 1 && size >= PARALLEL_FROM {
+    if options.threads >= PARALLEL_THREADS && size >= PARALLEL_FROM {
         // SAFETY: a snapshot file is only read here; one truncated by another process while
         // it is mapped would make a read of a lost page raise SIGBUS, which no check can
         // prevent with a shared map. The server's stored snapshots are written once and
@@ -119,7 +132,7 @@ pub fn load_path_following<F: TraceFollower>(
         if let Ok(map) = unsafe { memmap2::Mmap::map(&file) }
             && matches!(map.get(..2), Some([0x80, 4..=5]))
         {
-            return load_slice_following(&map, options, Parallel::with_threads(options.threads));
+            return load_map_following(&map, options, Parallel::with_threads(options.threads));
         }
     }
     if size < READ_AHEAD_FROM {
@@ -141,6 +154,11 @@ pub fn load_path_following<F: TraceFollower>(
     })
 }
 
+/// The parallel decoder is used from this many threads on. Its workers spend about twice the
+/// CPU time of the single-thread decoder (which already keeps two cores busy with its read-ahead
+/// and column threads), so on two cores it is slower: measured in `benches/core.rs`.
+const PARALLEL_THREADS: usize = 3;
+
 /// Uncompressed pickles from this size on are decoded on several threads when allowed: below
 /// it, starting threads costs more than it saves.
 const PARALLEL_FROM: u64 = 8 << 20;
@@ -153,12 +171,30 @@ pub fn load_slice_following<F: TraceFollower>(
     options: LoadOptions<'_>,
     parallel: Parallel,
 ) -> Result<WithFollowed<F>, LoadError> {
+    load_in_memory(data, None, options, parallel)
+}
+
+/// [`load_slice_following`] of a mapped file, whose pages are handed back as they are passed.
+fn load_map_following<F: TraceFollower>(
+    map: &memmap2::Mmap,
+    options: LoadOptions<'_>,
+    parallel: Parallel,
+) -> Result<WithFollowed<F>, LoadError> {
+    load_in_memory(map, Some(map), options, parallel)
+}
+
+fn load_in_memory<F: TraceFollower>(
+    data: &[u8],
+    map: Option<&memmap2::Mmap>,
+    options: LoadOptions<'_>,
+    parallel: Parallel,
+) -> Result<WithFollowed<F>, LoadError> {
     let head = &data[..data.len().min(SNIFF)];
     if pickle::detect_encoding(head)? != Encoding::Pickle {
         return load_reader_following(data, options);
     }
     let chunks = if parallel.threads > 1 {
-        plan_chunks(data, parallel)
+        plan_chunks(data, map, parallel)
     } else {
         None
     };
@@ -169,9 +205,13 @@ pub fn load_slice_following<F: TraceFollower>(
         let limits = options.limits;
         let decoded = match chunks {
             Some(chunks) => {
+                let mut splicer = Splicer::new(scope, data, chunks, parallel.threads, limits);
+                if let Some(map) = map {
+                    splicer = splicer.releasing(map);
+                }
                 let mut splicing = Splicing {
                     compactor: &mut compactor,
-                    splicer: Splicer::new(scope, data, chunks, parallel.threads, limits),
+                    splicer,
                     progress: options.progress,
                 };
                 pickle::decode_slice(data, &limits, &mut splicing)

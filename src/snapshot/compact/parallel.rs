@@ -78,7 +78,11 @@ pub(crate) struct Chunk {
 /// boundaries and counts their memo puts on `threads` threads. `None` when the file has too
 /// few frames to share, or holds what only the sequential decoder reads (explicit memo puts,
 /// text opcodes, an opcode cut by a frame boundary).
-pub(crate) fn plan_chunks(data: &[u8], parallel: Parallel) -> Option<Vec<Chunk>> {
+pub(crate) fn plan_chunks(
+    data: &[u8],
+    map: Option<&memmap2::Mmap>,
+    parallel: Parallel,
+) -> Option<Vec<Chunk>> {
     if data.len() < 2 || data[0] != 0x80 || data[1] < 4 {
         return None;
     }
@@ -104,7 +108,13 @@ pub(crate) fn plan_chunks(data: &[u8], parallel: Parallel) -> Option<Vec<Chunk>>
             // The tail may end in STOP and trailing bytes; its count is not needed.
             return Some(0);
         }
-        count_memo_puts(data, start, end)
+        let count = count_memo_puts(data, start, end);
+        // The count reads every page; handing them back now keeps a large file from being
+        // resident all at once (the decode reads them again from the page cache).
+        if let Some(map) = map {
+            release_pages(map, start, end);
+        }
+        count
     });
     // Puts before the first frame (PROTO only, in files torch writes).
     let mut memo_base = count_memo_puts(data, 2, first)?;
@@ -148,11 +158,11 @@ fn run_on_threads<T: Send>(threads: usize, n: usize, work: impl Fn(usize) -> T +
         .collect()
 }
 
-/// A string as a worker knows it: its text, or the memo index of a string an earlier region
-/// defined, resolved at the splice.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// A string as a worker knows it: an id in the region's own string table, or the memo index of
+/// a string an earlier region defined that the worker was not told of (resolved at the splice).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum StrRef {
-    Text(Arc<str>),
+    Local(u32),
     Earlier(u32),
 }
 
@@ -163,7 +173,7 @@ enum FrameRef {
     Earlier(u32),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct LocalFrame {
     filename: Option<StrRef>,
     line: u64,
@@ -172,7 +182,7 @@ struct LocalFrame {
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum LocalStack {
-    Frames(Vec<FrameRef>),
+    Frames(Box<[FrameRef]>),
     /// An earlier memo entry used as an entry's `frames` (a list or a stack record).
     Earlier(u32),
 }
@@ -181,7 +191,7 @@ enum LocalStack {
 const LOCAL_EMPTY: u32 = u32::MAX;
 
 /// A `compile_context` is "no text" when it says "N/A"; a `user_metadata` is not.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct LocalText {
     text: StrRef,
     is_context: bool,
@@ -203,9 +213,9 @@ struct LocalRow {
 }
 
 /// What a memo put in the region named.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 enum MemoOut {
-    Str(Arc<str>),
+    Str(u32),
     Frame(u32),
     Stack(u32),
     Entry(u32),
@@ -233,24 +243,26 @@ pub(crate) struct Region {
     texts: Vec<LocalText>,
     actions: Vec<StrRef>,
     memo: Vec<MemoOut>,
-    /// Distinct texts decoded, which a sequential decode would have interned in its heap.
-    distinct_texts: Vec<Arc<str>>,
+    /// The region's string table: every text it decoded (which a sequential decode would have
+    /// interned in its heap) and the known ones it used.
+    strings: Vec<Arc<str>>,
     /// Heap bytes a sequential decode would have kept for floats and long integers.
     unstored_bytes: u64,
     /// The deepest MARK nesting inside one entry.
     inner_depth: usize,
 }
 
-/// A decoded value, as much of it as the splice needs.
-#[derive(Debug, Clone)]
+/// A decoded value, as much of it as the splice needs (small and `Copy`: the worker's stack
+/// holds millions of them over a region).
+#[derive(Debug, Clone, Copy)]
 enum W {
     /// None or a float: no field of an entry or a frame reads it.
     Scalar,
     Bool(bool),
     /// An integer that fits 60 bits (as [`Value::small_int`] keeps it).
     Int(i64),
-    /// Any other integer, as LONG1 wrote it.
-    Big(Arc<[u8]>),
+    /// Any other integer: an index into the worker's long integers.
+    Big(u32),
     Str(StrRef),
     Dict(u32),
     List(u32),
@@ -262,53 +274,34 @@ enum W {
     Earlier(u32),
 }
 
-impl W {
-    /// As [`Heap::i64`] reads it.
-    fn i64(&self) -> Option<i64> {
-        match self {
-            W::Int(v) => Some(*v),
-            W::Bool(b) => Some(i64::from(*b)),
-            W::Big(bytes) => {
-                let negative = bytes.last().is_some_and(|b| b & 0x80 != 0);
-                let fill = if negative { 0xff } else { 0 };
-                if bytes.len() > 8 && bytes[8..].iter().any(|&b| b != fill) {
-                    return None;
-                }
-                let mut buf = [fill; 8];
-                let n = bytes.len().min(8);
-                buf[..n].copy_from_slice(&bytes[..n]);
-                let result = i64::from_le_bytes(buf);
-                ((result < 0) == negative).then_some(result)
-            }
-            _ => None,
-        }
-    }
+/// A long integer as [`Heap::i64`] and [`Heap::u64`] read it.
+#[derive(Debug, Clone, Copy)]
+struct Long {
+    i64: Option<i64>,
+    u64: Option<u64>,
+}
 
-    /// As [`Heap::u64`] reads it.
-    fn u64(&self) -> Option<u64> {
-        match self {
-            W::Int(_) | W::Bool(_) => u64::try_from(self.i64()?).ok(),
-            W::Big(bytes) => {
-                if bytes.last().is_some_and(|b| b & 0x80 != 0) {
-                    return None;
-                }
-                if bytes.len() > 8 && bytes[8..].iter().any(|&b| b != 0) {
-                    return None;
-                }
-                let mut buf = [0; 8];
-                let n = bytes.len().min(8);
-                buf[..n].copy_from_slice(&bytes[..n]);
-                Some(u64::from_le_bytes(buf))
-            }
-            _ => None,
-        }
-    }
-
-    fn str(&self) -> Option<&StrRef> {
-        match self {
-            W::Str(s) => Some(s),
-            _ => None,
-        }
+impl Long {
+    fn of(bytes: &[u8]) -> Self {
+        let negative = bytes.last().is_some_and(|b| b & 0x80 != 0);
+        let fill = if negative { 0xff } else { 0 };
+        let n = bytes.len().min(8);
+        let i64 = if bytes.len() > 8 && bytes[8..].iter().any(|&b| b != fill) {
+            None
+        } else {
+            let mut buf = [fill; 8];
+            buf[..n].copy_from_slice(&bytes[..n]);
+            let result = i64::from_le_bytes(buf);
+            ((result < 0) == negative).then_some(result)
+        };
+        let u64 = if negative || (bytes.len() > 8 && bytes[8..].iter().any(|&b| b != 0)) {
+            None
+        } else {
+            let mut buf = [0; 8];
+            buf[..n].copy_from_slice(&bytes[..n]);
+            Some(u64::from_le_bytes(buf))
+        };
+        Self { i64, u64 }
     }
 }
 
@@ -381,12 +374,10 @@ pub(crate) fn decode_region(
     }
 }
 
-/// A dict or list under construction in a worker.
-#[derive(Debug, Default)]
+/// What a dict or list in a worker became: nothing yet, a frame, an entry or a stack.
+#[derive(Debug, Clone, Copy, Default)]
 struct Container {
-    items: Vec<W>,
     filled: bool,
-    /// What the dict became (a frame or an entry) or the list's stack.
     done: Option<W>,
 }
 
@@ -402,12 +393,21 @@ struct Worker<'a> {
     memo: Vec<W>,
     dicts: Vec<Container>,
     lists: Vec<Container>,
+    /// The items of the list being filled, by list (a `frames` list at a time in practice).
+    list_items: FxHashMap<u32, Vec<FrameRef>>,
+    spare_items: Vec<Vec<FrameRef>>,
+    longs: Vec<Long>,
     frame_ids: FxHashMap<LocalFrame, u32>,
-    stack_ids: FxHashMap<LocalStack, u32>,
+    stack_ids: FxHashMap<Box<[FrameRef]>, u32>,
+    earlier_stack_ids: FxHashMap<u32, u32>,
     text_ids: FxHashMap<LocalText, u32>,
     action_ids: FxHashMap<StrRef, u32>,
-    strings: FxHashMap<Box<[u8]>, Arc<str>>,
-    fields: FxHashMap<Arc<str>, Field>,
+    /// Local string ids by decoded bytes, by text, and by the memo index of a known string.
+    string_of_bytes: FxHashMap<Box<[u8]>, u32>,
+    string_of_text: FxHashMap<Arc<str>, u32>,
+    string_of_known: FxHashMap<u32, u32>,
+    /// The field each local string names as a key.
+    fields: Vec<Field>,
 }
 
 impl<'a> Worker<'a> {
@@ -433,21 +433,42 @@ impl<'a> Worker<'a> {
             memo: Vec::new(),
             dicts: Vec::new(),
             lists: Vec::new(),
+            list_items: FxHashMap::default(),
+            spare_items: Vec::new(),
+            longs: Vec::new(),
             frame_ids: FxHashMap::default(),
             stack_ids: FxHashMap::default(),
+            earlier_stack_ids: FxHashMap::default(),
             text_ids: FxHashMap::default(),
             action_ids: FxHashMap::default(),
-            strings: FxHashMap::default(),
-            fields: FxHashMap::default(),
+            string_of_bytes: FxHashMap::default(),
+            string_of_text: FxHashMap::default(),
+            string_of_known: FxHashMap::default(),
+            fields: Vec::new(),
         }
     }
 
     /// The region decoded; `None` if one of its memo puts named something the splice cannot
     /// set (a container that became neither a frame, an entry nor a stack).
     fn finish(mut self) -> Option<Region> {
-        self.finish_memo().ok()?;
+        let mut memo = Vec::with_capacity(self.memo.len());
+        for value in &self.memo {
+            memo.push(match *value {
+                W::Str(StrRef::Local(text)) => MemoOut::Str(text),
+                W::Dict(d) => match self.dicts[d as usize].done {
+                    Some(W::Frame(FrameRef::Local(f))) => MemoOut::Frame(f),
+                    Some(W::Entry(row)) => MemoOut::Entry(row),
+                    _ => return None,
+                },
+                W::List(l) => match self.lists[l as usize].done {
+                    Some(W::Stack(s)) => MemoOut::Stack(s),
+                    _ => return None,
+                },
+                _ => return None,
+            });
+        }
+        self.region.memo = memo;
         self.region.end = self.at as u64;
-        self.region.distinct_texts = self.strings.into_values().collect();
         Some(self.region)
     }
 
@@ -481,13 +502,9 @@ impl<'a> Worker<'a> {
                     if item_start >= end_hint && is_entry_start(self.data, item_start, self.known) {
                         return Ok(());
                     }
-                    let memo_len = self.memo.len();
                     match self.item() {
                         Ok(row) => self.region.ops.push(Op::Entry(row)),
-                        Err(Stop) => {
-                            self.memo.truncate(memo_len);
-                            return Err(item_start);
-                        }
+                        Err(Stop) => return Err(item_start),
                     }
                 }
                 _ => return Ok(()),
@@ -502,17 +519,19 @@ impl<'a> Worker<'a> {
         loop {
             self.step()?;
             if self.marks.is_empty() && self.stack.len() == 1 {
-                if let W::Entry(row) = self.stack[0] {
-                    self.stack.clear();
-                    return Ok(row);
-                }
-                if !matches!(self.stack[0], W::Dict(_)) {
-                    return Err(Stop);
+                match self.stack[0] {
+                    W::Entry(row) => {
+                        self.stack.clear();
+                        return Ok(row);
+                    }
+                    W::Dict(_) => {}
+                    _ => return Err(Stop),
                 }
             }
         }
     }
 
+    #[inline]
     fn bytes(&mut self, n: usize) -> Result<&'a [u8], Stop> {
         let data: &'a [u8] = self.data;
         let bytes = data
@@ -522,17 +541,33 @@ impl<'a> Worker<'a> {
         Ok(bytes)
     }
 
+    #[inline]
     fn byte(&mut self) -> Result<u8, Stop> {
-        Ok(self.bytes(1)?[0])
+        let byte = *self.data.get(self.at).ok_or(Stop)?;
+        self.at += 1;
+        Ok(byte)
     }
 
+    #[inline]
     fn u32_le(&mut self) -> Result<u32, Stop> {
         let b = self.bytes(4)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 
+    #[inline]
     fn floor(&self) -> usize {
         self.marks.last().copied().unwrap_or(0)
+    }
+
+    /// The local id of `text`, adding it to the region's table.
+    fn string_id(&mut self, text: Arc<str>) -> u32 {
+        let next = self.region.strings.len() as u32;
+        let id = *self.string_of_text.entry(text.clone()).or_insert(next);
+        if id == next {
+            self.region.strings.push(text.clone());
+            self.fields.push(field_of_name(&text));
+        }
+        id
     }
 
     fn string(&mut self, len: u64) -> Result<(), Stop> {
@@ -540,41 +575,50 @@ impl<'a> Worker<'a> {
             return Err(Stop);
         }
         let bytes = self.bytes(usize::try_from(len).map_err(|_| Stop)?)?;
-        let text = match self.strings.get(bytes) {
-            Some(text) => text.clone(),
+        let id = match self.string_of_bytes.get(bytes) {
+            Some(&id) => id,
             None => {
                 let text: Arc<str> = match std::str::from_utf8(bytes) {
                     Ok(text) => Arc::from(text),
                     Err(_) => Arc::from(String::from_utf8_lossy(bytes).as_ref()),
                 };
-                self.strings.insert(bytes.into(), text.clone());
-                text
+                let id = self.string_id(text);
+                self.string_of_bytes.insert(bytes.into(), id);
+                id
             }
         };
-        self.stack.push(W::Str(StrRef::Text(text)));
+        self.stack.push(W::Str(StrRef::Local(id)));
         Ok(())
     }
 
     /// The value a memo fetch yields.
+    #[inline]
     fn fetch(&mut self, index: u32) -> Result<W, Stop> {
         let Some(local) = index.checked_sub(self.region.memo_base) else {
+            if let Some(&id) = self.string_of_known.get(&index) {
+                return Ok(W::Str(StrRef::Local(id)));
+            }
             return Ok(
                 match self.known.get(index as usize).and_then(Option::clone) {
-                    Some(text) => W::Str(StrRef::Text(text)),
+                    Some(text) => {
+                        let id = self.string_id(text);
+                        self.string_of_known.insert(index, id);
+                        W::Str(StrRef::Local(id))
+                    }
                     None => W::Earlier(index),
                 },
             );
         };
-        match self.memo.get(local as usize).ok_or(Stop)? {
-            W::Str(text) => Ok(W::Str(text.clone())),
+        match *self.memo.get(local as usize).ok_or(Stop)? {
+            value @ W::Str(_) => Ok(value),
             // A finished dict or list yields what it became; an unfinished one (a structure
             // that refers to itself) is left to the sequential decoder.
-            W::Dict(d) => match &self.dicts[*d as usize].done {
-                Some(done @ W::Frame(_)) => Ok(done.clone()),
+            W::Dict(d) => match self.dicts[d as usize].done {
+                Some(done @ W::Frame(_)) => Ok(done),
                 _ => Err(Stop),
             },
-            W::List(l) => match &self.lists[*l as usize].done {
-                Some(done @ W::Stack(_)) => Ok(done.clone()),
+            W::List(l) => match self.lists[l as usize].done {
+                Some(done @ W::Stack(_)) => Ok(done),
                 _ => Err(Stop),
             },
             _ => Err(Stop),
@@ -584,34 +628,6 @@ impl<'a> Worker<'a> {
     fn step(&mut self) -> Result<(), Stop> {
         let opcode = self.byte()?;
         match opcode {
-            FRAME => {
-                self.bytes(8)?;
-            }
-            b'}' => {
-                self.dicts.push(Container::default());
-                self.stack.push(W::Dict(self.dicts.len() as u32 - 1));
-            }
-            b']' => {
-                self.lists.push(Container::default());
-                self.stack.push(W::List(self.lists.len() as u32 - 1));
-            }
-            b'(' => {
-                if self.marks.len() >= self.limits.max_depth {
-                    return Err(Stop);
-                }
-                self.marks.push(self.stack.len());
-                self.region.inner_depth = self.region.inner_depth.max(self.marks.len());
-            }
-            MEMOIZE => {
-                if self.stack.len() <= self.floor() {
-                    return Err(Stop);
-                }
-                let top = self.stack.last().cloned().ok_or(Stop)?;
-                match top {
-                    W::Str(StrRef::Text(_)) | W::Dict(_) | W::List(_) => self.memo.push(top),
-                    _ => return Err(Stop),
-                }
-            }
             b'h' => {
                 let index = u32::from(self.byte()?);
                 let value = self.fetch(index)?;
@@ -622,19 +638,21 @@ impl<'a> Worker<'a> {
                 let value = self.fetch(index)?;
                 self.stack.push(value);
             }
-            0x8c => {
-                let len = self.byte()?;
-                self.string(u64::from(len))?;
+            MEMOIZE => {
+                if self.stack.len() <= self.floor() {
+                    return Err(Stop);
+                }
+                let top = *self.stack.last().ok_or(Stop)?;
+                match top {
+                    W::Str(StrRef::Local(_)) | W::Dict(_) | W::List(_) => self.memo.push(top),
+                    _ => return Err(Stop),
+                }
             }
-            b'X' => {
-                let len = self.u32_le()?;
-                self.string(u64::from(len))?;
-            }
-            0x8d => {
-                let b = self.bytes(8)?;
-                let mut len = [0u8; 8];
-                len.copy_from_slice(b);
-                self.string(u64::from_le_bytes(len))?;
+            0x8a => {
+                let n = usize::from(self.byte()?);
+                let bytes = self.bytes(n)?;
+                let value = self.long(bytes);
+                self.stack.push(value);
             }
             b'K' => {
                 let v = self.byte()?;
@@ -651,20 +669,34 @@ impl<'a> Worker<'a> {
                     b[0], b[1], b[2], b[3],
                 ]))));
             }
-            0x8a => {
-                let n = usize::from(self.byte()?);
-                let bytes = self.bytes(n)?;
-                self.stack
-                    .push(long(bytes, &mut self.region.unstored_bytes));
+            0x8c => {
+                let len = self.byte()?;
+                self.string(u64::from(len))?;
             }
-            b'N' => self.stack.push(W::Scalar),
-            0x88 => self.stack.push(W::Bool(true)),
-            0x89 => self.stack.push(W::Bool(false)),
-            b'G' => {
-                self.bytes(8)?;
-                // The sequential decoder keeps every float in its heap.
-                self.region.unstored_bytes += 8;
-                self.stack.push(W::Scalar);
+            b'X' => {
+                let len = self.u32_le()?;
+                self.string(u64::from(len))?;
+            }
+            0x8d => {
+                let b = self.bytes(8)?;
+                let mut len = [0u8; 8];
+                len.copy_from_slice(b);
+                self.string(u64::from_le_bytes(len))?;
+            }
+            b'}' => {
+                self.dicts.push(Container::default());
+                self.stack.push(W::Dict(self.dicts.len() as u32 - 1));
+            }
+            b']' => {
+                self.lists.push(Container::default());
+                self.stack.push(W::List(self.lists.len() as u32 - 1));
+            }
+            b'(' => {
+                if self.marks.len() >= self.limits.max_depth {
+                    return Err(Stop);
+                }
+                self.marks.push(self.stack.len());
+                self.region.inner_depth = self.region.inner_depth.max(self.marks.len());
             }
             b'u' => self.set_items()?,
             b'e' => {
@@ -678,23 +710,83 @@ impl<'a> Worker<'a> {
                 let from = self.stack.len() - 1;
                 self.append_frames(from)?;
             }
+            b'N' => self.stack.push(W::Scalar),
+            0x88 => self.stack.push(W::Bool(true)),
+            0x89 => self.stack.push(W::Bool(false)),
+            b'G' => {
+                self.bytes(8)?;
+                // The sequential decoder keeps every float in its heap.
+                self.region.unstored_bytes += 8;
+                self.stack.push(W::Scalar);
+            }
+            FRAME => {
+                self.bytes(8)?;
+            }
             _ => return Err(Stop),
         }
         Ok(())
     }
 
+    /// A LONG1 integer as [`Heap::push_long`] keeps it, counting the bytes the heap would
+    /// store for one beyond 60 bits.
+    fn long(&mut self, bytes: &[u8]) -> W {
+        let n = bytes.len();
+        if n == 0 {
+            return W::Int(0);
+        }
+        if n <= 8 {
+            let raw = bytes
+                .iter()
+                .rev()
+                .fold(0u64, |acc, &byte| (acc << 8) | u64::from(byte));
+            let unused = 64 - 8 * n as u32;
+            let value = ((raw << unused) as i64) >> unused;
+            if Value::small_int(value).is_some() {
+                return W::Int(value);
+            }
+        }
+        self.region.unstored_bytes += n as u64;
+        self.longs.push(Long::of(bytes));
+        W::Big(self.longs.len() as u32 - 1)
+    }
+
+    /// As [`Heap::i64`] reads `value`.
+    fn i64(&self, value: W) -> Option<i64> {
+        match value {
+            W::Int(v) => Some(v),
+            W::Bool(b) => Some(i64::from(b)),
+            W::Big(long) => self.longs[long as usize].i64,
+            _ => None,
+        }
+    }
+
+    /// As [`Heap::u64`] reads `value`.
+    fn u64(&self, value: W) -> Option<u64> {
+        match value {
+            W::Int(_) | W::Bool(_) => u64::try_from(self.i64(value)?).ok(),
+            W::Big(long) => self.longs[long as usize].u64,
+            _ => None,
+        }
+    }
+
     /// APPEND(S) of `stack[from..]` to the list below: frames into a `frames` list.
     fn append_frames(&mut self, from: usize) -> Result<(), Stop> {
-        let list = match from.checked_sub(1).map(|i| (i, &self.stack[i])) {
-            Some((i, W::List(l))) if i >= self.floor() => *l as usize,
+        let list = match from.checked_sub(1).map(|i| (i, self.stack[i])) {
+            Some((i, W::List(l))) if i >= self.floor() => l,
             _ => return Err(Stop),
         };
-        if self.lists[list].done.is_some() {
+        if self.lists[list as usize].done.is_some() {
             return Err(Stop);
         }
+        let spare = &mut self.spare_items;
+        let items = self
+            .list_items
+            .entry(list)
+            .or_insert_with(|| spare.pop().unwrap_or_default());
         for item in self.stack.drain(from..) {
             match item {
-                W::Frame(_) | W::Earlier(_) => self.lists[list].items.push(item),
+                W::Frame(frame) => items.push(frame),
+                W::Earlier(index) => items.push(FrameRef::Earlier(index)),
                 _ => return Err(Stop),
             }
         }
@@ -705,46 +797,54 @@ impl<'a> Worker<'a> {
     /// them; any other dict is left to the sequential decoder.
     fn set_items(&mut self) -> Result<(), Stop> {
         let from = self.marks.pop().ok_or(Stop)?;
-        let dict = match from.checked_sub(1).map(|i| (i, &self.stack[i])) {
-            Some((i, W::Dict(d))) if i >= self.floor() => *d as usize,
+        let dict = match from.checked_sub(1).map(|i| (i, self.stack[i])) {
+            Some((i, W::Dict(d))) if i >= self.floor() => d as usize,
             _ => return Err(Stop),
         };
-        let items: Vec<W> = self.stack.drain(from..).collect();
+        // The items are read where they are on the stack (taken out for the call).
+        let stack = std::mem::take(&mut self.stack);
+        let done = self.record(dict, from, &stack[from..]);
+        self.stack = stack;
+        self.stack.truncate(from);
+        let done = done?;
+        self.dicts[dict].done = Some(done);
+        self.stack[from - 1] = done;
+        Ok(())
+    }
+
+    fn record(&mut self, dict: usize, from: usize, items: &[W]) -> Result<W, Stop> {
         if self.dicts[dict].filled || !items.len().is_multiple_of(2) {
             return Err(Stop);
         }
         self.dicts[dict].filled = true;
+        let mut frames_at = None;
+        for (i, pair) in items.chunks_exact(2).enumerate() {
+            if self.field(pair[0])? == Field::Frames {
+                frames_at = Some(2 * i + 1);
+            }
+        }
         // A list or dict kept inside a record (anywhere but an entry's `frames`) would stay a
         // container in a sequential decode: not modelled here.
-        let frames_at = items
-            .chunks_exact(2)
-            .rposition(|pair| matches!(&pair[0], W::Str(StrRef::Text(key)) if &**key == "frames"))
-            .map(|pair| 2 * pair + 1);
         if items.iter().enumerate().any(|(i, item)| {
             matches!(item, W::Dict(_)) || (matches!(item, W::List(_)) && Some(i) != frames_at)
         }) {
             return Err(Stop);
         }
-        let first_key = items.first().ok_or(Stop)?;
-        let done = match self.field(first_key)? {
+        let first_key = *items.first().ok_or(Stop)?;
+        Ok(match self.field(first_key)? {
             Field::Filename | Field::Line | Field::Name if items.len() <= 8 => {
-                W::Frame(FrameRef::Local(self.frame(&items)?))
+                W::Frame(FrameRef::Local(self.frame(items)?))
             }
             // Only a top-level entry (the dict alone on the worker's stack) is a row here.
-            Field::Action if from == 1 => W::Entry(self.entry(&items)?),
+            Field::Action if from == 1 => W::Entry(self.entry(items)?),
             _ => return Err(Stop),
-        };
-        self.dicts[dict].done = Some(done.clone());
-        self.stack[from - 1] = done;
-        Ok(())
+        })
     }
 
-    fn field(&mut self, key: &W) -> Result<Field, Stop> {
+    #[inline]
+    fn field(&self, key: W) -> Result<Field, Stop> {
         match key {
-            W::Str(StrRef::Text(text)) => Ok(*self
-                .fields
-                .entry(text.clone())
-                .or_insert_with(|| field_of_name(text))),
+            W::Str(StrRef::Local(id)) => Ok(self.fields[id as usize]),
             // A key the worker cannot read: left to the sequential decoder.
             W::Str(StrRef::Earlier(_)) | W::Earlier(_) => Err(Stop),
             _ => Ok(Field::Other),
@@ -759,22 +859,26 @@ impl<'a> Worker<'a> {
             name: None,
         };
         for pair in items.chunks_exact(2) {
-            match self.field(&pair[0])? {
-                Field::Filename => frame.filename = pair[1].str().cloned(),
-                Field::Name => frame.name = pair[1].str().cloned(),
-                Field::Line => frame.line = pair[1].u64().unwrap_or(0),
-                _ => {}
-            }
             // A fetched earlier value that may or may not be a string: not modelled.
             if matches!(pair[1], W::Earlier(_)) {
                 return Err(Stop);
+            }
+            let text = match pair[1] {
+                W::Str(text) => Some(text),
+                _ => None,
+            };
+            match self.field(pair[0])? {
+                Field::Filename => frame.filename = text,
+                Field::Name => frame.name = text,
+                Field::Line => frame.line = self.u64(pair[1]).unwrap_or(0),
+                _ => {}
             }
         }
         if frame.filename.is_none() && frame.name.is_none() {
             return Err(Stop);
         }
         let next = self.region.frames.len() as u32;
-        let id = *self.frame_ids.entry(frame.clone()).or_insert(next);
+        let id = *self.frame_ids.entry(frame).or_insert(next);
         if id == next {
             self.region.frames.push(frame);
         }
@@ -786,7 +890,7 @@ impl<'a> Worker<'a> {
         const ABSENT: usize = usize::MAX;
         let mut at = [ABSENT; 10];
         for (i, pair) in items.chunks_exact(2).enumerate() {
-            let slot = match self.field(&pair[0])? {
+            let slot = match self.field(pair[0])? {
                 Field::Action => 0,
                 Field::Addr => 1,
                 Field::Size => 2,
@@ -799,157 +903,120 @@ impl<'a> Worker<'a> {
                 Field::Category => 9,
                 _ => continue,
             };
+            // A key set twice keeps its last value, as Python's dict does.
             at[slot] = 2 * i + 1;
         }
-        let value = |slot: usize| items.get(at[slot]);
-        // A fetched earlier value in a field the row reads: its kind is not known here.
-        if (1..=4)
-            .chain([8])
-            .any(|slot| matches!(value(slot), Some(W::Earlier(_))))
+        let value = |slot: usize| items.get(at[slot]).copied();
+        // A fetched earlier value in a field the row reads as a number: its kind is unknown.
+        if [1, 2, 3, 4, 8]
+            .iter()
+            .any(|&slot| matches!(value(slot), Some(W::Earlier(_))))
         {
             return Err(Stop);
         }
-        let int = |slot: usize| value(slot).map_or(0, |v| v.u64().unwrap_or(0));
+        let int = |slot: usize| value(slot).map_or(0, |v| self.u64(v).unwrap_or(0));
+        let (addr, size, stream) = (int(1), int(2), int(3));
+        let time_us = value(4).and_then(|v| self.i64(v));
+        let device_free = value(8).and_then(|v| self.u64(v));
         let action = match value(0) {
-            Some(W::Str(action)) => action.clone(),
-            Some(W::Earlier(index)) => StrRef::Earlier(*index),
+            Some(W::Str(action)) => action,
+            Some(W::Earlier(index)) => StrRef::Earlier(index),
             _ => return Err(Stop),
         };
-        // Categories (profiler snapshots) and non-text metadata are left to the sequential
-        // decoder.
+        // Categories (profiler snapshots) are left to the sequential decoder.
         if matches!(value(9), Some(W::Str(_) | W::Earlier(_))) {
             return Err(Stop);
         }
         let context = match value(6) {
-            Some(W::Str(text)) => self.text(text.clone(), true),
-            Some(W::Earlier(index)) => self.text(StrRef::Earlier(*index), true),
+            Some(W::Str(text)) => self.text(text, true),
+            Some(W::Earlier(index)) => self.text(StrRef::Earlier(index), true),
             _ => 0,
         };
         let metadata = match value(7) {
             None => 0,
-            Some(W::Str(text)) => self.text(text.clone(), false),
-            Some(W::Earlier(index)) => self.text(StrRef::Earlier(*index), false),
+            Some(W::Str(text)) => self.text(text, false),
+            Some(W::Earlier(index)) => self.text(StrRef::Earlier(index), false),
+            // Non-text metadata is converted to JSON by the sequential decoder.
             Some(_) => return Err(Stop),
         };
         let stack = match value(5) {
             None => LOCAL_EMPTY,
-            Some(W::List(l)) => self.list_stack(*l as usize)?,
-            Some(W::Stack(s)) => *s,
-            Some(W::Earlier(index)) => self.intern_stack(LocalStack::Earlier(*index)),
+            Some(W::List(l)) => self.list_stack(l)?,
+            Some(W::Stack(s)) => s,
+            Some(W::Earlier(index)) => {
+                let next = self.region.stacks.len() as u32;
+                let id = *self.earlier_stack_ids.entry(index).or_insert(next);
+                if id == next {
+                    self.region.stacks.push(LocalStack::Earlier(index));
+                }
+                id
+            }
             Some(_) => return Err(Stop),
         };
         let next = self.region.actions.len() as u32;
-        let action_id = *self.action_ids.entry(action.clone()).or_insert(next);
+        let action_id = *self.action_ids.entry(action).or_insert(next);
         if action_id == next {
             self.region.actions.push(action);
         }
-        let action = action_id;
         let row = LocalRow {
-            addr: int(1),
-            size: int(2),
-            stream: int(3),
-            time_us: value(4).and_then(W::i64),
-            device_free: value(8).and_then(W::u64),
+            addr,
+            size,
+            stream,
+            time_us,
+            device_free,
             stack,
             context,
             metadata,
-            action,
+            action: action_id,
         };
         self.region.rows.push(row);
         Ok(self.region.rows.len() as u32 - 1)
     }
 
     fn text(&mut self, text: StrRef, is_context: bool) -> u32 {
-        if let StrRef::Text(t) = &text
-            && (t.is_empty() || (is_context && &**t == "N/A"))
-        {
-            return 0;
+        if let StrRef::Local(id) = text {
+            let known = &self.region.strings[id as usize];
+            if known.is_empty() || (is_context && &**known == "N/A") {
+                return 0;
+            }
         }
         let key = LocalText { text, is_context };
         let next = self.region.texts.len() as u32 + 1;
-        let id = *self.text_ids.entry(key.clone()).or_insert(next);
+        let id = *self.text_ids.entry(key).or_insert(next);
         if id == next {
             self.region.texts.push(key);
         }
         id
     }
 
-    fn list_stack(&mut self, list: usize) -> Result<u32, Stop> {
-        if self.lists[list].done.is_some() {
+    fn list_stack(&mut self, list: u32) -> Result<u32, Stop> {
+        if self.lists[list as usize].done.is_some() {
             return Err(Stop);
         }
-        let items = std::mem::take(&mut self.lists[list].items);
-        let stack = if items.is_empty() {
-            LOCAL_EMPTY
-        } else {
-            let frames = items
-                .into_iter()
-                .map(|item| match item {
-                    W::Frame(frame) => frame,
-                    W::Earlier(index) => FrameRef::Earlier(index),
-                    // `append_frames` lets nothing else in.
-                    _ => FrameRef::Earlier(u32::MAX),
-                })
-                .collect();
-            self.intern_stack(LocalStack::Frames(frames))
+        let stack = match self.list_items.remove(&list) {
+            None => LOCAL_EMPTY,
+            Some(mut items) if items.is_empty() => {
+                self.spare_items.push(std::mem::take(&mut items));
+                LOCAL_EMPTY
+            }
+            Some(mut items) => {
+                let id = match self.stack_ids.get(items.as_slice()) {
+                    Some(&id) => id,
+                    None => {
+                        let id = self.region.stacks.len() as u32;
+                        let frames: Box<[FrameRef]> = items.as_slice().into();
+                        self.stack_ids.insert(frames.clone(), id);
+                        self.region.stacks.push(LocalStack::Frames(frames));
+                        id
+                    }
+                };
+                items.clear();
+                self.spare_items.push(items);
+                id
+            }
         };
-        self.lists[list].done = Some(W::Stack(stack));
+        self.lists[list as usize].done = Some(W::Stack(stack));
         Ok(stack)
-    }
-
-    fn intern_stack(&mut self, stack: LocalStack) -> u32 {
-        let next = self.region.stacks.len() as u32;
-        let id = *self.stack_ids.entry(stack.clone()).or_insert(next);
-        if id == next {
-            self.region.stacks.push(stack);
-        }
-        id
-    }
-}
-
-/// A LONG1 integer as [`Heap::push_long`] keeps it, counting the bytes the heap would store.
-fn long(bytes: &[u8], unstored: &mut u64) -> W {
-    let n = bytes.len();
-    if n == 0 {
-        return W::Int(0);
-    }
-    if n <= 8 {
-        let raw = bytes
-            .iter()
-            .rev()
-            .fold(0u64, |acc, &byte| (acc << 8) | u64::from(byte));
-        let unused = 64 - 8 * n as u32;
-        let value = ((raw << unused) as i64) >> unused;
-        if Value::small_int(value).is_some() {
-            return W::Int(value);
-        }
-    }
-    *unstored += n as u64;
-    W::Big(bytes.into())
-}
-
-/// Region memo puts become these once spliced; `finish_memo` turns the worker's values into
-/// them (a dict or list must have become a frame, an entry or a stack).
-impl Worker<'_> {
-    fn finish_memo(&mut self) -> Result<(), Stop> {
-        let mut out = Vec::with_capacity(self.memo.len());
-        for value in &self.memo {
-            out.push(match value {
-                W::Str(StrRef::Text(text)) => MemoOut::Str(text.clone()),
-                W::Dict(d) => match &self.dicts[*d as usize].done {
-                    Some(W::Frame(FrameRef::Local(f))) => MemoOut::Frame(*f),
-                    Some(W::Entry(row)) => MemoOut::Entry(*row),
-                    _ => return Err(Stop),
-                },
-                W::List(l) => match &self.lists[*l as usize].done {
-                    Some(W::Stack(s)) => MemoOut::Stack(*s),
-                    _ => return Err(Stop),
-                },
-                _ => return Err(Stop),
-            });
-        }
-        self.region.memo = out;
-        Ok(())
     }
 }
 
@@ -969,7 +1036,7 @@ impl<F: TraceFollower> TraceCompactor<'_, F> {
         // Every earlier reference must resolve before anything changes.
         let resolve = |text: &StrRef| -> Option<Arc<str>> {
             match text {
-                StrRef::Text(text) => Some(text.clone()),
+                StrRef::Local(id) => region.strings.get(*id as usize).cloned(),
                 StrRef::Earlier(index) => heap.arc_str(memo.get(*index)?),
             }
         };
@@ -1027,7 +1094,7 @@ impl<F: TraceFollower> TraceCompactor<'_, F> {
 
         // From here on the region is applied, in the order a sequential decode would have
         // interned each table.
-        for text in &region.distinct_texts {
+        for text in &region.strings {
             heap.intern_str(text);
         }
         heap.count_unstored(region.unstored_bytes);
@@ -1114,7 +1181,7 @@ impl<F: TraceFollower> TraceCompactor<'_, F> {
         }
         for (k, out) in region.memo.iter().enumerate() {
             let value = match out {
-                MemoOut::Str(text) => heap.intern_str(text),
+                MemoOut::Str(text) => heap.intern_str(&region.strings[*text as usize]),
                 MemoOut::Frame(local) => {
                     Value::record(FRAME_RECORD | u64::from(frame_ids[*local as usize]))
                 }
@@ -1225,7 +1292,31 @@ pub(crate) struct Splicer<'scope, 'env> {
     /// A region received whose start the machine has not reached.
     pending: Option<Region>,
     workers: Option<Workers>,
+    /// The file's map, when `data` is one: pages the decode has passed are handed back.
+    map: Option<&'env memmap2::Mmap>,
+    /// Bytes of the map before this were handed back.
+    released: usize,
 }
+
+/// Hands the whole pages of `map[start..end]` back to the kernel.
+fn release_pages(map: &memmap2::Mmap, start: usize, end: usize) {
+    const PAGE: usize = 4096;
+    let first = start.div_ceil(PAGE) * PAGE;
+    let last = end.min(map.len()) / PAGE * PAGE;
+    if last <= first {
+        return;
+    }
+    // SAFETY: `map` is a read-only, shared mapping of a file (never anonymous memory, where
+    // MADV_DONTNEED would zero the pages). It drops this process's copies of those pages; a
+    // later read of them faults the same bytes back in from the page cache or the file, so no
+    // byte anyone can see changes. `first..last` is within the map and page-aligned.
+    let _ = unsafe {
+        map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, first, last - first)
+    };
+}
+
+/// Pages of a mapped file are handed back in steps of this many bytes.
+const RELEASE_STEP: usize = 16 << 20;
 
 /// The worker threads' side: which chunk to take next, how far ahead of the main thread they
 /// may run, and where results go.
@@ -1271,7 +1362,32 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
             next: 1,
             pending: None,
             workers: None,
+            map: None,
+            released: 0,
         }
+    }
+
+    /// Hands the pages of `map` (which `data` is) back to the kernel once every thread has
+    /// read past them, so a large file does not stay resident as it is decoded.
+    pub(crate) fn releasing(mut self, map: &'env memmap2::Mmap) -> Self {
+        if std::ptr::eq(map.as_ptr(), self.data.as_ptr()) && map.len() == self.data.len() {
+            self.map = Some(map);
+        }
+        self
+    }
+
+    /// Hands back the map's pages before `at`: the main thread reads on from `at`, and every
+    /// chunk a worker has not finished starts after it.
+    fn release_before(&mut self, at: u64) {
+        let Some(map) = self.map else {
+            return;
+        };
+        let end = usize::try_from(at).unwrap_or(0);
+        if end < self.released + RELEASE_STEP {
+            return;
+        }
+        release_pages(map, self.released, end);
+        self.released = end;
     }
 
     pub(crate) fn splice_at(&self) -> u64 {
@@ -1359,6 +1475,7 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
         at: u64,
         state: MachineState<'_>,
     ) -> Result<Option<Splice>, PickleError> {
+        self.release_before(at);
         loop {
             if self.pending.is_none() {
                 let Some(chunk) = self.chunks.get(self.next) else {
