@@ -200,3 +200,40 @@ fn large_files_decode_the_same() {
         assert!(expected == got, "{name}: the parallel decoder differs");
     }
 }
+
+/// `snapview summary` of a large file a second time opens the cached index (the same text and
+/// JSON as a read), `--no-cache` reads it again, and `--threads` gives the same answer.
+#[test]
+fn the_cli_caches_what_a_read_computed() {
+    let Some((_, path)) = common::large_names().into_iter().next() else {
+        return;
+    };
+    let cache = std::env::temp_dir().join(format!("snapview-cli-cache-{}", std::process::id()));
+    let run = |args: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_snapview"))
+            .args(args)
+            .arg(&path)
+            .env("XDG_CACHE_HOME", &cache)
+            .output()
+            .expect("snapview runs");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        output.stdout
+    };
+    let first = run(&["summary", "--json"]);
+    let indexes = std::fs::read_dir(cache.join("snapview"))
+        .expect("the cache folder")
+        .count();
+    assert_eq!(indexes, 1, "one index written");
+    assert_eq!(run(&["summary", "--json"]), first, "from the cache");
+    assert_eq!(run(&["--no-cache", "summary", "--json"]), first);
+    assert_eq!(
+        run(&["--no-cache", "--threads", "4", "summary", "--json"]),
+        first
+    );
+    assert_eq!(run(&["summary"]), run(&["--no-cache", "summary"]));
+    let _ = std::fs::remove_dir_all(&cache);
+}

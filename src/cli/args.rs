@@ -34,9 +34,18 @@ pub(super) struct Cli {
     /// reads a file, and `serve`.
     #[arg(long, global = true, env = "SNAPVIEW_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
     threads: Option<u16>,
+    /// Read the file even when the cache holds what an earlier read of it computed
+    /// (`$XDG_CACHE_HOME/snapview`, keyed by the file's path, size and modification time).
+    #[arg(long, global = true, env = "SNAPVIEW_NO_CACHE")]
+    no_cache: bool,
 }
 
 impl Cli {
+    /// `--no-cache`.
+    pub(super) fn no_cache(&self) -> bool {
+        self.no_cache
+    }
+
     /// `--threads`, if given.
     pub(super) fn threads(&self) -> Option<usize> {
         self.threads.map(usize::from)
