@@ -201,7 +201,7 @@ fn scaling(bench: &str, dir: &Path) {
                 println!(
                     "{name:<24} {:>8} {seconds:>8.3}s {mb:>7} MB   (Python pickle.load)",
                     "-"
-                )
+                );
             }
             None => println!("{name:<24} (no python3: no pickle.load baseline)"),
         }

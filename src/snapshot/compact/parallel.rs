@@ -1042,14 +1042,8 @@ impl<F: TraceFollower> TraceCompactor<'_, F> {
         };
         let mut frames = Vec::with_capacity(region.frames.len());
         for frame in &region.frames {
-            let filename = match &frame.filename {
-                Some(text) => Some(resolve(text).ok_or(())),
-                None => None,
-            };
-            let name = match &frame.name {
-                Some(text) => Some(resolve(text).ok_or(())),
-                None => None,
-            };
+            let filename = frame.filename.map(|text| resolve(&text).ok_or(()));
+            let name = frame.name.map(|text| resolve(&text).ok_or(()));
             let (Ok(filename), Ok(name)) = (filename.transpose(), name.transpose()) else {
                 return Ok(None);
             };
@@ -1429,7 +1423,7 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
             let spawned = std::thread::Builder::new()
                 .name("snapview-decode".into())
                 .spawn_scoped(self.scope, move || {
-                    work(&shared, &sender, data, &chunks, &known, &limits)
+                    work(&shared, &sender, data, &chunks, &known, &limits);
                 });
             if spawned.is_err() {
                 break;
