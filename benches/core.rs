@@ -5,6 +5,11 @@
 //! then loads each file several times, each in a fresh process so peak RSS is the load's own.
 //! It prints the median, minimum and maximum wall time and the peak RSS. With no large files it
 //! says so and exits 0.
+//!
+//! Then the scaling curve (issue 23): the huge file, and the ten-times file when
+//! `SNAPVIEW_SCALE_FILE` names one (made on demand with `/work/shared/corpus/scale_snapshot.py`
+//! if it names a missing file), read and analysed with 1, 2 and all cores (`--threads`), beside
+//! Python's `pickle.load` of the same file.
 
 mod common;
 
@@ -43,7 +48,12 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--one") {
         let path = PathBuf::from(&args[i + 1]);
-        one_run(&path);
+        let threads = args
+            .iter()
+            .position(|a| a == "--threads")
+            .and_then(|t| args.get(t + 1)?.parse().ok())
+            .unwrap_or_else(snapview::snapshot::default_threads);
+        one_run(&path, threads);
         return;
     }
     let Some(dir) = large_dir() else {
@@ -115,13 +125,117 @@ fn main() {
     for line in summary {
         println!("{line}");
     }
+    scaling(&args[0], &dir);
+}
+
+/// Median seconds and peak RSS (KiB) of `runs` loads of `path` with `threads`, each in a fresh
+/// process.
+fn measure(bench: &str, path: &Path, threads: usize, runs: usize) -> (f64, u64) {
+    let mut times = Vec::new();
+    let mut peak_rss = 0u64;
+    for _ in 0..runs {
+        let output = Command::new(bench)
+            .args([
+                "--one",
+                &path.to_string_lossy(),
+                "--threads",
+                &threads.to_string(),
+            ])
+            .output()
+            .expect("run the bench child");
+        let text = String::from_utf8_lossy(&output.stdout);
+        let mut fields = text.split_whitespace();
+        let seconds: f64 = fields
+            .next()
+            .and_then(|s| s.parse().ok())
+            .expect("child time");
+        let rss: u64 = fields
+            .next()
+            .and_then(|s| s.parse().ok())
+            .expect("child rss");
+        times.push(seconds);
+        peak_rss = peak_rss.max(rss);
+    }
+    times.sort_by(f64::total_cmp);
+    (times[times.len() / 2], peak_rss)
+}
+
+/// The huge file (and the ten-times file, when asked for) with 1, 2 and all cores, beside
+/// Python's `pickle.load`.
+fn scaling(bench: &str, dir: &Path) {
+    let mut files = vec![dir.join("gpt2_huge_trace.pickle")];
+    if let Some(scale) = std::env::var_os("SNAPVIEW_SCALE_FILE").map(PathBuf::from) {
+        if !scale.exists() {
+            make_scale_file(&files[0], &scale);
+        }
+        files.push(scale);
+    }
+    let all = snapview::snapshot::default_threads();
+    let mut counts = vec![1, 2, all];
+    counts.sort_unstable();
+    counts.dedup();
+    println!();
+    println!(
+        "scaling (read + analyse; median of 5 runs, each in a fresh process; {all} cores here)"
+    );
+    println!(
+        "{:<24} {:>8} {:>9} {:>10} {:>8}",
+        "file", "threads", "median", "peak RSS", "speedup"
+    );
+    for path in files.iter().filter(|p| p.exists()) {
+        let name = path
+            .file_stem()
+            .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+        let mut one = None;
+        for &threads in &counts {
+            let (median, rss) = measure(bench, path, threads, 5);
+            let base = *one.get_or_insert(median);
+            println!(
+                "{name:<24} {threads:>8} {median:>8.3}s {:>7} MB {:>7.2}x",
+                rss / 1024,
+                base / median
+            );
+        }
+        match common::python_baseline(path) {
+            Some((seconds, mb)) => {
+                println!(
+                    "{name:<24} {:>8} {seconds:>8.3}s {mb:>7} MB   (Python pickle.load)",
+                    "-"
+                );
+            }
+            None => println!("{name:<24} (no python3: no pickle.load baseline)"),
+        }
+    }
+}
+
+/// Makes the ten-times file from the huge one with the corpus's script.
+fn make_scale_file(huge: &Path, out: &Path) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus/scale_snapshot.py");
+    let script = if script.exists() {
+        script
+    } else {
+        PathBuf::from("/work/shared/corpus/scale_snapshot.py")
+    };
+    let status = Command::new("python3")
+        .arg(&script)
+        .arg(huge)
+        .arg(out)
+        .arg("10")
+        .status();
+    if !status.is_ok_and(|s| s.success()) {
+        println!("could not make {} with {}", out.display(), script.display());
+    }
 }
 
 /// One measured load in this process: prints seconds and peak RSS in KiB.
-fn one_run(path: &Path) {
+fn one_run(path: &Path, threads: usize) {
     let started = Instant::now();
     // As the CLI and server load: the replay's first pass runs on the loader's column thread.
-    let (snapshot, seed) = snapview::analysis::load_path(path, Default::default()).expect("load");
+    let options = snapview::snapshot::LoadOptions {
+        threads,
+        ..Default::default()
+    };
+    let (snapshot, seed) = snapview::analysis::load_path(path, options).expect("load");
     let analysis = snapview::analysis::Analysis::seeded(&snapshot, seed);
     let elapsed = started.elapsed().as_secs_f64();
     assert!(!analysis.devices.is_empty());

@@ -29,9 +29,28 @@ pub(super) struct Cli {
         default_value_t = crate::snapshot::DEFAULT_MAX_EVENTS
     )]
     max_events: u64,
+    /// Threads that decode a large uncompressed snapshot (default: the cores this process may
+    /// use, from its CPU affinity and cgroup quota; 1 reads on one thread). Every command that
+    /// reads a file, and `serve`.
+    #[arg(long, global = true, env = "SNAPVIEW_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
+    threads: Option<u16>,
+    /// Read the file even when the cache holds what an earlier read of it computed
+    /// (`$XDG_CACHE_HOME/snapview`, keyed by the file's path, size and modification time).
+    #[arg(long, global = true, env = "SNAPVIEW_NO_CACHE")]
+    no_cache: bool,
 }
 
 impl Cli {
+    /// `--no-cache`.
+    pub(super) fn no_cache(&self) -> bool {
+        self.no_cache
+    }
+
+    /// `--threads`, if given.
+    pub(super) fn threads(&self) -> Option<usize> {
+        self.threads.map(usize::from)
+    }
+
     /// `--max-events`, for the commands that read files.
     pub(super) fn max_events(&self) -> u64 {
         self.max_events

@@ -8,6 +8,7 @@
 //! - [`progress`]: loading with a progress bar.
 
 mod args;
+mod cache;
 mod client;
 mod progress;
 mod reports;
@@ -29,6 +30,12 @@ use std::path::{Path, PathBuf};
 pub fn main() -> i32 {
     let cli = Cli::parse();
     let max_events = cli.max_events();
+    if let Some(threads) = cli.threads() {
+        crate::snapshot::set_default_threads(threads);
+    }
+    if cli.no_cache() {
+        cache::disable();
+    }
     match Config::from_cli(cli).and_then(|config| run(config, max_events)) {
         Ok(Outcome::Done) => 0,
         Ok(Outcome::Regression) => 1,
@@ -80,10 +87,7 @@ fn run_other(config: Config, max_events: u64) -> Result<(), String> {
         } => upload(&file, &url, token.as_deref(), max_redirects)?,
         Config::Summary { file, json, roles } => {
             let rules = roles_commands::read_rules(roles.as_deref())?;
-            let (snapshot, seed) =
-                load_with_progress(&file, max_events, crate::analysis::load_path)?;
-            let analysis = Analysis::seeded(&snapshot, seed);
-            let summary = Summary::with_rules(&snapshot, &analysis, &rules);
+            let (snapshot, summary) = cache::summary(&file, max_events, &rules)?;
             if json {
                 let mut text = serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?;
                 text.push('\n');

@@ -328,6 +328,44 @@ pub(crate) trait Supply {
     /// Makes `window` hold at least `n` unread bytes if the input has them; false if it ends
     /// first.
     fn refill(&mut self, window: &mut Window, n: usize) -> Result<bool, PickleError>;
+
+    /// Passes over the next `n` bytes after the window without reading them; false if the input
+    /// ends first or this supply cannot skip (only an in-memory supply can, and only it is ever
+    /// asked: splicing pre-decoded regions needs the whole pickle in memory).
+    fn skip(&mut self, _n: u64) -> bool {
+        false
+    }
+}
+
+/// Copies from a pickle held in memory (a mapped file) into the source's buffer.
+pub(crate) struct InMemory<'a> {
+    rest: &'a [u8],
+}
+
+impl Supply for InMemory<'_> {
+    fn refill(&mut self, w: &mut Window, n: usize) -> Result<bool, PickleError> {
+        if w.pos > 0 {
+            w.buf.copy_within(w.pos..w.end, 0);
+            w.base = w.base.wrapping_add(w.pos as u64);
+            w.end -= w.pos;
+            w.pos = 0;
+        }
+        let copied = (w.buf.len() - w.end).min(self.rest.len());
+        w.buf[w.end..w.end + copied].copy_from_slice(&self.rest[..copied]);
+        w.end += copied;
+        self.rest = &self.rest[copied..];
+        Ok(w.end >= n)
+    }
+
+    fn skip(&mut self, n: u64) -> bool {
+        match usize::try_from(n) {
+            Ok(n) if n <= self.rest.len() => {
+                self.rest = &self.rest[n..];
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 /// Reads into the source's own buffer.
@@ -419,6 +457,21 @@ impl<R: Read> Source<Reading<R>> {
     }
 }
 
+impl<'a> Source<InMemory<'a>> {
+    /// A source over a whole pickle in memory, which can skip what was decoded elsewhere.
+    pub(super) fn in_memory(data: &'a [u8]) -> Self {
+        Self {
+            supply: InMemory { rest: data },
+            window: Window {
+                buf: vec![0; BUFFER],
+                pos: 0,
+                end: 0,
+                base: 0,
+            },
+        }
+    }
+}
+
 impl<C: Chunks> Source<Chunked<C>> {
     /// A source that decodes the buffers of `chunks` where they are.
     pub(super) fn chunked(chunks: C) -> Self {
@@ -443,6 +496,31 @@ impl<S: Supply> Source<S> {
     #[inline]
     pub(super) fn offset(&self) -> u64 {
         self.window.base.wrapping_add(self.window.pos as u64)
+    }
+
+    /// Moves on to `offset` (at or after the current one) without decoding what lies between.
+    pub(super) fn skip_to(&mut self, offset: u64) -> Result<(), PickleError> {
+        let truncated = || PickleError::Truncated {
+            offset,
+            what: "a region decoded in parallel",
+            needed: 1,
+        };
+        let n = offset.checked_sub(self.offset()).ok_or_else(truncated)?;
+        let w = &mut self.window;
+        let buffered = (w.end - w.pos) as u64;
+        if n <= buffered {
+            w.pos += n as usize;
+            return Ok(());
+        }
+        w.base = w.base.wrapping_add(w.end as u64);
+        w.pos = 0;
+        w.end = 0;
+        let beyond = n - buffered;
+        if !self.supply.skip(beyond) {
+            return Err(truncated());
+        }
+        self.window.base = self.window.base.wrapping_add(beyond);
+        Ok(())
     }
 
     /// Refills so that at least `n` bytes (n <= 1 MiB) are available; false at end of input.

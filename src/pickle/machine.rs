@@ -7,7 +7,7 @@
 //! loop that calls it, since when it is called (right after a `SETITEMS` or before an `APPEND`)
 //! is its contract.
 
-use super::input::{Chunks, Source, Supply};
+use super::input::{Chunks, InMemory, Source, Supply};
 use super::value::{Heap, Kind, Memo, Value};
 use super::{Limits, PickleError};
 use std::io::Read;
@@ -48,6 +48,57 @@ pub trait Compactor {
     ) -> Result<bool, PickleError> {
         Ok(false)
     }
+
+    /// The stream offset at which [`Compactor::splice`] is next asked (`u64::MAX`: never).
+    /// Checked before every opcode, so it must be cheap.
+    fn splice_at(&self) -> u64 {
+        u64::MAX
+    }
+
+    /// Asked at offset `at` (once the machine reaches [`Compactor::splice_at`]): whether the
+    /// opcodes from `at` on were already decoded elsewhere (on another core). A [`Splice`]
+    /// returned says where they end and what they leave to do on the machine's stack, which
+    /// the machine then does exactly as the opcodes would. `stack` and `marks` are the
+    /// machine's, for the compactor to check that what it offers holds from this state.
+    fn splice(
+        &mut self,
+        _heap: &mut Heap,
+        _memo: &mut Memo,
+        _at: u64,
+        _state: MachineState<'_>,
+    ) -> Result<Option<Splice>, PickleError> {
+        Ok(None)
+    }
+}
+
+/// What the machine holds when a [`Compactor::splice`] is offered.
+#[derive(Debug, Clone, Copy)]
+pub struct MachineState<'a> {
+    pub stack: &'a [Value],
+    /// Stack lengths at each open MARK.
+    pub marks: &'a [usize],
+    pub max_depth: usize,
+}
+
+/// Opcodes decoded elsewhere, as what they leave to do on the machine's stack.
+#[derive(Debug)]
+pub struct Splice {
+    /// The stream offset just after them.
+    pub end: u64,
+    pub ops: Vec<SpliceOp>,
+}
+
+/// One step a spliced region leaves to the machine: the top-level opcodes between its records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpliceOp {
+    /// A finished value (a compacted record) pushed.
+    Push(Value),
+    /// MARK
+    Mark,
+    /// APPENDS
+    Appends,
+    /// APPEND
+    Append,
 }
 
 /// A compactor that keeps everything as decoded.
@@ -105,6 +156,8 @@ struct Machine<'c, S> {
     /// Offset of the opcode being executed, for messages.
     at: u64,
     last_short_string: Option<(Vec<u8>, Value)>,
+    /// The compactor's [`Compactor::splice_at`], cached.
+    splice_at: u64,
 }
 
 /// Decodes one pickle from `reader`. Never runs code: opcodes that would are refused.
@@ -125,6 +178,16 @@ pub fn decode_chunks<C: Chunks>(
     decode_from(Source::chunked(chunks), limits, compactor)
 }
 
+/// Decodes one pickle held in memory; the compactor may splice in regions of it that were
+/// decoded on other cores (see [`Compactor::splice`]).
+pub fn decode_slice(
+    data: &[u8],
+    limits: &Limits,
+    compactor: &mut dyn Compactor,
+) -> Result<Decoded, PickleError> {
+    decode_from(Source::<InMemory<'_>>::in_memory(data), limits, compactor)
+}
+
 fn decode_from<S: Supply>(
     input: Source<S>,
     limits: &Limits,
@@ -140,7 +203,9 @@ fn decode_from<S: Supply>(
         compactor,
         at: 0,
         last_short_string: None,
+        splice_at: u64::MAX,
     };
+    machine.splice_at = machine.compactor.splice_at();
     if machine.input.byte("the PROTO opcode")? != 0x80 {
         return Err(PickleError::NotASnapshot(
             "not a pickle of protocol 2 or later (no PROTO opcode at byte 0)".into(),
@@ -407,9 +472,65 @@ impl<S: Supply> Machine<'_, S> {
         }
     }
 
+    /// Offers the compactor the opcodes from here on, and does what a splice leaves to do.
+    #[cold]
+    #[inline(never)]
+    fn splice(&mut self) -> Result<(), PickleError> {
+        let state = MachineState {
+            stack: &self.stack,
+            marks: &self.marks,
+            max_depth: self.limits.max_depth,
+        };
+        let offered = self
+            .compactor
+            .splice(&mut self.heap, &mut self.memo, self.at, state)?;
+        if let Some(splice) = offered {
+            for op in splice.ops {
+                match op {
+                    SpliceOp::Push(value) => self.stack.push(value),
+                    SpliceOp::Mark => self.mark()?,
+                    SpliceOp::Appends => self.appends()?,
+                    SpliceOp::Append => self.append()?,
+                }
+            }
+            self.input.skip_to(splice.end)?;
+        }
+        self.splice_at = self.compactor.splice_at();
+        Ok(())
+    }
+
+    fn mark(&mut self) -> Result<(), PickleError> {
+        if self.marks.len() >= self.limits.max_depth {
+            return Err(self.error(format!(
+                "nesting deeper than {} levels; not a snapshot",
+                self.limits.max_depth
+            )));
+        }
+        self.marks.push(self.stack.len());
+        Ok(())
+    }
+
+    fn append(&mut self) -> Result<(), PickleError> {
+        let item = self.pop("APPEND")?;
+        let list = self.top("APPEND")?;
+        self.stack.push(item);
+        let from = self.stack.len() - 1;
+        self.append_from(list, from, "APPEND")
+    }
+
+    fn appends(&mut self) -> Result<(), PickleError> {
+        let from = self.pop_mark("APPENDS")?;
+        let list = self.below_mark(from, "APPENDS")?;
+        self.append_from(list, from, "APPENDS")
+    }
+
     fn run(&mut self) -> Result<Value, PickleError> {
         loop {
             self.at = self.input.offset();
+            while self.at >= self.splice_at {
+                self.splice()?;
+                self.at = self.input.offset();
+            }
             let Some(opcode) = self.input.next_opcode()? else {
                 return Err(PickleError::Truncated {
                     offset: self.at,
@@ -576,15 +697,7 @@ impl<S: Supply> Machine<'_, S> {
                 }
 
                 // ---- containers ----
-                b'(' => {
-                    if self.marks.len() >= self.limits.max_depth {
-                        return Err(self.error(format!(
-                            "nesting deeper than {} levels; not a snapshot",
-                            self.limits.max_depth
-                        )));
-                    }
-                    self.marks.push(self.stack.len());
-                }
+                b'(' => self.mark()?,
                 b']' => {
                     let v = self.heap.new_list();
                     self.stack.push(v);
@@ -633,19 +746,9 @@ impl<S: Supply> Machine<'_, S> {
                     self.stack.insert(from, dict);
                     self.set_items_from(dict, from + 1, "DICT", true)?;
                 }
-                b'a' => {
-                    let item = self.pop("APPEND")?;
-                    let list = self.top("APPEND")?;
-                    self.stack.push(item);
-                    let from = self.stack.len() - 1;
-                    self.append_from(list, from, "APPEND")?;
-                }
-                b'e' | 0x90 => {
-                    // APPENDS / ADDITEMS
-                    let from = self.pop_mark("APPENDS")?;
-                    let list = self.below_mark(from, "APPENDS")?;
-                    self.append_from(list, from, "APPENDS")?;
-                }
+                b'a' => self.append()?,
+                // APPENDS / ADDITEMS
+                b'e' | 0x90 => self.appends()?,
                 b's' => {
                     let value = self.pop("SETITEM")?;
                     let key = self.pop("SETITEM")?;

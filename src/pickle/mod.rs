@@ -18,11 +18,14 @@
 
 mod input;
 mod machine;
+pub mod scan;
 mod value;
 
 pub use input::{CHUNK_HEADROOM, Chunks, Encoding, Limits, MAX_STRING_BYTES, detect_encoding};
 pub(crate) use input::{Capped, CompressedCount, io_error};
-pub use machine::{Compactor, Decoded, decode, decode_chunks};
+pub use machine::{
+    Compactor, Decoded, MachineState, Splice, SpliceOp, decode, decode_chunks, decode_slice,
+};
 pub use value::{Heap, Kind, Memo, Value};
 
 /// Why a file could not be read as a snapshot. Messages name the byte offset (in the

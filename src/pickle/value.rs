@@ -134,6 +134,9 @@ pub struct Heap {
     tuples: Vec<Box<[Value]>>,
     pub(crate) lists: Slots<Value>,
     pub(crate) dicts: Slots<(Value, Value)>,
+    /// Bytes of floats and long integers decoded elsewhere (a parallel decode's regions), which
+    /// a sequential decode would have kept here: [`Heap::footprint`] counts them the same.
+    unstored: u64,
 }
 
 /// Containers that can be retired and their slot reused, so a stream of records that are
@@ -304,6 +307,11 @@ impl Heap {
         }
     }
 
+    /// Counts bytes of values decoded elsewhere that a sequential decode keeps in the heap.
+    pub fn count_unstored(&mut self, bytes: u64) {
+        self.unstored = self.unstored.saturating_add(bytes);
+    }
+
     /// The bytes of text and bytes values, each stored once however often the file refers to
     /// it.
     pub fn text_bytes(&self) -> u64 {
@@ -327,7 +335,7 @@ impl Heap {
             + big_ints
             + 8 * self.floats.len()
             + value * (tuples + lists + 2 * pairs);
-        total as u64
+        (total as u64).saturating_add(self.unstored)
     }
 
     // ---- reading ----

@@ -205,6 +205,7 @@ fn upload_load_options<'a>(
         max_events: reading.max_events,
         events: Some(charge),
         progress: None,
+        ..crate::snapshot::LoadOptions::default()
     }
 }
 

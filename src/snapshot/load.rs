@@ -2,6 +2,7 @@
 //! build the model.
 
 use super::build::{ShapeError, TraceCompactor, build};
+use super::compact::parallel::{Parallel, Splicer, Splicing, plan_chunks};
 use super::follow::{Followed, TraceFollower};
 use super::{Compression, Snapshot, json};
 use crate::pickle::{
@@ -68,6 +69,8 @@ pub struct LoadOptions<'a> {
     pub max_events: u64,
     pub events: Option<&'a dyn EventGate>,
     pub progress: Option<&'a dyn Fn(u64)>,
+    /// Threads that may decode a large uncompressed file (1: the single-thread decoder).
+    pub threads: usize,
 }
 
 impl Default for LoadOptions<'_> {
@@ -77,7 +80,27 @@ impl Default for LoadOptions<'_> {
             max_events: DEFAULT_MAX_EVENTS,
             events: None,
             progress: None,
+            threads: default_threads(),
         }
+    }
+}
+
+/// Threads [`LoadOptions::default`] gives a load: set once by `--threads`; 0 until then.
+static DEFAULT_THREADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Sets the threads every load that takes [`LoadOptions::default`] may use (`--threads`, for
+/// the CLI's commands and the server alike).
+pub fn set_default_threads(threads: usize) {
+    DEFAULT_THREADS.store(threads.max(1), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The threads a load may use: `--threads` if it was given, else the cores this process may
+/// use, from its CPU affinity and, on Linux, its cgroup's CPU quota (what
+/// `std::thread::available_parallelism` reads), 1 if that cannot be told.
+pub fn default_threads() -> usize {
+    match DEFAULT_THREADS.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+        threads => threads,
     }
 }
 
@@ -100,6 +123,18 @@ pub fn load_path_following<F: TraceFollower>(
         source,
     })?;
     let size = file.metadata().map_or(0, |metadata| metadata.len());
+    if options.threads >= PARALLEL_THREADS && size >= PARALLEL_FROM {
+        // SAFETY: a snapshot file is only read here; one truncated by another process while
+        // it is mapped would make a read of a lost page raise SIGBUS, which no check can
+        // prevent with a shared map. The server's stored snapshots are written once and
+        // replaced only by rename (the map keeps the old inode); for a user's own file on the
+        // command line the risk is theirs, as with any tool that maps its input.
+        if let Ok(map) = unsafe { memmap2::Mmap::map(&file) }
+            && matches!(map.get(..2), Some([0x80, 4..=5]))
+        {
+            return load_map_following(&map, options, Parallel::with_threads(options.threads));
+        }
+    }
     if size < READ_AHEAD_FROM {
         return load_reader_following(file, options);
     }
@@ -116,6 +151,85 @@ pub fn load_path_following<F: TraceFollower>(
             }
         }
         Err(file) => load_reader_following(file, options),
+    })
+}
+
+/// The parallel decoder is used from this many threads on. Its workers spend about twice the
+/// CPU time of the single-thread decoder (which already keeps two cores busy with its read-ahead
+/// and column threads), so on two cores it is slower: measured in `benches/core.rs`.
+const PARALLEL_THREADS: usize = 3;
+
+/// Uncompressed pickles from this size on are decoded on several threads when allowed: below
+/// it, starting threads costs more than it saves.
+const PARALLEL_FROM: u64 = 8 << 20;
+
+/// Decodes a whole pickle held in memory, on `parallel.threads` worker threads when it is
+/// framed (protocol 4-5), else on this one. The model is the same either way (tested in
+/// `tests/parallel.rs`); `parallel.chunk_bytes` is a knob for those tests.
+pub fn load_slice_following<F: TraceFollower>(
+    data: &[u8],
+    options: LoadOptions<'_>,
+    parallel: Parallel,
+) -> Result<WithFollowed<F>, LoadError> {
+    load_in_memory(data, None, options, parallel)
+}
+
+/// [`load_slice_following`] of a mapped file, whose pages are handed back as they are passed.
+fn load_map_following<F: TraceFollower>(
+    map: &memmap2::Mmap,
+    options: LoadOptions<'_>,
+    parallel: Parallel,
+) -> Result<WithFollowed<F>, LoadError> {
+    load_in_memory(map, Some(map), options, parallel)
+}
+
+fn load_in_memory<F: TraceFollower>(
+    data: &[u8],
+    map: Option<&memmap2::Mmap>,
+    options: LoadOptions<'_>,
+    parallel: Parallel,
+) -> Result<WithFollowed<F>, LoadError> {
+    let head = &data[..data.len().min(SNIFF)];
+    if pickle::detect_encoding(head)? != Encoding::Pickle {
+        return load_reader_following(data, options);
+    }
+    let chunks = if parallel.threads > 1 {
+        plan_chunks(data, map, parallel)
+    } else {
+        None
+    };
+    std::thread::scope(|scope| {
+        let mut compactor = TraceCompactor::<F>::pipelined(scope)
+            .expecting_bytes(Some(data.len() as u64))
+            .counting_events(options.max_events, options.events);
+        let limits = options.limits;
+        let decoded = match chunks {
+            Some(chunks) => {
+                let mut splicer = Splicer::new(scope, data, chunks, parallel.threads, limits);
+                if let Some(map) = map {
+                    splicer = splicer.releasing(map);
+                }
+                let mut splicing = Splicing {
+                    compactor: &mut compactor,
+                    splicer,
+                    progress: options.progress,
+                };
+                pickle::decode_slice(data, &limits, &mut splicing)
+            }
+            None => pickle::decode_slice(data, &limits, &mut compactor),
+        };
+        if let Some(progress) = options.progress {
+            progress(data.len() as u64);
+        }
+        let decoded = match decoded {
+            Ok(decoded) => decoded,
+            Err(error) => return Err(compactor.take_stop().unwrap_or(error.into())),
+        };
+        let (mut snapshot, followed) = build(decoded.root, decoded.heap, compactor)?;
+        snapshot.source.pickle_protocol = Some(decoded.protocol);
+        snapshot.source.decoded_bytes = decoded.bytes;
+        snapshot.source.compression = Compression::None;
+        Ok((snapshot, followed))
     })
 }
 

@@ -21,13 +21,15 @@ mod narrow;
 mod trace;
 
 pub use column::{Column, SharedMap, WindowError};
+pub use compact::parallel::{Parallel, parallel_splices};
 pub use convert::ShapeError;
 pub use follow::{Followed, TraceFollower};
 pub(crate) use frames::short_frame_label;
 pub use frames::{Frame, FrameId, FrameLabel, FrameTable, StackId, StackTable};
 pub use load::{
     DEFAULT_MAX_EVENTS, EVENTS_PER_CHARGE, EventGate, LoadError, LoadOptions, Refusal,
-    WithFollowed, load_path, load_path_following, load_reader, load_reader_following,
+    WithFollowed, default_threads, load_path, load_path_following, load_reader,
+    load_reader_following, load_slice_following, set_default_threads,
 };
 pub(crate) use narrow::blocked_times;
 pub use narrow::{AddrColumn, SizeColumn, SparseIds, StackColumn, StreamColumn, TimeColumn};

@@ -12,6 +12,7 @@
 //! side by side.
 
 mod columns;
+pub(crate) mod parallel;
 
 use columns::{
     BATCH, BYTES_PER_ROW_AT_LEAST, Columns, MAX_EXPECTED_ROWS, PIPELINE_AFTER, Row, Spawn,

@@ -1,0 +1,152 @@
+//! Cheap passes over an in-memory pickle that find where it can be cut for parallel decoding,
+//! without decoding it.
+//!
+//! Protocol 4 and 5 pickles are written in FRAMEs (about 64 KiB each) whose boundaries always
+//! fall between opcodes, and each frame header says how long the frame is, so every boundary is
+//! found by hopping from header to header. Between two boundaries, walking the opcodes (their
+//! argument lengths only) counts the memo puts, which tells each chunk the memo index its first
+//! put gets, so chunks can be decoded on different cores.
+
+/// The FRAME opcode.
+pub const FRAME: u8 = 0x95;
+/// The MEMOIZE opcode: a memo put at index `len(memo)`.
+pub const MEMOIZE: u8 = 0x94;
+
+/// How an opcode's length is told, by opcode byte: `FIXED + n` for `n` argument bytes, a
+/// length prefix of 1, 4 or 8 bytes, or not followed (text opcodes, explicit memo puts, code).
+const NOT_FOLLOWED: u8 = 0;
+const PREFIX_1: u8 = 1;
+const PREFIX_4: u8 = 2;
+const PREFIX_8: u8 = 3;
+const FIXED: u8 = 4;
+
+const LENGTH_RULES: [u8; 256] = {
+    let mut rules = [NOT_FOLLOWED; 256];
+    let no_argument: &[u8] = &[
+        b'(', b')', b']', b'}', b'.', b'0', b'1', b'2', b'N', 0x88, 0x89, b'a', b'e', b'u', b's',
+        b't', b'l', b'd', 0x85, 0x86, 0x87, MEMOIZE, 0x8f, 0x90, 0x91,
+    ];
+    let mut i = 0;
+    while i < no_argument.len() {
+        rules[no_argument[i] as usize] = FIXED;
+        i += 1;
+    }
+    rules[b'K' as usize] = FIXED + 1;
+    rules[b'h' as usize] = FIXED + 1;
+    rules[0x80] = FIXED + 1;
+    rules[b'M' as usize] = FIXED + 2;
+    rules[b'J' as usize] = FIXED + 4;
+    rules[b'j' as usize] = FIXED + 4;
+    rules[b'G' as usize] = FIXED + 8;
+    rules[FRAME as usize] = FIXED + 8;
+    rules[0x8a] = PREFIX_1;
+    rules[0x8c] = PREFIX_1;
+    rules[b'U' as usize] = PREFIX_1;
+    rules[b'C' as usize] = PREFIX_1;
+    rules[b'X' as usize] = PREFIX_4;
+    rules[b'B' as usize] = PREFIX_4;
+    rules[0x8b] = PREFIX_4;
+    rules[0x8d] = PREFIX_8;
+    rules[0x8e] = PREFIX_8;
+    rules[0x96] = PREFIX_8;
+    rules
+};
+
+/// What one opcode occupies: its total length in bytes (opcode and argument) at `at`, or
+/// `None` when it is not one a parallel decode handles (a text opcode, an explicit memo put,
+/// an opcode that runs code, an unknown byte, or one cut short by the end of `data`).
+#[inline]
+pub fn opcode_len(data: &[u8], at: usize) -> Option<usize> {
+    let opcode = *data.get(at)?;
+    let rule = LENGTH_RULES[usize::from(opcode)];
+    let len = if rule >= FIXED {
+        1 + usize::from(rule - FIXED)
+    } else {
+        let width = match rule {
+            PREFIX_1 => 1,
+            PREFIX_4 => 4,
+            PREFIX_8 => 8,
+            _ => return None,
+        };
+        let bytes = data.get(at + 1..at + 1 + width)?;
+        let mut buf = [0u8; 8];
+        buf[..width].copy_from_slice(bytes);
+        let len = usize::try_from(u64::from_le_bytes(buf)).ok()?;
+        (1 + width).checked_add(len)?
+    };
+    (at.checked_add(len)? <= data.len()).then_some(len)
+}
+
+/// Where the frames of `data` start, in order, from the first frame after the PROTO opcode.
+/// Stops at the first place it cannot follow (an unframed stretch it cannot walk, or the end).
+pub fn frame_starts(data: &[u8]) -> Vec<usize> {
+    let mut starts = Vec::new();
+    // PROTO and its argument.
+    let mut at = 2;
+    while at < data.len() {
+        if data[at] == FRAME {
+            let Some(header) = data.get(at + 1..at + 9) else {
+                break;
+            };
+            let mut len = [0u8; 8];
+            len.copy_from_slice(header);
+            let Some(next) = usize::try_from(u64::from_le_bytes(len))
+                .ok()
+                .and_then(|len| at.checked_add(9)?.checked_add(len))
+            else {
+                break;
+            };
+            starts.push(at);
+            at = next;
+        } else {
+            // CPython writes objects larger than a frame outside of frames: step over them.
+            match opcode_len(data, at) {
+                Some(len) if data[at] != b'.' => at += len,
+                _ => break,
+            }
+        }
+    }
+    starts
+}
+
+/// Memo puts (MEMOIZE) in `data[start..end]`, walking its opcodes; `None` when the walk does not
+/// land exactly on `end` or meets an opcode [`opcode_len`] refuses (then the file is decoded on
+/// one thread).
+pub fn count_memo_puts(data: &[u8], start: usize, end: usize) -> Option<u32> {
+    let mut at = start;
+    let mut puts: u32 = 0;
+    while at < end {
+        let len = opcode_len(data, at)?;
+        if data[at] == MEMOIZE {
+            puts = puts.checked_add(1)?;
+        }
+        at += len;
+    }
+    (at == end).then_some(puts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_found_by_their_headers() {
+        // Two frames: `}` then `.` (a real file holds 64 KiB per frame).
+        let mut data = vec![0x80, 4];
+        data.extend([FRAME, 1, 0, 0, 0, 0, 0, 0, 0, b'}']);
+        data.extend([FRAME, 1, 0, 0, 0, 0, 0, 0, 0, b'.']);
+        assert_eq!(frame_starts(&data), [2, 12]);
+        assert_eq!(count_memo_puts(&data, 2, 12), Some(0));
+    }
+
+    #[test]
+    fn walks_count_puts_and_refuse_what_they_cannot_follow() {
+        let data = [b'}', MEMOIZE, 0x8c, 1, b'a', MEMOIZE, b'q', 0];
+        assert_eq!(count_memo_puts(&data, 0, 6), Some(2));
+        // An explicit put, and a walk that overshoots the end.
+        assert_eq!(count_memo_puts(&data, 0, 8), None);
+        assert_eq!(count_memo_puts(&data, 0, 4), None);
+        // A length beyond the data.
+        assert_eq!(opcode_len(&[0x8c, 9, b'a'], 0), None);
+    }
+}

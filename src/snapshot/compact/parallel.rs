@@ -1,0 +1,1586 @@
+//! A trace decoded on every core: regions of an in-memory, framed pickle are decoded by worker
+//! threads and spliced into the one sequential decode (see [`Compactor::splice`]).
+//!
+//! Why this is exact. A pickle is one stack program and its memo makes every opcode depend on
+//! those before, but a trace entry is a self-contained expression (`}` MEMOIZE `(` keys and
+//! values `u`): what it builds does not depend on the stack below it, only on the memo entries it
+//! fetches. So a worker starts at the first entry after a frame boundary (frames always end
+//! between opcodes) and decodes entries and the top-level MARK / APPENDS / APPEND opcodes between
+//! them. The memo index of each of its puts is known from a count of the puts before (done in
+//! parallel beforehand); a fetch from an earlier region stays symbolic (a memo index) until the
+//! splice, where the main thread resolves it in its own, exact, memo. The splice then interns
+//! the region's frames, stacks, texts and actions in the order the region met them (which is
+//! the order a sequential decode would have), pushes its rows, sets its memo entries, and hands
+//! the top-level opcodes back to the machine to do as it would have done them.
+//!
+//! Anything a worker does not model exactly (a tuple, a nested entry, a category, a frame dict
+//! shaped unlike torch's, a fetch of something unfinished) ends its region before that entry,
+//! and the main thread decodes from there on its own until the next region: unusual files are
+//! slower, never different. Equality with the sequential decoder is tested on every fixture,
+//! the hostile files and fuzzed inputs with chunks of a few opcodes (`tests/parallel.rs`).
+
+use super::columns::Row;
+use super::{
+    EVENT_RECORD, FRAME_RECORD, Field, RecentStacks, STACK_RECORD, TraceCompactor, field_of_name,
+    text_id,
+};
+use crate::pickle::scan::{FRAME, MEMOIZE, count_memo_puts, frame_starts};
+use crate::pickle::{Heap, Kind, Limits, MachineState, Memo, PickleError, Splice, SpliceOp, Value};
+use crate::snapshot::follow::TraceFollower;
+use crate::snapshot::{ActionCode, Frame, FrameId, StackId, StackTable};
+use rustc_hash::FxHashMap;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Condvar, Mutex};
+
+/// Regions spliced in by every parallel decode of this process, so tests can tell that the
+/// parallel path ran rather than fell back.
+static SPLICED: AtomicU64 = AtomicU64::new(0);
+
+/// Regions of trace spliced in so far by parallel decodes in this process.
+pub fn parallel_splices() -> u64 {
+    SPLICED.load(Ordering::Relaxed)
+}
+
+/// How to decode one pickle in parallel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Parallel {
+    /// Threads that decode regions (besides the main one, which splices them in).
+    pub threads: usize,
+    /// Bytes per region at least (regions start at frame boundaries). Tests force this down
+    /// to one frame so that every boundary case is met.
+    pub chunk_bytes: usize,
+}
+
+impl Parallel {
+    /// Regions of about 2 MiB: a few hundred per large file, so every core gets work and the
+    /// per-region cost (finding the first entry, merging tables) stays far below decoding.
+    pub const CHUNK_BYTES: usize = 2 << 20;
+
+    pub fn with_threads(threads: usize) -> Self {
+        Self {
+            threads,
+            chunk_bytes: Self::CHUNK_BYTES,
+        }
+    }
+}
+
+/// One stretch of the pickle between frame boundaries, and the memo index its first put gets.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Chunk {
+    start: usize,
+    end: usize,
+    memo_base: u32,
+}
+
+/// Cuts `data` (a whole protocol 4-5 pickle) into chunks of at least `chunk_bytes` at frame
+/// boundaries and counts their memo puts on `threads` threads. `None` when the file has too
+/// few frames to share, or holds what only the sequential decoder reads (explicit memo puts,
+/// text opcodes, an opcode cut by a frame boundary).
+pub(crate) fn plan_chunks(
+    data: &[u8],
+    map: Option<&memmap2::Mmap>,
+    parallel: Parallel,
+) -> Option<Vec<Chunk>> {
+    if data.len() < 2 || data[0] != 0x80 || data[1] < 4 {
+        return None;
+    }
+    let starts = frame_starts(data);
+    let first = *starts.first()?;
+    let mut bounds = vec![first];
+    for &start in &starts[1..] {
+        if start - bounds[bounds.len() - 1] >= parallel.chunk_bytes.max(1) {
+            bounds.push(start);
+        }
+    }
+    if bounds.len() < 2 {
+        return None;
+    }
+    // The last chunk runs to the end of the data (STOP and anything after it is decoded by the
+    // main thread, which stops at STOP).
+    bounds.push(data.len());
+    let ranges: Vec<(usize, usize)> = bounds.windows(2).map(|w| (w[0], w[1])).collect();
+    let last = ranges.len() - 1;
+    let counts = run_on_threads(parallel.threads, ranges.len(), |i| {
+        let (start, end) = ranges[i];
+        if i == last {
+            // The tail may end in STOP and trailing bytes; its count is not needed.
+            return Some(0);
+        }
+        let count = count_memo_puts(data, start, end);
+        // The count reads every page; handing them back now keeps a large file from being
+        // resident all at once (the decode reads them again from the page cache).
+        if let Some(map) = map {
+            release_pages(map, start, end);
+        }
+        count
+    });
+    // Puts before the first frame (PROTO only, in files torch writes).
+    let mut memo_base = count_memo_puts(data, 2, first)?;
+    let mut chunks = Vec::with_capacity(ranges.len());
+    for (&(start, end), count) in ranges.iter().zip(counts) {
+        chunks.push(Chunk {
+            start,
+            end,
+            memo_base,
+        });
+        memo_base = memo_base.checked_add(count?)?;
+    }
+    Some(chunks)
+}
+
+/// `work(0..n)` on up to `threads` threads, results in order.
+fn run_on_threads<T: Send>(threads: usize, n: usize, work: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<T>>> = Mutex::new((0..n).map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..threads.clamp(1, n.max(1)) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= n {
+                        break;
+                    }
+                    let result = work(i);
+                    if let Ok(mut results) = results.lock() {
+                        results[i] = Some(result);
+                    }
+                }
+            });
+        }
+    });
+    results
+        .into_inner()
+        .unwrap_or_default()
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// A string as a worker knows it: an id in the region's own string table, or the memo index of
+/// a string an earlier region defined that the worker was not told of (resolved at the splice).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum StrRef {
+    Local(u32),
+    Earlier(u32),
+}
+
+/// A frame: one the region interned, or a memo index of an earlier region's frame record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum FrameRef {
+    Local(u32),
+    Earlier(u32),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct LocalFrame {
+    filename: Option<StrRef>,
+    line: u64,
+    name: Option<StrRef>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum LocalStack {
+    Frames(Box<[FrameRef]>),
+    /// An earlier memo entry used as an entry's `frames` (a list or a stack record).
+    Earlier(u32),
+}
+
+/// The local stack id of an empty `frames` list ([`StackTable::EMPTY`] everywhere).
+const LOCAL_EMPTY: u32 = u32::MAX;
+
+/// A `compile_context` is "no text" when it says "N/A"; a `user_metadata` is not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct LocalText {
+    text: StrRef,
+    is_context: bool,
+}
+
+/// A trace row with the region's own ids, made global at the splice.
+#[derive(Debug, Clone, Copy)]
+struct LocalRow {
+    addr: u64,
+    size: u64,
+    stream: u64,
+    time_us: Option<i64>,
+    device_free: Option<u64>,
+    stack: u32,
+    /// Local text ids, 0 for none.
+    context: u32,
+    metadata: u32,
+    action: u32,
+}
+
+/// What a memo put in the region named.
+#[derive(Debug, Clone, Copy)]
+enum MemoOut {
+    Str(u32),
+    Frame(u32),
+    Stack(u32),
+    Entry(u32),
+}
+
+/// What the region leaves to do on the machine's stack.
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Entry(u32),
+    Mark,
+    Appends,
+    Append,
+}
+
+/// One region decoded by a worker.
+#[derive(Debug, Default)]
+pub(crate) struct Region {
+    start: u64,
+    end: u64,
+    memo_base: u32,
+    ops: Vec<Op>,
+    rows: Vec<LocalRow>,
+    frames: Vec<LocalFrame>,
+    stacks: Vec<LocalStack>,
+    texts: Vec<LocalText>,
+    actions: Vec<StrRef>,
+    memo: Vec<MemoOut>,
+    /// The region's string table: every text it decoded (which a sequential decode would have
+    /// interned in its heap) and the known ones it used.
+    strings: Vec<Arc<str>>,
+    /// Heap bytes a sequential decode would have kept for floats and long integers.
+    unstored_bytes: u64,
+    /// The deepest MARK nesting inside one entry.
+    inner_depth: usize,
+}
+
+/// A decoded value, as much of it as the splice needs (small and `Copy`: the worker's stack
+/// holds millions of them over a region).
+#[derive(Debug, Clone, Copy)]
+enum W {
+    /// None or a float: no field of an entry or a frame reads it.
+    Scalar,
+    Bool(bool),
+    /// An integer that fits 60 bits (as [`Value::small_int`] keeps it).
+    Int(i64),
+    /// Any other integer: an index into the worker's long integers.
+    Big(u32),
+    Str(StrRef),
+    Dict(u32),
+    List(u32),
+    Frame(FrameRef),
+    Stack(u32),
+    /// A finished entry (a top-level item).
+    Entry(u32),
+    /// An earlier memo entry that is not a string the worker was told of.
+    Earlier(u32),
+}
+
+/// A long integer as [`Heap::i64`] and [`Heap::u64`] read it.
+#[derive(Debug, Clone, Copy)]
+struct Long {
+    i64: Option<i64>,
+    u64: Option<u64>,
+}
+
+impl Long {
+    fn of(bytes: &[u8]) -> Self {
+        let negative = bytes.last().is_some_and(|b| b & 0x80 != 0);
+        let fill = if negative { 0xff } else { 0 };
+        let n = bytes.len().min(8);
+        let i64 = if bytes.len() > 8 && bytes[8..].iter().any(|&b| b != fill) {
+            None
+        } else {
+            let mut buf = [fill; 8];
+            buf[..n].copy_from_slice(&bytes[..n]);
+            let result = i64::from_le_bytes(buf);
+            ((result < 0) == negative).then_some(result)
+        };
+        let u64 = if negative || (bytes.len() > 8 && bytes[8..].iter().any(|&b| b != 0)) {
+            None
+        } else {
+            let mut buf = [0; 8];
+            buf[..n].copy_from_slice(&bytes[..n]);
+            Some(u64::from_le_bytes(buf))
+        };
+        Self { i64, u64 }
+    }
+}
+
+/// Why a worker stopped inside an entry: the region ends before it.
+struct Stop;
+
+/// Memo strings the main thread had decoded when the workers started, by memo index.
+type KnownStrings = Arc<Vec<Option<Arc<str>>>>;
+
+/// Whether an entry starts at `at`: EMPTY_DICT, MEMOIZE, MARK and the key "action".
+fn is_entry_start(data: &[u8], at: usize, known: &[Option<Arc<str>>]) -> bool {
+    let Some(head) = data.get(at..at + 4) else {
+        return false;
+    };
+    if head[..3] != [b'}', MEMOIZE, b'('] {
+        return false;
+    }
+    let key_at = at + 3;
+    let known_is_action = |index: usize| {
+        known
+            .get(index)
+            .and_then(Option::as_deref)
+            .is_some_and(|text| text == "action")
+    };
+    match head[3] {
+        b'h' => data
+            .get(key_at + 1)
+            .is_some_and(|&i| known_is_action(usize::from(i))),
+        b'j' => data.get(key_at + 1..key_at + 5).is_some_and(|b| {
+            known_is_action(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+        }),
+        0x8c => data.get(key_at + 1..key_at + 8) == Some(b"\x06action"),
+        _ => false,
+    }
+}
+
+/// Decodes the region of `chunk`: from its first entry start to the first entry start at or
+/// after its end (or where a worker must stop). `None` when the chunk holds no entry start.
+pub(crate) fn decode_region(
+    data: &[u8],
+    chunk: Chunk,
+    known: &[Option<Arc<str>>],
+    limits: &Limits,
+) -> Option<Region> {
+    // The first entry start, counting the puts before it.
+    let mut at = chunk.start;
+    let mut puts = chunk.memo_base;
+    while at < chunk.end {
+        if is_entry_start(data, at, known) {
+            break;
+        }
+        if data[at] == MEMOIZE {
+            puts = puts.checked_add(1)?;
+        }
+        at += crate::pickle::scan::opcode_len(data, at)?;
+    }
+    if at >= chunk.end {
+        return None;
+    }
+    let mut worker = Worker::new(data, known, limits, at, puts);
+    match worker.run(chunk.end, None) {
+        Ok(()) => worker.finish(),
+        Err(stopped_at) => {
+            // Decode again up to the entry that stopped it, so that nothing of that entry
+            // (a frame or text it interned) is left in the tables.
+            let mut worker = Worker::new(data, known, limits, at, puts);
+            worker.run(chunk.end, Some(stopped_at)).ok()?;
+            worker.finish()
+        }
+    }
+}
+
+/// What a dict or list in a worker became: nothing yet, a frame, an entry or a stack.
+#[derive(Debug, Clone, Copy, Default)]
+struct Container {
+    filled: bool,
+    done: Option<W>,
+}
+
+struct Worker<'a> {
+    data: &'a [u8],
+    known: &'a [Option<Arc<str>>],
+    limits: &'a Limits,
+    at: usize,
+    region: Region,
+    stack: Vec<W>,
+    marks: Vec<usize>,
+    /// Memo values of this region, by index from `region.memo_base`.
+    memo: Vec<W>,
+    dicts: Vec<Container>,
+    lists: Vec<Container>,
+    /// The items of the list being filled, by list (a `frames` list at a time in practice).
+    list_items: FxHashMap<u32, Vec<FrameRef>>,
+    spare_items: Vec<Vec<FrameRef>>,
+    longs: Vec<Long>,
+    frame_ids: FxHashMap<LocalFrame, u32>,
+    stack_ids: FxHashMap<Box<[FrameRef]>, u32>,
+    earlier_stack_ids: FxHashMap<u32, u32>,
+    text_ids: FxHashMap<LocalText, u32>,
+    action_ids: FxHashMap<StrRef, u32>,
+    /// Local string ids by decoded bytes, by text, and by the memo index of a known string.
+    string_of_bytes: FxHashMap<Box<[u8]>, u32>,
+    string_of_text: FxHashMap<Arc<str>, u32>,
+    string_of_known: FxHashMap<u32, u32>,
+    /// The field each local string names as a key.
+    fields: Vec<Field>,
+}
+
+impl<'a> Worker<'a> {
+    fn new(
+        data: &'a [u8],
+        known: &'a [Option<Arc<str>>],
+        limits: &'a Limits,
+        start: usize,
+        memo_base: u32,
+    ) -> Self {
+        Self {
+            data,
+            known,
+            limits,
+            at: start,
+            region: Region {
+                start: start as u64,
+                memo_base,
+                ..Region::default()
+            },
+            stack: Vec::new(),
+            marks: Vec::new(),
+            memo: Vec::new(),
+            dicts: Vec::new(),
+            lists: Vec::new(),
+            list_items: FxHashMap::default(),
+            spare_items: Vec::new(),
+            longs: Vec::new(),
+            frame_ids: FxHashMap::default(),
+            stack_ids: FxHashMap::default(),
+            earlier_stack_ids: FxHashMap::default(),
+            text_ids: FxHashMap::default(),
+            action_ids: FxHashMap::default(),
+            string_of_bytes: FxHashMap::default(),
+            string_of_text: FxHashMap::default(),
+            string_of_known: FxHashMap::default(),
+            fields: Vec::new(),
+        }
+    }
+
+    /// The region decoded; `None` if one of its memo puts named something the splice cannot
+    /// set (a container that became neither a frame, an entry nor a stack).
+    fn finish(mut self) -> Option<Region> {
+        let mut memo = Vec::with_capacity(self.memo.len());
+        for value in &self.memo {
+            memo.push(match *value {
+                W::Str(StrRef::Local(text)) => MemoOut::Str(text),
+                W::Dict(d) => match self.dicts[d as usize].done {
+                    Some(W::Frame(FrameRef::Local(f))) => MemoOut::Frame(f),
+                    Some(W::Entry(row)) => MemoOut::Entry(row),
+                    _ => return None,
+                },
+                W::List(l) => match self.lists[l as usize].done {
+                    Some(W::Stack(s)) => MemoOut::Stack(s),
+                    _ => return None,
+                },
+                _ => return None,
+            });
+        }
+        self.region.memo = memo;
+        self.region.end = self.at as u64;
+        Some(self.region)
+    }
+
+    /// Decodes top-level items until an entry starts at or after `end_hint`, a top-level
+    /// opcode that is not an entry, MARK, APPENDS or APPEND, or `stop_at`. `Err(offset)`: an
+    /// entry starting at `offset` could not be decoded here.
+    fn run(&mut self, end_hint: usize, stop_at: Option<usize>) -> Result<(), usize> {
+        loop {
+            let item_start = self.at;
+            if stop_at.is_some_and(|stop| item_start >= stop) {
+                return Ok(());
+            }
+            let Some(&opcode) = self.data.get(item_start) else {
+                return Ok(());
+            };
+            match opcode {
+                FRAME if item_start + 9 <= self.data.len() => self.at += 9,
+                b'(' => {
+                    self.region.ops.push(Op::Mark);
+                    self.at += 1;
+                }
+                b'e' => {
+                    self.region.ops.push(Op::Appends);
+                    self.at += 1;
+                }
+                b'a' => {
+                    self.region.ops.push(Op::Append);
+                    self.at += 1;
+                }
+                b'}' => {
+                    if item_start >= end_hint && is_entry_start(self.data, item_start, self.known) {
+                        return Ok(());
+                    }
+                    match self.item() {
+                        Ok(row) => self.region.ops.push(Op::Entry(row)),
+                        Err(Stop) => return Err(item_start),
+                    }
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// One top-level entry, from its EMPTY_DICT to its SETITEMS.
+    fn item(&mut self) -> Result<u32, Stop> {
+        self.stack.clear();
+        self.marks.clear();
+        loop {
+            self.step()?;
+            if self.marks.is_empty() && self.stack.len() == 1 {
+                match self.stack[0] {
+                    W::Entry(row) => {
+                        self.stack.clear();
+                        return Ok(row);
+                    }
+                    W::Dict(_) => {}
+                    _ => return Err(Stop),
+                }
+            }
+        }
+    }
+
+    #[inline]
+    fn bytes(&mut self, n: usize) -> Result<&'a [u8], Stop> {
+        let data: &'a [u8] = self.data;
+        let bytes = data
+            .get(self.at..self.at.checked_add(n).ok_or(Stop)?)
+            .ok_or(Stop)?;
+        self.at += n;
+        Ok(bytes)
+    }
+
+    #[inline]
+    fn byte(&mut self) -> Result<u8, Stop> {
+        let byte = *self.data.get(self.at).ok_or(Stop)?;
+        self.at += 1;
+        Ok(byte)
+    }
+
+    #[inline]
+    fn u32_le(&mut self) -> Result<u32, Stop> {
+        let b = self.bytes(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    #[inline]
+    fn floor(&self) -> usize {
+        self.marks.last().copied().unwrap_or(0)
+    }
+
+    /// The local id of `text`, adding it to the region's table.
+    fn string_id(&mut self, text: Arc<str>) -> u32 {
+        let next = self.region.strings.len() as u32;
+        let id = *self.string_of_text.entry(text.clone()).or_insert(next);
+        if id == next {
+            self.region.strings.push(text.clone());
+            self.fields.push(field_of_name(&text));
+        }
+        id
+    }
+
+    fn string(&mut self, len: u64) -> Result<(), Stop> {
+        if len > self.limits.max_string_bytes {
+            return Err(Stop);
+        }
+        let bytes = self.bytes(usize::try_from(len).map_err(|_| Stop)?)?;
+        let id = match self.string_of_bytes.get(bytes) {
+            Some(&id) => id,
+            None => {
+                let text: Arc<str> = match std::str::from_utf8(bytes) {
+                    Ok(text) => Arc::from(text),
+                    Err(_) => Arc::from(String::from_utf8_lossy(bytes).as_ref()),
+                };
+                let id = self.string_id(text);
+                self.string_of_bytes.insert(bytes.into(), id);
+                id
+            }
+        };
+        self.stack.push(W::Str(StrRef::Local(id)));
+        Ok(())
+    }
+
+    /// The value a memo fetch yields.
+    #[inline]
+    fn fetch(&mut self, index: u32) -> Result<W, Stop> {
+        let Some(local) = index.checked_sub(self.region.memo_base) else {
+            if let Some(&id) = self.string_of_known.get(&index) {
+                return Ok(W::Str(StrRef::Local(id)));
+            }
+            return Ok(
+                match self.known.get(index as usize).and_then(Option::clone) {
+                    Some(text) => {
+                        let id = self.string_id(text);
+                        self.string_of_known.insert(index, id);
+                        W::Str(StrRef::Local(id))
+                    }
+                    None => W::Earlier(index),
+                },
+            );
+        };
+        match *self.memo.get(local as usize).ok_or(Stop)? {
+            value @ W::Str(_) => Ok(value),
+            // A finished dict or list yields what it became; an unfinished one (a structure
+            // that refers to itself) is left to the sequential decoder.
+            W::Dict(d) => match self.dicts[d as usize].done {
+                Some(done @ W::Frame(_)) => Ok(done),
+                _ => Err(Stop),
+            },
+            W::List(l) => match self.lists[l as usize].done {
+                Some(done @ W::Stack(_)) => Ok(done),
+                _ => Err(Stop),
+            },
+            _ => Err(Stop),
+        }
+    }
+
+    fn step(&mut self) -> Result<(), Stop> {
+        let opcode = self.byte()?;
+        match opcode {
+            b'h' => {
+                let index = u32::from(self.byte()?);
+                let value = self.fetch(index)?;
+                self.stack.push(value);
+            }
+            b'j' => {
+                let index = self.u32_le()?;
+                let value = self.fetch(index)?;
+                self.stack.push(value);
+            }
+            MEMOIZE => {
+                if self.stack.len() <= self.floor() {
+                    return Err(Stop);
+                }
+                let top = *self.stack.last().ok_or(Stop)?;
+                match top {
+                    W::Str(StrRef::Local(_)) | W::Dict(_) | W::List(_) => self.memo.push(top),
+                    _ => return Err(Stop),
+                }
+            }
+            0x8a => {
+                let n = usize::from(self.byte()?);
+                let bytes = self.bytes(n)?;
+                let value = self.long(bytes);
+                self.stack.push(value);
+            }
+            b'K' => {
+                let v = self.byte()?;
+                self.stack.push(W::Int(i64::from(v)));
+            }
+            b'M' => {
+                let b = self.bytes(2)?;
+                self.stack
+                    .push(W::Int(i64::from(u16::from_le_bytes([b[0], b[1]]))));
+            }
+            b'J' => {
+                let b = self.bytes(4)?;
+                self.stack.push(W::Int(i64::from(i32::from_le_bytes([
+                    b[0], b[1], b[2], b[3],
+                ]))));
+            }
+            0x8c => {
+                let len = self.byte()?;
+                self.string(u64::from(len))?;
+            }
+            b'X' => {
+                let len = self.u32_le()?;
+                self.string(u64::from(len))?;
+            }
+            0x8d => {
+                let b = self.bytes(8)?;
+                let mut len = [0u8; 8];
+                len.copy_from_slice(b);
+                self.string(u64::from_le_bytes(len))?;
+            }
+            b'}' => {
+                self.dicts.push(Container::default());
+                self.stack.push(W::Dict(self.dicts.len() as u32 - 1));
+            }
+            b']' => {
+                self.lists.push(Container::default());
+                self.stack.push(W::List(self.lists.len() as u32 - 1));
+            }
+            b'(' => {
+                if self.marks.len() >= self.limits.max_depth {
+                    return Err(Stop);
+                }
+                self.marks.push(self.stack.len());
+                self.region.inner_depth = self.region.inner_depth.max(self.marks.len());
+            }
+            b'u' => self.set_items()?,
+            b'e' => {
+                let from = self.marks.pop().ok_or(Stop)?;
+                self.append_frames(from)?;
+            }
+            b'a' => {
+                if self.stack.len() < self.floor() + 2 {
+                    return Err(Stop);
+                }
+                let from = self.stack.len() - 1;
+                self.append_frames(from)?;
+            }
+            b'N' => self.stack.push(W::Scalar),
+            0x88 => self.stack.push(W::Bool(true)),
+            0x89 => self.stack.push(W::Bool(false)),
+            b'G' => {
+                self.bytes(8)?;
+                // The sequential decoder keeps every float in its heap.
+                self.region.unstored_bytes += 8;
+                self.stack.push(W::Scalar);
+            }
+            FRAME => {
+                self.bytes(8)?;
+            }
+            _ => return Err(Stop),
+        }
+        Ok(())
+    }
+
+    /// A LONG1 integer as [`Heap::push_long`] keeps it, counting the bytes the heap would
+    /// store for one beyond 60 bits.
+    fn long(&mut self, bytes: &[u8]) -> W {
+        let n = bytes.len();
+        if n == 0 {
+            return W::Int(0);
+        }
+        if n <= 8 {
+            let raw = bytes
+                .iter()
+                .rev()
+                .fold(0u64, |acc, &byte| (acc << 8) | u64::from(byte));
+            let unused = 64 - 8 * n as u32;
+            let value = ((raw << unused) as i64) >> unused;
+            if Value::small_int(value).is_some() {
+                return W::Int(value);
+            }
+        }
+        self.region.unstored_bytes += n as u64;
+        self.longs.push(Long::of(bytes));
+        W::Big(self.longs.len() as u32 - 1)
+    }
+
+    /// As [`Heap::i64`] reads `value`.
+    fn i64(&self, value: W) -> Option<i64> {
+        match value {
+            W::Int(v) => Some(v),
+            W::Bool(b) => Some(i64::from(b)),
+            W::Big(long) => self.longs[long as usize].i64,
+            _ => None,
+        }
+    }
+
+    /// As [`Heap::u64`] reads `value`.
+    fn u64(&self, value: W) -> Option<u64> {
+        match value {
+            W::Int(_) | W::Bool(_) => u64::try_from(self.i64(value)?).ok(),
+            W::Big(long) => self.longs[long as usize].u64,
+            _ => None,
+        }
+    }
+
+    /// APPEND(S) of `stack[from..]` to the list below: frames into a `frames` list.
+    fn append_frames(&mut self, from: usize) -> Result<(), Stop> {
+        let list = match from.checked_sub(1).map(|i| (i, self.stack[i])) {
+            Some((i, W::List(l))) if i >= self.floor() => l,
+            _ => return Err(Stop),
+        };
+        if self.lists[list as usize].done.is_some() {
+            return Err(Stop);
+        }
+        let spare = &mut self.spare_items;
+        let items = self
+            .list_items
+            .entry(list)
+            .or_insert_with(|| spare.pop().unwrap_or_default());
+        for item in self.stack.drain(from..) {
+            match item {
+                W::Frame(frame) => items.push(frame),
+                W::Earlier(index) => items.push(FrameRef::Earlier(index)),
+                _ => return Err(Stop),
+            }
+        }
+        Ok(())
+    }
+
+    /// SETITEMS: a fresh dict filled once becomes a frame or an entry, as the compactor makes
+    /// them; any other dict is left to the sequential decoder.
+    fn set_items(&mut self) -> Result<(), Stop> {
+        let from = self.marks.pop().ok_or(Stop)?;
+        let dict = match from.checked_sub(1).map(|i| (i, self.stack[i])) {
+            Some((i, W::Dict(d))) if i >= self.floor() => d as usize,
+            _ => return Err(Stop),
+        };
+        // The items are read where they are on the stack (taken out for the call).
+        let stack = std::mem::take(&mut self.stack);
+        let done = self.record(dict, from, &stack[from..]);
+        self.stack = stack;
+        self.stack.truncate(from);
+        let done = done?;
+        self.dicts[dict].done = Some(done);
+        self.stack[from - 1] = done;
+        Ok(())
+    }
+
+    fn record(&mut self, dict: usize, from: usize, items: &[W]) -> Result<W, Stop> {
+        if self.dicts[dict].filled || !items.len().is_multiple_of(2) {
+            return Err(Stop);
+        }
+        self.dicts[dict].filled = true;
+        let mut frames_at = None;
+        for (i, pair) in items.chunks_exact(2).enumerate() {
+            if self.field(pair[0])? == Field::Frames {
+                frames_at = Some(2 * i + 1);
+            }
+        }
+        // A list or dict kept inside a record (anywhere but an entry's `frames`) would stay a
+        // container in a sequential decode: not modelled here.
+        if items.iter().enumerate().any(|(i, item)| {
+            matches!(item, W::Dict(_)) || (matches!(item, W::List(_)) && Some(i) != frames_at)
+        }) {
+            return Err(Stop);
+        }
+        let first_key = *items.first().ok_or(Stop)?;
+        Ok(match self.field(first_key)? {
+            Field::Filename | Field::Line | Field::Name if items.len() <= 8 => {
+                W::Frame(FrameRef::Local(self.frame(items)?))
+            }
+            // Only a top-level entry (the dict alone on the worker's stack) is a row here.
+            Field::Action if from == 1 => W::Entry(self.entry(items)?),
+            _ => return Err(Stop),
+        })
+    }
+
+    #[inline]
+    fn field(&self, key: W) -> Result<Field, Stop> {
+        match key {
+            W::Str(StrRef::Local(id)) => Ok(self.fields[id as usize]),
+            // A key the worker cannot read: left to the sequential decoder.
+            W::Str(StrRef::Earlier(_)) | W::Earlier(_) => Err(Stop),
+            _ => Ok(Field::Other),
+        }
+    }
+
+    /// A frame dict, as `TraceCompactor::frame` reads it.
+    fn frame(&mut self, items: &[W]) -> Result<u32, Stop> {
+        let mut frame = LocalFrame {
+            filename: None,
+            line: 0,
+            name: None,
+        };
+        for pair in items.chunks_exact(2) {
+            // A fetched earlier value that may or may not be a string: not modelled.
+            if matches!(pair[1], W::Earlier(_)) {
+                return Err(Stop);
+            }
+            let text = match pair[1] {
+                W::Str(text) => Some(text),
+                _ => None,
+            };
+            match self.field(pair[0])? {
+                Field::Filename => frame.filename = text,
+                Field::Name => frame.name = text,
+                Field::Line => frame.line = self.u64(pair[1]).unwrap_or(0),
+                _ => {}
+            }
+        }
+        if frame.filename.is_none() && frame.name.is_none() {
+            return Err(Stop);
+        }
+        let next = self.region.frames.len() as u32;
+        let id = *self.frame_ids.entry(frame).or_insert(next);
+        if id == next {
+            self.region.frames.push(frame);
+        }
+        Ok(id)
+    }
+
+    /// A trace entry, as `TraceCompactor::event` reads it.
+    fn entry(&mut self, items: &[W]) -> Result<u32, Stop> {
+        const ABSENT: usize = usize::MAX;
+        let mut at = [ABSENT; 10];
+        for (i, pair) in items.chunks_exact(2).enumerate() {
+            let slot = match self.field(pair[0])? {
+                Field::Action => 0,
+                Field::Addr => 1,
+                Field::Size => 2,
+                Field::Stream => 3,
+                Field::TimeUs => 4,
+                Field::Frames => 5,
+                Field::CompileContext => 6,
+                Field::UserMetadata => 7,
+                Field::DeviceFree => 8,
+                Field::Category => 9,
+                _ => continue,
+            };
+            // A key set twice keeps its last value, as Python's dict does.
+            at[slot] = 2 * i + 1;
+        }
+        let value = |slot: usize| items.get(at[slot]).copied();
+        // A fetched earlier value in a field the row reads as a number: its kind is unknown.
+        if [1, 2, 3, 4, 8]
+            .iter()
+            .any(|&slot| matches!(value(slot), Some(W::Earlier(_))))
+        {
+            return Err(Stop);
+        }
+        let int = |slot: usize| value(slot).map_or(0, |v| self.u64(v).unwrap_or(0));
+        let (addr, size, stream) = (int(1), int(2), int(3));
+        let time_us = value(4).and_then(|v| self.i64(v));
+        let device_free = value(8).and_then(|v| self.u64(v));
+        let action = match value(0) {
+            Some(W::Str(action)) => action,
+            Some(W::Earlier(index)) => StrRef::Earlier(index),
+            _ => return Err(Stop),
+        };
+        // Categories (profiler snapshots) are left to the sequential decoder.
+        if matches!(value(9), Some(W::Str(_) | W::Earlier(_))) {
+            return Err(Stop);
+        }
+        let context = match value(6) {
+            Some(W::Str(text)) => self.text(text, true),
+            Some(W::Earlier(index)) => self.text(StrRef::Earlier(index), true),
+            _ => 0,
+        };
+        let metadata = match value(7) {
+            None => 0,
+            Some(W::Str(text)) => self.text(text, false),
+            Some(W::Earlier(index)) => self.text(StrRef::Earlier(index), false),
+            // Non-text metadata is converted to JSON by the sequential decoder.
+            Some(_) => return Err(Stop),
+        };
+        let stack = match value(5) {
+            None => LOCAL_EMPTY,
+            Some(W::List(l)) => self.list_stack(l)?,
+            Some(W::Stack(s)) => s,
+            Some(W::Earlier(index)) => {
+                let next = self.region.stacks.len() as u32;
+                let id = *self.earlier_stack_ids.entry(index).or_insert(next);
+                if id == next {
+                    self.region.stacks.push(LocalStack::Earlier(index));
+                }
+                id
+            }
+            Some(_) => return Err(Stop),
+        };
+        let next = self.region.actions.len() as u32;
+        let action_id = *self.action_ids.entry(action).or_insert(next);
+        if action_id == next {
+            self.region.actions.push(action);
+        }
+        let row = LocalRow {
+            addr,
+            size,
+            stream,
+            time_us,
+            device_free,
+            stack,
+            context,
+            metadata,
+            action: action_id,
+        };
+        self.region.rows.push(row);
+        Ok(self.region.rows.len() as u32 - 1)
+    }
+
+    fn text(&mut self, text: StrRef, is_context: bool) -> u32 {
+        if let StrRef::Local(id) = text {
+            let known = &self.region.strings[id as usize];
+            if known.is_empty() || (is_context && &**known == "N/A") {
+                return 0;
+            }
+        }
+        let key = LocalText { text, is_context };
+        let next = self.region.texts.len() as u32 + 1;
+        let id = *self.text_ids.entry(key).or_insert(next);
+        if id == next {
+            self.region.texts.push(key);
+        }
+        id
+    }
+
+    fn list_stack(&mut self, list: u32) -> Result<u32, Stop> {
+        if self.lists[list as usize].done.is_some() {
+            return Err(Stop);
+        }
+        let stack = match self.list_items.remove(&list) {
+            None => LOCAL_EMPTY,
+            Some(mut items) if items.is_empty() => {
+                self.spare_items.push(std::mem::take(&mut items));
+                LOCAL_EMPTY
+            }
+            Some(mut items) => {
+                let id = match self.stack_ids.get(items.as_slice()) {
+                    Some(&id) => id,
+                    None => {
+                        let id = self.region.stacks.len() as u32;
+                        let frames: Box<[FrameRef]> = items.as_slice().into();
+                        self.stack_ids.insert(frames.clone(), id);
+                        self.region.stacks.push(LocalStack::Frames(frames));
+                        id
+                    }
+                };
+                items.clear();
+                self.spare_items.push(items);
+                id
+            }
+        };
+        self.lists[list as usize].done = Some(W::Stack(stack));
+        Ok(stack)
+    }
+}
+
+impl<F: TraceFollower> TraceCompactor<'_, F> {
+    /// Splices `region` in at the machine's `state`, or `None` (and nothing changed) when it
+    /// does not hold there: then the machine decodes those bytes itself.
+    fn splice_region(
+        &mut self,
+        heap: &mut Heap,
+        memo: &mut Memo,
+        region: Region,
+        state: MachineState<'_>,
+    ) -> Result<Option<Splice>, PickleError> {
+        if memo.next_index() != region.memo_base || !ops_hold(&region, state) {
+            return Ok(None);
+        }
+        // Every earlier reference must resolve before anything changes.
+        let resolve = |text: &StrRef| -> Option<Arc<str>> {
+            match text {
+                StrRef::Local(id) => region.strings.get(*id as usize).cloned(),
+                StrRef::Earlier(index) => heap.arc_str(memo.get(*index)?),
+            }
+        };
+        let mut frames = Vec::with_capacity(region.frames.len());
+        for frame in &region.frames {
+            let filename = frame.filename.map(|text| resolve(&text).ok_or(()));
+            let name = frame.name.map(|text| resolve(&text).ok_or(()));
+            let (Ok(filename), Ok(name)) = (filename.transpose(), name.transpose()) else {
+                return Ok(None);
+            };
+            frames.push((filename, name));
+        }
+        let mut texts = Vec::with_capacity(region.texts.len());
+        for text in &region.texts {
+            let Some(resolved) = resolve(&text.text) else {
+                return Ok(None);
+            };
+            texts.push(resolved);
+        }
+        let mut actions = Vec::with_capacity(region.actions.len());
+        for action in &region.actions {
+            let Some(resolved) = resolve(action) else {
+                return Ok(None);
+            };
+            actions.push(resolved);
+        }
+        for stack in &region.stacks {
+            let holds = match stack {
+                LocalStack::Frames(refs) => refs.iter().all(|frame| match frame {
+                    FrameRef::Local(_) => true,
+                    FrameRef::Earlier(index) => earlier_frame(memo, *index).is_some(),
+                }),
+                // What `stack` reads without interning frames: a stack record, or a list of
+                // frame records.
+                LocalStack::Earlier(index) => memo.get(*index).is_some_and(|value| {
+                    matches!(super::record_of(value), Some(super::Record::Stack(_)))
+                        || (value.is(Kind::List)
+                            && heap.items(value).is_some_and(|items| {
+                                items.iter().all(|&item| {
+                                    matches!(super::record_of(item), Some(super::Record::Frame(_)))
+                                })
+                            }))
+                }),
+            };
+            if !holds {
+                return Ok(None);
+            }
+        }
+
+        // From here on the region is applied, in the order a sequential decode would have
+        // interned each table.
+        for text in &region.strings {
+            heap.intern_str(text);
+        }
+        heap.count_unstored(region.unstored_bytes);
+        let empty: Arc<str> = Arc::from("");
+        let frame_ids: Vec<FrameId> = region
+            .frames
+            .iter()
+            .zip(frames)
+            .map(|(frame, (filename, name))| {
+                self.frames.intern(Frame {
+                    filename: filename.unwrap_or_else(|| empty.clone()),
+                    line: frame.line,
+                    name: name.unwrap_or_else(|| empty.clone()),
+                })
+            })
+            .collect();
+        let mut stack_ids: Vec<StackId> = Vec::with_capacity(region.stacks.len());
+        let mut scratch = Vec::new();
+        for stack in &region.stacks {
+            let id = match stack {
+                LocalStack::Frames(refs) => {
+                    scratch.clear();
+                    scratch.extend(refs.iter().map(|frame| match frame {
+                        FrameRef::Local(local) => frame_ids[*local as usize],
+                        FrameRef::Earlier(index) => {
+                            earlier_frame(memo, *index).unwrap_or(FrameId::MAX)
+                        }
+                    }));
+                    self.stacks.intern(&scratch)
+                }
+                LocalStack::Earlier(index) => match memo.get(*index) {
+                    Some(value) => {
+                        // A fetch marks a container shared, so `stack` does not free a list
+                        // another structure (a block's `frames`) still holds.
+                        heap.note_shared(value);
+                        self.stack(heap, memo, value)
+                    }
+                    None => StackTable::EMPTY,
+                },
+            };
+            stack_ids.push(id);
+        }
+        let texts: Vec<u32> = region
+            .texts
+            .iter()
+            .zip(texts)
+            .map(|(local, text)| {
+                if local.is_context && &*text == "N/A" {
+                    0
+                } else {
+                    text_id(&mut self.events, &mut self.text_ids, &text)
+                }
+            })
+            .collect();
+        let actions: Vec<ActionCode> = actions
+            .iter()
+            .map(|name| self.events.code_for(name))
+            .collect();
+        let first_row = self.rows;
+        for row in &region.rows {
+            let event = self.rows;
+            self.rows += 1;
+            self.count.rows += 1;
+            self.batch.push(Row {
+                addr: row.addr,
+                size: row.size,
+                stream: row.stream,
+                time_us: row.time_us.unwrap_or(0),
+                stack: match row.stack {
+                    LOCAL_EMPTY => StackTable::EMPTY,
+                    local => stack_ids[local as usize],
+                },
+                context: local_text(&texts, row.context),
+                metadata: local_text(&texts, row.metadata),
+                action: actions[row.action as usize],
+                has_time: row.time_us.is_some(),
+            });
+            if self.batch.len() >= super::columns::BATCH {
+                self.flush();
+            }
+            if let Some(free) = row.device_free {
+                self.events.device_free.insert(event, free);
+            }
+        }
+        for (k, out) in region.memo.iter().enumerate() {
+            let value = match out {
+                MemoOut::Str(text) => heap.intern_str(&region.strings[*text as usize]),
+                MemoOut::Frame(local) => {
+                    Value::record(FRAME_RECORD | u64::from(frame_ids[*local as usize]))
+                }
+                MemoOut::Stack(local) => Value::record(
+                    STACK_RECORD
+                        | u64::from(match *local {
+                            LOCAL_EMPTY => StackTable::EMPTY,
+                            local => stack_ids[local as usize],
+                        }),
+                ),
+                MemoOut::Entry(row) => {
+                    Value::record(EVENT_RECORD | (first_row + *row as usize) as u64)
+                }
+            };
+            memo.set(region.memo_base + k as u32, value);
+        }
+        // The texts and stacks the recent-stack cache saw may have moved on; it only speeds
+        // up the sequential path, so it starts afresh.
+        self.recent_stacks = RecentStacks::default();
+        self.count.counted()?;
+        SPLICED.fetch_add(1, Ordering::Relaxed);
+        let ops = region
+            .ops
+            .iter()
+            .map(|op| match op {
+                Op::Entry(row) => SpliceOp::Push(Value::record(
+                    EVENT_RECORD | (first_row + *row as usize) as u64,
+                )),
+                Op::Mark => SpliceOp::Mark,
+                Op::Appends => SpliceOp::Appends,
+                Op::Append => SpliceOp::Append,
+            })
+            .collect();
+        Ok(Some(Splice {
+            end: region.end,
+            ops,
+        }))
+    }
+}
+
+/// The frame an earlier region's memo entry names, if it is a frame record.
+fn earlier_frame(memo: &Memo, index: u32) -> Option<FrameId> {
+    match memo.get(index).and_then(super::record_of) {
+        Some(super::Record::Frame(frame)) => Some(frame),
+        _ => None,
+    }
+}
+
+fn local_text(texts: &[u32], local: u32) -> u32 {
+    match local {
+        0 => 0,
+        local => texts[local as usize - 1],
+    }
+}
+
+/// Whether the region's top-level opcodes do, from `state`, what they did in the worker:
+/// every MARK within the depth limit, every APPEND(S) onto a list of the machine's (the
+/// region's own items are records), and the entries' inner MARKs within the limit too.
+fn ops_hold(region: &Region, state: MachineState<'_>) -> bool {
+    let mut marks: Vec<usize> = state.marks.to_vec();
+    let mut len = state.stack.len();
+    let is_list_below = |at: usize| at < state.stack.len() && state.stack[at].is(Kind::List);
+    for op in &region.ops {
+        match op {
+            Op::Entry(_) => {
+                if marks.len() + region.inner_depth > state.max_depth {
+                    return false;
+                }
+                len += 1;
+            }
+            Op::Mark => {
+                if marks.len() >= state.max_depth {
+                    return false;
+                }
+                marks.push(len);
+            }
+            Op::Appends => {
+                let Some(from) = marks.pop() else {
+                    return false;
+                };
+                let floor = marks.last().copied().unwrap_or(0);
+                match from.checked_sub(1) {
+                    Some(list) if list >= floor && is_list_below(list) => len = from,
+                    _ => return false,
+                }
+            }
+            Op::Append => {
+                let floor = marks.last().copied().unwrap_or(0);
+                if len < floor + 2 || !is_list_below(len - 2) {
+                    return false;
+                }
+                len -= 1;
+            }
+        }
+    }
+    true
+}
+
+/// Regions decoded ahead of the main thread by worker threads, handed over in file order.
+pub(crate) struct Splicer<'scope, 'env> {
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    data: &'env [u8],
+    chunks: Arc<Vec<Chunk>>,
+    threads: usize,
+    limits: Limits,
+    /// The chunk whose region is awaited next.
+    next: usize,
+    /// A region received whose start the machine has not reached.
+    pending: Option<Region>,
+    workers: Option<Workers>,
+    /// The file's map, when `data` is one: pages the decode has passed are handed back.
+    map: Option<&'env memmap2::Mmap>,
+    /// Bytes of the map before this were handed back.
+    released: usize,
+}
+
+/// Hands the whole pages of `map[start..end]` back to the kernel.
+fn release_pages(map: &memmap2::Mmap, start: usize, end: usize) {
+    const PAGE: usize = 4096;
+    let first = start.div_ceil(PAGE) * PAGE;
+    let last = end.min(map.len()) / PAGE * PAGE;
+    if last <= first {
+        return;
+    }
+    // SAFETY: `map` is a read-only, shared mapping of a file (never anonymous memory, where
+    // MADV_DONTNEED would zero the pages). It drops this process's copies of those pages; a
+    // later read of them faults the same bytes back in from the page cache or the file, so no
+    // byte anyone can see changes. `first..last` is within the map and page-aligned.
+    let _ = unsafe {
+        map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, first, last - first)
+    };
+}
+
+/// Pages of a mapped file are handed back in steps of this many bytes.
+const RELEASE_STEP: usize = 16 << 20;
+
+/// The worker threads' side: which chunk to take next, how far ahead of the main thread they
+/// may run, and where results go.
+struct Workers {
+    results: Receiver<(usize, Option<Region>)>,
+    received: BTreeMap<usize, Option<Region>>,
+    shared: Arc<WorkShared>,
+}
+
+struct WorkShared {
+    next_chunk: AtomicUsize,
+    /// Chunks the main thread has taken; workers stay within `AHEAD` of it, so the regions
+    /// waiting cost bounded memory.
+    taken: Mutex<usize>,
+    moved: Condvar,
+    cancelled: AtomicBool,
+    ahead: usize,
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        self.shared.cancelled.store(true, Ordering::Relaxed);
+        self.shared.moved.notify_all();
+    }
+}
+
+impl<'scope, 'env> Splicer<'scope, 'env> {
+    /// Regions of `chunks` (the first chunk is decoded by the main thread: it holds the top of
+    /// the file, where the keys of trace entries are first written).
+    pub(crate) fn new(
+        scope: &'scope std::thread::Scope<'scope, 'env>,
+        data: &'env [u8],
+        chunks: Vec<Chunk>,
+        threads: usize,
+        limits: Limits,
+    ) -> Self {
+        Self {
+            scope,
+            data,
+            chunks: Arc::new(chunks),
+            threads: threads.max(1),
+            limits,
+            next: 1,
+            pending: None,
+            workers: None,
+            map: None,
+            released: 0,
+        }
+    }
+
+    /// Hands the pages of `map` (which `data` is) back to the kernel once every thread has
+    /// read past them, so a large file does not stay resident as it is decoded.
+    pub(crate) fn releasing(mut self, map: &'env memmap2::Mmap) -> Self {
+        if std::ptr::eq(map.as_ptr(), self.data.as_ptr()) && map.len() == self.data.len() {
+            self.map = Some(map);
+        }
+        self
+    }
+
+    /// Hands back the map's pages before `at`: the main thread reads on from `at`, and every
+    /// chunk a worker has not finished starts after it.
+    fn release_before(&mut self, at: u64) {
+        let Some(map) = self.map else {
+            return;
+        };
+        let end = usize::try_from(at).unwrap_or(0);
+        if end < self.released + RELEASE_STEP {
+            return;
+        }
+        release_pages(map, self.released, end);
+        self.released = end;
+    }
+
+    pub(crate) fn splice_at(&self) -> u64 {
+        match &self.pending {
+            Some(region) => region.start,
+            None => self
+                .chunks
+                .get(self.next)
+                .map_or(u64::MAX, |chunk| chunk.start as u64),
+        }
+    }
+
+    /// Starts the workers once the memo holds the key "action" (decoded by the main thread in
+    /// the first chunks), telling them every memo string so far.
+    fn start(&mut self, heap: &Heap, memo: &Memo) -> bool {
+        let known: Vec<Option<Arc<str>>> = (0..memo.next_index())
+            .map(|index| memo.get(index).and_then(|value| heap.arc_str(value)))
+            .collect();
+        if !known.iter().flatten().any(|text| &**text == "action") {
+            return false;
+        }
+        let known: KnownStrings = Arc::new(known);
+        let (sender, results) = channel();
+        let shared = Arc::new(WorkShared {
+            next_chunk: AtomicUsize::new(self.next),
+            taken: Mutex::new(self.next),
+            moved: Condvar::new(),
+            cancelled: AtomicBool::new(false),
+            ahead: 2 * self.threads + 2,
+        });
+        for _ in 0..self.threads {
+            let (shared, sender, known, chunks) = (
+                shared.clone(),
+                sender.clone(),
+                known.clone(),
+                self.chunks.clone(),
+            );
+            let (data, limits) = (self.data, self.limits);
+            let spawned = std::thread::Builder::new()
+                .name("snapview-decode".into())
+                .spawn_scoped(self.scope, move || {
+                    work(&shared, &sender, data, &chunks, &known, &limits);
+                });
+            if spawned.is_err() {
+                break;
+            }
+        }
+        self.workers = Some(Workers {
+            results,
+            received: BTreeMap::new(),
+            shared,
+        });
+        true
+    }
+
+    /// The region of chunk `next`, waiting for it (`None`: the chunk has none, or the workers
+    /// are gone).
+    fn receive(&mut self) -> Option<Region> {
+        let index = self.next;
+        self.next += 1;
+        let workers = self.workers.as_mut()?;
+        if let Ok(mut taken) = workers.shared.taken.lock() {
+            *taken = index + 1;
+        }
+        workers.shared.moved.notify_all();
+        loop {
+            if let Some(region) = workers.received.remove(&index) {
+                return region;
+            }
+            match workers.results.recv() {
+                Ok((at, region)) => {
+                    workers.received.insert(at, region);
+                }
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Offers the region starting at `at`, if there is one and it holds.
+    pub(crate) fn splice<F: TraceFollower>(
+        &mut self,
+        compactor: &mut TraceCompactor<'_, F>,
+        heap: &mut Heap,
+        memo: &mut Memo,
+        at: u64,
+        state: MachineState<'_>,
+    ) -> Result<Option<Splice>, PickleError> {
+        self.release_before(at);
+        loop {
+            if self.pending.is_none() {
+                let Some(chunk) = self.chunks.get(self.next) else {
+                    return Ok(None);
+                };
+                if chunk.start as u64 > at {
+                    return Ok(None);
+                }
+                if self.workers.is_none() && !self.start(heap, memo) {
+                    // Not yet: the main thread decodes this chunk too.
+                    self.next += 1;
+                    continue;
+                }
+                self.pending = self.receive();
+                continue;
+            }
+            let start = self
+                .pending
+                .as_ref()
+                .map_or(u64::MAX, |region| region.start);
+            if start > at {
+                return Ok(None);
+            }
+            let Some(region) = self.pending.take() else {
+                return Ok(None);
+            };
+            if start < at {
+                // The machine is past it (a region the previous one overlapped).
+                continue;
+            }
+            return compactor.splice_region(heap, memo, region, state);
+        }
+    }
+}
+
+/// A worker thread: takes chunks in order, at most `ahead` beyond the main thread.
+fn work(
+    shared: &WorkShared,
+    sender: &Sender<(usize, Option<Region>)>,
+    data: &[u8],
+    chunks: &[Chunk],
+    known: &KnownStrings,
+    limits: &Limits,
+) {
+    loop {
+        let index = shared.next_chunk.fetch_add(1, Ordering::Relaxed);
+        let Some(&chunk) = chunks.get(index) else {
+            return;
+        };
+        let Ok(mut taken) = shared.taken.lock() else {
+            return;
+        };
+        while index > *taken + shared.ahead && !shared.cancelled.load(Ordering::Relaxed) {
+            taken = match shared.moved.wait(taken) {
+                Ok(taken) => taken,
+                Err(_) => return,
+            };
+        }
+        drop(taken);
+        if shared.cancelled.load(Ordering::Relaxed) {
+            return;
+        }
+        let region = decode_region(data, chunk, known, limits);
+        if sender.send((index, region)).is_err() {
+            return;
+        }
+    }
+}
+
+/// The snapshot compactor with a [`Splicer`]: decodes as the compactor does, and splices in the
+/// regions the workers decoded.
+pub(crate) struct Splicing<'c, 'scope, 'env, F> {
+    pub(crate) compactor: &'c mut TraceCompactor<'scope, F>,
+    pub(crate) splicer: Splicer<'scope, 'env>,
+    pub(crate) progress: Option<&'c dyn Fn(u64)>,
+}
+
+impl<F: TraceFollower> crate::pickle::Compactor for Splicing<'_, '_, '_, F> {
+    fn compact(
+        &mut self,
+        heap: &mut Heap,
+        memo: &mut Memo,
+        dict: Value,
+        items: &[Value],
+    ) -> Result<Option<Value>, PickleError> {
+        self.compactor.compact(heap, memo, dict, items)
+    }
+
+    fn append(
+        &mut self,
+        heap: &mut Heap,
+        list: Value,
+        items: &[Value],
+    ) -> Result<bool, PickleError> {
+        self.compactor.append(heap, list, items)
+    }
+
+    fn splice_at(&self) -> u64 {
+        self.splicer.splice_at()
+    }
+
+    fn splice(
+        &mut self,
+        heap: &mut Heap,
+        memo: &mut Memo,
+        at: u64,
+        state: MachineState<'_>,
+    ) -> Result<Option<Splice>, PickleError> {
+        if let Some(progress) = self.progress {
+            progress(at);
+        }
+        self.splicer.splice(self.compactor, heap, memo, at, state)
+    }
+}

@@ -1,0 +1,239 @@
+//! The parallel decoder against the single-thread one: the same model (every field, compared
+//! through `Debug`), byte-for-byte the same summary JSON, or the same error, on every corpus
+//! fixture, the hostile files and fuzzed inputs, with the pickle re-framed so that chunks are a
+//! few opcodes long and every boundary case (a chunk starting inside an entry, a frames list, a
+//! string's memo put, between APPENDS batches) is met.
+
+mod common;
+
+use snapview::analysis::{Analysis, Summary};
+use snapview::pickle::scan::{FRAME, opcode_len};
+use snapview::snapshot::{LoadOptions, Parallel, load_slice_following, parallel_splices};
+use std::path::{Path, PathBuf};
+
+/// Every `.pickle` under `dir`, recursively, sorted.
+fn pickles_under(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(pickles_under(&path));
+        } else if path.extension().is_some_and(|e| e == "pickle") {
+            found.push(path);
+        }
+    }
+    found.sort();
+    found
+}
+
+/// `data` with its FRAME opcodes replaced by one frame every `every` opcodes; `None` when it is
+/// not a protocol 4-5 pickle whose opcodes can be walked.
+fn reframe(data: &[u8], every: usize) -> Option<Vec<u8>> {
+    if data.len() < 2 || data[0] != 0x80 || data[1] < 4 {
+        return None;
+    }
+    let mut opcodes = Vec::new();
+    let mut at = 2;
+    while at < data.len() {
+        let len = opcode_len(data, at)?;
+        if data[at] != FRAME {
+            opcodes.push(&data[at..at + len]);
+        }
+        let stop = data[at] == b'.';
+        at += len;
+        if stop {
+            break;
+        }
+    }
+    let mut out = data[..2].to_vec();
+    for group in opcodes.chunks(every) {
+        let len: usize = group.iter().map(|op| op.len()).sum();
+        out.push(FRAME);
+        out.extend_from_slice(&(len as u64).to_le_bytes());
+        for op in group {
+            out.extend_from_slice(op);
+        }
+    }
+    Some(out)
+}
+
+/// What a load gives, as text: the model and the summary, or the error.
+fn outcome(data: &[u8], parallel: Parallel) -> String {
+    let options = LoadOptions {
+        threads: parallel.threads,
+        ..LoadOptions::default()
+    };
+    match load_slice_following::<()>(data, options, parallel) {
+        Ok((snapshot, _)) => {
+            let analysis = Analysis::new(&snapshot);
+            let summary = Summary::new(&snapshot, &analysis);
+            let json = serde_json::to_string(&summary).expect("summary serializes");
+            format!("{snapshot:?}\n{json}")
+        }
+        Err(error) => format!("error: {error}"),
+    }
+}
+
+const SEQUENTIAL: Parallel = Parallel {
+    threads: 1,
+    chunk_bytes: 1,
+};
+
+/// Compares both decoders on `data`; returns how many regions the parallel one spliced.
+fn assert_same(name: &str, data: &[u8], threads: usize) -> u64 {
+    let expected = outcome(data, SEQUENTIAL);
+    let before = parallel_splices();
+    let got = outcome(
+        data,
+        Parallel {
+            threads,
+            chunk_bytes: 1,
+        },
+    );
+    let spliced = parallel_splices() - before;
+    if expected != got {
+        let at = expected
+            .bytes()
+            .zip(got.bytes())
+            .position(|(a, b)| a != b)
+            .unwrap_or(expected.len().min(got.len()));
+        let from = at.saturating_sub(200);
+        panic!(
+            "{name}: the parallel decoder differs at byte {at}:\nsequential: …{}\nparallel:   …{}",
+            &expected[from..(at + 200).min(expected.len())],
+            &got[from..(at + 200).min(got.len())]
+        );
+    }
+    spliced
+}
+
+#[test]
+fn every_fixture_decodes_the_same_with_chunks_of_a_few_opcodes() {
+    let mut spliced = 0;
+    let mut files = 0;
+    for path in pickles_under(&common::fixtures()) {
+        if path.components().any(|c| c.as_os_str() == "hostile") {
+            continue;
+        }
+        let data = std::fs::read(&path).expect("fixture reads");
+        let name = path.display().to_string();
+        // As written (torch's 64 KiB frames: most fixtures are a few frames), and re-framed.
+        spliced += assert_same(&name, &data, 3);
+        for every in [1, 2, 3, 7, 64] {
+            if let Some(framed) = reframe(&data, every) {
+                spliced += assert_same(&format!("{name} (frames of {every})"), &framed, 3);
+                files += 1;
+            }
+        }
+    }
+    assert!(files > 50, "only {files} re-framed fixtures");
+    assert!(
+        spliced > 1000,
+        "the parallel path spliced only {spliced} regions"
+    );
+}
+
+#[test]
+fn hostile_files_fail_or_load_the_same() {
+    let mut dirs = vec![common::fixtures().join("hostile")];
+    dirs.push(PathBuf::from("/work/shared/hostile"));
+    for dir in dirs {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+        paths.sort();
+        for path in paths {
+            if !path.is_file() || std::fs::metadata(&path).map_or(true, |m| m.len() > 64 << 20) {
+                continue;
+            }
+            let data = std::fs::read(&path).expect("reads");
+            let name = path.display().to_string();
+            assert_same(&name, &data, 2);
+            for every in [1, 3] {
+                if let Some(framed) = reframe(&data, every) {
+                    assert_same(&format!("{name} (frames of {every})"), &framed, 2);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn fuzzed_inputs_fail_or_load_the_same() {
+    let mut rng = common::rng::Rng::new(0x005e_ed23);
+    let sources = ["mlp_small", "gpt2_adamw", "oom", "multi_device", "compile"];
+    for source in sources {
+        let data = std::fs::read(common::path_of(source)).expect("fixture");
+        let Some(framed) = reframe(&data, 2) else {
+            continue;
+        };
+        for round in 0..40 {
+            let mut mutated = framed.clone();
+            let flips = 1 + rng.below(4);
+            for _ in 0..flips {
+                let at = 2 + rng.below(mutated.len() - 2);
+                mutated[at] = match rng.below(3) {
+                    0 => rng.byte(),
+                    1 => mutated[at].wrapping_add(1),
+                    _ => [b'(', b'e', b'u', b'a', 0x94, b'h', b'j', b'}', b']'][rng.below(9)],
+                };
+            }
+            assert_same(&format!("{source} fuzz round {round}"), &mutated, 2);
+        }
+    }
+}
+
+/// The large corpus files, when present (`SNAPVIEW_LARGE_DIR`): the model and summary compared
+/// with chunks of the real size.
+#[test]
+fn large_files_decode_the_same() {
+    for (name, path) in common::large_names() {
+        let data = std::fs::read(&path).expect("reads");
+        let expected = outcome(&data, SEQUENTIAL);
+        let before = parallel_splices();
+        let got = outcome(&data, Parallel::with_threads(4));
+        assert!(parallel_splices() > before, "{name}: nothing spliced");
+        assert!(expected == got, "{name}: the parallel decoder differs");
+    }
+}
+
+/// `snapview summary` of a large file a second time opens the cached index (the same text and
+/// JSON as a read), `--no-cache` reads it again, and `--threads` gives the same answer.
+#[test]
+fn the_cli_caches_what_a_read_computed() {
+    let Some((_, path)) = common::large_names().into_iter().next() else {
+        return;
+    };
+    let cache = std::env::temp_dir().join(format!("snapview-cli-cache-{}", std::process::id()));
+    let run = |args: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_snapview"))
+            .args(args)
+            .arg(&path)
+            .env("XDG_CACHE_HOME", &cache)
+            .output()
+            .expect("snapview runs");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        output.stdout
+    };
+    let first = run(&["summary", "--json"]);
+    let indexes = std::fs::read_dir(cache.join("snapview"))
+        .expect("the cache folder")
+        .count();
+    assert_eq!(indexes, 1, "one index written");
+    assert_eq!(run(&["summary", "--json"]), first, "from the cache");
+    assert_eq!(run(&["--no-cache", "summary", "--json"]), first);
+    assert_eq!(
+        run(&["--no-cache", "--threads", "4", "summary", "--json"]),
+        first
+    );
+    assert_eq!(run(&["summary"]), run(&["--no-cache", "summary"]));
+    let _ = std::fs::remove_dir_all(&cache);
+}
