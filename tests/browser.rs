@@ -109,6 +109,13 @@ fn roles_show_in_the_views_in_a_real_browser() {
 }
 
 /// The compare page, its picker, the group page and the list's selection:
+/// Several files dropped at once, ranks offered as a group, Esc cancelling a chosen upload,
+/// inline rename from the list, and the unknown page: `tests/browser/uploads.mjs`.
+#[test]
+fn uploads_and_list_rename_work_in_a_real_browser() {
+    run_script("tests/browser/uploads.mjs", Duration::from_secs(130));
+}
+
 /// `tests/browser/compare.mjs`.
 #[test]
 fn compare_and_group_pages_work_in_a_real_browser() {
