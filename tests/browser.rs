@@ -116,6 +116,13 @@ fn uploads_and_list_rename_work_in_a_real_browser() {
     run_script("tests/browser/uploads.mjs", Duration::from_secs(130));
 }
 
+/// The Events tab's stacks, filter marks, times and block ids, and pinned host memory as a
+/// device in the pages: `tests/browser/events_host.mjs`.
+#[test]
+fn events_and_host_memory_work_in_a_real_browser() {
+    run_script("tests/browser/events_host.mjs", Duration::from_secs(140));
+}
+
 /// `tests/browser/compare.mjs`.
 #[test]
 fn compare_and_group_pages_work_in_a_real_browser() {

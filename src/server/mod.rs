@@ -263,6 +263,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/snapshots/{id}/flame", get(views::flame_view))
         .route("/api/snapshots/{id}/segments", get(views::segments_view))
         .route("/api/snapshots/{id}/events", get(views::events_view))
+        .route("/api/snapshots/{id}/events/{index}", get(views::event_view))
         .route("/api/snapshots/{id}/oom", get(compare::oom))
         .route("/api/compare/{a}/{b}", get(compare::compare))
         .route(
