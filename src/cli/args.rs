@@ -87,6 +87,16 @@ enum Command {
         #[arg(long)]
         roles: Option<PathBuf>,
     },
+    /// Show one file's pages on this machine only, keeping nothing: a server on 127.0.0.1 and a
+    /// free port, its URL printed and opened in your browser, a private temporary folder
+    /// removed at exit (Ctrl-C). For a snapshot that may not leave this machine.
+    Open {
+        /// A snapshot file (.pickle, .pickle.gz, .pickle.zst or .json); read where it is.
+        file: PathBuf,
+        /// Print the URL without starting a browser.
+        #[arg(long)]
+        no_browser: bool,
+    },
     /// Start the web server: drag snapshots into the page, share their links.
     Serve {
         /// Address to listen on; 0.0.0.0:7878 shares it with your network, port 0 takes a free
@@ -287,6 +297,10 @@ pub(super) enum Config {
         kind: FoldedKind,
         output: Option<PathBuf>,
     },
+    Open {
+        file: PathBuf,
+        no_browser: bool,
+    },
     Serve {
         // Boxed: the serve configuration is many times the size of the other commands'.
         config: Box<ServeConfig>,
@@ -373,6 +387,7 @@ impl Config {
                 };
                 Config::Export { file, kind, output }
             }
+            Command::Open { file, no_browser } => Config::Open { file, no_browser },
             Command::Serve {
                 addr,
                 data_dir,

@@ -9,6 +9,7 @@
 
 mod args;
 mod client;
+mod open;
 mod progress;
 mod reports;
 
@@ -66,6 +67,7 @@ fn run_other(config: Config, max_events: u64) -> Result<(), String> {
         // Handled by `run`.
         Config::Diff { .. } => String::new(),
         Config::Serve { config, files } => return serve(*config, files),
+        Config::Open { file, no_browser } => return open::open(file, no_browser, max_events),
         Config::Upload {
             file,
             url,
@@ -137,15 +139,7 @@ fn write_export(text: String, output: Option<PathBuf>) -> Result<(), String> {
 
 /// `snapview serve`: opens the store, imports FILEs, prints the URL, serves until Ctrl-C.
 fn serve(config: ServeConfig, files: Vec<PathBuf>) -> Result<(), String> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "snapview=info,tower_http=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        // Colour codes only for a person at a terminal, not in a log file or journald.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    init_logging("snapview=info,tower_http=warn");
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     let served = runtime.block_on(async move {
         let mut config = config;
@@ -186,6 +180,20 @@ fn serve(config: ServeConfig, files: Vec<PathBuf>) -> Result<(), String> {
     // what is still running (a store write at most) gets a moment, not forever.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     served
+}
+
+/// The server's log on stderr, `default` unless `RUST_LOG` says otherwise; for `serve` and
+/// `open`.
+fn init_logging(default: &str) {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| default.into()),
+        )
+        .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, not in a log file or journald.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
 }
 
 /// Says at start who may do what, and warns when a shared server lets anyone delete.
