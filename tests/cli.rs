@@ -476,3 +476,72 @@ fn open_refuses_a_bad_file_with_a_clear_message_and_leaves_nothing() {
         );
     }
 }
+
+/// `tests/fixtures/host_pinned.pickle` is synthetic (torch 2.11 cannot record pinned host
+/// memory; see tests/fixtures/README.md): one CUDA device and the host's two pinned segments.
+#[test]
+fn host_pinned_memory_is_a_device_in_summary_and_export() {
+    let file = path("host_pinned");
+    let output = snapview(&["summary", &file]);
+    assert!(output.status.success());
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("\nhost (pinned) (device 1)\n"), "{text}");
+    assert!(text.contains("peak allocated   80.0 MiB"), "{text}");
+
+    let output = snapview(&["summary", &file, "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    assert_eq!(json["source"]["host_device"], 1);
+    let host = &json["devices"][1];
+    assert_eq!(host["trace_entries"], 10);
+    assert_eq!(host["peak_allocated_bytes"], 80u64 << 20);
+    assert_eq!(host["reserved_bytes_at_snapshot"], 128u64 << 20);
+    // A file without host memory says nothing of it.
+    let output = snapview(&["summary", &path("mlp_small"), "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    assert!(
+        json["source"].get("host_device").is_none(),
+        "{}",
+        json["source"]
+    );
+
+    // export: the GPUs by default (as torch's _memory_viz), the host when asked.
+    let lines = |args: &[&str]| {
+        let output = snapview(args);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let gpus = lines(&["export", &file, "--kind", "segments"]);
+    assert!(!gpus.contains("pin_memory"), "{gpus}");
+    assert!(gpus.contains("model.py:31:forward"), "{gpus}");
+    let host = lines(&["export", &file, "--kind", "segments", "--device", "host"]);
+    assert!(!host.contains("model.py"), "{host}");
+    assert_eq!(
+        host.lines()
+            .filter(|l| l.contains(";active_allocated;"))
+            .map(|l| l
+                .rsplit(' ')
+                .next()
+                .unwrap_or("0")
+                .parse::<u64>()
+                .unwrap_or(0))
+            .sum::<u64>(),
+        64 << 20,
+        "{host}"
+    );
+    let by_number = lines(&["export", &file, "--kind", "segments", "--device", "1"]);
+    assert_eq!(by_number, host);
+
+    // Refused with a message: no host in the file, or a device that is neither.
+    let output = snapview(&["export", &path("mlp_small"), "--device", "host"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("recorded no pinned host memory"));
+    let output = snapview(&["live", &file, "--device", "gpu"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("neither a device number nor `host`"));
+    let live = lines(&["live", &file, "--device", "host", "--json"]);
+    assert!(live.contains("\"device\": 1"), "{live}");
+}

@@ -18,7 +18,7 @@ use crate::analysis::{Analysis, Summary};
 use crate::server::{AppState, ServeConfig};
 use crate::snapshot::{Snapshot, load_path};
 use crate::torch_text;
-use args::{Cli, Config, DiffSource, default_public_url};
+use args::{Cli, Config, DeviceArg, DiffSource, default_public_url};
 use clap::Parser;
 use client::{http_get_json, upload};
 use progress::load_with_progress;
@@ -101,6 +101,9 @@ fn run_other(config: Config, max_events: u64) -> Result<(), String> {
         } => {
             let rules = roles_commands::read_rules(roles.as_deref())?;
             let snapshot = load_with_progress(&file, max_events, load_path)?;
+            let device = device
+                .map(|d| device_ordinal(&snapshot, &file, d))
+                .transpose()?;
             roles_commands::live_command(&snapshot, device, &at, json, &rules)?
         }
         Config::ExportRoles {
@@ -115,13 +118,47 @@ fn run_other(config: Config, max_events: u64) -> Result<(), String> {
             );
             return write_export(text, output);
         }
-        Config::Export { file, kind, output } => {
-            let text = torch_text::folded(&load_with_progress(&file, max_events, load_path)?, kind)
+        Config::Export {
+            file,
+            kind,
+            output,
+            device,
+        } => {
+            let mut snapshot = load_with_progress(&file, max_events, load_path)?;
+            // torch's `_memory_viz` reads `segments` only: the host's pinned segments are
+            // written when asked for (`--device host`), never mixed into the GPUs' lines.
+            let host = snapshot.source.host_device;
+            let keep = match device {
+                None => None,
+                Some(d) => Some(device_ordinal(&snapshot, &file, d)?),
+            };
+            snapshot.segments.retain(|segment| {
+                let device = usize::try_from(segment.device).ok();
+                match keep {
+                    Some(wanted) => device == Some(wanted),
+                    None => host.is_none() || device != host,
+                }
+            });
+            let text = torch_text::folded(&snapshot, kind)
                 .map_err(|e| format!("{}: {e}", file.display()))?;
             return write_export(text, output);
         }
     };
     write_export(text, None)
+}
+
+/// The ordinal `--device` names in `snapshot`: `host` is the pinned host memory's, refused with
+/// a message when the file recorded none.
+fn device_ordinal(snapshot: &Snapshot, file: &Path, device: DeviceArg) -> Result<usize, String> {
+    match device {
+        DeviceArg::Ordinal(d) => Ok(d),
+        DeviceArg::Host => snapshot.source.host_device.ok_or_else(|| {
+            format!(
+                "{} recorded no pinned host memory (torch writes it with _record_memory_history(record_pinned_host_memory=True))",
+                file.display()
+            )
+        }),
+    }
 }
 
 /// A command's text, to `output` or to standard output (a closed pipe, `| head`, is not an

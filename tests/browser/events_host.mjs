@@ -7,7 +7,7 @@
 //   SNAPVIEW_URL=http://127.0.0.1:7979 node tests/browser/events_host.mjs
 
 import { join } from "node:path";
-import { api, assert, assertEqual, BASE, clean, FIXTURES, newContext, run, shot, step, until, upload } from "./harness.mjs";
+import { api, assert, assertEqual, BASE, clean, drawn, FIXTURES, newContext, run, shot, step, until, upload } from "./harness.mjs";
 
 const state = {};
 
@@ -160,5 +160,45 @@ await run(110_000, async (browser) => {
     await darkPage.locator(".event-stack li.matched").first().waitFor();
     await shot(darkPage, "events-dark", { fullPage: false });
     await dark.close();
+  });
+
+  await step("pinned host memory is a device: offered by name, its timeline, segments and events drawn", async () => {
+    // A synthetic file (tests/fixtures/gen_host_pinned.py): torch 2.11 cannot record one.
+    state.host = (await upload(join(FIXTURES, "host_pinned.pickle"))).id;
+    const detail = (await api(`/api/snapshots/${state.host}`)).body;
+    const hostDevice = detail.analysis.source.host_device;
+    assertEqual(hostDevice, 1, "the host's ordinal");
+    await page.goto(`${BASE}/s/${state.host}`);
+    const heading = page.locator(`#device-${hostDevice}-title`);
+    assertEqual((await heading.textContent()).trim(), "host (pinned)", "the overview's card");
+    await page.goto(`${BASE}/s/${state.host}?tab=timeline`);
+    const option = page.locator("#device-select option[data-host]");
+    assertEqual((await option.textContent()).trim(), "host (pinned) · 10 events", "the device option");
+    await page.locator("#device-select").selectOption({ label: "host (pinned) · 10 events" });
+    await until(async () => new URL(page.url()).searchParams.get("device") === String(hostDevice), "device in the URL");
+    await drawn(page, "#timeline-canvas");
+    const peak = await page.evaluate(
+      () => window.snapviewTest.views.timeline.model?.peak?.bytes ?? window.snapviewTest.views.timeline.layout?.peak?.bytes ?? null,
+    );
+    if (peak !== null) assertEqual(peak, 80 << 20, "the host's peak on the timeline");
+    await shot(page, "host-timeline", { fullPage: false });
+    await page.keyboard.press("4");
+    await until(async () => (await page.locator(".event-row[data-index]").count()) === 10, "the host's 10 events");
+    const actions = await page.locator(".event-row .c-action").allTextContents();
+    assertEqual(actions[0], "segment_alloc", "the first host event");
+    await page.locator(".event-row[data-index]").nth(1).click();
+    await until(async () => (await page.locator(".event-stack").textContent()).includes("pin_memory"), "the host event's stack");
+    await shot(page, "host-events", { fullPage: false });
+    const segments = await api(`/api/snapshots/${state.host}/segments?device=host`);
+    assertEqual(segments.body.totals.reserved, 128 << 20, "the host's reserved bytes");
+    await clean(page);
+  });
+
+  await step("two devices' notes say which device each is about", async () => {
+    const id = (await upload(join(FIXTURES, "multi_device.pickle"))).id;
+    await page.goto(`${BASE}/s/${id}`);
+    const labels = await page.locator(".banner-note .banner-device").allTextContents();
+    assertEqual(labels.join(","), "cuda:0,cuda:1", "the banners' labels");
+    await shot(page, "overview-two-devices", { fullPage: false });
   });
 });
