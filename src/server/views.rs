@@ -352,8 +352,8 @@ pub async fn event_view(
             )
             .ok_or_else(|| {
                 ApiError::PageNotFound(format!(
-                    "event {index} (the trace of cuda:{} has {} events)",
-                    device.device,
+                    "event {index} (the trace of {} has {} events)",
+                    loaded.snapshot.source.device_label(device.device),
                     trace.len()
                 ))
             })
