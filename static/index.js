@@ -1,8 +1,10 @@
 // The snapshot list: drag-and-drop upload with progress, and the filter box.
 
 import { NEEDS_TOKEN, savedToken, withToken } from "./lib/auth.js";
+import { rankGroup } from "./lib/ranks.js";
 import { bytes } from "./lib/units.js";
 import { askToken, writeFetch } from "./views/auth.js";
+import { h } from "./views/common.js";
 import { isShortcut, keyboardHelp, showTimes, toast } from "./views/page.js";
 
 const dropzone = document.getElementById("dropzone");
@@ -10,12 +12,27 @@ const input = document.getElementById("file-input");
 const idle = dropzone.querySelector(".drop-idle");
 const busy = dropzone.querySelector(".drop-busy");
 const errorBox = dropzone.querySelector(".drop-error");
-const progress = busy.querySelector(".progress");
-const bar = busy.querySelector(".progress-bar");
-const status = busy.querySelector("[data-upload-status]");
-const cancel = busy.querySelector("[data-upload-cancel]");
-/** The upload in flight, if any. */
-let request = null;
+const rowList = busy.querySelector(".upload-rows");
+/** The first row is in the page (so it is there before any drop); others are its copies. */
+const rowTemplate = rowList.querySelector(".upload-row");
+const donePanel = busy.querySelector(".upload-done");
+
+/** Files taken from one drop or one choice; the rest are refused with a message. Bounded so a
+ * drop of a whole folder cannot open thousands of requests or rows. */
+const MAX_FILES_AT_ONCE = 32;
+/** Uploads sent at once; the others wait their turn. Below the server's default per-client
+ * limit (`--max-uploads-per-client`, 4) so a batch is never answered 503. */
+const MAX_PARALLEL_UPLOADS = 3;
+
+/** The current batch: one entry per file, `{file, row, xhr, state, answer}`; state is
+ * "queued", "sending", "done", "failed" or "cancelled". */
+let batch = [];
+/** Whether the current batch has been summed up (once, when its last upload settled). */
+let batchFinished = false;
+
+function inFlight() {
+  return batch.some((u) => u.state === "queued" || u.state === "sending" || u.state === "waiting-for-token");
+}
 
 function setBusy(on) {
   idle.hidden = on;
@@ -25,46 +42,96 @@ function setBusy(on) {
 }
 
 function showError(message) {
-  request = null;
   errorBox.textContent = message;
   errorBox.hidden = false;
   setBusy(false);
 }
 
-function setProgress(percent) {
-  bar.style.width = `${percent}%`;
-  progress.setAttribute("aria-valuenow", String(percent));
+function setProgress(upload, percent) {
+  upload.row.querySelector(".progress-bar").style.width = `${percent}%`;
+  upload.row.querySelector(".progress").setAttribute("aria-valuenow", String(percent));
 }
 
-/** Sends the file as the raw request body, reporting progress, then opens its page. */
-function upload(file) {
-  if (request) return;
+function setStatus(upload, text) {
+  upload.row.querySelector("[data-upload-status]").textContent = text;
+}
+
+/** Starts uploading `files` (a FileList or array): one row each, at most
+ * `MAX_PARALLEL_UPLOADS` at a time. Ignored while a batch is in flight. */
+function uploadAll(files) {
+  if (inFlight() || files.length === 0) return;
+  const taken = [...files].slice(0, MAX_FILES_AT_ONCE);
   errorBox.hidden = true;
   dropzone.querySelector(".token-form")?.remove();
+  for (const row of rowList.querySelectorAll(".upload-row")) if (row !== rowTemplate) row.remove();
+  donePanel.hidden = true;
+  batchFinished = false;
+  batch = taken.map((file, i) => {
+    const row = i === 0 ? rowTemplate : rowTemplate.cloneNode(true);
+    if (i > 0) rowList.append(row);
+    row.dataset.state = "queued";
+    row.querySelector("[data-upload-name]").textContent = file.name;
+    row.querySelector("[data-upload-size]").textContent = bytes(file.size);
+    row.querySelector(".progress").classList.remove("indeterminate");
+    row.querySelector("[data-upload-status]").textContent = taken.length > 1 && i >= MAX_PARALLEL_UPLOADS ? "Waiting…" : "Starting…";
+    const cancelButton = row.querySelector("[data-upload-cancel]");
+    cancelButton.hidden = false;
+    cancelButton.setAttribute("aria-label", `Cancel the upload of ${file.name}`);
+    const upload = { file, row, xhr: null, state: "queued", answer: null };
+    setProgress(upload, 0);
+    return upload;
+  });
+  busy.classList.toggle("several", batch.length > 1);
   setBusy(true);
-  busy.querySelector("[data-upload-name]").textContent = file.name;
-  busy.querySelector("[data-upload-size]").textContent = bytes(file.size);
-  progress.classList.remove("indeterminate");
-  setProgress(0);
-  status.textContent = "Starting…";
-  cancel.hidden = false;
+  if (files.length > MAX_FILES_AT_ONCE) {
+    errorBox.textContent = `Only the first ${MAX_FILES_AT_ONCE} of ${files.length} files are being added: drop the others after these.`;
+    errorBox.hidden = false;
+  }
+  next();
+}
 
+/** Sends queued files while fewer than `MAX_PARALLEL_UPLOADS` are on the way; ends the batch
+ * when none is left. */
+function next() {
+  while (batch.filter((u) => u.state === "sending").length < MAX_PARALLEL_UPLOADS) {
+    const upload = batch.find((u) => u.state === "queued");
+    if (!upload) break;
+    sendFile(upload);
+  }
+  if (!inFlight()) finishBatch();
+}
+
+function settle(upload, state, text) {
+  upload.state = state;
+  upload.row.dataset.state = state;
+  upload.row.querySelector("[data-upload-cancel]").hidden = true;
+  if (text) setStatus(upload, text);
+  next();
+}
+
+/** Sends one file as the raw request body, reporting its progress in its row. */
+function sendFile(upload) {
+  const { file } = upload;
+  upload.state = "sending";
+  upload.row.dataset.state = "sending";
+  setStatus(upload, "Starting…");
   const xhr = new XMLHttpRequest();
-  request = xhr;
+  upload.xhr = xhr;
   xhr.open("POST", `/api/snapshots?filename=${encodeURIComponent(file.name)}`);
   xhr.setRequestHeader("Content-Type", "application/octet-stream");
   for (const [name, value] of Object.entries(withToken())) xhr.setRequestHeader(name, value);
   xhr.upload.addEventListener("progress", (event) => {
     if (!event.lengthComputable || event.total === 0) return;
     const percent = Math.floor((event.loaded / event.total) * 100);
-    setProgress(percent);
-    status.textContent = `Uploading ${bytes(event.loaded)} of ${bytes(event.total)} · ${percent}%`;
+    setProgress(upload, percent);
+    setStatus(upload, `Uploading ${bytes(event.loaded)} of ${bytes(event.total)} · ${percent}%`);
   });
   xhr.upload.addEventListener("load", () => {
-    setProgress(100);
-    progress.classList.add("indeterminate");
-    progress.removeAttribute("aria-valuenow");
-    status.textContent = "Reading and analysing the snapshot…";
+    setProgress(upload, 100);
+    const bar = upload.row.querySelector(".progress");
+    bar.classList.add("indeterminate");
+    bar.removeAttribute("aria-valuenow");
+    setStatus(upload, "Reading and analysing the snapshot…");
   });
   xhr.addEventListener("load", () => {
     let body = null;
@@ -73,52 +140,138 @@ function upload(file) {
     } catch {
       // Not JSON: a proxy's error page, say.
     }
+    upload.row.querySelector(".progress").classList.remove("indeterminate");
     if ((xhr.status === 200 || xhr.status === 201) && body?.id) {
-      status.textContent = xhr.status === 200 ? "Already here. Opening…" : "Done. Opening…";
-      cancel.hidden = true;
-      request = null;
-      window.location.assign(`/s/${body.id}`);
+      upload.answer = body;
+      const text = batch.length > 1 ? (xhr.status === 200 ? "Already here" : "Added") : xhr.status === 200 ? "Already here. Opening…" : "Done. Opening…";
+      settle(upload, "done", text);
+      if (batch.length > 1) {
+        const link = h("a", { href: `/s/${body.id}`, className: "upload-open" }, "Open");
+        upload.row.querySelector("[data-upload-status]").append(" · ", link);
+      }
     } else if (xhr.status === 401) {
-      // The server wants a write token: ask for it here, then send the file again.
-      request = null;
-      setBusy(false);
+      // The server wants a write token: ask for it once here, then send the file again.
+      upload.state = "waiting-for-token";
       const message = savedToken() ? `That token was refused: ${body?.error?.message ?? "it is not valid here."}` : NEEDS_TOKEN;
       askToken(message, dropzone).then((token) => {
-        if (token) upload(file);
-        else showError(`${file.name} was not added: this server needs a token.`);
+        if (token) sendFile(upload);
+        else settle(upload, "failed", `${file.name} was not added: this server needs a token.`);
       });
     } else {
       const message = body?.error?.message ?? `The server answered ${xhr.status} ${xhr.statusText}.`;
-      showError(`Could not add ${file.name}: ${message}`);
+      settle(upload, "failed", `Could not add ${file.name}: ${message}`);
     }
   });
-  xhr.addEventListener("error", () => showError(`Could not add ${file.name}: the server could not be reached.`));
-  xhr.addEventListener("abort", () => showError(`The upload of ${file.name} was cancelled.`));
+  xhr.addEventListener("error", () => settle(upload, "failed", `Could not add ${file.name}: the server could not be reached.`));
+  xhr.addEventListener("abort", () => settle(upload, "cancelled", `The upload of ${file.name} was cancelled.`));
   xhr.send(file);
 }
 
-cancel.addEventListener("click", (event) => {
+function cancelUpload(upload) {
+  if (upload.state === "sending") upload.xhr?.abort();
+  else if (upload.state === "queued") settle(upload, "cancelled", `The upload of ${upload.file.name} was cancelled.`);
+}
+
+function cancelAll() {
+  // Queued ones first, so cancelling a sending one does not start the next.
+  for (const upload of batch.filter((u) => u.state === "queued")) {
+    upload.state = "cancelled";
+    upload.row.dataset.state = "cancelled";
+    upload.row.querySelector("[data-upload-cancel]").hidden = true;
+    setStatus(upload, `The upload of ${upload.file.name} was cancelled.`);
+  }
+  for (const upload of batch.filter((u) => u.state === "sending")) upload.xhr?.abort();
+  if (!inFlight()) finishBatch();
+}
+
+/** One file: open its page, or say why not. Several: say what came of each, offer to group
+ * them when they look like the ranks of one job, and leave the rows (with their links). */
+function finishBatch() {
+  if (batch.length === 0 || batchFinished) return;
+  batchFinished = true;
+  const added = batch.filter((u) => u.state === "done");
+  if (batch.length === 1) {
+    const [only] = batch;
+    if (only.state === "done") window.location.assign(`/s/${only.answer.id}`);
+    else showError(only.row.querySelector("[data-upload-status]").textContent);
+    return;
+  }
+  const failed = batch.length - added.length;
+  const notAdded = failed > 0 ? ` · ${failed} not added (see each row)` : "";
+  busy.querySelector("[data-upload-summary]").textContent = `${added.length} of ${batch.length} added${notAdded}`;
+  const offer = busy.querySelector("[data-group-offer]");
+  const group = rankGroup(added.map((u) => ({ filename: u.file.name, summary: u.answer.summary })));
+  offer.hidden = group === null;
+  if (group !== null) {
+    offer.querySelector("[data-group-offer-text]").textContent = `These ${added.length} look like the ranks of one job. Group them as`;
+    offer.querySelector("input").value = group;
+  }
+  donePanel.hidden = false;
+  (group !== null ? offer.querySelector("input") : busy.querySelector("[data-upload-finish]")).focus();
+}
+
+/** Labels every added snapshot of the batch with `group`, then opens the group's page. */
+async function groupBatch(group) {
+  const save = busy.querySelector("[data-group-offer-save]");
+  save.disabled = true;
+  try {
+    for (const upload of batch.filter((u) => u.state === "done")) {
+      const response = await writeFetch(`/api/snapshots/${upload.answer.id}`, {
+        method: "PATCH",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ group }),
+      });
+      if (!response.ok) {
+        const body = await response.json().catch(() => null);
+        throw new Error(body?.error?.message ?? `the server answered ${response.status}`);
+      }
+    }
+    window.location.assign(`/g/${encodeURIComponent(group)}`);
+  } catch (error) {
+    toast(`Could not group them: ${error.message}`, 5000);
+    save.disabled = false;
+  }
+}
+
+busy.querySelector("[data-group-offer-save]").addEventListener("click", (event) => {
   event.stopPropagation();
-  request?.abort();
+  const group = busy.querySelector("#group-offer-name").value.trim();
+  if (group) groupBatch(group);
+});
+busy.querySelector("#group-offer-name").addEventListener("keydown", (event) => {
+  if (event.key !== "Enter") return;
+  event.preventDefault();
+  busy.querySelector("[data-group-offer-save]").click();
+});
+busy.querySelector("[data-upload-finish]").addEventListener("click", (event) => {
+  event.stopPropagation();
+  window.location.reload();
+});
+rowList.addEventListener("click", (event) => {
+  event.stopPropagation();
+  const button = event.target.closest("[data-upload-cancel]");
+  if (!button) return;
+  const upload = batch.find((u) => u.row === button.closest(".upload-row"));
+  if (upload) cancelUpload(upload);
 });
 dropzone.addEventListener("click", (event) => {
-  if (request || event.target === input || event.target.closest("label, button, .drop-error, .token-form")) return;
+  if (!busy.hidden || event.target === input || event.target.closest("label, button, input, .drop-error, .token-form")) return;
   input.click();
 });
 dropzone.addEventListener("keydown", (event) => {
-  if ((event.key === "Enter" || event.key === " ") && event.target === dropzone && !request) {
+  if ((event.key === "Enter" || event.key === " ") && event.target === dropzone && busy.hidden) {
     event.preventDefault();
     input.click();
   }
 });
 input.addEventListener("change", () => {
-  if (input.files.length > 0) upload(input.files[0]);
+  uploadAll([...input.files]);
   input.value = "";
 });
 for (const type of ["dragenter", "dragover"]) {
   dropzone.addEventListener(type, (event) => {
     event.preventDefault();
-    if (!request) dropzone.classList.add("dragging");
+    if (!inFlight()) dropzone.classList.add("dragging");
   });
 }
 dropzone.addEventListener("dragleave", (event) => {
@@ -129,17 +282,25 @@ dropzone.addEventListener("drop", (event) => {
   event.preventDefault();
   dropzone.classList.remove("dragging");
   const files = event.dataTransfer?.files;
-  if (files && files.length > 0) upload(files[0]);
+  if (files && files.length > 0) uploadAll([...files]);
 });
 // A file dropped anywhere on the page goes to the drop zone, not to the browser's viewer.
 window.addEventListener("dragover", (event) => event.preventDefault());
 window.addEventListener("drop", (event) => {
   event.preventDefault();
-  if (!dropzone.contains(event.target) && event.dataTransfer?.files.length) upload(event.dataTransfer.files[0]);
+  if (!dropzone.contains(event.target) && event.dataTransfer?.files.length) uploadAll([...event.dataTransfer.files]);
+});
+// Esc stops every upload in flight, wherever the focus is: after the file chooser closes the
+// focus is on its (hidden) input, where the letter shortcuts below do not fire.
+document.addEventListener("keydown", (event) => {
+  if (event.key !== "Escape" || !inFlight() || document.querySelector("dialog[open]")) return;
+  if (event.target instanceof HTMLElement && event.target.closest(".token-form")) return;
+  event.preventDefault();
+  cancelAll();
 });
 // Leaving mid-upload loses it: ask first.
 window.addEventListener("beforeunload", (event) => {
-  if (request) event.preventDefault();
+  if (inFlight()) event.preventDefault();
 });
 // Coming back with the Back button may show this page as it was left ("Opening…") or as the
 // browser cached it (without the snapshot just added, or with an old name): load it afresh.
@@ -224,11 +385,9 @@ document.addEventListener("keydown", (event) => {
     event.preventDefault();
     search.focus();
     search.select();
-  } else if (event.key === "u" && !request) {
+  } else if (event.key === "u" && !inFlight()) {
     event.preventDefault();
     input.click();
-  } else if (event.key === "Escape" && request) {
-    request.abort();
   }
 });
 
@@ -246,7 +405,7 @@ if (search) {
     ["z", "Undo the last delete"],
   );
 }
-keys.push(["u", "Upload: choose a file"], ["Esc", "Cancel an upload"], ["?", "Show these keys"]);
+keys.push(["F2", "Rename the focused row"], ["u", "Upload: choose files"], ["Esc", "Cancel the uploads"], ["?", "Show these keys"]);
 keyboardHelp(keys);
 
 // ---------------------------------------------------------------------------------------------
@@ -474,3 +633,81 @@ if (undoBar && deleteButton) {
     lastDeleted = [];
   });
 }
+
+// ---------------------------------------------------------------------------------------------
+// Renaming from the list: the pencil beside a name (or F2 on a focused row) turns the name into
+// a text field; Enter or leaving it saves, Esc puts the old name back. Same limit as the server
+// (200 characters, checked there too).
+
+const MAX_NAME_LENGTH = 200;
+
+function startListRename(row) {
+  const cell = row.querySelector("td.col-name");
+  const link = cell.querySelector("a.name");
+  if (cell.querySelector("input.rename-input")) return;
+  const old = link.textContent.trim();
+  const field = h("input", {
+    type: "text",
+    className: "rename-input",
+    value: old,
+    maxLength: MAX_NAME_LENGTH,
+    "aria-label": `New name for ${old} (Enter saves, Esc cancels)`,
+  });
+  link.hidden = true;
+  cell.querySelector("[data-rename]").hidden = true;
+  link.after(field);
+  field.focus();
+  field.select();
+  let done = false;
+  const finish = async (save) => {
+    if (done) return;
+    done = true;
+    const name = field.value.trim();
+    field.remove();
+    link.hidden = false;
+    cell.querySelector("[data-rename]").hidden = false;
+    link.focus();
+    if (!save || !name || name === old) return;
+    link.textContent = name;
+    try {
+      const response = await writeFetch(`/api/snapshots/${row.dataset.id}`, {
+        method: "PATCH",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ name }),
+      });
+      if (!response.ok) {
+        const body = await response.json().catch(() => null);
+        throw new Error(body?.error?.message ?? `the server answered ${response.status}`);
+      }
+      row.dataset.search = row.dataset.search.replace(old.toLowerCase(), name.toLowerCase());
+      row.querySelector("input.select-row")?.setAttribute("aria-label", `Select ${name}`);
+      cell.querySelector("[data-rename]").setAttribute("aria-label", `Rename ${name}`);
+      toast(`Renamed to “${name}”`);
+    } catch (error) {
+      link.textContent = old;
+      toast(`Could not rename ${old}: ${error.message}`, 5000);
+    }
+  };
+  field.addEventListener("keydown", (event) => {
+    event.stopPropagation();
+    if (event.key === "Enter") {
+      event.preventDefault();
+      finish(true);
+    } else if (event.key === "Escape") {
+      event.preventDefault();
+      finish(false);
+    }
+  });
+  field.addEventListener("blur", () => finish(true));
+}
+
+for (const row of table?.tBodies[0].rows ?? []) {
+  row.querySelector("[data-rename]")?.addEventListener("click", () => startListRename(row));
+}
+document.addEventListener("keydown", (event) => {
+  if (event.key !== "F2" || event.ctrlKey || event.metaKey || event.altKey) return;
+  const row = document.activeElement?.closest?.("#snapshot-table tbody tr");
+  if (!row || document.activeElement.matches("input.rename-input")) return;
+  event.preventDefault();
+  startListRename(row);
+});

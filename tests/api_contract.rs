@@ -382,10 +382,20 @@ fn every_answer_has_the_documented_shape() {
     let events = client.get(&format!("/api/snapshots/{mlp}/events?limit=50"));
     let mut pages = each("/events?limit=20");
     pages.push(events);
+    // With a frame filter each row names the frame that matched.
+    let filtered = client.get(&format!("/api/snapshots/{mlp}/events?limit=5&frame=py"));
+    assert!(
+        filtered["rows"][0]["matched_frame"].is_string(),
+        "{filtered}"
+    );
+    pages.push(filtered);
     contract.add(
         "GET /api/snapshots/{id}/events",
         &pages.iter().collect::<Vec<_>>(),
     );
+    let event = client.get(&format!("/api/snapshots/{mlp}/events/3?frame=py"));
+    assert!(!event["frames"].as_array().expect("frames").is_empty());
+    contract.add("GET /api/snapshots/{id}/events/{index}", &[&event]);
 
     let reports = client.get(&format!("/api/snapshots/{oom}/oom"));
     assert!(!reports.as_array().expect("reports").is_empty());

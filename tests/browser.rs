@@ -116,7 +116,6 @@ fn roles_show_in_the_views_in_a_real_browser() {
     run_script("tests/browser/roles.mjs", Duration::from_secs(120));
 }
 
-/// The compare page, its picker, the group page and the list's selection:
 /// The allocator's blocks: the segment map's history, zoom and pending frees, and the cached
 /// segment timeline: `tests/browser/segments.mjs` (with the huge trace when SNAPVIEW_LARGE_DIR
 /// names its folder).
@@ -131,6 +130,21 @@ fn segment_views_work_in_a_real_browser() {
     );
 }
 
+/// Several files dropped at once, ranks offered as a group, Esc cancelling a chosen upload,
+/// inline rename from the list, and the unknown page: `tests/browser/uploads.mjs`.
+#[test]
+fn uploads_and_list_rename_work_in_a_real_browser() {
+    run_script("tests/browser/uploads.mjs", Duration::from_secs(130));
+}
+
+/// The Events tab's stacks, filter marks, times and block ids, and pinned host memory as a
+/// device in the pages: `tests/browser/events_host.mjs`.
+#[test]
+fn events_and_host_memory_work_in_a_real_browser() {
+    run_script("tests/browser/events_host.mjs", Duration::from_secs(140));
+}
+
+/// The compare page, its picker, the group page and the list's selection:
 /// `tests/browser/compare.mjs`.
 #[test]
 fn compare_and_group_pages_work_in_a_real_browser() {
@@ -280,5 +294,75 @@ fn run_script_with(
     assert!(
         server_died.is_none(),
         "snapview serve died during the browser test ({server_died:?}):\n{server_log}"
+    );
+}
+
+/// `snapview open FILE --no-browser` in a real browser: the URL it prints opens the file's page
+/// with its views drawn (`tests/browser/open.mjs`), and it exits cleanly on SIGINT.
+#[test]
+fn snapview_open_serves_its_file_in_a_real_browser() {
+    if let Err(missing) = requirements() {
+        if std::env::var_os(REQUIRE_BROWSER).is_some_and(|value| value != "0") {
+            panic!("the browser test cannot run ({REQUIRE_BROWSER} is set):\n{missing}");
+        }
+        eprintln!("skipping browser tests: {missing}");
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let mut opened = Command::new(env!("CARGO_BIN_EXE_snapview"))
+        .args(["open", "--no-browser"])
+        .arg(common::path_of("multi_device"))
+        .env("TMPDIR", tmp.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("snapview open");
+    let mut stdout = std::io::BufReader::new(opened.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).expect("the URL line");
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_owned();
+    let opened = Killed(opened);
+    let base = url.split("/s/").next().expect("base").to_owned();
+    let node = Command::new("node")
+        .arg(root().join("tests/browser/open.mjs"))
+        .current_dir(root())
+        .env("SNAPVIEW_URL", &base)
+        .env("SNAPVIEW_OPEN_URL", &url)
+        .env("CHROMIUM_PATH", chromium())
+        .output()
+        .expect("run node");
+    let out = String::from_utf8_lossy(&node.stdout);
+    println!("{out}");
+    assert!(
+        node.status.success(),
+        "the browser test failed:\n{out}\n{}",
+        String::from_utf8_lossy(&node.stderr)
+    );
+    let pid = opened.0.id().to_string();
+    let mut opened = opened;
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = opened.0.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "snapview open did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).expect("tmp").count(),
+        0,
+        "its temporary folder is left"
     );
 }

@@ -233,3 +233,315 @@ fn https_servers_are_spoken_to_and_untrusted_certificates_refused() {
     assert_eq!(ftp.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&ftp.stderr).contains("http:// or https://"));
 }
+
+/// `snapview open` run with its own temporary folder, HOME and XDG folders (each empty), so the
+/// test can see everything it writes; stdout is read line by line.
+struct Opened {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    tmp: tempfile::TempDir,
+    home: tempfile::TempDir,
+}
+
+impl Opened {
+    fn start(file: &str, extra: &[&str], envs: &[(&str, &std::ffi::OsStr)]) -> Self {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let home = tempfile::tempdir().expect("home");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_snapview"))
+            .arg("open")
+            .arg(file)
+            .args(extra)
+            .env("TMPDIR", tmp.path())
+            .env("HOME", home.path())
+            .env("XDG_DATA_HOME", home.path().join("data"))
+            .env("XDG_CACHE_HOME", home.path().join("cache"))
+            .envs(envs.iter().copied())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start snapview open");
+        let stdout = child.stdout.take().expect("stdout");
+        let (send, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self {
+            child,
+            lines,
+            tmp,
+            home,
+        }
+    }
+
+    /// The page URL it printed.
+    fn url(&self) -> String {
+        let line = self
+            .lines
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("a line on stdout");
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://127.0.0.1:"))
+            .unwrap_or_else(|| panic!("no URL in {line:?}"));
+        assert!(url.contains("/s/"), "{url}");
+        url.to_owned()
+    }
+
+    fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{name}"), self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+
+    /// Waits for the exit (at most 15 s) and returns its status.
+    fn wait(&mut self) -> std::process::ExitStatus {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "snapview open did not exit"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    /// Every entry (files and folders, empty ones too) under the temporary folder and HOME, to
+    /// show that nothing is left.
+    fn left_behind(&self) -> Vec<std::path::PathBuf> {
+        [self.tmp.path(), self.home.path()]
+            .iter()
+            .flat_map(|dir| std::fs::read_dir(dir).into_iter().flatten().flatten())
+            .map(|entry| entry.path())
+            .collect()
+    }
+}
+
+impl Drop for Opened {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn http_get(url: &str) -> (u16, String) {
+    let rest = url.strip_prefix("http://").expect("http url");
+    let (host, path) = rest.split_once('/').expect("a path");
+    let mut stream = std::net::TcpStream::connect(host).expect("connect");
+    use std::io::{Read, Write};
+    write!(
+        stream,
+        "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("read");
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status");
+    (status, answer)
+}
+
+#[test]
+fn open_serves_the_file_keeps_nothing_and_stops_on_sigint() {
+    let file = path("mlp_small");
+    let before = std::fs::read(&file).expect("fixture");
+    let mut opened = Opened::start(&file, &["--no-browser"], &[]);
+    let url = opened.url();
+    let (status, page) = http_get(&url);
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("mlp_small"), "the page names the file");
+    let id = url.rsplit('/').next().expect("id");
+    let api = url.replace(&format!("/s/{id}"), &format!("/api/snapshots/{id}"));
+    let (status, detail) = http_get(&api);
+    assert_eq!(status, 200, "{detail}");
+    // While it runs: one private folder in TMPDIR, and the file itself is read through a link.
+    let folders: Vec<_> = std::fs::read_dir(opened.tmp.path())
+        .expect("tmp")
+        .map_while(Result::ok)
+        .collect();
+    assert_eq!(folders.len(), 1, "{folders:?}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = folders[0].metadata().expect("meta").permissions().mode();
+        assert_eq!(mode & 0o777, 0o700, "the folder is private");
+    }
+    let links: Vec<_> = common::served::files_under(&folders[0].path())
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "snapshot"))
+        .collect();
+    assert_eq!(links.len(), 1, "{links:?}");
+    assert!(
+        std::fs::symlink_metadata(&links[0])
+            .expect("blob")
+            .file_type()
+            .is_symlink(),
+        "the file is copied, not read in place"
+    );
+    assert!(
+        common::served::files_under(opened.home.path()).is_empty(),
+        "written under HOME"
+    );
+    opened.signal("INT");
+    let status = opened.wait();
+    assert!(status.success(), "exit after SIGINT: {status}");
+    assert!(
+        opened.left_behind().is_empty(),
+        "{:?}",
+        opened.left_behind()
+    );
+    assert_eq!(
+        std::fs::read(&file).expect("fixture"),
+        before,
+        "the file changed"
+    );
+}
+
+#[test]
+fn open_stops_on_sigterm_and_starts_the_browser_with_the_url() {
+    let dir = tempfile::tempdir().expect("dir");
+    let seen = dir.path().join("browser-was-given");
+    let browser = dir.path().join("browser.sh");
+    std::fs::write(
+        &browser,
+        format!("#!/bin/sh\necho \"$1\" > '{}'\n", seen.display()),
+    )
+    .expect("script");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&browser, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let mut opened = Opened::start(&path("oom"), &[], &[("BROWSER", browser.as_os_str())]);
+    let url = opened.url();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !seen.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let given = std::fs::read_to_string(&seen).expect("the browser was started");
+    assert_eq!(given.trim(), url);
+    opened.signal("TERM");
+    assert!(opened.wait().success());
+    assert!(opened.left_behind().is_empty());
+}
+
+#[test]
+fn open_refuses_a_bad_file_with_a_clear_message_and_leaves_nothing() {
+    let text = tempfile::NamedTempFile::new().expect("file");
+    std::fs::write(text.path(), "hello, not a snapshot\n").expect("write");
+    let dir = tempfile::tempdir().expect("dir");
+    for (file, says) in [
+        (
+            text.path().to_string_lossy().into_owned(),
+            "not a memory snapshot",
+        ),
+        ("/no/such/file.pickle".to_owned(), "No such file"),
+        (dir.path().to_string_lossy().into_owned(), "not a file"),
+    ] {
+        let mut opened = Opened::start(&file, &["--no-browser"], &[]);
+        let status = opened.wait();
+        assert_eq!(status.code(), Some(2), "{file}");
+        let mut stderr = String::new();
+        use std::io::Read;
+        opened
+            .child
+            .stderr
+            .take()
+            .expect("stderr")
+            .read_to_string(&mut stderr)
+            .expect("read");
+        assert!(
+            stderr.contains("snapview: error:") && stderr.contains(says),
+            "{file}: {stderr}"
+        );
+        assert!(
+            opened.left_behind().is_empty(),
+            "{:?}",
+            opened.left_behind()
+        );
+    }
+}
+
+/// `tests/fixtures/host_pinned.pickle` is synthetic (torch 2.11 cannot record pinned host
+/// memory; see tests/fixtures/README.md): one CUDA device and the host's two pinned segments.
+#[test]
+fn host_pinned_memory_is_a_device_in_summary_and_export() {
+    let file = path("host_pinned");
+    let output = snapview(&["summary", &file]);
+    assert!(output.status.success());
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("\nhost (pinned) (device 1)\n"), "{text}");
+    assert!(text.contains("peak allocated   80.0 MiB"), "{text}");
+
+    let output = snapview(&["summary", &file, "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    assert_eq!(json["source"]["host_device"], 1);
+    let host = &json["devices"][1];
+    assert_eq!(host["trace_entries"], 10);
+    assert_eq!(host["peak_allocated_bytes"], 80u64 << 20);
+    assert_eq!(host["reserved_bytes_at_snapshot"], 128u64 << 20);
+    // A file without host memory says nothing of it.
+    let output = snapview(&["summary", &path("mlp_small"), "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    assert!(
+        json["source"].get("host_device").is_none(),
+        "{}",
+        json["source"]
+    );
+
+    // export: the GPUs by default (as torch's _memory_viz), the host when asked.
+    let lines = |args: &[&str]| {
+        let output = snapview(args);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let gpus = lines(&["export", &file, "--kind", "segments"]);
+    assert!(!gpus.contains("pin_memory"), "{gpus}");
+    assert!(gpus.contains("model.py:31:forward"), "{gpus}");
+    let host = lines(&["export", &file, "--kind", "segments", "--device", "host"]);
+    assert!(!host.contains("model.py"), "{host}");
+    assert_eq!(
+        host.lines()
+            .filter(|l| l.contains(";active_allocated;"))
+            .map(|l| l
+                .rsplit(' ')
+                .next()
+                .unwrap_or("0")
+                .parse::<u64>()
+                .unwrap_or(0))
+            .sum::<u64>(),
+        64 << 20,
+        "{host}"
+    );
+    let by_number = lines(&["export", &file, "--kind", "segments", "--device", "1"]);
+    assert_eq!(by_number, host);
+
+    // Refused with a message: no host in the file, or a device that is neither.
+    let output = snapview(&["export", &path("mlp_small"), "--device", "host"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("recorded no pinned host memory"));
+    let output = snapview(&["live", &file, "--device", "gpu"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("neither a device number nor `host`"));
+    let live = lines(&["live", &file, "--device", "host", "--json"]);
+    assert!(live.contains("\"device\": 1"), "{live}");
+}

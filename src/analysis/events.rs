@@ -34,6 +34,29 @@ pub struct EventRow {
     /// it (`b{hex address}_{version}`).
     pub allocation: Option<u32>,
     pub block_id: Option<String>,
+    /// With a frame filter: the innermost frame that matched it (`file:line name`), which may
+    /// be deeper than `top_frame`, so the list can show why the event is in it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub matched_frame: Option<String>,
+}
+
+/// One frame of an event's stack, innermost first.
+#[derive(Debug, Serialize)]
+pub struct EventFrame {
+    pub name: String,
+    pub filename: String,
+    pub line: u64,
+    /// A frame PyTorch's viewer hides (its own internals).
+    pub hidden: bool,
+    /// The frame filter's text is in this frame's file or function name.
+    pub matched: bool,
+}
+
+/// `GET /api/snapshots/{id}/events/{index}`: one event with its whole stack.
+#[derive(Debug, Serialize)]
+pub struct EventStack {
+    pub event: EventRow,
+    pub frames: Vec<EventFrame>,
 }
 
 #[derive(Debug, Serialize)]
@@ -87,11 +110,11 @@ fn for_each_match(
         let Some(needle) = &needle else { return true };
         let slot = &mut stack_matches[stack as usize];
         *slot.get_or_insert_with(|| {
-            snapshot.stacks.get(stack).iter().any(|&f| {
-                let frame = snapshot.frames.get(f);
-                frame.name.to_lowercase().contains(needle)
-                    || frame.filename.to_lowercase().contains(needle)
-            })
+            snapshot
+                .stacks
+                .get(stack)
+                .iter()
+                .any(|&f| frame_matches(snapshot.frames.get(f), needle))
         })
     };
     for i in 0..trace.len() {
@@ -268,6 +291,68 @@ impl MatchCache {
     }
 }
 
+/// Whether the frame filter's text (already lowercased) is in a frame's file or function name:
+/// the one test the list's filter and the stack's highlight share.
+fn frame_matches(frame: &crate::snapshot::Frame, needle: &str) -> bool {
+    frame.name.to_lowercase().contains(needle) || frame.filename.to_lowercase().contains(needle)
+}
+
+/// The event at `index` as a list row; with `frame_filter`, its innermost matching frame too.
+pub fn row_matching(
+    snapshot: &Snapshot,
+    trace: &Trace,
+    replay: &Replay,
+    index: usize,
+    frame_filter: Option<&str>,
+) -> EventRow {
+    let mut event = row(snapshot, trace, replay, index);
+    if let Some(needle) = frame_filter.map(str::to_lowercase) {
+        event.matched_frame = snapshot
+            .stacks
+            .get(trace.stack.get(index))
+            .iter()
+            .map(|&f| snapshot.frames.get(f))
+            .find(|f| frame_matches(f, &needle))
+            .map(|f| f.label().short());
+    }
+    event
+}
+
+/// The event at `index` with every frame of its stack (innermost first, hidden ones marked),
+/// the frames matching `frame_filter` marked; `None` past the trace's end. Its size is the
+/// stack's, which the reader bounded by the file's.
+pub fn event_stack(
+    snapshot: &Snapshot,
+    trace: &Trace,
+    replay: &Replay,
+    index: usize,
+    frame_filter: Option<&str>,
+) -> Option<EventStack> {
+    if index >= trace.len() {
+        return None;
+    }
+    let needle = frame_filter.map(str::to_lowercase);
+    let frames = snapshot
+        .stacks
+        .get(trace.stack.get(index))
+        .iter()
+        .map(|&f| {
+            let frame = snapshot.frames.get(f);
+            EventFrame {
+                name: frame.name.to_string(),
+                filename: frame.filename.to_string(),
+                line: frame.line,
+                hidden: frame.is_hidden(),
+                matched: needle.as_deref().is_some_and(|n| frame_matches(frame, n)),
+            }
+        })
+        .collect();
+    Some(EventStack {
+        event: row_matching(snapshot, trace, replay, index, frame_filter),
+        frames,
+    })
+}
+
 pub fn row(snapshot: &Snapshot, trace: &Trace, replay: &Replay, index: usize) -> EventRow {
     let top_frame = snapshot
         .stacks
@@ -287,6 +372,7 @@ pub fn row(snapshot: &Snapshot, trace: &Trace, replay: &Replay, index: usize) ->
         top_frame,
         allocation,
         block_id: allocation.map(|id| replay.allocations.at(id as usize).id()),
+        matched_frame: None,
     }
 }
 
@@ -320,7 +406,7 @@ pub fn page(
             None => Some(position),
             Some(matches) => matches.nth(position),
         })
-        .map(|index| row(snapshot, trace, replay, index))
+        .map(|index| row_matching(snapshot, trace, replay, index, filter.frame.as_deref()))
         .collect();
     EventPage {
         total: trace.len(),

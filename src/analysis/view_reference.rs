@@ -4,7 +4,7 @@
 //! of the answers (`tests` below).
 
 use super::DeviceAnalysis;
-use super::events::{EventFilter, EventPage, matching, row};
+use super::events::{EventFilter, EventPage, matching, row_matching};
 use super::replay::{AllocationId, Replay};
 use super::roles::{DeviceRoles, RoleWindow, without_events};
 use super::timeline::{
@@ -240,7 +240,7 @@ pub(crate) fn page_scanning(
                 None => position,
                 Some(list) => list[position] as usize,
             };
-            row(snapshot, trace, replay, index)
+            row_matching(snapshot, trace, replay, index, filter.frame.as_deref())
         })
         .collect();
     EventPage {

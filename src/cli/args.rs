@@ -77,9 +77,10 @@ enum Command {
     /// activation, temporary, input, unknown), why, and their frames; and the bytes per role.
     Live {
         file: PathBuf,
-        /// The device (default: the first with memory).
-        #[arg(long)]
-        device: Option<usize>,
+        /// The device: a number, or `host` for pinned host memory (default: the first with
+        /// memory).
+        #[arg(long, value_parser = parse_device)]
+        device: Option<DeviceArg>,
         /// `peak`, `end`, or an event index.
         #[arg(long, default_value = "end")]
         at: String,
@@ -105,6 +106,20 @@ enum Command {
         /// Role rules for `--kind roles` (TOML or JSON, docs/roles.md).
         #[arg(long)]
         roles: Option<PathBuf>,
+        /// Only this device's segments: a number, or `host` for pinned host memory. Default:
+        /// every CUDA device, as torch's `_memory_viz` (which reads `segments` only).
+        #[arg(long, value_parser = parse_device)]
+        device: Option<DeviceArg>,
+    },
+    /// Show one file's pages on this machine only, keeping nothing: a server on 127.0.0.1 and a
+    /// free port, its URL printed and opened in your browser, a private temporary folder
+    /// removed at exit (Ctrl-C). For a snapshot that may not leave this machine.
+    Open {
+        /// A snapshot file (.pickle, .pickle.gz, .pickle.zst or .json); read where it is.
+        file: PathBuf,
+        /// Print the URL without starting a browser.
+        #[arg(long)]
+        no_browser: bool,
     },
     /// Start the web server: drag snapshots into the page, share their links.
     Serve {
@@ -283,6 +298,22 @@ enum ExportKind {
     Roles,
 }
 
+/// `--device`: a device ordinal, or `host` for pinned host memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum DeviceArg {
+    Ordinal(usize),
+    Host,
+}
+
+fn parse_device(text: &str) -> Result<DeviceArg, String> {
+    if text == "host" {
+        return Ok(DeviceArg::Host);
+    }
+    text.parse()
+        .map(DeviceArg::Ordinal)
+        .map_err(|_| format!("{text:?} is neither a device number nor `host`"))
+}
+
 /// What a validated command will do.
 #[derive(Debug)]
 pub(super) enum Config {
@@ -296,7 +327,7 @@ pub(super) enum Config {
     },
     Live {
         file: PathBuf,
-        device: Option<usize>,
+        device: Option<DeviceArg>,
         at: String,
         json: bool,
         roles: Option<PathBuf>,
@@ -310,6 +341,11 @@ pub(super) enum Config {
         file: PathBuf,
         kind: FoldedKind,
         output: Option<PathBuf>,
+        device: Option<DeviceArg>,
+    },
+    Open {
+        file: PathBuf,
+        no_browser: bool,
     },
     Serve {
         // Boxed: the serve configuration is many times the size of the other commands'.
@@ -383,6 +419,7 @@ impl Config {
                 kind,
                 output,
                 roles,
+                device,
             } => {
                 check(&file)?;
                 let kind = match kind {
@@ -396,8 +433,14 @@ impl Config {
                         });
                     }
                 };
-                Config::Export { file, kind, output }
+                Config::Export {
+                    file,
+                    kind,
+                    output,
+                    device,
+                }
             }
+            Command::Open { file, no_browser } => Config::Open { file, no_browser },
             Command::Serve {
                 addr,
                 data_dir,

@@ -10,6 +10,7 @@
 mod args;
 mod cache;
 mod client;
+mod open;
 mod progress;
 mod reports;
 
@@ -18,7 +19,7 @@ use crate::analysis::{Analysis, Summary};
 use crate::server::{AppState, ServeConfig};
 use crate::snapshot::{Snapshot, load_path};
 use crate::torch_text;
-use args::{Cli, Config, DiffSource, default_public_url};
+use args::{Cli, Config, DeviceArg, DiffSource, default_public_url};
 use clap::Parser;
 use client::{http_get_json, upload};
 use progress::load_with_progress;
@@ -79,6 +80,7 @@ fn run_other(config: Config, max_events: u64) -> Result<(), String> {
         // Handled by `run`.
         Config::Diff { .. } => String::new(),
         Config::Serve { config, files } => return serve(*config, files),
+        Config::Open { file, no_browser } => return open::open(file, no_browser, max_events),
         Config::Upload {
             file,
             url,
@@ -109,6 +111,9 @@ fn run_other(config: Config, max_events: u64) -> Result<(), String> {
         } => {
             let rules = roles_commands::read_rules(roles.as_deref())?;
             let snapshot = load_with_progress(&file, max_events, load_path)?;
+            let device = device
+                .map(|d| device_ordinal(&snapshot, &file, d))
+                .transpose()?;
             roles_commands::live_command(&snapshot, device, &at, json, &rules)?
         }
         Config::ExportRoles {
@@ -123,13 +128,47 @@ fn run_other(config: Config, max_events: u64) -> Result<(), String> {
             );
             return write_export(text, output);
         }
-        Config::Export { file, kind, output } => {
-            let text = torch_text::folded(&load_with_progress(&file, max_events, load_path)?, kind)
+        Config::Export {
+            file,
+            kind,
+            output,
+            device,
+        } => {
+            let mut snapshot = load_with_progress(&file, max_events, load_path)?;
+            // torch's `_memory_viz` reads `segments` only: the host's pinned segments are
+            // written when asked for (`--device host`), never mixed into the GPUs' lines.
+            let host = snapshot.source.host_device;
+            let keep = match device {
+                None => None,
+                Some(d) => Some(device_ordinal(&snapshot, &file, d)?),
+            };
+            snapshot.segments.retain(|segment| {
+                let device = usize::try_from(segment.device).ok();
+                match keep {
+                    Some(wanted) => device == Some(wanted),
+                    None => host.is_none() || device != host,
+                }
+            });
+            let text = torch_text::folded(&snapshot, kind)
                 .map_err(|e| format!("{}: {e}", file.display()))?;
             return write_export(text, output);
         }
     };
     write_export(text, None)
+}
+
+/// The ordinal `--device` names in `snapshot`: `host` is the pinned host memory's, refused with
+/// a message when the file recorded none.
+fn device_ordinal(snapshot: &Snapshot, file: &Path, device: DeviceArg) -> Result<usize, String> {
+    match device {
+        DeviceArg::Ordinal(d) => Ok(d),
+        DeviceArg::Host => snapshot.source.host_device.ok_or_else(|| {
+            format!(
+                "{} recorded no pinned host memory (torch writes it with _record_memory_history(record_pinned_host_memory=True))",
+                file.display()
+            )
+        }),
+    }
 }
 
 /// A command's text, to `output` or to standard output (a closed pipe, `| head`, is not an
@@ -147,15 +186,7 @@ fn write_export(text: String, output: Option<PathBuf>) -> Result<(), String> {
 
 /// `snapview serve`: opens the store, imports FILEs, prints the URL, serves until Ctrl-C.
 fn serve(config: ServeConfig, files: Vec<PathBuf>) -> Result<(), String> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "snapview=info,tower_http=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        // Colour codes only for a person at a terminal, not in a log file or journald.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    init_logging("snapview=info,tower_http=warn");
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     let served = runtime.block_on(async move {
         let mut config = config;
@@ -196,6 +227,20 @@ fn serve(config: ServeConfig, files: Vec<PathBuf>) -> Result<(), String> {
     // what is still running (a store write at most) gets a moment, not forever.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     served
+}
+
+/// The server's log on stderr, `default` unless `RUST_LOG` says otherwise; for `serve` and
+/// `open`.
+fn init_logging(default: &str) {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| default.into()),
+        )
+        .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, not in a log file or journald.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
 }
 
 /// Says at start who may do what, and warns when a shared server lets anyone delete.

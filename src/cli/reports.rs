@@ -44,7 +44,16 @@ pub(super) fn summary_text(file: &Path, snapshot: &Snapshot, summary: &Summary) 
             ),
             Some(i) => format!("at event {}", count(i as u64)),
         };
-        let _ = writeln!(s, "\ndevice {}", device.device);
+        if snapshot.source.host_device == Some(device.device) {
+            let _ = writeln!(
+                s,
+                "\n{} (device {})",
+                crate::snapshot::HOST_LABEL,
+                device.device
+            );
+        } else {
+            let _ = writeln!(s, "\ndevice {}", device.device);
+        }
         let actions: Vec<String> = device
             .actions
             .iter()

@@ -230,10 +230,35 @@ impl FromRequestParts<AppState> for LoadedSnapshot {
     }
 }
 
-/// The device a query names (`?device=N`), or the server's default.
+/// The device a query names (`?device=N`, or `?device=host` for pinned host memory), or the
+/// server's default.
 #[derive(Debug, Clone, Copy, Default, Deserialize)]
 pub struct DeviceChoice {
-    pub device: Option<usize>,
+    pub device: Option<DeviceName>,
+}
+
+/// `?device=`'s value: a device ordinal, or `host`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub enum DeviceName {
+    Ordinal(usize),
+    /// Pinned host memory, whatever ordinal the snapshot gave it.
+    Host,
+}
+
+impl TryFrom<String> for DeviceName {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, String> {
+        if text == "host" {
+            return Ok(Self::Host);
+        }
+        text.parse().map(Self::Ordinal).map_err(|_| {
+            // The value may be long: the message names its first characters only.
+            let shown: String = text.chars().take(40).collect();
+            format!("device {shown:?} is neither a device number nor \"host\"")
+        })
+    }
 }
 
 impl DeviceChoice {
@@ -241,7 +266,18 @@ impl DeviceChoice {
     pub fn pick(self, loaded: &Loaded) -> Result<&DeviceAnalysis, ApiError> {
         let analysis = &loaded.analysis;
         match self.device {
-            Some(d) => analysis
+            Some(DeviceName::Host) => loaded
+                .snapshot
+                .source
+                .host_device
+                .and_then(|d| analysis.device(d))
+                .ok_or_else(|| {
+                    ApiError::BadRequest(
+                        "this snapshot recorded no pinned host memory (record_pinned_host_memory=True)"
+                            .into(),
+                    )
+                }),
+            Some(DeviceName::Ordinal(d)) => analysis
                 .device(d)
                 .ok_or_else(|| ApiError::BadRequest(format!("this snapshot has no device {d}"))),
             None => default_device(loaded)
@@ -268,7 +304,7 @@ pub struct DeviceMoment {
 
 #[derive(Deserialize)]
 struct DeviceMomentQuery {
-    device: Option<usize>,
+    device: Option<DeviceName>,
     at: Option<String>,
 }
 

@@ -272,6 +272,7 @@ pub fn router(state: AppState) -> Router {
             get(views::segment_timeline_view),
         )
         .route("/api/snapshots/{id}/events", get(views::events_view))
+        .route("/api/snapshots/{id}/events/{index}", get(views::event_view))
         .route("/api/snapshots/{id}/oom", get(compare::oom))
         .route("/api/compare/{a}/{b}", get(compare::compare))
         .route(

@@ -10,7 +10,7 @@ use super::wire::{
     TimeSpan, TimelineAnswer,
 };
 use crate::analysis::DeviceAnalysis;
-use crate::analysis::events::{EventFilter, EventPage, page};
+use crate::analysis::events::{EventFilter, EventPage, EventStack, event_stack, page};
 use crate::analysis::flame::{FlameMode, flame, flame_by_role};
 use crate::analysis::history::{History, history};
 use crate::analysis::markers::{Columns, Markers, annotation_markers};
@@ -480,6 +480,43 @@ pub async fn events_view(
                 query.limit.unwrap_or(200),
                 query.find,
             ))
+        })
+        .await
+        .map(Json)
+}
+
+#[derive(Debug, Deserialize)]
+pub struct EventStackQuery {
+    /// The list's frame filter, so the frames it matched are marked.
+    frame: Option<String>,
+}
+
+/// `GET /api/snapshots/{id}/events/{index}`: one event of the device's trace with its whole
+/// stack; 404 past the trace's end.
+pub async fn event_view(
+    snapshot: LoadedSnapshot,
+    Path((_, index)): Path<(String, usize)>,
+    Query(device): Query<DeviceChoice>,
+    Query(query): Query<EventStackQuery>,
+) -> Result<Json<EventStack>, ApiError> {
+    let frame = query.frame.filter(|f| !f.trim().is_empty());
+    snapshot
+        .on_device(device, move |loaded, device| {
+            let trace = loaded.snapshot.trace(device.device);
+            event_stack(
+                &loaded.snapshot,
+                trace,
+                &device.replay,
+                index,
+                frame.as_deref(),
+            )
+            .ok_or_else(|| {
+                ApiError::PageNotFound(format!(
+                    "event {index} (the trace of {} has {} events)",
+                    loaded.snapshot.source.device_label(device.device),
+                    trace.len()
+                ))
+            })
         })
         .await
         .map(Json)

@@ -26,6 +26,10 @@ pub(super) fn build<F: TraceFollower>(
     let mut memo = Memo::default();
     let mut snapshot = Snapshot::default();
     let mut budget = ConversionBudget::for_heap(&heap);
+    // Pinned host memory (`record_pinned_host_memory=True`): its segments and trace, read like a
+    // CUDA device's and placed after the CUDA devices (`SourceInfo::host_device`).
+    let mut host_segments = None;
+    let mut host_traces = None;
     let (segments, traces) = match root.kind() {
         Kind::Dict => {
             let mut segments = None;
@@ -36,6 +40,8 @@ pub(super) fn build<F: TraceFollower>(
                 match name {
                     "segments" => segments = Some(value),
                     "device_traces" => traces = Some(value),
+                    "host_segments" => host_segments = Some(value),
+                    "host_traces" => host_traces = Some(value),
                     "allocator_settings" => {
                         snapshot.allocator_settings =
                             to_json(&heap, value, &mut budget, "allocator_settings")?;
@@ -48,7 +54,12 @@ pub(super) fn build<F: TraceFollower>(
                         .push(budget.copy(other, "the top-level keys")?),
                 }
             }
-            if segments.is_none() && traces.is_none() {
+            // `record_cuda=False` records the host only.
+            if segments.is_none()
+                && traces.is_none()
+                && host_segments.is_none()
+                && host_traces.is_none()
+            {
                 // A key may be a 64 MiB string: the message names the first characters only.
                 let keys: Vec<String> = heap
                     .pairs(root)
@@ -96,13 +107,50 @@ pub(super) fn build<F: TraceFollower>(
     }
 
     // Each device's list holds event records in decode order (or dicts the compactor could not
-    // take, which are converted now).
+    // take, which are converted now). `None`: a device with no list (before the host's).
     let mut device_rows: Vec<Rows> = Vec::new();
-    let device_lists = traces.and_then(|v| heap.items(v)).unwrap_or(&[]).to_vec();
+    let mut device_lists: Vec<Option<Value>> = traces
+        .and_then(|v| heap.items(v))
+        .unwrap_or(&[])
+        .iter()
+        .map(|&list| Some(list))
+        .collect();
+    if host_segments.is_some() || host_traces.is_some() {
+        let host = device_lists.len().max(
+            snapshot
+                .segments
+                .iter()
+                .map(|s| usize::try_from(s.device).map_or(0, |d| d.saturating_add(1)))
+                .max()
+                .unwrap_or(0),
+        );
+        // A device ordinal far past the lists is a hostile file's, not a GPU count: the host
+        // stays right after the lists then, and those segments belong to no trace.
+        let host = if host > device_lists.len() + 64 {
+            device_lists.len()
+        } else {
+            host
+        };
+        device_lists.resize(host, None);
+        let host_list = host_traces.map(|list| host_trace_list(&heap, parts.compactor, list));
+        device_lists.push(host_list);
+        for value in host_segments
+            .and_then(|v| heap.items(v))
+            .unwrap_or(&[])
+            .to_vec()
+        {
+            if let Some(mut segment) = segment(&mut heap, &mut parts, value, &mut snapshot)? {
+                segment.device = host as i64;
+                snapshot.segments.push(segment);
+            }
+        }
+        snapshot.source.host_device = Some(host);
+    }
     // Every device's events, counted before they are copied out: `device_traces` may name one
     // list many times (2 bytes of pickle each), and each time is a whole trace to hold.
     let events: u64 = device_lists
         .iter()
+        .flatten()
         .map(|&list| match compactor.event_run(list) {
             Some(run) => run.len() as u64,
             None => heap.items(list).map_or(0, |items| items.len() as u64),
@@ -110,6 +158,10 @@ pub(super) fn build<F: TraceFollower>(
         .sum();
     compactor.count.check(events)?;
     for device_list in device_lists {
+        let Some(device_list) = device_list else {
+            device_rows.push(Rows::default());
+            continue;
+        };
         // Files torch writes hold one run of consecutive event records per device, which the
         // compactor took as they were appended.
         if let Some(run) = compactor.event_run(device_list) {
@@ -170,6 +222,22 @@ pub(super) fn build<F: TraceFollower>(
     snapshot.frames = compactor.frames;
     snapshot.stacks = compactor.stacks;
     Ok((snapshot, followed))
+}
+
+/// The host's list of trace entries: `host_traces` itself when it holds entries, or its first
+/// list when it is nested like `device_traces` (one list per device; the host is one).
+fn host_trace_list<F: TraceFollower>(
+    heap: &Heap,
+    compactor: &TraceCompactor<'_, F>,
+    host_traces: Value,
+) -> Value {
+    if compactor.event_run(host_traces).is_some() {
+        return host_traces;
+    }
+    match heap.items(host_traces) {
+        Some(items) if !items.is_empty() && items.iter().all(|i| i.is(Kind::List)) => items[0],
+        _ => host_traces,
+    }
 }
 
 /// The top-level list of a torch 1.13 file, if it is one: empty, or segment dicts only.

@@ -63,11 +63,30 @@ pub struct SourceInfo {
     pub legacy_segment_list: bool,
     /// Blocks carried a legacy `history` list instead of `frames`/`requested_size`.
     pub legacy_block_history: bool,
+    /// The device ordinal given to pinned host memory (`host_segments`/`host_traces`, read as
+    /// one more device after the CUDA ones); `None` when the file recorded none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_device: Option<usize>,
     /// Bytes of pickle decoded (after decompression); 0 for the JSON form and when opened from
     /// a stored index. What a stored index's size is bounded by (`src/server/stored_index.rs`).
     #[serde(skip)]
     pub decoded_bytes: u64,
 }
+
+impl SourceInfo {
+    /// How pages and commands name a device: `host (pinned)` for pinned host memory, else
+    /// `cuda:N`.
+    pub fn device_label(&self, device: usize) -> String {
+        if self.host_device == Some(device) {
+            HOST_LABEL.to_owned()
+        } else {
+            format!("cuda:{device}")
+        }
+    }
+}
+
+/// The name of pinned host memory as a device, in every page and command.
+pub const HOST_LABEL: &str = "host (pinned)";
 
 #[derive(Debug, Default, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]

@@ -55,6 +55,20 @@ export function duration(us) {
   return `${us < 0 ? "-" : ""}${minutes} min ${seconds} s`;
 }
 
+/**
+ * Time since the first event with microsecond resolution, so events a few µs apart read apart
+ * (`duration` rounds to 3 digits: "151 ms" on every row of a busy step): "0.042 ms",
+ * "151.234 ms", "12.345678 s", "2 min 03.456789 s".
+ */
+export function eventTime(us) {
+  const abs = Math.abs(us);
+  const sign = us < 0 ? "-" : "";
+  if (abs < 1e6) return `${sign}${(abs / 1000).toFixed(3)} ms`;
+  if (abs < 60e6) return `${sign}${(abs / 1e6).toFixed(6)} s`;
+  const minutes = Math.floor(abs / 60e6);
+  return `${sign}${minutes} min ${((abs - minutes * 60e6) / 1e6).toFixed(6).padStart(9, "0")} s`;
+}
+
 /** An address as 0x-hex. */
 export function hex(n) {
   return `0x${Math.round(n).toString(16)}`;

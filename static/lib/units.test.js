@@ -3,7 +3,7 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { bytes, bytesTick, compact, count, duration, hex, parseBytes, percent, relativeTime } from "./units.js";
+import { bytes, bytesTick, compact, count, duration, eventTime, hex, parseBytes, percent, relativeTime } from "./units.js";
 
 test("bytes agree with the server's formatter at the unit boundaries", () => {
   // The cases of src/format.rs's own test, plus the edges around each unit.
@@ -125,4 +125,13 @@ test("relative times: just now, minutes, hours, yesterday, days, then the date",
   assert.equal(relativeTime(now - 30 * 24 * 3_600_000, now), "2025-12-16");
   // A clock a little behind the server's: still "just now", never "-1 minutes ago".
   assert.equal(relativeTime(now + 10_000, now), "just now");
+});
+
+test("event times keep microseconds, so neighbours differ", () => {
+  assert.equal(eventTime(151_234), "151.234 ms");
+  assert.notEqual(eventTime(151_234), eventTime(151_235));
+  assert.equal(eventTime(42), "0.042 ms");
+  assert.equal(eventTime(12_345_678), "12.345678 s");
+  assert.equal(eventTime(123_456_789), "2 min 03.456789 s");
+  assert.equal(eventTime(-5), "-0.005 ms");
 });

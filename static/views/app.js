@@ -142,7 +142,10 @@ export async function startViews() {
   for (const d of traced.length ? traced : devices) {
     const option = document.createElement("option");
     option.value = String(d.device);
-    option.textContent = `cuda:${d.device}${d.trace_entries ? ` · ${count(d.trace_entries)} events` : ""}`;
+    // Pinned host memory (`record_pinned_host_memory=True`) is one more device after the GPUs.
+    const label = d.device === ctx.summary.analysis.source?.host_device ? "host (pinned)" : `cuda:${d.device}`;
+    option.textContent = `${label}${d.trace_entries ? ` · ${count(d.trace_entries)} events` : ""}`;
+    if (label !== `cuda:${d.device}`) option.dataset.host = "";
     select.append(option);
   }
   select.value = String(ctx.device());

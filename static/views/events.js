@@ -1,12 +1,19 @@
 // The event list: every event of the trace, virtualized (a fixed row height over a tall spacer,
 // scaled when the trace is taller than a browser can scroll), fetched in cached pages of 200 rows
 // for the visible range. Filters by action, minimum size and frame text; selecting a row moves
-// the selected moment, and the list follows the moment when it moves elsewhere.
+// the selected moment, and the list follows the moment when it moves elsewhere. A row opens
+// (click, Enter) to the event's whole stack, fetched once per event, and hovering a row shows it
+// in the tooltip; the frame filter's matches are marked in both.
 
-import { bytes, count, duration, hex, parseBytes } from "../lib/units.js";
-import { getJSON, h } from "./common.js";
+import { bytes, count, duration, eventTime, hex, parseBytes } from "../lib/units.js";
+import { getJSON, h, hideTip, showTip } from "./common.js";
 
-const ROW = 26;
+/** Row height in CSS px; on narrow screens a row is two lines (the frame below the numbers). */
+const ROW_WIDE = 26;
+const ROW_NARROW = 44;
+const NARROW = window.matchMedia("(max-width: 600px)");
+/** Frames shown in the hover tooltip; the opened row shows them all. */
+const TIP_FRAMES = 12;
 const PAGE = 200;
 const MAX_SPACER = 8_000_000;
 
@@ -28,6 +35,13 @@ export class EventsView {
     this.filterKey = null;
     this.selected = null;
     this.t0 = null;
+    /** The opened row's position among the matches, its stack's height once drawn. */
+    this.expanded = null;
+    this.expandedHeight = 0;
+    /** Event stacks by `device|index|frame filter`, each fetched once. */
+    this.stacks = new Map();
+    this.gotoNote = h("span", { className: "view-status small events-goto-note", id: "events-goto-note", role: "status" });
+    this.goto.closest("label").after(this.gotoNote);
     const s = ctx.store.get();
     this.action.value = s.action;
     if (this.action.value !== s.action) this.action.value = "";
@@ -55,19 +69,36 @@ export class EventsView {
         return;
       }
       this.goto.classList.remove("invalid");
-      this.ctx.setMoment(Math.min(n, this.ctx.events() - 1));
-      this.locate(true);
+      const wanted = Math.min(n, this.ctx.events() - 1);
+      this.ctx.setMoment(wanted);
+      this.locate(true).then(() => this.sayWhereGotoLanded(wanted));
       this.scroller.focus({ preventScroll: true });
     });
-    this.scroller.addEventListener("scroll", () => this.render());
+    this.scroller.addEventListener("scroll", () => {
+      hideTip();
+      this.render();
+    });
     this.scroller.addEventListener("keydown", (event) => this.onKey(event));
     this.rowsBox.addEventListener("click", (event) => {
+      if (event.target.closest(".event-stack")) return;
       const row = event.target.closest("[data-position]");
       if (!row?.dataset.index) return;
-      this.selected = Number(row.dataset.position);
+      const position = Number(row.dataset.position);
+      // The opened stack says what the tooltip said; on a touch screen the tip would cover it.
+      hideTip();
+      this.hovered = null;
+      this.selected = position;
+      this.toggle(position);
       this.ctx.setMoment(Number(row.dataset.index));
       this.scroller.focus({ preventScroll: true });
     });
+    this.rowsBox.addEventListener("mouseover", (event) => this.hover(event));
+    this.rowsBox.addEventListener("mousemove", (event) => this.hover(event));
+    this.rowsBox.addEventListener("mouseleave", () => {
+      this.hovered = null;
+      hideTip();
+    });
+    NARROW.addEventListener("change", () => this.visible() && this.locate(true));
     new ResizeObserver(() => this.visible() && this.render()).observe(this.scroller);
   }
 
@@ -110,6 +141,8 @@ export class EventsView {
     this.pages.clear();
     this.matching = null;
     this.selected = null;
+    this.expanded = null;
+    this.gotoNote.textContent = "";
     this.countText.textContent = "Loading…";
     try {
       if (this.t0 === null) {
@@ -165,7 +198,12 @@ export class EventsView {
     this.render();
   }
 
+  rowHeight() {
+    return NARROW.matches ? ROW_NARROW : ROW_WIDE;
+  }
+
   metrics() {
+    const ROW = this.rowHeight();
     const n = this.matching ?? 0;
     const view = this.scroller.clientHeight;
     const virtual = Math.min(n * ROW, MAX_SPACER);
@@ -210,23 +248,38 @@ export class EventsView {
     const at = this.ctx.moment();
     const rows = [];
     const missing = new Set();
-    for (let pos = from; pos < to; pos += 1) {
+    const ROW = this.rowHeight();
+    const loaded = (pos) => {
       const page = this.pages.get(`${this.filterKey}|${Math.floor(pos / PAGE)}`);
-      const row = page && !(page instanceof Promise) ? page.rows[pos - page.offset] : null;
-      if (!page) missing.add(Math.floor(pos / PAGE));
-      rows.push(this.rowElement(pos, row, (pos - first) * ROW, at));
+      return page && !(page instanceof Promise) ? page.rows[pos - page.offset] : null;
+    };
+    // Rows below an opened one move down by its stack's height (the rest of the list keeps
+    // its fixed-height arithmetic; the rows pushed past the bottom are simply not seen).
+    let below = 0;
+    let stackBox = null;
+    for (let pos = from; pos < to; pos += 1) {
+      const row = loaded(pos);
+      if (!this.pages.get(`${this.filterKey}|${Math.floor(pos / PAGE)}`)) missing.add(Math.floor(pos / PAGE));
+      const top = (pos - first) * ROW + below;
+      rows.push(this.rowElement(pos, row, top, at, loaded(pos - 1)));
+      if (pos === this.expanded && row) {
+        stackBox = this.stackElement(row, top + ROW);
+        rows.push(stackBox);
+        below += this.expandedHeight || 120;
+      }
     }
     if (m.n === 0) rows.push(h("div", { className: "event-empty" }, "No event matches these filters."));
     this.rowsBox.replaceChildren(...rows);
+    if (stackBox) this.fillStack(stackBox);
     for (const p of missing)
       this.page(p).then(
         () => this.render(),
         () => {},
       );
-    this.layout = { first, from, to, matching: m.n, scaled: m.n * ROW > MAX_SPACER };
+    this.layout = { first, from, to, matching: m.n, scaled: m.n * ROW > MAX_SPACER, expanded: this.expanded };
   }
 
-  rowElement(position, row, top, at) {
+  rowElement(position, row, top, at, previous) {
     const element = h("div", { className: "event-row", role: "row", dataset: { position } });
     element.style.top = `${top}px`;
     if (!row) {
@@ -234,21 +287,161 @@ export class EventsView {
       return element;
     }
     element.dataset.index = row.index;
+    element.setAttribute("aria-expanded", String(position === this.expanded));
     if (row.index === at) element.classList.add("selected");
     if (position === this.selected) element.classList.add("cursor");
+    const hasTime = row.time_us !== null && row.time_us !== undefined && this.t0 !== null;
+    const since = hasTime ? row.time_us - this.t0 : null;
+    const gap = hasTime && previous?.time_us !== null && previous?.time_us !== undefined ? row.time_us - previous.time_us : null;
+    const timeTitle = hasTime ? `${count(since)} µs after the first event${gap === null ? "" : `; +${duration(gap)} after the row above`}` : "No time recorded";
+    // One id form for blocks, PyTorch's viewer's b{hex address}_{reuse}; an event that opens or
+    // closes no block (a segment's, an OOM) has none, its address is in the tooltip and stack.
+    const block = row.block_id ?? "—";
+    const frame = this.frameCell(row);
     element.append(
       h("span", { className: "c-index" }, count(row.index)),
-      h("span", { className: "c-time" }, row.time_us !== null && row.time_us !== undefined && this.t0 !== null ? duration(row.time_us - this.t0) : "–"),
+      h("span", { className: "c-time", title: timeTitle }, hasTime ? eventTime(since) : "–"),
       h("span", { className: `c-action action-${row.action}` }, row.action),
       h("span", { className: "c-size" }, bytes(row.size)),
-      h("span", { className: "c-addr", title: `address ${hex(row.addr)}` }, row.block_id ?? hex(row.addr)),
+      h("span", { className: "c-addr", title: row.action === "oom" ? "An OOM has no block" : `address ${hex(row.addr)}` }, block),
       h("span", { className: "c-stream" }, String(row.stream)),
-      h("span", { className: "c-frame", title: row.top_frame ?? "" }, row.top_frame ?? ""),
+      frame,
     );
     return element;
   }
 
+  /** The frame column: the innermost frame PyTorch's viewer shows, or, with a frame filter, the
+   * frame that matched it with the matching text marked. */
+  frameCell(row) {
+    const filter = this.ctx.store.get().frame;
+    const text = (filter && row.matched_frame) || row.top_frame || "";
+    const cell = h("span", { className: "c-frame", title: filter && row.matched_frame ? `Matched “${filter}”: ${row.matched_frame}` : text });
+    cell.append(...markMatches(text, filter));
+    if (filter && row.matched_frame) cell.classList.add("matched");
+    return cell;
+  }
+
+  /** The stack of the event at `row`, fetched once per event and filter. */
+  stackOf(row) {
+    const filter = this.ctx.store.get().frame ?? "";
+    const key = `${this.ctx.device()}|${row.index}|${filter}`;
+    if (!this.stacks.has(key)) {
+      const params = new URLSearchParams({ device: this.ctx.device() });
+      if (filter) params.set("frame", filter);
+      const promise = getJSON(`/api/snapshots/${this.ctx.id}/events/${row.index}?${params}`);
+      promise.catch(() => this.stacks.delete(key));
+      this.stacks.set(key, promise);
+    }
+    return this.stacks.get(key);
+  }
+
+  /** Opens the row at `position` (closing any other), or closes it when it is open. */
+  toggle(position) {
+    this.expanded = this.expanded === position ? null : position;
+    this.expandedHeight = 0;
+    this.render();
+  }
+
+  stackElement(row, top) {
+    const box = h("div", { className: "event-stack", role: "region", "aria-label": `Stack of event ${count(row.index)}`, dataset: { index: row.index } });
+    box.style.top = `${top}px`;
+    box.append(h("div", { className: "muted small" }, "Loading the stack…"));
+    return box;
+  }
+
+  async fillStack(box) {
+    const index = Number(box.dataset.index);
+    const page = this.pages.get(`${this.filterKey}|${Math.floor(this.expanded / PAGE)}`);
+    const row = page?.rows?.[this.expanded - page.offset];
+    if (!row || row.index !== index) return;
+    let answer;
+    try {
+      answer = await this.stackOf(row);
+    } catch (error) {
+      box.replaceChildren(h("div", { className: "view-error" }, `The stack could not load. ${error.message}`));
+      return;
+    }
+    if (!box.isConnected) return;
+    const filter = this.ctx.store.get().frame;
+    const head = h(
+      "div",
+      { className: "event-stack-head" },
+      h("strong", {}, `Event ${count(index)} · ${row.action} · ${bytes(row.size)}`),
+      h("span", { className: "muted" }, ` address ${hex(row.addr)}${row.block_id ? ` · block ${row.block_id}` : ""} · stream ${row.stream}`),
+    );
+    const list = h("ol", { className: "event-frames" });
+    if (answer.frames.length === 0) list.append(h("li", { className: "muted" }, "No stack was recorded for this event."));
+    for (const frame of answer.frames) {
+      const base = (frame.filename ?? "").split("/").pop();
+      const item = h("li", { className: frame.hidden ? "frame-hidden" : "", title: `${frame.filename}:${frame.line}` });
+      item.append(
+        h("span", { className: "frame-name" }, ...markMatches(frame.name, filter)),
+        " ",
+        h("span", { className: "frame-where" }, ...markMatches(`${base}:${frame.line}`, filter)),
+      );
+      if (frame.matched) item.classList.add("matched");
+      list.append(item);
+    }
+    box.replaceChildren(head, list);
+    const height = box.offsetHeight;
+    if (height !== this.expandedHeight) {
+      this.expandedHeight = height;
+      this.render();
+    }
+  }
+
+  /** The hover tooltip: the event's stack (the frames PyTorch's viewer shows, innermost first). */
+  async hover(event) {
+    const row = event.target.closest(".event-row[data-index]");
+    if (!row) {
+      this.hovered = null;
+      hideTip();
+      return;
+    }
+    const { clientX, clientY } = event;
+    const index = Number(row.dataset.index);
+    this.hovered = index;
+    const position = Number(row.dataset.position);
+    const page = this.pages.get(`${this.filterKey}|${Math.floor(position / PAGE)}`);
+    const data = page?.rows?.[position - page.offset];
+    if (!data) return;
+    let answer;
+    try {
+      answer = await this.stackOf(data);
+    } catch {
+      return;
+    }
+    if (this.hovered !== index) return;
+    const filter = this.ctx.store.get().frame;
+    const shown = answer.frames.filter((f) => !f.hidden || f.matched);
+    const lines = shown.slice(0, TIP_FRAMES).map((frame) => {
+      const base = (frame.filename ?? "").split("/").pop();
+      return h("div", { className: `tip-where${frame.matched ? " matched" : ""}` }, ...markMatches(`${frame.name}  ${base}:${frame.line}`, filter));
+    });
+    const more = shown.length > TIP_FRAMES ? h("div", { className: "muted" }, `… ${shown.length - TIP_FRAMES} more frames: click the row for all`) : null;
+    const none = shown.length === 0 ? h("div", { className: "muted" }, "No stack was recorded for this event.") : null;
+    showTip(clientX, clientY, h("div", { className: "tip-title" }, `Event ${count(index)} · ${data.action} · ${bytes(data.size)}`), ...lines, more, none);
+  }
+
+  /** After "go to event": says when the event asked for is not in the filtered list. */
+  sayWhereGotoLanded(event) {
+    const page = this.pages.get(`${this.filterKey}|${Math.floor((this.selected ?? 0) / PAGE)}`);
+    const row = page && !(page instanceof Promise) && this.selected !== null ? page.rows[this.selected - page.offset] : null;
+    if (row && row.index === event) this.gotoNote.textContent = "";
+    else if (row)
+      this.gotoNote.textContent = `Event ${count(event)} is filtered out: showing ${row.index > event ? "the next" : "the last"} match, event ${count(row.index)}`;
+    else this.gotoNote.textContent = `Event ${count(event)} is filtered out, and no event matches after it`;
+  }
+
   async onKey(event) {
+    if (event.key === "Enter" || event.key === "Escape") {
+      if (event.key === "Escape" && this.expanded === null) return;
+      event.preventDefault();
+      event.stopPropagation();
+      if (event.key === "Escape") this.toggle(this.expanded);
+      else if (this.selected !== null) this.toggle(this.selected);
+      return;
+    }
     if (!["ArrowUp", "ArrowDown", "PageUp", "PageDown", "Home", "End"].includes(event.key)) return;
     event.preventDefault();
     event.stopPropagation();
@@ -256,10 +449,31 @@ export class EventsView {
     const step = { ArrowUp: -1, ArrowDown: 1, PageUp: -Math.floor(m.fit), PageDown: Math.floor(m.fit), Home: -Infinity, End: Infinity }[event.key];
     const position = Math.max(0, Math.min(m.n - 1, (this.selected ?? Math.floor(this.firstRow())) + step));
     this.selected = position;
+    // An opened stack follows the cursor, so ↑ ↓ read stack after stack.
+    if (this.expanded !== null) {
+      this.expanded = position;
+      this.expandedHeight = 0;
+    }
     if (!this.isVisible(position)) this.scrollToRow(position);
     const page = await this.page(Math.floor(position / PAGE));
     const row = page.rows[position - page.offset];
     if (row) this.ctx.setMoment(row.index);
     this.render();
   }
+}
+
+/** `text` as nodes, each occurrence of `needle` (case-insensitive) in a <mark>. */
+function markMatches(text, needle) {
+  if (!needle) return [text];
+  const lower = text.toLowerCase();
+  const find = needle.toLowerCase();
+  const parts = [];
+  let from = 0;
+  for (let at = lower.indexOf(find); at >= 0; at = lower.indexOf(find, from)) {
+    if (at > from) parts.push(text.slice(from, at));
+    parts.push(h("mark", {}, text.slice(at, at + find.length)));
+    from = at + find.length;
+  }
+  if (from < text.length) parts.push(text.slice(from));
+  return parts;
 }

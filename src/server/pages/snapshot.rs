@@ -42,11 +42,16 @@ struct SnapshotPage {
 
 struct NoteView {
     code: String,
+    /// The device a note is about (`cuda:0`, `host (pinned)`), or empty for the whole file:
+    /// two devices' notes would otherwise read as one banner said twice.
+    device: String,
     message: String,
 }
 
 struct DeviceView {
     device: usize,
+    /// `cuda:N`, or `host (pinned)`.
+    label: String,
     trace_entries: String,
     actions: String,
     peak: String,
@@ -257,7 +262,12 @@ fn distinguishing_frames(stacks: &[Vec<String>]) -> Vec<Option<usize>> {
 }
 
 impl DeviceView {
-    fn new(device: &DeviceSummary, trace: &crate::snapshot::Trace, expandable: bool) -> Self {
+    fn new(
+        device: &DeviceSummary,
+        trace: &crate::snapshot::Trace,
+        source: &crate::snapshot::SourceInfo,
+        expandable: bool,
+    ) -> Self {
         let start = trace.time_us.first().unwrap_or(0);
         let at = |event: Option<usize>| match event {
             None => "before the first event".to_owned(),
@@ -283,6 +293,7 @@ impl DeviceView {
             .first()
             .map_or(1, |s| s.bytes.max(1));
         Self {
+            label: source.device_label(device.device),
             device: device.device,
             trace_entries: count(device.trace_entries as u64),
             actions: device
@@ -502,6 +513,11 @@ fn snapshot_page(state: &AppState, stored: StoredSnapshot, loaded: &Loaded) -> S
             .iter()
             .map(|n| NoteView {
                 code: n.code.to_owned(),
+                device: n
+                    .device
+                    .filter(|_| summary.devices.len() > 1)
+                    .map(|d| snapshot.source.device_label(d))
+                    .unwrap_or_default(),
                 message: n.message.clone(),
             })
             .collect(),
@@ -517,7 +533,7 @@ fn snapshot_page(state: &AppState, stored: StoredSnapshot, loaded: &Loaded) -> S
                         || snapshot.trace(d.device).action.iter().any(|&a| {
                             a == ActionCode::SEGMENT_MAP || a == ActionCode::SEGMENT_UNMAP
                         });
-                DeviceView::new(d, snapshot.trace(d.device), expandable)
+                DeviceView::new(d, snapshot.trace(d.device), &snapshot.source, expandable)
             })
             .collect(),
         settings,
