@@ -477,11 +477,11 @@ fn open_refuses_a_bad_file_with_a_clear_message_and_leaves_nothing() {
     }
 }
 
-/// `tests/fixtures/host_pinned.pickle` is synthetic (torch 2.11 cannot record pinned host
+/// `tests/fixtures/synthetic/host_pinned.pickle` is synthetic (torch 2.11 cannot record pinned host
 /// memory; see tests/fixtures/README.md): one CUDA device and the host's two pinned segments.
 #[test]
 fn host_pinned_memory_is_a_device_in_summary_and_export() {
-    let file = path("host_pinned");
+    let file = path("synthetic/host_pinned");
     let output = snapview(&["summary", &file]);
     assert!(output.status.success());
     let text = String::from_utf8_lossy(&output.stdout);

@@ -163,8 +163,8 @@ await run(110_000, async (browser) => {
   });
 
   await step("pinned host memory is a device: offered by name, its timeline, segments and events drawn", async () => {
-    // A synthetic file (tests/fixtures/gen_host_pinned.py): torch 2.11 cannot record one.
-    state.host = (await upload(join(FIXTURES, "host_pinned.pickle"))).id;
+    // A synthetic file (tests/fixtures/synthetic/gen_host_pinned.py): torch 2.11 cannot record one.
+    state.host = (await upload(join(FIXTURES, "synthetic", "host_pinned.pickle"))).id;
     const detail = (await api(`/api/snapshots/${state.host}`)).body;
     const hostDevice = detail.analysis.source.host_device;
     assertEqual(hostDevice, 1, "the host's ordinal");
