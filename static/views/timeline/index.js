@@ -198,7 +198,8 @@ export class TimelineView {
     this.setStatus("Loading…");
     try {
       const data = await getJSON(`/api/snapshots/${this.ctx.id}/timeline?${key}`, controller.signal);
-      if (controller.signal.aborted) return;
+      // A newer window was asked for meanwhile: this answer is dropped before any work on it.
+      if (controller.signal.aborted || this.abort !== controller) return;
       this.dataKey = key;
       this.loading = false;
       this.model = prepare(data);
@@ -208,7 +209,10 @@ export class TimelineView {
         return;
       }
       this.paint();
-      this.paintMinimap();
+      // The minimap draws the overview, not this answer: only its brush may have moved, and
+      // that is a frame's work, not this task's.
+      this.drawMinimap();
+      this.rehover?.();
       if (!this.drawn) {
         this.drawn = true;
         performance.mark("snapview:timeline-drawn");
