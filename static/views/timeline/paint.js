@@ -235,6 +235,11 @@ function bandGeometry(model, byRole, dark) {
   return bands;
 }
 
+/** Builds an answer's band geometry ahead of its first paint (see bandGeometry). */
+export function prepareBands(view, model) {
+  bandGeometry(model, view.state().color === "role", theme().dark);
+}
+
 /** Every band's runs; returns each drawn band's largest visible rectangle (for labels and tests). */
 function paintBands({ ctx, t, m, plot, model, byRole }) {
   const drawn = [];
