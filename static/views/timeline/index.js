@@ -14,9 +14,12 @@ import { count } from "../../lib/units.js";
 import { frameScheduler, getJSON, h, onThemeChange } from "../common.js";
 import { bindChart } from "./interaction.js";
 import { bindMinimap, MINIMAP_HEIGHT, paintMinimap } from "./minimap.js";
-import { HEIGHT, MARGIN, paintTimeline } from "./paint.js";
+import { HEIGHT, MARGIN, paintTimeline, prepareBands } from "./paint.js";
 import { bindRoleStrip, loadRoles, paintRoleStrip } from "./roles.js";
 import { closeColumnList, renderLegend, renderSide } from "./side.js";
+
+/** Yields to the event loop (input and frames go first). */
+const nextTask = () => new Promise((resolve) => setTimeout(resolve, 0));
 
 /** How long the window must stay still before its answer is asked for (zooming asks once). */
 const FETCH_DELAY_MS = 100;
@@ -191,6 +194,9 @@ export class TimelineView {
     // The role strip asks for the same window (the answers share their columns).
     if (s.color === "role") loadRoles(this, key);
     if (key === this.dataKey && this.model) return;
+    // The same window already on its way: asking again would throw away its answer.
+    if (this.loading && key === this.pendingKey) return;
+    this.pendingKey = key;
     this.abort?.abort();
     const controller = new AbortController();
     this.abort = controller;
@@ -198,17 +204,30 @@ export class TimelineView {
     this.setStatus("Loading…");
     try {
       const data = await getJSON(`/api/snapshots/${this.ctx.id}/timeline?${key}`, controller.signal);
-      if (controller.signal.aborted) return;
+      // A newer window was asked for meanwhile: this answer is dropped before any work on it.
+      const superseded = () => controller.signal.aborted || this.abort !== controller;
+      if (superseded()) return;
+      // Parsing, preparing and painting a large answer are each a task of their own, so that
+      // on a loaded machine none of them runs long, and a newer zoom can cut in between them.
+      await nextTask();
+      if (superseded()) return;
+      const model = prepare(data);
+      prepareBands(this, model);
+      await nextTask();
+      if (superseded()) return;
       this.dataKey = key;
       this.loading = false;
-      this.model = prepare(data);
+      this.model = model;
       this.error.hidden = true;
       if (data.events === 0) {
         this.showEmpty();
         return;
       }
       this.paint();
-      this.paintMinimap();
+      // The minimap draws the overview, not this answer: only its brush may have moved, and
+      // that is a frame's work, not this task's.
+      this.drawMinimap();
+      this.rehover?.();
       if (!this.drawn) {
         this.drawn = true;
         performance.mark("snapview:timeline-drawn");

@@ -20,6 +20,7 @@ export function bindChart(view) {
   canvas.addEventListener("pointerleave", () => {
     if (view.drag) return;
     view.hover = null;
+    view.pointer = null;
     hideTip();
     view.draw();
   });
@@ -39,6 +40,12 @@ export function bindChart(view) {
   // What is under a point of the chart (CSS px of the canvas): the tests walk allocations with it.
   view.hitTest = (x, y) => hitTest(view, x, y);
   view.openColumn = (column, limit) => openColumnList(view, column, limit);
+  // A new answer under a still pointer: the tip is asked again of it, or it would go on
+  // describing the old answer's column until the pointer moved.
+  view.rehover = () => {
+    const p = view.pointer;
+    if (p && view.hover && !view.drag) hoverAt(view, p.x, p.y, p.clientX, p.clientY);
+  };
   for (const b of view.panel.querySelectorAll("[data-zoom]")) {
     b.addEventListener("click", () => {
       if (b.dataset.zoom === "reset") view.reset();
@@ -149,6 +156,7 @@ function hitTest(view, x, y) {
 
 /** The crosshair and the tooltip for what is at (x, y): an annotation, a band, or the column. */
 function hoverAt(view, x, y, clientX, clientY) {
+  view.pointer = { x, y, clientX, clientY };
   const m = view.mapping();
   const model = view.model;
   if (x < m.plot.x || x > m.plot.x + m.plot.w || y < m.plot.y - 8 || y > m.plot.y + m.plot.h) {

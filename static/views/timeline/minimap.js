@@ -20,29 +20,21 @@ export function paintMinimap(view) {
   ctx.fillRect(0, 0, width, MINIMAP_HEIGHT);
   const model = view.overview;
   if (!model || model.n === 0) return;
-  const data = model.data;
   const x = (u) => plot.x + (u / model.n) * plot.w;
-  const yTop = Math.max(1, data.y_max);
-  const y = (b) => MINIMAP_HEIGHT - 3 - (b / yTop) * (MINIMAP_HEIGHT - 8);
-  // As the chart draws it: solid up to each column's lowest total, lighter up to its highest,
-  // the highest outlined, so the steps of a long run show in the overview too.
-  for (let c = 0; c < model.n; c += 1) {
-    const top = y(data.allocated_max[c]);
-    const low = y(data.allocated_min[c]);
-    const w = Math.max(0.6, x(c + 1) - x(c));
-    ctx.fillStyle = t.small;
-    ctx.fillRect(x(c), low, w, y(0) - low);
-    ctx.fillStyle = t.smallRange;
-    ctx.fillRect(x(c), top, w, low - top);
-    ctx.fillStyle = t.smallEdge;
-    ctx.fillRect(x(c), top - 0.5, w, 1);
+  // The overview changes only with its answer, the width and the theme; the brush moves on
+  // every frame of a zoom, so the overview is drawn once into a canvas of its own and copied.
+  const dpr = window.devicePixelRatio || 1;
+  const key = `${width}:${dpr}:${t.dark}:${t.small}`;
+  if (view.minimapCache?.model !== model || view.minimapCache.key !== key) {
+    const image = document.createElement("canvas");
+    image.width = Math.max(1, Math.round(width * dpr));
+    image.height = Math.max(1, Math.round(MINIMAP_HEIGHT * dpr));
+    const c = image.getContext("2d");
+    c.setTransform(dpr, 0, 0, dpr, 0, 0);
+    paintOverview(c, t, model, plot, x);
+    view.minimapCache = { model, key, image };
   }
-  ctx.fillStyle = t.reserved;
-  stepLine(ctx, model.n, x, (c) => y(data.reserved[c]), 1, plot.x, plot.x + plot.w);
-  if (data.complete_from) {
-    ctx.fillStyle = t.incomplete;
-    ctx.fillRect(plot.x, 0, x(unitOfEvent(model, data.complete_from)) - plot.x, MINIMAP_HEIGHT);
-  }
+  ctx.drawImage(view.minimapCache.image, 0, 0, width, MINIMAP_HEIGHT);
   // The brush.
   const { start, end } = view.window();
   const b0 = x(unitOfEvent(model, start));
@@ -111,4 +103,30 @@ function windowOf(model, a, b) {
   const start = Math.max(0, Math.floor(eventOfUnit(model, a)));
   const end = Math.min(model.events - 1, Math.max(start + 15, Math.ceil(eventOfUnit(model, b)) - 1));
   return { start, end };
+}
+
+/** The overview answer, as the chart draws it (without the brush). */
+function paintOverview(ctx, t, model, plot, x) {
+  const data = model.data;
+  const yTop = Math.max(1, data.y_max);
+  const y = (b) => MINIMAP_HEIGHT - 3 - (b / yTop) * (MINIMAP_HEIGHT - 8);
+  // As the chart draws it: solid up to each column's lowest total, lighter up to its highest,
+  // the highest outlined, so the steps of a long run show in the overview too.
+  for (let c = 0; c < model.n; c += 1) {
+    const top = y(data.allocated_max[c]);
+    const low = y(data.allocated_min[c]);
+    const w = Math.max(0.6, x(c + 1) - x(c));
+    ctx.fillStyle = t.small;
+    ctx.fillRect(x(c), low, w, y(0) - low);
+    ctx.fillStyle = t.smallRange;
+    ctx.fillRect(x(c), top, w, low - top);
+    ctx.fillStyle = t.smallEdge;
+    ctx.fillRect(x(c), top - 0.5, w, 1);
+  }
+  ctx.fillStyle = t.reserved;
+  stepLine(ctx, model.n, x, (c) => y(data.reserved[c]), 1, plot.x, plot.x + plot.w);
+  if (data.complete_from) {
+    ctx.fillStyle = t.incomplete;
+    ctx.fillRect(plot.x, 0, x(unitOfEvent(model, data.complete_from)) - plot.x, MINIMAP_HEIGHT);
+  }
 }

@@ -160,7 +160,6 @@ function paintSmallAllocations({ ctx, t, m, plot, model, data, byRole, greyRoles
     const span = visible(c);
     if (!span) continue;
     const [x0, w] = span;
-    const top = m.py(data.allocated_max[c]);
     const low = m.py(Math.max(data.allocated_min[c], data.big_top[c]));
     const bottom = m.py(data.big_top[c]);
     const parts = greyRoles?.[c];
@@ -180,8 +179,17 @@ function paintSmallAllocations({ ctx, t, m, plot, model, data, byRole, greyRoles
     }
     ctx.fillStyle = t.small;
     if (bottom - low > 0.05) ctx.fillRect(x0, low, w, bottom - low);
-    ctx.fillStyle = t.smallRange;
-    if (low - top > 0.05) ctx.fillRect(x0, top, w, low - top);
+  }
+  // The lighter part in a pass of its own: it never overlaps the solid part, and switching the
+  // fill twice a column for thousands of columns cost more than the rectangles.
+  ctx.fillStyle = t.smallRange;
+  for (let c = 0; c < model.n; c += 1) {
+    if (byRole && greyRoles?.[c]?.length) continue;
+    const span = visible(c);
+    if (!span) continue;
+    const top = m.py(data.allocated_max[c]);
+    const low = m.py(Math.max(data.allocated_min[c], data.big_top[c]));
+    if (low - top > 0.05) ctx.fillRect(span[0], top, span[1], low - top);
   }
   // The outline of the highest and lowest totals (one rect per column: cheap, and exact).
   ctx.fillStyle = t.smallEdge;
@@ -205,22 +213,58 @@ function greyRolesOf(view) {
   return parts;
 }
 
+/**
+ * Each band's runs as one Float64Array of (c0, c1, offset) triples and its fill, computed once
+ * per answer and colouring: every frame of a zoom redraws the same answer through a new mapping,
+ * and rebuilding thousands of run objects and colour strings each frame made those frames long.
+ */
+function bandGeometry(model, byRole, dark) {
+  const key = `${byRole}:${dark}`;
+  if (model.geometry?.key === key) return model.geometry.bands;
+  const bands = model.bands.map((band) => {
+    const list = bandRuns(band);
+    const runs = new Float64Array(list.length * 3);
+    list.forEach((run, i) => {
+      runs[i * 3] = run.c0;
+      runs[i * 3 + 1] = run.c1;
+      runs[i * 3 + 2] = run.offset;
+    });
+    return { band, runs, fill: byRole ? roleColor(band.role, dark) : bandColor(band.id, dark) };
+  });
+  model.geometry = { key, bands };
+  return bands;
+}
+
+/** Builds an answer's band geometry ahead of its first paint (see bandGeometry). */
+export function prepareBands(view, model) {
+  bandGeometry(model, view.state().color === "role", theme().dark);
+}
+
 /** Every band's runs; returns each drawn band's largest visible rectangle (for labels and tests). */
 function paintBands({ ctx, t, m, plot, model, byRole }) {
   const drawn = [];
-  for (const band of model.bands) {
-    ctx.fillStyle = byRole ? roleColor(band.role, t.dark) : bandColor(band.id, t.dark);
+  const left = plot.x;
+  const right = plot.x + plot.w;
+  for (const { band, runs, fill } of bandGeometry(model, byRole, t.dark)) {
     let best = null;
-    for (const run of bandRuns(band)) {
-      const x0 = m.px(run.c0);
-      const x1 = m.px(run.c1);
-      if (x1 < plot.x || x0 > plot.x + plot.w) continue;
-      const y0 = m.py(run.offset + band.size);
-      const y1 = m.py(run.offset);
+    // The fill is set only for bands with a run on screen (parsing it is not free).
+    let filled = false;
+    for (let i = 0; i < runs.length; i += 3) {
+      const x0 = m.px(runs[i]);
+      const x1 = m.px(runs[i + 1]);
+      if (x1 < left || x0 > right) continue;
+      const y0 = m.py(runs[i + 2] + band.size);
+      const y1 = m.py(runs[i + 2]);
+      // Bands wholly above or below a zoomed byte axis are not drawn (the clip would hide them).
+      if (y1 < plot.y - 2 || y0 > plot.y + plot.h) continue;
+      if (!filled) {
+        ctx.fillStyle = fill;
+        filled = true;
+      }
       ctx.fillRect(x0, y0, Math.max(0.6, x1 - x0), Math.max(0.6, y1 - y0));
       // The part inside the plot (a zoomed byte axis clips bands above and below it).
-      const cx0 = Math.max(x0, plot.x);
-      const cx1 = Math.min(x1, plot.x + plot.w);
+      const cx0 = Math.max(x0, left);
+      const cx1 = Math.min(x1, right);
       const cy0 = Math.max(y0, plot.y);
       const cy1 = Math.min(y1, plot.y + plot.h);
       if (cy1 <= cy0) continue;
