@@ -541,3 +541,20 @@ fn the_retained_graph_leak_names_the_code_and_adds_up() {
         "{codes:?}"
     );
 }
+
+/// Pinned host memory has its own allocator and no training phases: its buffers get no guessed
+/// role (a batch staged during forward is not an activation) and no finding, while the CUDA
+/// device of the same file keeps both. The file is synthetic (torch 2.11 cannot record host
+/// memory; tests/fixtures/README.md).
+#[test]
+fn pinned_host_memory_gets_no_guessed_role_and_no_finding() {
+    let summary = summary(&fixture("synthetic/host_pinned.pickle"));
+    let devices = summary["devices"].as_array().expect("devices");
+    assert_eq!(devices.len(), 2, "{summary}");
+    let host = &devices[1];
+    let roles = host["roles_at_peak"].as_object().expect("roles_at_peak");
+    assert_eq!(roles.keys().collect::<Vec<_>>(), ["unknown"], "{host}");
+    assert!(host["findings"].as_array().expect("findings").is_empty(), "{host}");
+    let cuda_roles = devices[0]["roles_at_peak"].as_object().expect("roles");
+    assert!(!cuda_roles.contains_key("unknown"), "{}", devices[0]);
+}

@@ -51,6 +51,12 @@ pub fn device_findings(
     device: &DeviceAnalysis,
     roles: &DeviceRoles,
 ) -> Vec<Finding> {
+    // Every finding reads the CUDA caching allocator's behaviour (its pools, its segments, the
+    // training loop's phases); pinned host memory has another allocator, so nothing is said of
+    // it rather than something unproven.
+    if snapshot.source.host_device == Some(device.device) {
+        return Vec::new();
+    }
     let mut findings = Vec::new();
     findings.extend(activations_kept_without_backward(snapshot, device, roles));
     let retained = graph_retained_across_steps(snapshot, device, roles);

@@ -119,9 +119,10 @@ pub(super) enum Rule {
     OutputKeptAcrossPasses,
     OutputWithoutBackward,
     CublasWorkspaceFrames,
+    PinnedHostMemory,
 }
 
-const RULE_TEXT: [&str; 30] = [
+const RULE_TEXT: [&str; 31] = [
     "alive since before recording began and never freed: weights loaded before the recording",
     "made by model setup (.to/.cuda, nn.init, load_state_dict, from_pretrained) and kept",
     "made by model setup and freed before training used it",
@@ -152,6 +153,7 @@ const RULE_TEXT: [&str; 30] = [
     "the last block a forward pass made that outlived the next pass whole, not freed by backward: an output the program keeps",
     "the last block a forward pass made, still alive, where no backward ran or the same stack's earlier outputs were kept across passes: an output the program keeps",
     "made under cuBLAS setting up its workspace (at::cuda::setWorkspaceForHandle or getCUDABlasLtWorkspace in the C++ frames): the library's workspace",
+    "pinned host memory: the built-in roles read CUDA memory's phases and are not guessed for host buffers (user rules and annotations still apply)",
 ];
 
 const FIRST_USER_RULE: u16 = 256;
@@ -421,6 +423,12 @@ impl DeviceRoles {
             &mut rule,
         );
 
+        // Pinned host buffers are staging for copies, not tensors of the model's phases: a buffer
+        // filled during forward is not an activation. Rather than a confident wrong role, none.
+        if snapshot.source.host_device == Some(device) {
+            role.fill(Role::Unknown as u8);
+            rule.fill(Rule::PinnedHostMemory as u16);
+        }
         // The profiler's categories override the built-in rules; user rules override both, and
         // annotations override everything.
         apply_categories(
