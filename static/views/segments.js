@@ -314,11 +314,26 @@ export class SegmentsView {
 
   renderTable() {
     const segments = this.data.segments;
-    // Stepping one event changes a block or two: the table (hundreds of rows on a big trace)
-    // is rebuilt only when a row would read differently.
-    const key = segments.map((s) => `${s.address}:${s.size}:${s.stream_id}:${Object.values(s.stats).join(",")}`).join(";");
-    if (key === this.tableKey) return;
-    this.tableKey = key;
+    const stats = (st) => [
+      bytes(st.allocated),
+      st.pending_free ? bytes(st.pending_free) : "–",
+      bytes(st.external_free),
+      bytes(st.largest_free_block),
+      st.external_free ? `${(100 * (st.fragmentation ?? 1 - st.largest_free_block / st.external_free)).toFixed(0)}%` : "–",
+      count(st.blocks),
+    ];
+    // Stepping one event changes a block or two: the same segments keep their rows and only the
+    // cells that read differently are rewritten. Rebuilding hundreds of rows on every step cost
+    // a layout of the whole table (a long task on the huge trace).
+    const shape = segments.map((s) => `${s.address}:${s.size}:${s.stream_id}:${s.type}:${s.pool}:${s.expandable}`).join(";");
+    if (shape === this.tableShape && this.tableCells) {
+      for (const [i, s] of segments.entries()) {
+        const cells = this.tableCells[i];
+        for (const [j, text] of stats(s.stats).entries()) if (cells[j].textContent !== text) cells[j].textContent = text;
+      }
+      return;
+    }
+    this.tableShape = shape;
     const head = h(
       "thead",
       {},
@@ -331,8 +346,10 @@ export class SegmentsView {
       ),
     );
     const body = h("tbody");
+    this.tableCells = [];
     for (const [i, s] of segments.entries()) {
-      const st = s.stats;
+      const cells = stats(s.stats).map((text) => h("td", { className: "num" }, text));
+      this.tableCells.push(cells);
       const row = h(
         "tr",
         {
@@ -349,12 +366,7 @@ export class SegmentsView {
         h("td", { className: "num" }, bytes(s.size)),
         h("td", { className: "num" }, `stream ${s.stream_id}`),
         h("td", { className: "num" }, `${s.type}${s.pool && (s.pool[0] || s.pool[1]) ? ` (${s.pool.join(",")})` : ""}`),
-        h("td", { className: "num" }, bytes(st.allocated)),
-        h("td", { className: "num" }, st.pending_free ? bytes(st.pending_free) : "–"),
-        h("td", { className: "num" }, bytes(st.external_free)),
-        h("td", { className: "num" }, bytes(st.largest_free_block)),
-        h("td", { className: "num" }, st.external_free ? `${(100 * (st.fragmentation ?? 1 - st.largest_free_block / st.external_free)).toFixed(0)}%` : "–"),
-        h("td", { className: "num" }, count(st.blocks)),
+        ...cells,
       );
       body.append(row);
     }
