@@ -163,27 +163,56 @@ export class SegmentsView {
     const d = this.history;
     if (!d) return;
     const selected = d.selected;
-    const list = h(
-      "ol",
-      { className: "history-list", "aria-label": "Events around the moment" },
-      d.rows.map((row) =>
+    // The list and its rows are built once and rewritten in place: a step changes a few texts
+    // and which row is selected, and rebuilding the rows laid the page out again (a long task
+    // on the huge trace).
+    if (!this.historyList) {
+      this.historyList = h("ol", { className: "history-list", "aria-label": "Events around the moment" });
+      this.historyList.addEventListener("click", (event) => {
+        const row = event.target instanceof Element ? event.target.closest("[data-event]") : null;
+        if (row) this.ctx.setMoment(Number(row.dataset.event));
+      });
+      this.historyDetail = h("p");
+      this.historyBox.replaceChildren(
+        h("h3", { className: "history-heading" }, "Allocator state history", h("span", { className: "muted small" }, " ↑ ↓ step")),
+        this.historyList,
+        this.historyDetail,
+      );
+    }
+    const list = this.historyList;
+    while (list.children.length > d.rows.length) list.lastElementChild.remove();
+    while (list.children.length < d.rows.length) {
+      list.append(
         h(
           "li",
-          {
-            className: `history-row${row.index === d.at ? " selected" : ""}`,
-            "data-event": String(row.index),
-            "aria-current": row.index === d.at ? "true" : null,
-            onclick: () => this.ctx.setMoment(row.index),
-            title: `Event ${count(row.index)}: click to show the map after it`,
-          },
-          h("span", { className: "history-index num" }, count(row.index)),
-          h("span", { className: `history-action action-${row.action}` }, row.action),
-          h("span", { className: "history-size num" }, row.action === "snapshot" ? "" : bytes(row.size)),
-          h("code", { className: "history-addr" }, row.address ? hex(row.address) : ""),
-          h("span", { className: "history-stream" }, row.stream),
+          {},
+          h("span", { className: "history-index num" }),
+          h("span", {}),
+          h("span", { className: "history-size num" }),
+          h("code", { className: "history-addr" }),
+          h("span", { className: "history-stream" }),
         ),
-      ),
-    );
+      );
+    }
+    const set = (el, key, value) => {
+      if (el[key] !== value) el[key] = value;
+    };
+    for (const [i, row] of d.rows.entries()) {
+      const li = list.children[i];
+      const current = row.index === d.at;
+      set(li, "className", `history-row${current ? " selected" : ""}`);
+      if (li.dataset.event !== String(row.index)) li.dataset.event = String(row.index);
+      if (current) li.setAttribute("aria-current", "true");
+      else li.removeAttribute("aria-current");
+      set(li, "title", `Event ${count(row.index)}: click to show the map after it`);
+      const [index, action, size, address, stream] = li.children;
+      set(index, "textContent", count(row.index));
+      set(action, "className", `history-action action-${row.action}`);
+      set(action, "textContent", row.action);
+      set(size, "textContent", row.action === "snapshot" ? "" : bytes(row.size));
+      set(address, "textContent", row.address ? hex(row.address) : "");
+      set(stream, "textContent", row.stream);
+    }
     const detail = selected
       ? h(
           "div",
@@ -207,11 +236,8 @@ export class SegmentsView {
             : h("p", { className: "muted small" }, "No stack recorded for this event."),
         )
       : h("p", { className: "muted small" }, "No events at this moment.");
-    this.historyBox.replaceChildren(
-      h("h3", { className: "history-heading" }, "Allocator state history", h("span", { className: "muted small" }, " ↑ ↓ step")),
-      list,
-      detail,
-    );
+    this.historyDetail.replaceWith(detail);
+    this.historyDetail = detail;
     // The selected row in the middle of the list, without scrolling the page; read after the
     // next layout, so this does not force one of its own (a long task on a big page).
     const row = list.querySelector(".selected");
