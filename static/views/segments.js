@@ -138,7 +138,10 @@ export class SegmentsView {
       this.data = data;
       this.renderSource();
       this.renderTotals();
-      this.renderTable();
+      // The table below the map after the map's frame: rebuilt (a new set of segments) it costs
+      // a layout of its own, which on the huge trace and a busy machine made one long task
+      // together with the map's paint.
+      requestAnimationFrame(() => setTimeout(() => this.data === data && this.renderTable()));
       // Next frame: painting now would force a layout of the page just changed (a long task).
       this.draw();
     });
