@@ -138,7 +138,10 @@ export class SegmentsView {
       this.data = data;
       this.renderSource();
       this.renderTotals();
-      this.renderTable();
+      // The table below the map after the map's frame: rebuilt (a new set of segments) it costs
+      // a layout of its own, which on the huge trace and a busy machine made one long task
+      // together with the map's paint.
+      requestAnimationFrame(() => setTimeout(() => this.data === data && this.renderTable()));
       // Next frame: painting now would force a layout of the page just changed (a long task).
       this.draw();
     });
@@ -163,27 +166,56 @@ export class SegmentsView {
     const d = this.history;
     if (!d) return;
     const selected = d.selected;
-    const list = h(
-      "ol",
-      { className: "history-list", "aria-label": "Events around the moment" },
-      d.rows.map((row) =>
+    // The list and its rows are built once and rewritten in place: a step changes a few texts
+    // and which row is selected, and rebuilding the rows laid the page out again (a long task
+    // on the huge trace).
+    if (!this.historyList) {
+      this.historyList = h("ol", { className: "history-list", "aria-label": "Events around the moment" });
+      this.historyList.addEventListener("click", (event) => {
+        const row = event.target instanceof Element ? event.target.closest("[data-event]") : null;
+        if (row) this.ctx.setMoment(Number(row.dataset.event));
+      });
+      this.historyDetail = h("p");
+      this.historyBox.replaceChildren(
+        h("h3", { className: "history-heading" }, "Allocator state history", h("span", { className: "muted small" }, " ↑ ↓ step")),
+        this.historyList,
+        this.historyDetail,
+      );
+    }
+    const list = this.historyList;
+    while (list.children.length > d.rows.length) list.lastElementChild.remove();
+    while (list.children.length < d.rows.length) {
+      list.append(
         h(
           "li",
-          {
-            className: `history-row${row.index === d.at ? " selected" : ""}`,
-            "data-event": String(row.index),
-            "aria-current": row.index === d.at ? "true" : null,
-            onclick: () => this.ctx.setMoment(row.index),
-            title: `Event ${count(row.index)}: click to show the map after it`,
-          },
-          h("span", { className: "history-index num" }, count(row.index)),
-          h("span", { className: `history-action action-${row.action}` }, row.action),
-          h("span", { className: "history-size num" }, row.action === "snapshot" ? "" : bytes(row.size)),
-          h("code", { className: "history-addr" }, row.address ? hex(row.address) : ""),
-          h("span", { className: "history-stream" }, row.stream),
+          {},
+          h("span", { className: "history-index num" }),
+          h("span", {}),
+          h("span", { className: "history-size num" }),
+          h("code", { className: "history-addr" }),
+          h("span", { className: "history-stream" }),
         ),
-      ),
-    );
+      );
+    }
+    const set = (el, key, value) => {
+      if (el[key] !== value) el[key] = value;
+    };
+    for (const [i, row] of d.rows.entries()) {
+      const li = list.children[i];
+      const current = row.index === d.at;
+      set(li, "className", `history-row${current ? " selected" : ""}`);
+      if (li.dataset.event !== String(row.index)) li.dataset.event = String(row.index);
+      if (current) li.setAttribute("aria-current", "true");
+      else li.removeAttribute("aria-current");
+      set(li, "title", `Event ${count(row.index)}: click to show the map after it`);
+      const [index, action, size, address, stream] = li.children;
+      set(index, "textContent", count(row.index));
+      set(action, "className", `history-action action-${row.action}`);
+      set(action, "textContent", row.action);
+      set(size, "textContent", row.action === "snapshot" ? "" : bytes(row.size));
+      set(address, "textContent", row.address ? hex(row.address) : "");
+      set(stream, "textContent", row.stream);
+    }
     const detail = selected
       ? h(
           "div",
@@ -207,11 +239,8 @@ export class SegmentsView {
             : h("p", { className: "muted small" }, "No stack recorded for this event."),
         )
       : h("p", { className: "muted small" }, "No events at this moment.");
-    this.historyBox.replaceChildren(
-      h("h3", { className: "history-heading" }, "Allocator state history", h("span", { className: "muted small" }, " ↑ ↓ step")),
-      list,
-      detail,
-    );
+    this.historyDetail.replaceWith(detail);
+    this.historyDetail = detail;
     // The selected row in the middle of the list, without scrolling the page; read after the
     // next layout, so this does not force one of its own (a long task on a big page).
     const row = list.querySelector(".selected");
@@ -314,11 +343,26 @@ export class SegmentsView {
 
   renderTable() {
     const segments = this.data.segments;
-    // Stepping one event changes a block or two: the table (hundreds of rows on a big trace)
-    // is rebuilt only when a row would read differently.
-    const key = segments.map((s) => `${s.address}:${s.size}:${s.stream_id}:${Object.values(s.stats).join(",")}`).join(";");
-    if (key === this.tableKey) return;
-    this.tableKey = key;
+    const stats = (st) => [
+      bytes(st.allocated),
+      st.pending_free ? bytes(st.pending_free) : "–",
+      bytes(st.external_free),
+      bytes(st.largest_free_block),
+      st.external_free ? `${(100 * (st.fragmentation ?? 1 - st.largest_free_block / st.external_free)).toFixed(0)}%` : "–",
+      count(st.blocks),
+    ];
+    // Stepping one event changes a block or two: the same segments keep their rows and only the
+    // cells that read differently are rewritten. Rebuilding hundreds of rows on every step cost
+    // a layout of the whole table (a long task on the huge trace).
+    const shape = segments.map((s) => `${s.address}:${s.size}:${s.stream_id}:${s.type}:${s.pool}:${s.expandable}`).join(";");
+    if (shape === this.tableShape && this.tableCells) {
+      for (const [i, s] of segments.entries()) {
+        const cells = this.tableCells[i];
+        for (const [j, text] of stats(s.stats).entries()) if (cells[j].textContent !== text) cells[j].textContent = text;
+      }
+      return;
+    }
+    this.tableShape = shape;
     const head = h(
       "thead",
       {},
@@ -331,8 +375,10 @@ export class SegmentsView {
       ),
     );
     const body = h("tbody");
+    this.tableCells = [];
     for (const [i, s] of segments.entries()) {
-      const st = s.stats;
+      const cells = stats(s.stats).map((text) => h("td", { className: "num" }, text));
+      this.tableCells.push(cells);
       const row = h(
         "tr",
         {
@@ -349,12 +395,7 @@ export class SegmentsView {
         h("td", { className: "num" }, bytes(s.size)),
         h("td", { className: "num" }, `stream ${s.stream_id}`),
         h("td", { className: "num" }, `${s.type}${s.pool && (s.pool[0] || s.pool[1]) ? ` (${s.pool.join(",")})` : ""}`),
-        h("td", { className: "num" }, bytes(st.allocated)),
-        h("td", { className: "num" }, st.pending_free ? bytes(st.pending_free) : "–"),
-        h("td", { className: "num" }, bytes(st.external_free)),
-        h("td", { className: "num" }, bytes(st.largest_free_block)),
-        h("td", { className: "num" }, st.external_free ? `${(100 * (st.fragmentation ?? 1 - st.largest_free_block / st.external_free)).toFixed(0)}%` : "–"),
-        h("td", { className: "num" }, count(st.blocks)),
+        ...cells,
       );
       body.append(row);
     }
