@@ -554,7 +554,10 @@ fn pinned_host_memory_gets_no_guessed_role_and_no_finding() {
     let host = &devices[1];
     let roles = host["roles_at_peak"].as_object().expect("roles_at_peak");
     assert_eq!(roles.keys().collect::<Vec<_>>(), ["unknown"], "{host}");
-    assert!(host["findings"].as_array().expect("findings").is_empty(), "{host}");
+    assert!(
+        host["findings"].as_array().expect("findings").is_empty(),
+        "{host}"
+    );
     let cuda_roles = devices[0]["roles_at_peak"].as_object().expect("roles");
     assert!(!cuda_roles.contains_key("unknown"), "{}", devices[0]);
 }
