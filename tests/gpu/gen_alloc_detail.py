@@ -77,7 +77,7 @@ def side_stream_frees(path: str) -> None:
     model, optimizer = model_and_optimizer()
     side = torch.cuda.Stream()
     checksums = []
-    for step in range(6):
+    for _step in range(6):
         x = torch.randn(2048, 1024, device="cuda")
         target = torch.randn(2048, 1024, device="cuda")
         side.wait_stream(torch.cuda.current_stream())
