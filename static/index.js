@@ -7,6 +7,19 @@ import { askToken, writeFetch } from "./views/auth.js";
 import { h } from "./views/common.js";
 import { isShortcut, keyboardHelp, showTimes, toast } from "./views/page.js";
 
+/** Changes a stored snapshot's fields (name, group); a refusal throws the server's own message. */
+async function patchSnapshot(id, fields) {
+  const response = await writeFetch(`/api/snapshots/${id}`, {
+    method: "PATCH",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(fields),
+  });
+  if (!response.ok) {
+    const body = await response.json().catch(() => null);
+    throw new Error(body?.error?.message ?? `the server answered ${response.status}`);
+  }
+}
+
 const dropzone = document.getElementById("dropzone");
 const input = document.getElementById("file-input");
 const idle = dropzone.querySelector(".drop-idle");
@@ -216,15 +229,7 @@ async function groupBatch(group) {
   save.disabled = true;
   try {
     for (const upload of batch.filter((u) => u.state === "done")) {
-      const response = await writeFetch(`/api/snapshots/${upload.answer.id}`, {
-        method: "PATCH",
-        headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ group }),
-      });
-      if (!response.ok) {
-        const body = await response.json().catch(() => null);
-        throw new Error(body?.error?.message ?? `the server answered ${response.status}`);
-      }
+      await patchSnapshot(upload.answer.id, { group });
     }
     window.location.assign(`/g/${encodeURIComponent(group)}`);
   } catch (error) {
@@ -492,15 +497,7 @@ if (table && compareButton) {
     for (const button of groupDialog.querySelectorAll("button")) button.disabled = true;
     try {
       for (const row of selected) {
-        const response = await writeFetch(`/api/snapshots/${row.dataset.id}`, {
-          method: "PATCH",
-          headers: { "Content-Type": "application/json" },
-          body: JSON.stringify({ group }),
-        });
-        if (!response.ok) {
-          const body = await response.json().catch(() => null);
-          throw new Error(body?.error?.message ?? `the server answered ${response.status}`);
-        }
+        await patchSnapshot(row.dataset.id, { group });
       }
       groupDialog.close();
       toast(group ? `Grouped as ${group}` : "Removed from the group");
@@ -670,15 +667,7 @@ function startListRename(row) {
     if (!save || !name || name === old) return;
     link.textContent = name;
     try {
-      const response = await writeFetch(`/api/snapshots/${row.dataset.id}`, {
-        method: "PATCH",
-        headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ name }),
-      });
-      if (!response.ok) {
-        const body = await response.json().catch(() => null);
-        throw new Error(body?.error?.message ?? `the server answered ${response.status}`);
-      }
+      await patchSnapshot(row.dataset.id, { name });
       row.dataset.search = row.dataset.search.replace(old.toLowerCase(), name.toLowerCase());
       row.querySelector("input.select-row")?.setAttribute("aria-label", `Select ${name}`);
       cell.querySelector("[data-rename]").setAttribute("aria-label", `Rename ${name}`);
