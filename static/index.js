@@ -4,7 +4,7 @@ import { NEEDS_TOKEN, savedToken, withToken } from "./lib/auth.js";
 import { rankGroup } from "./lib/ranks.js";
 import { bytes } from "./lib/units.js";
 import { askToken, writeFetch } from "./views/auth.js";
-import { h } from "./views/common.js";
+import { h } from "./views/dom.js";
 import { isShortcut, keyboardHelp, showTimes, toast } from "./views/page.js";
 
 /** Changes a stored snapshot's fields (name, group); a refusal throws the server's own message. */

@@ -4,7 +4,9 @@
 
 import { byteTicks } from "../lib/scale.js";
 import { bytes, count } from "../lib/units.js";
-import { fitCanvas, h, theme } from "../views/common.js";
+import { fitCanvas } from "../views/canvas.js";
+import { h } from "../views/dom.js";
+import { theme } from "../views/theme.js";
 
 /** The sample `f` (0…1) of the way through `values`, and its x as a share of the plot. */
 function sampleAt(values, f) {

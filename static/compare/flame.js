@@ -3,9 +3,13 @@
 // coloured by the change (grey unchanged, towards red as it grew and blue as it shrank). Hover
 // explains a frame, click or Enter zooms, the breadcrumb or Esc zooms out, arrows move.
 
+import { fitText } from "../lib/fit-text.js";
 import { ancestors, change, layout, twoWeight } from "../lib/flame-model.js";
 import { bytes } from "../lib/units.js";
-import { fitCanvas, fitText, h, hideTip, showTip, theme, tipRow } from "../views/common.js";
+import { fitCanvas } from "../views/canvas.js";
+import { h } from "../views/dom.js";
+import { theme } from "../views/theme.js";
+import { hideTip, showTip, tipRow } from "../views/tooltip.js";
 import { pairedFrame, signedBytes, signedPercent, splitFrame, trend } from "./change.js";
 
 export const ROW = 20;

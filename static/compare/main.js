@@ -7,10 +7,12 @@
 // delta and both memory curves; plus the segments in only one snapshot (torch's
 // `_memory_viz.py compare`, as data).
 
+import { getJSON } from "../lib/api.js";
 import { bytes } from "../lib/units.js";
-import { getJSON, h, onThemeChange } from "../views/common.js";
+import { h } from "../views/dom.js";
 import { followLoads } from "../views/loads.js";
 import { copyLink, isShortcut, keyboardHelp, showTimes } from "../views/page.js";
+import { onThemeChange } from "../views/theme.js";
 import { alignFrom, alignmentText, momentText, signedBytes } from "./change.js";
 import { Curves, momentForm } from "./curves.js";
 import { DiffFlame } from "./flame.js";

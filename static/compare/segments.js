@@ -2,7 +2,7 @@
 // the server's structure; torch's own text is fetched only to be read or downloaded.
 
 import { bytes, count, hex } from "../lib/units.js";
-import { h } from "../views/common.js";
+import { h } from "../views/dom.js";
 
 /** Fills `#torch-compare` from `segments` (`{only_before, only_after, folded_lines}`). */
 export function segmentsSection(segments, ids, names) {

@@ -3,7 +3,8 @@
 import { roleColor } from "../lib/color.js";
 import { roleHelp } from "../lib/roles.js";
 import { bytes, count } from "../lib/units.js";
-import { h, theme } from "../views/common.js";
+import { h } from "../views/dom.js";
+import { theme } from "../views/theme.js";
 import { signedBytes, signedCount, signedPercent, signedPercentFrom, splitFrame, trend } from "./change.js";
 
 const TOTALS = [

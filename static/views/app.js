@@ -1,13 +1,14 @@
 // The snapshot page's views: one state (in the URL), tabs, the shared selected moment, keys.
 
+import { getJSON } from "../lib/api.js";
 import { parse, serialize, TABS } from "../lib/state.js";
 import { count } from "../lib/units.js";
-import { getJSON, hideTip } from "./common.js";
 import { EventsView } from "./events.js";
 import { FlameView } from "./flame.js";
 import { isShortcut, isTyping } from "./page.js";
 import { SegmentsView } from "./segments.js";
 import { TimelineView } from "./timeline/index.js";
+import { hideTip } from "./tooltip.js";
 
 /** Keys the views add to the page's `?` dialog. */
 export const VIEW_KEYS = [

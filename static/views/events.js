@@ -5,8 +5,10 @@
 // (click, Enter) to the event's whole stack, fetched once per event, and hovering a row shows it
 // in the tooltip; the frame filter's matches are marked in both.
 
+import { getJSON } from "../lib/api.js";
 import { bytes, count, duration, eventTime, hex, parseBytes } from "../lib/units.js";
-import { getJSON, h, hideTip, showTip } from "./common.js";
+import { h } from "./dom.js";
+import { hideTip, showTip } from "./tooltip.js";
 
 /** Row height in CSS px; on narrow screens a row is two lines (the frame below the numbers). */
 const ROW_WIDE = 26;

@@ -5,9 +5,14 @@
 // in, Backspace up one level; Esc (anywhere on the tab) zooms out to everything.
 
 import { frameColor, roleColor } from "../lib/color.js";
+import { fitText } from "../lib/fit-text.js";
 import { ancestors, findKey, folded, frameLabel, keyOf, layout, search, selfBytes, svg, zoomName } from "../lib/flame-model.js";
 import { bytes, count, percent } from "../lib/units.js";
-import { download, fitCanvas, fitText, frameScheduler, h, hideTip, newestOnly, onThemeChange, paintPlaceholder, showTip, theme, tipRow } from "./common.js";
+import { fitCanvas, frameScheduler, paintPlaceholder } from "./canvas.js";
+import { download, h } from "./dom.js";
+import { newestOnly } from "./newest-only.js";
+import { onThemeChange, theme } from "./theme.js";
+import { hideTip, showTip, tipRow } from "./tooltip.js";
 
 const ROW = 20;
 

@@ -2,7 +2,7 @@
 // panel saying what happened at that event, from GET /api/snapshots/{id}/oom.
 
 import { bytes, count } from "../lib/units.js";
-import { h } from "./common.js";
+import { h } from "./dom.js";
 
 const SETTINGS_SHOWN = ["PYTORCH_CUDA_ALLOC_CONF", "expandable_segments", "max_split_size", "garbage_collection_threshold", "roundup_power2_divisions"];
 

@@ -2,7 +2,7 @@
 
 import { roleColor } from "../lib/color.js";
 import { roleHelp } from "../lib/roles.js";
-import { onThemeChange, theme } from "./common.js";
+import { onThemeChange, theme } from "./theme.js";
 
 /** Colour every role segment and swatch under `root`, and give each its hover sentence. */
 export function showRoleBars(root = document) {

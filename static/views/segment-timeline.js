@@ -6,7 +6,11 @@
 import { clamp } from "../lib/scale.js";
 import { bandAt, bandRuns, eventOfUnit, panWindow, prepare, unitOfEvent, zoomWindow } from "../lib/timeline-model.js";
 import { bytes, count, hex } from "../lib/units.js";
-import { fitCanvas, frameScheduler, h, hideTip, newestOnly, onThemeChange, paintPlaceholder, showTip, theme, tipRow } from "./common.js";
+import { fitCanvas, frameScheduler, paintPlaceholder } from "./canvas.js";
+import { h } from "./dom.js";
+import { newestOnly } from "./newest-only.js";
+import { onThemeChange, theme } from "./theme.js";
+import { hideTip, showTip, tipRow } from "./tooltip.js";
 
 const HEIGHT = 180;
 const AXIS = 16;

@@ -5,24 +5,16 @@
 // (↑ ↓ or ← → step it), the selected event's stack and totals, its block outlined on the map.
 // The wheel zooms the map (around the pointer) so that small blocks can be hovered.
 
+import { allocation } from "../lib/api.js";
 import { bandColor } from "../lib/color.js";
+import { frameParts, visibleFrames } from "../lib/frames.js";
 import { bytes, count, hex, percent } from "../lib/units.js";
-import {
-  allocation,
-  fitCanvas,
-  frameParts,
-  frameScheduler,
-  h,
-  hideTip,
-  newestOnly,
-  onThemeChange,
-  paintPlaceholder,
-  showTip,
-  theme,
-  tipRow,
-  visibleFrames,
-} from "./common.js";
+import { fitCanvas, frameScheduler, paintPlaceholder } from "./canvas.js";
+import { h } from "./dom.js";
+import { newestOnly } from "./newest-only.js";
 import { SegmentTimelineView } from "./segment-timeline.js";
+import { onThemeChange, theme } from "./theme.js";
+import { hideTip, showTip, tipRow } from "./tooltip.js";
 
 const ROW = 22;
 const ROW_GAP = 8;

@@ -8,10 +8,13 @@
 // (fitCanvas). While a new window loads, the last answer is drawn through the new mapping, so
 // zooming and panning never wait for the network.
 
+import { getJSON } from "../../lib/api.js";
 import { byteTicks, clamp } from "../../lib/scale.js";
 import { clampByteRange, prepare, unitOfEvent, zoomByteRange, zoomWindow } from "../../lib/timeline-model.js";
 import { count } from "../../lib/units.js";
-import { frameScheduler, getJSON, h, onThemeChange } from "../common.js";
+import { frameScheduler } from "../canvas.js";
+import { h } from "../dom.js";
+import { onThemeChange } from "../theme.js";
 import { bindChart } from "./interaction.js";
 import { bindMinimap, MINIMAP_HEIGHT, paintMinimap } from "./minimap.js";
 import { HEIGHT, MARGIN, paintTimeline, prepareBands } from "./paint.js";

@@ -3,10 +3,13 @@
 // pins the band under it or lists the grey column's allocations and moves the moment there,
 // hover explains what is under the pointer.
 
+import { allocation } from "../../lib/api.js";
+import { frameParts, visibleFrames } from "../../lib/frames.js";
 import { clamp } from "../../lib/scale.js";
 import { eventOfUnit, hitAt, panWindow, zoomWindow } from "../../lib/timeline-model.js";
 import { bytes, count, duration, hex } from "../../lib/units.js";
-import { allocation, frameParts, h, hideTip, showTip, tipRow, visibleFrames } from "../common.js";
+import { h } from "../dom.js";
+import { hideTip, showTip, tipRow } from "../tooltip.js";
 import { openColumnList } from "./side.js";
 
 /** Listens on the chart's canvas and on the toolbar's axis and zoom buttons. */

@@ -3,7 +3,8 @@
 
 import { clamp } from "../../lib/scale.js";
 import { eventOfUnit, unitOfEvent } from "../../lib/timeline-model.js";
-import { fitCanvas, theme } from "../common.js";
+import { fitCanvas } from "../canvas.js";
+import { theme } from "../theme.js";
 import { stepLine } from "./paint.js";
 
 /** The minimap's height in CSS px (also the height asked of the server for the overview). */

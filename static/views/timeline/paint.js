@@ -7,7 +7,8 @@ import { bandColor, roleColor } from "../../lib/color.js";
 import { byteRangeTicks, clamp, eventTicks, timeTicks } from "../../lib/scale.js";
 import { bandRuns, clusterAnnotations, eventOfUnit, greyByRole, unitOfEvent } from "../../lib/timeline-model.js";
 import { bytes, count } from "../../lib/units.js";
-import { fitCanvas, theme } from "../common.js";
+import { fitCanvas } from "../canvas.js";
+import { theme } from "../theme.js";
 
 /** The chart's height in CSS px and the margins around the plot (the axes' labels live there). */
 export const HEIGHT = 400;

@@ -3,12 +3,16 @@
 // top is the timeline's memory line; it is drawn through the timeline's own mapping, so zoom
 // and pan move both together, and the last answer is redrawn while the next one loads.
 
+import { getJSON } from "../../lib/api.js";
 import { roleColor } from "../../lib/color.js";
 import { ROLES, roleHelp } from "../../lib/roles.js";
 import { byteTicks } from "../../lib/scale.js";
 import { unitOfEvent } from "../../lib/timeline-model.js";
 import { bytes, count, percent } from "../../lib/units.js";
-import { fitCanvas, getJSON, h, hideTip, showTip, theme, tipRow } from "../common.js";
+import { fitCanvas } from "../canvas.js";
+import { h } from "../dom.js";
+import { theme } from "../theme.js";
+import { hideTip, showTip, tipRow } from "../tooltip.js";
 
 /** The strip's height in CSS px. */
 export const ROLE_STRIP_HEIGHT = 140;

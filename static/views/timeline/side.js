@@ -1,9 +1,12 @@
 // The timeline's side: the pinned allocation's facts and stack, and the legend under the chart.
 
+import { allocation, getJSON } from "../../lib/api.js";
 import { roleColor } from "../../lib/color.js";
+import { frameParts, visibleFrames } from "../../lib/frames.js";
 import { ROLES, roleHelp } from "../../lib/roles.js";
 import { bytes, count, duration, hex } from "../../lib/units.js";
-import { allocation, frameParts, getJSON, h, theme, visibleFrames } from "../common.js";
+import { h } from "../dom.js";
+import { theme } from "../theme.js";
 
 /** Rows a grey column's list asks for (the server says how many more there are). */
 export const COLUMN_ROWS = 50;
