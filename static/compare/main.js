@@ -12,6 +12,7 @@ import { bytes } from "../lib/units.js";
 import { h } from "../views/dom.js";
 import { followLoads } from "../views/loads.js";
 import { copyLink, isShortcut, keyboardHelp, showTimes } from "../views/page.js";
+import { exposeToTests } from "../views/test-hook.js";
 import { onThemeChange } from "../views/theme.js";
 import { alignFrom, alignmentText, momentText, signedBytes } from "./change.js";
 import { Curves, momentForm } from "./curves.js";
@@ -326,8 +327,8 @@ onThemeChange(() => {
   for (const chart of [...flames, ...charts]) chart.draw();
 });
 
-/** The test hook: what the charts drew, in CSS px from each canvas's corner. */
-window.snapviewTest = {
+// The browser tests read what the charts drew, in CSS px from each canvas's corner.
+exposeToTests({
   curvePoint: (side, f, i = 0) => charts[i]?.pointAt(side, f) ?? null,
   flameRects: (i = 0) => flames[i]?.drawn() ?? [],
-};
+});

@@ -7,6 +7,7 @@ import { EventsView } from "./events.js";
 import { FlameView } from "./flame.js";
 import { isShortcut, isTyping } from "./page.js";
 import { SegmentsView } from "./segments.js";
+import { exposeToTests } from "./test-hook.js";
 import { TimelineView } from "./timeline/index.js";
 import { hideTip } from "./tooltip.js";
 
@@ -66,40 +67,40 @@ export async function startViews() {
   });
 
   liveStore = store;
-  const ctx = {
+  const app = {
     id,
     store,
     summary: null,
     /** The device shown: the URL's, else the server's default (`default_device`). */
     device() {
       const state = store.get();
-      const devices = ctx.summary?.analysis?.devices ?? [];
+      const devices = app.summary?.analysis?.devices ?? [];
       if (state.device !== null && devices.some((d) => d.device === state.device)) return state.device;
-      return ctx.summary?.default_device ?? 0;
+      return app.summary?.default_device ?? 0;
     },
     deviceInfo() {
-      return ctx.summary?.analysis?.devices?.find((d) => d.device === ctx.device()) ?? null;
+      return app.summary?.analysis?.devices?.find((d) => d.device === app.device()) ?? null;
     },
     /** Events in the device's trace. */
     events() {
-      return ctx.deviceInfo()?.trace_entries ?? 0;
+      return app.deviceInfo()?.trace_entries ?? 0;
     },
     /** The selected moment: the URL's `at`, else the peak; -1 is before the first event (the
      * peak of a trace that never rises above its start), null only when there is no history. */
     moment() {
       const at = store.get().at;
       // A link past the end (?at=999999) shows the last event; the timeline says so.
-      if (at !== null) return ctx.events() > 0 ? Math.min(at, ctx.events() - 1) : at;
-      return ctx.deviceInfo()?.peak_event_index ?? (ctx.events() > 0 ? -1 : null);
+      if (at !== null) return app.events() > 0 ? Math.min(at, app.events() - 1) : at;
+      return app.deviceInfo()?.peak_event_index ?? (app.events() > 0 ? -1 : null);
     },
     setMoment(at) {
-      const n = ctx.events();
+      const n = app.events();
       if (n === 0 || at === null) return;
       store.set({ at: Math.max(-1, Math.min(n - 1, Math.round(at))) });
     },
     step(delta) {
-      const now = ctx.moment() ?? -1;
-      ctx.setMoment(now + delta);
+      const now = app.moment() ?? -1;
+      app.setMoment(now + delta);
     },
     /** The note that the trace starts mid-run, if any. */
     incomplete: document.querySelector(".banner-trace_incomplete")?.textContent.trim() ?? "",
@@ -117,11 +118,11 @@ export async function startViews() {
     context.hidden = tab === "overview";
   };
   showPanels(store.get().tab);
-  views.timeline = new TimelineView(ctx, document.getElementById("timeline"));
+  views.timeline = new TimelineView(app, document.getElementById("timeline"));
   if (store.get().tab === "timeline") views.timeline.show();
 
   try {
-    ctx.summary = await getJSON(`/api/snapshots/${id}`);
+    app.summary = await getJSON(`/api/snapshots/${id}`);
   } catch (error) {
     for (const panel of document.querySelectorAll(".tab-panel.view")) {
       const box = panel.querySelector(".view-error");
@@ -132,33 +133,33 @@ export async function startViews() {
     }
     return;
   }
-  views.flame = new FlameView(ctx, document.getElementById("flame"));
-  views.segments = new SegmentsView(ctx, document.getElementById("segments"));
-  views.events = new EventsView(ctx, document.getElementById("events"));
+  views.flame = new FlameView(app, document.getElementById("flame"));
+  views.segments = new SegmentsView(app, document.getElementById("segments"));
+  views.events = new EventsView(app, document.getElementById("events"));
 
   // Device picker: every device with a trace (or, without any, every device).
   const select = document.getElementById("device-select");
-  const devices = ctx.summary.analysis.devices;
+  const devices = app.summary.analysis.devices;
   const traced = devices.filter((d) => d.trace_entries > 0);
   for (const d of traced.length ? traced : devices) {
     const option = document.createElement("option");
     option.value = String(d.device);
     // Pinned host memory (`record_pinned_host_memory=True`) is one more device after the GPUs.
-    const label = d.device === ctx.summary.analysis.source?.host_device ? "host (pinned)" : `cuda:${d.device}`;
+    const label = d.device === app.summary.analysis.source?.host_device ? "host (pinned)" : `cuda:${d.device}`;
     option.textContent = `${label}${d.trace_entries ? ` · ${count(d.trace_entries)} events` : ""}`;
     if (label !== `cuda:${d.device}`) option.dataset.host = "";
     select.append(option);
   }
-  select.value = String(ctx.device());
+  select.value = String(app.device());
   select.disabled = select.options.length < 2;
   select.addEventListener("change", () => {
     store.set({ device: Number(select.value), start: null, end: null, at: null, alloc: null, zoom: "" });
   });
   const chip = document.getElementById("moment-chip");
   const showMoment = () => {
-    const at = ctx.moment();
-    const info = ctx.deviceInfo();
-    if (at === null) chip.textContent = ctx.events() ? "" : "no history";
+    const at = app.moment();
+    const info = app.deviceInfo();
+    if (at === null) chip.textContent = app.events() ? "" : "no history";
     else chip.textContent = `${at === info?.peak_event_index ? "peak · " : ""}event ${count(at)}`;
   };
 
@@ -177,7 +178,7 @@ export async function startViews() {
   }
 
   store.subscribe((state, changed) => {
-    if (changed.has("device")) select.value = String(ctx.device());
+    if (changed.has("device")) select.value = String(app.device());
     for (const view of Object.values(views)) view.update(state, changed);
     if (changed.has("tab")) showTab(state.tab);
     showMoment();
@@ -198,7 +199,7 @@ export async function startViews() {
       store.set({ tab: TABS[Number(event.key)] });
     } else if ((event.key === "ArrowLeft" || event.key === "ArrowRight") && tab !== "overview") {
       event.preventDefault();
-      ctx.step((event.key === "ArrowLeft" ? -1 : 1) * (event.shiftKey ? 100 : 1));
+      app.step((event.key === "ArrowLeft" ? -1 : 1) * (event.shiftKey ? 100 : 1));
     } else if ((event.key === "ArrowUp" || event.key === "ArrowDown") && tab === "timeline") {
       // The timeline's byte axis: up zooms in, down zooms out.
       event.preventDefault();
@@ -223,7 +224,7 @@ export async function startViews() {
       }
     }
   });
-  // The one test hook (tests/browser/harness.mjs documents it): the browser tests read what the
-  // views drew (their `layout`, the timeline's `model`) and set the moment through it.
-  window.snapviewTest = { store, ctx, views };
+  // The browser tests read what the views drew (their `layout`, the timeline's `model`) and set
+  // the moment through `app`.
+  exposeToTests({ store, app, views });
 }

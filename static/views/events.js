@@ -20,8 +20,8 @@ const PAGE = 200;
 const MAX_SPACER = 8_000_000;
 
 export class EventsView {
-  constructor(ctx, panel) {
-    this.ctx = ctx;
+  constructor(app, panel) {
+    this.app = app;
     this.panel = panel;
     this.scroller = panel.querySelector("#event-scroller");
     this.spacer = panel.querySelector("#event-spacer");
@@ -44,7 +44,7 @@ export class EventsView {
     this.stacks = new Map();
     this.gotoNote = h("span", { className: "view-status small events-goto-note", id: "events-goto-note", role: "status" });
     this.goto.closest("label").after(this.gotoNote);
-    const s = ctx.store.get();
+    const s = app.store.get();
     this.action.value = s.action;
     if (this.action.value !== s.action) this.action.value = "";
     this.min.value = s.min ? bytes(s.min) : "";
@@ -55,7 +55,7 @@ export class EventsView {
       timer = setTimeout(() => {
         const min = parseBytes(this.min.value);
         this.min.classList.toggle("invalid", this.min.value.trim() !== "" && min === null);
-        ctx.store.set({ action: this.action.value, min: min || null, frame: this.frame.value.trim() });
+        app.store.set({ action: this.action.value, min: min || null, frame: this.frame.value.trim() });
       }, 250);
     };
     this.action.addEventListener("change", filters);
@@ -71,8 +71,8 @@ export class EventsView {
         return;
       }
       this.goto.classList.remove("invalid");
-      const wanted = Math.min(n, this.ctx.events() - 1);
-      this.ctx.setMoment(wanted);
+      const wanted = Math.min(n, this.app.events() - 1);
+      this.app.setMoment(wanted);
       this.locate(true).then(() => this.sayWhereGotoLanded(wanted));
       this.scroller.focus({ preventScroll: true });
     });
@@ -91,7 +91,7 @@ export class EventsView {
       this.hovered = null;
       this.selected = position;
       this.toggle(position);
-      this.ctx.setMoment(Number(row.dataset.index));
+      this.app.setMoment(Number(row.dataset.index));
       this.scroller.focus({ preventScroll: true });
     });
     this.rowsBox.addEventListener("mouseover", (event) => this.hover(event));
@@ -119,9 +119,9 @@ export class EventsView {
   }
 
   filterParams() {
-    const s = this.ctx.store.get();
+    const s = this.app.store.get();
     const params = new URLSearchParams();
-    params.set("device", this.ctx.device());
+    params.set("device", this.app.device());
     if (s.action) params.set("action", s.action);
     if (s.min) params.set("min_size", s.min);
     if (s.frame) params.set("frame", s.frame);
@@ -130,9 +130,9 @@ export class EventsView {
 
   async load() {
     const key = this.filterParams().toString();
-    if (this.ctx.events() === 0) {
+    if (this.app.events() === 0) {
       this.countText.textContent = "";
-      this.rowsBox.replaceChildren(h("div", { className: "event-empty" }, this.ctx.noHistory || "This device's trace has no events."));
+      this.rowsBox.replaceChildren(h("div", { className: "event-empty" }, this.app.noHistory || "This device's trace has no events."));
       return;
     }
     if (key === this.filterKey) {
@@ -148,7 +148,7 @@ export class EventsView {
     this.countText.textContent = "Loading…";
     try {
       if (this.t0 === null) {
-        const first = await getJSON(`/api/snapshots/${this.ctx.id}/events?device=${this.ctx.device()}&limit=1`);
+        const first = await getJSON(`/api/snapshots/${this.app.id}/events?device=${this.app.device()}&limit=1`);
         this.t0 = first.rows[0]?.time_us ?? null;
       }
       await this.locate(true);
@@ -166,7 +166,7 @@ export class EventsView {
       const params = this.filterParams();
       params.set("offset", p * PAGE);
       params.set("limit", PAGE);
-      const promise = getJSON(`/api/snapshots/${this.ctx.id}/events?${params}`).then((page) => {
+      const promise = getJSON(`/api/snapshots/${this.app.id}/events?${params}`).then((page) => {
         this.matching = page.matching;
         this.pages.set(key, page);
         return page;
@@ -183,12 +183,12 @@ export class EventsView {
 
   /** Finds the selected moment's row (or the first match after it) and scrolls to it. */
   async locate(force) {
-    const at = this.ctx.moment();
+    const at = this.app.moment();
     const key = this.filterKey;
     const params = this.filterParams();
     params.set("limit", PAGE);
     params.set("find", Math.max(0, at ?? 0));
-    const page = await getJSON(`/api/snapshots/${this.ctx.id}/events?${params}`);
+    const page = await getJSON(`/api/snapshots/${this.app.id}/events?${params}`);
     if (key !== this.filterKey) return;
     this.matching = page.matching;
     this.pages.set(`${key}|${page.offset / PAGE}`, page);
@@ -218,9 +218,9 @@ export class EventsView {
   updateSpacer() {
     const { virtual } = this.metrics();
     this.spacer.style.height = `${virtual}px`;
-    const s = this.ctx.store.get();
+    const s = this.app.store.get();
     const n = this.matching ?? 0;
-    const total = this.ctx.events();
+    const total = this.app.events();
     this.countText.textContent = s.action || s.min || s.frame ? `${count(n)} of ${count(total)} events match` : `${count(total)} events`;
   }
 
@@ -247,7 +247,7 @@ export class EventsView {
     const from = Math.floor(first);
     const to = Math.min(m.n, Math.ceil(first + m.fit) + 1);
     this.rowsBox.style.top = `${this.scroller.scrollTop}px`;
-    const at = this.ctx.moment();
+    const at = this.app.moment();
     const rows = [];
     const missing = new Set();
     const ROW = this.rowHeight();
@@ -315,7 +315,7 @@ export class EventsView {
   /** The frame column: the innermost frame PyTorch's viewer shows, or, with a frame filter, the
    * frame that matched it with the matching text marked. */
   frameCell(row) {
-    const filter = this.ctx.store.get().frame;
+    const filter = this.app.store.get().frame;
     const text = (filter && row.matched_frame) || row.top_frame || "";
     const cell = h("span", { className: "c-frame", title: filter && row.matched_frame ? `Matched “${filter}”: ${row.matched_frame}` : text });
     cell.append(...markMatches(text, filter));
@@ -325,12 +325,12 @@ export class EventsView {
 
   /** The stack of the event at `row`, fetched once per event and filter. */
   stackOf(row) {
-    const filter = this.ctx.store.get().frame ?? "";
-    const key = `${this.ctx.device()}|${row.index}|${filter}`;
+    const filter = this.app.store.get().frame ?? "";
+    const key = `${this.app.device()}|${row.index}|${filter}`;
     if (!this.stacks.has(key)) {
-      const params = new URLSearchParams({ device: this.ctx.device() });
+      const params = new URLSearchParams({ device: this.app.device() });
       if (filter) params.set("frame", filter);
-      const promise = getJSON(`/api/snapshots/${this.ctx.id}/events/${row.index}?${params}`);
+      const promise = getJSON(`/api/snapshots/${this.app.id}/events/${row.index}?${params}`);
       promise.catch(() => this.stacks.delete(key));
       this.stacks.set(key, promise);
     }
@@ -364,7 +364,7 @@ export class EventsView {
       return;
     }
     if (!box.isConnected) return;
-    const filter = this.ctx.store.get().frame;
+    const filter = this.app.store.get().frame;
     const head = h(
       "div",
       { className: "event-stack-head" },
@@ -414,7 +414,7 @@ export class EventsView {
       return;
     }
     if (this.hovered !== index) return;
-    const filter = this.ctx.store.get().frame;
+    const filter = this.app.store.get().frame;
     const shown = answer.frames.filter((f) => !f.hidden || f.matched);
     const lines = shown.slice(0, TIP_FRAMES).map((frame) => {
       const base = (frame.filename ?? "").split("/").pop();
@@ -459,7 +459,7 @@ export class EventsView {
     if (!this.isVisible(position)) this.scrollToRow(position);
     const page = await this.page(Math.floor(position / PAGE));
     const row = page.rows[position - page.offset];
-    if (row) this.ctx.setMoment(row.index);
+    if (row) this.app.setMoment(row.index);
     this.render();
   }
 }

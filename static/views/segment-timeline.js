@@ -23,8 +23,8 @@ export function segmentColor(stream, band, dark) {
 }
 
 export class SegmentTimelineView {
-  constructor(ctx, panel) {
-    this.ctx = ctx;
+  constructor(app, panel) {
+    this.app = app;
     this.panel = panel;
     this.chart = panel.querySelector("#segtl-chart");
     this.canvas = panel.querySelector("#segtl-canvas");
@@ -44,9 +44,9 @@ export class SegmentTimelineView {
     });
     this.canvas.addEventListener("click", (event) => {
       const at = this.eventAt(event);
-      if (at !== null) ctx.setMoment(at);
+      if (at !== null) app.setMoment(at);
     });
-    this.canvas.addEventListener("dblclick", () => ctx.store.set({ start: null, end: null }));
+    this.canvas.addEventListener("dblclick", () => app.store.set({ start: null, end: null }));
     new ResizeObserver(() => this.visible() && this.load()).observe(this.chart);
     onThemeChange(() => this.draw());
   }
@@ -60,14 +60,14 @@ export class SegmentTimelineView {
   }
 
   async load() {
-    const s = this.ctx.store.get();
-    const params = new URLSearchParams({ device: String(this.ctx.device()), width: String(this.width()) });
+    const s = this.app.store.get();
+    const params = new URLSearchParams({ device: String(this.app.device()), width: String(this.width()) });
     if (s.start !== null) params.set("start", s.start);
     if (s.end !== null) params.set("end", s.end);
     if (s.axis === "time") params.set("axis", "time");
     const key = params.toString();
     if (key === this.key) return this.draw();
-    await this.fetch(`/api/snapshots/${this.ctx.id}/segment-timeline?${key}`, (data) => {
+    await this.fetch(`/api/snapshots/${this.app.id}/segment-timeline?${key}`, (data) => {
       this.key = key;
       this.model = prepare(data);
       this.data = data;
@@ -140,7 +140,7 @@ export class SegmentTimelineView {
     }
     ctx.stroke();
     // The moment.
-    const at = this.ctx.moment();
+    const at = this.app.moment();
     if (at !== null && at >= data.start && at <= data.end) {
       const x = m.x(unitOfEvent(this.model, at + 0.5));
       ctx.strokeStyle = t.accent;
@@ -184,8 +184,8 @@ export class SegmentTimelineView {
       window = zoomWindow(this.model, 0, m.n, clamp(m.unit(x), 0, m.n), factor);
     }
     const last = this.model.events - 1;
-    if (window.start <= 0 && window.end >= last) this.ctx.store.set({ start: null, end: null });
-    else this.ctx.store.set(window);
+    if (window.start <= 0 && window.end >= last) this.app.store.set({ start: null, end: null });
+    else this.app.store.set(window);
   }
 
   onMove(event) {

@@ -40,8 +40,8 @@ function segmentWord(data, n) {
 }
 
 export class SegmentsView {
-  constructor(ctx, panel) {
-    this.ctx = ctx;
+  constructor(app, panel) {
+    this.app = app;
     this.panel = panel;
     this.chart = panel.querySelector("#segments-chart");
     this.canvas = panel.querySelector("#segments-canvas");
@@ -55,14 +55,14 @@ export class SegmentsView {
     this.fetchHistory = newestOnly({ staleMark: this.historyBox, errorBox: this.error, what: "The allocator's history" });
     this.history = null;
     // The segments over time, above the map: same window and moment as the timeline.
-    this.overTime = new SegmentTimelineView(ctx, panel);
+    this.overTime = new SegmentTimelineView(app, panel);
     this.zoom = 1;
     this.offset = 0;
     this.data = null;
     this.key = "";
     this.pieces = [];
     this.draw = frameScheduler(() => this.paint());
-    for (const b of panel.querySelectorAll("[data-step]")) b.addEventListener("click", () => ctx.step(Number(b.dataset.step)));
+    for (const b of panel.querySelectorAll("[data-step]")) b.addEventListener("click", () => app.step(Number(b.dataset.step)));
     this.canvas.addEventListener("pointermove", (event) => this.onMove(event));
     this.canvas.addEventListener("pointerleave", () => {
       this.hover = null;
@@ -71,7 +71,7 @@ export class SegmentsView {
     });
     this.canvas.addEventListener("click", (event) => {
       const piece = this.pieceAt(event);
-      if (piece?.block.allocation !== null && piece?.block.allocation !== undefined) ctx.store.set({ alloc: piece.block.allocation });
+      if (piece?.block.allocation !== null && piece?.block.allocation !== undefined) app.store.set({ alloc: piece.block.allocation });
     });
     this.canvas.addEventListener("wheel", (event) => this.onWheel(event), { passive: false });
     for (const b of panel.querySelectorAll("[data-map-zoom]")) {
@@ -86,7 +86,7 @@ export class SegmentsView {
       const target = event.target;
       if (target instanceof HTMLElement && (target.isContentEditable || /^(INPUT|SELECT|TEXTAREA)$/.test(target.tagName))) return;
       event.preventDefault();
-      ctx.step((event.key === "ArrowUp" ? -1 : 1) * (event.shiftKey ? 100 : 1));
+      app.step((event.key === "ArrowUp" ? -1 : 1) * (event.shiftKey ? 100 : 1));
     });
     new ResizeObserver(() => this.visible() && this.draw()).observe(this.chart);
     onThemeChange(() => this.draw());
@@ -119,13 +119,13 @@ export class SegmentsView {
 
   async load() {
     const params = new URLSearchParams();
-    params.set("device", this.ctx.device());
-    const at = this.ctx.moment();
+    params.set("device", this.app.device());
+    const at = this.app.moment();
     if (at !== null) params.set("at", at);
     const key = params.toString();
     if (key === this.key) return;
     this.loadHistory(key);
-    await this.fetchSegments(`/api/snapshots/${this.ctx.id}/segments?${key}`, (data) => {
+    await this.fetchSegments(`/api/snapshots/${this.app.id}/segments?${key}`, (data) => {
       this.key = key;
       this.data = data;
       this.renderSource();
@@ -140,7 +140,7 @@ export class SegmentsView {
   }
 
   async loadHistory(key) {
-    await this.fetchHistory(`/api/snapshots/${this.ctx.id}/history?${key}&before=${AROUND}&after=${AROUND}`, (data) => {
+    await this.fetchHistory(`/api/snapshots/${this.app.id}/history?${key}&before=${AROUND}&after=${AROUND}`, (data) => {
       this.history = data;
       this.renderHistory();
       this.draw();
@@ -165,7 +165,7 @@ export class SegmentsView {
       this.historyList = h("ol", { className: "history-list", "aria-label": "Events around the moment" });
       this.historyList.addEventListener("click", (event) => {
         const row = event.target instanceof Element ? event.target.closest("[data-event]") : null;
-        if (row) this.ctx.setMoment(Number(row.dataset.event));
+        if (row) this.app.setMoment(Number(row.dataset.event));
       });
       this.historyDetail = h("p");
       this.historyBox.replaceChildren(
@@ -278,7 +278,7 @@ export class SegmentsView {
 
   renderSource() {
     const d = this.data;
-    const last = this.ctx.events() - 1;
+    const last = this.app.events() - 1;
     const when = d.at === null || d.at === undefined ? "when the snapshot was taken" : `right after event ${count(d.at)}`;
     if (d.exact) {
       this.source.replaceChildren(
@@ -289,7 +289,7 @@ export class SegmentsView {
       this.source.replaceChildren(
         h("span", { className: "badge badge-rebuilt", title: "Rebuilt by undoing events from the snapshot backwards" }, "rebuilt"),
         ` Rebuilt for the moment ${when} by undoing later events: live blocks at their addresses with sizes rounded up to 512 B, the rest of each segment free. `,
-        last >= 0 ? h("button", { type: "button", className: "link-button", onclick: () => this.ctx.setMoment(last) }, "Show the snapshot's own state") : null,
+        last >= 0 ? h("button", { type: "button", className: "link-button", onclick: () => this.app.setMoment(last) }, "Show the snapshot's own state") : null,
       );
     }
   }
@@ -456,7 +456,7 @@ export class SegmentsView {
     ctx.fillRect(0, 0, width, height);
     const pieces = [];
     const y = (row) => row * (ROW + ROW_GAP) + 2;
-    const alloc = this.ctx.store.get().alloc;
+    const alloc = this.app.store.get().alloc;
     const touched = this.touched();
     const touchedBoxes = [];
     this.touchedAt = null;
@@ -621,7 +621,7 @@ export class SegmentsView {
       );
     render(null);
     if (block.allocation !== null && block.allocation !== undefined) {
-      allocation(this.ctx.id, this.ctx.device(), block.allocation)
+      allocation(this.app.id, this.app.device(), block.allocation)
         .then((info) => {
           if (this.hover?.block === block) render(info);
         })

@@ -3,11 +3,13 @@
 // counting and screenshots.
 //
 // The test hook: a page hands the browser tests its internals through ONE global,
-// `window.snapviewTest`, and nothing else. The snapshot page (static/views/app.js) sets it to
-// `{ store, ctx, views }`; the compare page (static/compare/main.js) to `{ flameRects, curvePoint }`. The snapshot page's: the URL state store (`store.get()`, `store.set(patch)`), the page
-// context (`ctx.setMoment(n)`) and the views by tab (`views.timeline.layout` and `.model`,
-// `views.flame.rects` and `.data`, `views.segments.pieces`), so a script asserts on what was
-// drawn where instead of reading pixels. A page that needs another hook adds its fields there.
+// `window.snapviewTest`, and nothing else; static/views/test-hook.js is the one place that sets
+// it. The snapshot page (static/views/app.js) gives `{ store, app, views }`; the compare page
+// (static/compare/main.js) `{ flameRects, curvePoint }`. The snapshot page's: the URL state store
+// (`store.get()`, `store.set(patch)`), the page's app context (`app.setMoment(n)`) and the
+// views by tab (`views.timeline.layout` and `.model`, `views.flame.rects` and `.data`,
+// `views.segments.pieces`), so a script asserts on what was drawn where instead of reading
+// pixels. A page that needs another hook adds its fields there.
 
 import { createReadStream, mkdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";

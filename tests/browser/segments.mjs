@@ -304,7 +304,7 @@ await run(240_000, async (browser) => {
           window.__long = [];
           new PerformanceObserver((list) => window.__long.push(...list.getEntries().map((e) => e.duration))).observe({ type: "longtask", buffered: false });
         });
-        await p.evaluate((at) => window.snapviewTest.ctx.setMoment(at), Math.floor(events / 2));
+        await p.evaluate((at) => window.snapviewTest.app.setMoment(at), Math.floor(events / 2));
         for (let i = 0; i < 10; i += 1) {
           await p.keyboard.press("ArrowDown");
           await p.waitForTimeout(60);

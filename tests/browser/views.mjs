@@ -121,7 +121,7 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
 
   await step("the flame graph hovers, zooms, searches and downloads", async () => {
     // Back to the peak for a richer graph.
-    await page.evaluate((peak) => window.snapviewTest.ctx.setMoment(peak), state.peak);
+    await page.evaluate((peak) => window.snapviewTest.app.setMoment(peak), state.peak);
     await until(async () => (await page.locator("#flame-total").textContent()).includes("(the peak)"), "the peak's graph");
     await page.waitForTimeout(100);
     const rects = await page.evaluate(() => window.snapviewTest.views.flame.rects.map((r) => ({ i: r.i, x: r.x, y: r.y, w: r.w })));
@@ -226,14 +226,14 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     assert(svgText.includes("Zoomed into"), "the zoomed SVG's heading does not say the zoom");
     await page.locator("#flame-search").fill("");
     // Keys on the canvas: arrows move between frames (not the moment), Enter zooms, Esc zooms out.
-    const at = await page.evaluate(() => window.snapviewTest.ctx.moment());
+    const at = await page.evaluate(() => window.snapviewTest.app.moment());
     await page.locator("#flame-canvas").focus();
     await page.keyboard.press("ArrowDown");
     await page.locator(".tip").waitFor({ state: "visible" });
     const moved = await page.evaluate(() => window.snapviewTest.views.flame.keyFocus);
     assert(moved > 0, "ArrowDown moved to no frame");
     await page.keyboard.press("ArrowLeft");
-    assertEqual(await page.evaluate(() => window.snapviewTest.ctx.moment()), at, "the moment after arrow keys on the graph");
+    assertEqual(await page.evaluate(() => window.snapviewTest.app.moment()), at, "the moment after arrow keys on the graph");
     await page.keyboard.press("Escape");
     await until(async () => (await layout(page, "flame")).focus === 0, "Esc zooms out");
     assert(await page.locator("#flame-breadcrumb").isHidden(), "the breadcrumb after Esc");
@@ -289,13 +289,13 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     await page.mouse.move(point.x, point.y);
     await until(async () => /allocated/.test(await page.locator(".tip").textContent()), "a block's tooltip");
     // The last event shows the snapshot's own map.
-    await page.evaluate((n) => window.snapviewTest.ctx.setMoment(n - 1), state.events);
+    await page.evaluate((n) => window.snapviewTest.app.setMoment(n - 1), state.events);
     await until(async () => /exact/.test(await page.locator("#segments-source").textContent()), "'exact' at the last event");
     await clean(page);
   });
 
   await step("the event list scrolls through every event, filters, and sets the moment", async () => {
-    await page.evaluate((peak) => window.snapviewTest.ctx.setMoment(peak), state.peak);
+    await page.evaluate((peak) => window.snapviewTest.app.setMoment(peak), state.peak);
     await page.keyboard.press("4");
     await until(async () => (await page.locator(".event-row.selected").count()) === 1, "the moment's row selected");
     assertEqual(Number(await page.locator(".event-row.selected").getAttribute("data-index")), state.peak, "the selected row");

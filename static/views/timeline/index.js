@@ -28,8 +28,8 @@ const nextTask = () => new Promise((resolve) => setTimeout(resolve, 0));
 const FETCH_DELAY_MS = 100;
 
 export class TimelineView {
-  constructor(ctx, panel) {
-    this.ctx = ctx;
+  constructor(app, panel) {
+    this.app = app;
     this.panel = panel;
     this.chart = panel.querySelector("#timeline-chart");
     this.canvas = panel.querySelector("#timeline-canvas");
@@ -61,16 +61,16 @@ export class TimelineView {
   }
 
   state() {
-    return this.ctx.store.get();
+    return this.app.store.get();
   }
 
   device() {
-    return this.ctx.summary ? this.ctx.device() : this.state().device;
+    return this.app.summary ? this.app.device() : this.state().device;
   }
 
   /** Events in the trace (from the last answer, else the summary). */
   events() {
-    return this.model?.events ?? this.ctx.events();
+    return this.model?.events ?? this.app.events();
   }
 
   /** The window shown, inclusive event indices. */
@@ -97,7 +97,7 @@ export class TimelineView {
   }
 
   show() {
-    if (this.ctx.summary && this.ctx.events() === 0) {
+    if (this.app.summary && this.app.events() === 0) {
       this.showEmpty();
       return;
     }
@@ -115,7 +115,7 @@ export class TimelineView {
     this.empty.hidden = false;
     this.empty.replaceChildren(
       h("strong", {}, "No timeline: "),
-      this.ctx.noHistory || "this device's trace has no events.",
+      this.app.noHistory || "this device's trace has no events.",
       " The Segments tab shows the allocator's state when the snapshot was taken.",
     );
     this.panel.querySelector(".timeline-layout").hidden = true;
@@ -206,7 +206,7 @@ export class TimelineView {
     this.loading = true;
     this.setStatus("Loading…");
     try {
-      const data = await getJSON(`/api/snapshots/${this.ctx.id}/timeline?${key}`, controller.signal);
+      const data = await getJSON(`/api/snapshots/${this.app.id}/timeline?${key}`, controller.signal);
       // A newer window was asked for meanwhile: this answer is dropped before any work on it.
       const superseded = () => controller.signal.aborted || this.abort !== controller;
       if (superseded()) return;
@@ -256,7 +256,7 @@ export class TimelineView {
     if (key === this.overviewKey) return;
     this.overviewKey = key;
     try {
-      this.overview = prepare(await getJSON(`/api/snapshots/${this.ctx.id}/timeline?${key}`));
+      this.overview = prepare(await getJSON(`/api/snapshots/${this.app.id}/timeline?${key}`));
       this.drawMinimap();
     } catch {
       this.overviewKey = "";
@@ -349,7 +349,7 @@ export class TimelineView {
     this.syncDetail();
     this.detailSelect?.addEventListener("change", () => {
       const value = this.detailSelect.value;
-      this.ctx.store.set({ detail: value === "" ? null : Number(value) });
+      this.app.store.set({ detail: value === "" ? null : Number(value) });
     });
     let lastWidth = 0;
     new ResizeObserver((entries) => {
@@ -372,12 +372,12 @@ export class TimelineView {
   }
 
   reset() {
-    this.ctx.store.set({ start: null, end: null, y0: null, y1: null });
+    this.app.store.set({ start: null, end: null, y0: null, y1: null });
   }
 
   /** Sets the byte zoom ([low, high] bytes, or null for the whole axis). */
   setByteRange(range) {
-    this.ctx.store.set(range ? { y0: range[0], y1: range[1] } : { y0: null, y1: null });
+    this.app.store.set(range ? { y0: range[0], y1: range[1] } : { y0: null, y1: null });
   }
 
   /** Zooms the byte axis by `factor` (< 1: in) around `bytes` (default: the middle shown). */
@@ -397,7 +397,7 @@ export class TimelineView {
     const range = clampByteRange(m.bytesAt(Math.max(y0, y1)), m.bytesAt(Math.min(y0, y1)), m.yTop);
     const last = this.events() - 1;
     const whole = window.start <= 0 && window.end >= last;
-    this.ctx.store.set({
+    this.app.store.set({
       start: whole ? null : window.start,
       end: whole ? null : window.end,
       y0: range ? range[0] : null,
@@ -415,8 +415,8 @@ export class TimelineView {
 
   setWindow({ start, end }) {
     const last = this.events() - 1;
-    if (start <= 0 && end >= last) this.ctx.store.set({ start: null, end: null });
-    else this.ctx.store.set({ start, end });
+    if (start <= 0 && end >= last) this.app.store.set({ start: null, end: null });
+    else this.app.store.set({ start, end });
   }
 
   /** Zooms by `factor` (< 1: in) around the moment if shown, else the middle. */

@@ -29,10 +29,10 @@ export function bindChart(view) {
   });
   canvas.addEventListener("dblclick", () => view.reset());
   for (const b of view.panel.querySelectorAll("[data-color]")) {
-    b.addEventListener("click", () => view.ctx.store.set({ color: b.dataset.color }));
+    b.addEventListener("click", () => view.app.store.set({ color: b.dataset.color }));
   }
   for (const b of view.panel.querySelectorAll("[data-axis]")) {
-    b.addEventListener("click", () => view.ctx.store.set({ axis: b.dataset.axis }));
+    b.addEventListener("click", () => view.app.store.set({ axis: b.dataset.axis }));
   }
   for (const b of view.panel.querySelectorAll("[data-yzoom]")) {
     b.addEventListener("click", () => {
@@ -140,8 +140,8 @@ function onUp(view, event) {
   const hit = hitTest(view, x, y);
   const patch = {};
   if (hit.kind === "band") patch.alloc = hit.band.id;
-  view.ctx.store.set(patch);
-  view.ctx.setMoment(clamp(clickedEvent, -1, view.model.events - 1));
+  view.app.store.set(patch);
+  view.app.setMoment(clamp(clickedEvent, -1, view.model.events - 1));
   if (hit.kind === "grey") {
     // The list below the chart answers the click; the hover's tip would cover it.
     hideTip();
@@ -263,7 +263,7 @@ function bandTip(view, band, clientX, clientY) {
     );
   };
   render(null);
-  allocation(view.ctx.id, device, band.id)
+  allocation(view.app.id, device, band.id)
     .then((info) => {
       if (view.hover?.band?.id === band.id) render(info);
     })

@@ -46,7 +46,7 @@ export function paintMinimap(view) {
   ctx.strokeStyle = t.accent;
   ctx.lineWidth = 1.5;
   ctx.strokeRect(b0, 1, b1 - b0, MINIMAP_HEIGHT - 2);
-  const at = view.ctx.moment();
+  const at = view.app.moment();
   if (at !== null) {
     ctx.fillStyle = t.accent;
     ctx.fillRect(x(unitOfEvent(model, at + 1)) - 0.5, 0, 1.5, MINIMAP_HEIGHT);

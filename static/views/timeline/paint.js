@@ -84,7 +84,7 @@ export function paintTimeline(view) {
   layout.annotations = markAnnotations(scene);
   layout.peak = markPeak(scene, labels);
   markEndOfTrace(scene, labels);
-  layout.moment = markMoment(scene, view.ctx.moment());
+  layout.moment = markMoment(scene, view.app.moment());
   layout.labels = placeLabels(scene, labels);
 
   layout.xTicks = paintXAxis(scene, s.axis === "time" && data.time_us);

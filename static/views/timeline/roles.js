@@ -32,7 +32,7 @@ export async function loadRoles(view, key) {
   const controller = new AbortController();
   view.rolesAbort = controller;
   try {
-    const data = await getJSON(`/api/snapshots/${view.ctx.id}/roles?${key}`, controller.signal);
+    const data = await getJSON(`/api/snapshots/${view.app.id}/roles?${key}`, controller.signal);
     if (controller.signal.aborted) return;
     view.rolesKey = key;
     view.roles = prepareRoles(data);

@@ -31,7 +31,7 @@ export async function renderSide(view) {
   side.replaceChildren(h("h3", {}, "Allocation"), h("p", { className: "muted small" }, "Loading…"));
   let info;
   try {
-    info = await allocation(view.ctx.id, view.device() ?? 0, id);
+    info = await allocation(view.app.id, view.device() ?? 0, id);
   } catch (error) {
     if (view.state().alloc === id)
       side.replaceChildren(h("h3", {}, "Allocation"), h("p", { className: "view-error" }, `Allocation ${id} could not load. ${error.message}`));
@@ -42,7 +42,7 @@ export async function renderSide(view) {
   const hidden = frames.filter((f) => f.hidden).length;
   const shown = visibleFrames(frames, view.showAllFrames);
   const go = (label, at, title) =>
-    at === null ? null : h("button", { type: "button", className: "button button-small", title, onclick: () => view.ctx.setMoment(at) }, label);
+    at === null ? null : h("button", { type: "button", className: "button button-small", title, onclick: () => view.app.setMoment(at) }, label);
   side.replaceChildren(
     h(
       "div",
@@ -50,7 +50,7 @@ export async function renderSide(view) {
       h("h3", {}, bytes(info.size)),
       h(
         "button",
-        { type: "button", className: "close-button", title: "Unpin (Esc)", "aria-label": "Unpin", onclick: () => view.ctx.store.set({ alloc: null }) },
+        { type: "button", className: "close-button", title: "Unpin (Esc)", "aria-label": "Unpin", onclick: () => view.app.store.set({ alloc: null }) },
         "×",
       ),
     ),
@@ -161,7 +161,7 @@ export function renderLegend(view) {
     item("sw-moment", "selected moment", "Every view shows memory right after this event."),
     item("sw-oom", "out of memory", "An allocation that failed."),
     item("sw-annotation", "annotation", "external_annotations (e.g. optimizer steps); hover one."),
-    ...(view.ctx.incomplete ? [item("sw-incomplete", "history incomplete", view.ctx.incomplete)] : []),
+    ...(view.app.incomplete ? [item("sw-incomplete", "history incomplete", view.app.incomplete)] : []),
   ];
   view.legend.replaceChildren(...items.filter(Boolean));
 }
@@ -207,7 +207,7 @@ export async function openColumnList(view, column, limit = COLUMN_ROWS) {
   list.replaceChildren(head(), h("p", { className: "muted small" }, "Loading…"));
   let answer;
   try {
-    answer = await getJSON(`/api/snapshots/${view.ctx.id}/timeline/column?${view.dataKey}&column=${column}&limit=${limit}`, controller.signal);
+    answer = await getJSON(`/api/snapshots/${view.app.id}/timeline/column?${view.dataKey}&column=${column}&limit=${limit}`, controller.signal);
   } catch (error) {
     if (error.name === "AbortError") return null;
     list.replaceChildren(head(), h("p", { className: "view-error" }, `The column's allocations could not load. ${error.message}`));
@@ -235,7 +235,7 @@ export async function openColumnList(view, column, limit = COLUMN_ROWS) {
                   className: `column-row${row.id === pinned ? " pinned" : ""}`,
                   dataset: { alloc: String(row.id) },
                   title: "Pin this allocation (its stack shows beside the chart)",
-                  onclick: () => view.ctx.store.set({ alloc: row.id }),
+                  onclick: () => view.app.store.set({ alloc: row.id }),
                 },
                 h("span", { className: "column-size" }, bytes(row.size)),
                 h("span", { className: "role-chip", style: `--role:${roleColor(row.role, dark)}` }, row.role),
