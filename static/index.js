@@ -6,18 +6,32 @@ import { bytes } from "./lib/units.js";
 import { askToken, writeFetch } from "./views/auth.js";
 import { h } from "./views/dom.js";
 import { isShortcut, keyboardHelp, showTimes, toast } from "./views/page.js";
+import { linkComparison, RowSelection, rowName, selectBox } from "./views/row-selection.js";
 
-/** Changes a stored snapshot's fields (name, group); a refusal throws the server's own message. */
-async function patchSnapshot(id, fields) {
-  const response = await writeFetch(`/api/snapshots/${id}`, {
-    method: "PATCH",
-    headers: { "Content-Type": "application/json" },
-    body: JSON.stringify(fields),
-  });
+/**
+ * Sends `method` to `url` with the tab's write token (asking for one on 401), and `json` as the
+ * body when given; throws with the server's message when it refuses.
+ * @param {string} method
+ * @param {string} url
+ * @param {object} [json]
+ */
+async function send(method, url, json) {
+  const init = json === undefined ? { method } : { method, headers: { "Content-Type": "application/json" }, body: JSON.stringify(json) };
+  const response = await writeFetch(url, init);
   if (!response.ok) {
     const body = await response.json().catch(() => null);
     throw new Error(body?.error?.message ?? `the server answered ${response.status}`);
   }
+  return response;
+}
+
+/**
+ * Changes a stored snapshot's fields (name, group); a refusal throws the server's own message.
+ * @param {string} id
+ * @param {{name?: string, group?: string}} fields
+ */
+async function patchSnapshot(id, fields) {
+  await send("PATCH", `/api/snapshots/${id}`, fields);
 }
 
 const dropzone = document.getElementById("dropzone");
@@ -422,30 +436,17 @@ const selectionCount = document.getElementById("selection-count");
 const selectAll = document.getElementById("select-all");
 const groupDialog = document.getElementById("group-dialog");
 const deleteButton = document.getElementById("delete-selected");
-/** Selected rows, in the order they were selected. */
-let selected = [];
-
-function rowName(row) {
-  return row.querySelector("a.name").textContent.trim();
-}
+/** The selected rows (none where the page offers no comparing: no table, or read-only). */
+const selection = new RowSelection(table && compareButton ? [...table.tBodies[0].rows] : [], updateSelection);
 
 function updateSelection() {
+  const selected = selection.rows;
   const rows = [...(table?.tBodies[0].rows ?? [])];
   for (const row of rows) row.classList.toggle("selected", selected.includes(row));
   if (selected.length === 0) selectionCount.textContent = "Select rows to compare, group or delete";
   else if (selected.length === 1) selectionCount.textContent = "1 selected · pick one more to compare";
   else selectionCount.textContent = `${selected.length} selected`;
-  if (selected.length === 2) {
-    // The older upload is the before side.
-    const [a, b] = [...selected].sort((x, y) => Number(x.dataset.uploaded) - Number(y.dataset.uploaded));
-    compareButton.href = `/compare/${a.dataset.id}/${b.dataset.id}`;
-    compareButton.removeAttribute("aria-disabled");
-    compareButton.title = `Compare ${rowName(a)} (before) with ${rowName(b)} (after) (c)`;
-  } else {
-    compareButton.removeAttribute("href");
-    compareButton.setAttribute("aria-disabled", "true");
-    compareButton.title = "Select exactly two snapshots to compare them; the older one is the before side (c)";
-  }
+  linkComparison(compareButton, selected, "Select exactly two snapshots to compare them; the older one is the before side (c)");
   groupButton.disabled = selected.length === 0;
   deleteButton.disabled = selected.length === 0;
   const visible = rows.filter((row) => !row.hidden);
@@ -456,37 +457,27 @@ function updateSelection() {
 
 if (table && compareButton) {
   const rows = [...table.tBodies[0].rows];
-  for (const row of rows) {
-    const box = row.querySelector("input.select-row");
-    box.addEventListener("change", () => {
-      selected = selected.filter((r) => r !== row);
-      if (box.checked) selected.push(row);
-      updateSelection();
-    });
-  }
   selectAll.addEventListener("change", () => {
     for (const row of rows) {
       if (row.hidden) continue;
-      row.querySelector("input.select-row").checked = selectAll.checked;
-      selected = selected.filter((r) => r !== row);
-      if (selectAll.checked) selected.push(row);
+      selectBox(row).checked = selectAll.checked;
+      selection.choose(row, selectAll.checked);
     }
     updateSelection();
   });
   search?.addEventListener("input", updateSelection);
-  // The browser may restore checkboxes on Back.
-  selected = rows.filter((row) => row.querySelector("input.select-row").checked);
   updateSelection();
 
   // The "Group…" dialog.
   const nameInput = document.getElementById("group-name");
   const groupError = document.getElementById("group-error");
   const openGroupDialog = () => {
-    if (selected.length === 0) return;
-    const groups = [...new Set(selected.map((row) => row.dataset.group))];
+    if (selection.rows.length === 0) return;
+    const groups = [...new Set(selection.rows.map((row) => row.dataset.group))];
     nameInput.value = groups.length === 1 ? groups[0] : "";
-    document.getElementById("group-dialog-count").textContent = selected.length === 1 ? `“${rowName(selected[0])}”` : `${selected.length} snapshots`;
-    document.getElementById("group-clear").hidden = selected.every((row) => !row.dataset.group);
+    document.getElementById("group-dialog-count").textContent =
+      selection.rows.length === 1 ? `“${rowName(selection.rows[0])}”` : `${selection.rows.length} snapshots`;
+    document.getElementById("group-clear").hidden = selection.rows.every((row) => !row.dataset.group);
     groupError.hidden = true;
     groupDialog.showModal();
     nameInput.focus();
@@ -496,7 +487,7 @@ if (table && compareButton) {
     groupError.hidden = true;
     for (const button of groupDialog.querySelectorAll("button")) button.disabled = true;
     try {
-      for (const row of selected) {
+      for (const row of selection.rows) {
         await patchSnapshot(row.dataset.id, { group });
       }
       groupDialog.close();
@@ -531,14 +522,14 @@ if (table && compareButton) {
     const row = document.activeElement?.closest?.("#snapshot-table tbody tr");
     if (event.key === "x" && row) {
       event.preventDefault();
-      row.querySelector("input.select-row").click();
+      selectBox(row).click();
     } else if (event.key === "c" && compareButton.href) {
       event.preventDefault();
       window.location.assign(compareButton.href);
-    } else if (event.key === "g" && selected.length > 0) {
+    } else if (event.key === "g" && selection.rows.length > 0) {
       event.preventDefault();
       openGroupDialog();
-    } else if (event.key === "d" && selected.length > 0) {
+    } else if (event.key === "d" && selection.rows.length > 0) {
       event.preventDefault();
       deleteSelected();
     } else if (event.key === "z" && lastDeleted.length > 0) {
@@ -556,20 +547,9 @@ const undoBar = document.getElementById("undo-bar");
 /** The rows the last delete removed, for Undo. */
 let lastDeleted = [];
 
-/** Sends `method` to `url` with the tab's write token (asking for one on 401); throws with the
- * server's message when it refuses. */
-async function send(method, url) {
-  const response = await writeFetch(url, { method });
-  if (!response.ok) {
-    const body = await response.json().catch(() => null);
-    throw new Error(body?.error?.message ?? `the server answered ${response.status}`);
-  }
-  return response;
-}
-
 async function deleteSelected() {
-  if (selected.length === 0) return;
-  const rows = [...selected];
+  if (selection.rows.length === 0) return;
+  const rows = [...selection.rows];
   deleteButton.disabled = true;
   const done = [];
   let failure = null;
@@ -583,9 +563,9 @@ async function deleteSelected() {
   }
   for (const row of done) {
     row.dataset.deleted = "1";
-    row.querySelector("input.select-row").checked = false;
+    selectBox(row).checked = false;
   }
-  selected = selected.filter((row) => !done.includes(row));
+  selection.rows = selection.rows.filter((row) => !done.includes(row));
   filter();
   updateSelection();
   if (done.length > 0) {
@@ -669,7 +649,7 @@ function startListRename(row) {
     try {
       await patchSnapshot(row.dataset.id, { name });
       row.dataset.search = row.dataset.search.replace(old.toLowerCase(), name.toLowerCase());
-      row.querySelector("input.select-row")?.setAttribute("aria-label", `Select ${name}`);
+      selectBox(row)?.setAttribute("aria-label", `Select ${name}`);
       cell.querySelector("[data-rename]").setAttribute("aria-label", `Rename ${name}`);
       toast(`Renamed to “${name}”`);
     } catch (error) {

@@ -6,7 +6,8 @@
 import { clamp } from "../lib/scale.js";
 import { bandAt, bandRuns, eventOfUnit, panWindow, prepare, unitOfEvent, zoomWindow } from "../lib/timeline-model.js";
 import { bytes, count, hex } from "../lib/units.js";
-import { fitCanvas, frameScheduler, paintPlaceholder } from "./canvas.js";
+import { fitCanvas, paintPlaceholder } from "./canvas.js";
+import { CanvasView } from "./canvas-view.js";
 import { h } from "./dom.js";
 import { newestOnly } from "./newest-only.js";
 import { onThemeChange, theme } from "./theme.js";
@@ -22,26 +23,18 @@ export function segmentColor(stream, band, dark) {
   return `hsl(${hue} 55% ${light}%)`;
 }
 
-export class SegmentTimelineView {
+export class SegmentTimelineView extends CanvasView {
+  /**
+   * @param {import("./app.js").App} app
+   * @param {HTMLElement} panel
+   */
   constructor(app, panel) {
-    this.app = app;
-    this.panel = panel;
-    this.chart = panel.querySelector("#segtl-chart");
-    this.canvas = panel.querySelector("#segtl-canvas");
-    this.status = panel.querySelector("#segtl-status");
-    this.error = panel.querySelector("#segtl-error");
+    super(app, panel, "segtl");
+    this.status = /** @type {HTMLElement} */ (panel.querySelector("#segtl-status"));
     this.fetch = newestOnly({ staleMark: this.status, errorBox: this.error, what: "The segment timeline" });
     this.model = null;
     this.key = "";
-    this.hover = null;
-    this.draw = frameScheduler(() => this.paint());
     this.canvas.addEventListener("wheel", (event) => this.onWheel(event), { passive: false });
-    this.canvas.addEventListener("pointermove", (event) => this.onMove(event));
-    this.canvas.addEventListener("pointerleave", () => {
-      this.hover = null;
-      hideTip();
-      this.draw();
-    });
     this.canvas.addEventListener("click", (event) => {
       const at = this.eventAt(event);
       if (at !== null) app.setMoment(at);
@@ -49,10 +42,6 @@ export class SegmentTimelineView {
     this.canvas.addEventListener("dblclick", () => app.store.set({ start: null, end: null }));
     new ResizeObserver(() => this.visible() && this.load()).observe(this.chart);
     onThemeChange(() => this.draw());
-  }
-
-  visible() {
-    return !this.panel.hidden;
   }
 
   width() {

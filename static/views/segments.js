@@ -9,7 +9,8 @@ import { allocation } from "../lib/api.js";
 import { bandColor } from "../lib/color.js";
 import { frameParts, visibleFrames } from "../lib/frames.js";
 import { bytes, count, hex, percent } from "../lib/units.js";
-import { fitCanvas, frameScheduler, paintPlaceholder } from "./canvas.js";
+import { fitCanvas, paintPlaceholder } from "./canvas.js";
+import { CanvasView } from "./canvas-view.js";
 import { h } from "./dom.js";
 import { newestOnly } from "./newest-only.js";
 import { SegmentTimelineView } from "./segment-timeline.js";
@@ -39,16 +40,16 @@ function segmentWord(data, n) {
   return `${expandable ? "expandable segment" : "segment"}${n === 1 ? "" : "s"}`;
 }
 
-export class SegmentsView {
+export class SegmentsView extends CanvasView {
+  /**
+   * @param {import("./app.js").App} app
+   * @param {HTMLElement} panel
+   */
   constructor(app, panel) {
-    this.app = app;
-    this.panel = panel;
-    this.chart = panel.querySelector("#segments-chart");
-    this.canvas = panel.querySelector("#segments-canvas");
+    super(app, panel, "segments");
     this.source = panel.querySelector("#segments-source");
     this.totals = panel.querySelector("#segments-totals");
     this.table = panel.querySelector("#segments-table");
-    this.error = panel.querySelector("#segments-error");
     this.fetchSegments = newestOnly({ staleMark: this.source, errorBox: this.error, what: "The segment map" });
     this.legend = panel.querySelector("#segments-legend");
     this.historyBox = panel.querySelector("#segments-history");
@@ -61,14 +62,7 @@ export class SegmentsView {
     this.data = null;
     this.key = "";
     this.pieces = [];
-    this.draw = frameScheduler(() => this.paint());
     for (const b of panel.querySelectorAll("[data-step]")) b.addEventListener("click", () => app.step(Number(b.dataset.step)));
-    this.canvas.addEventListener("pointermove", (event) => this.onMove(event));
-    this.canvas.addEventListener("pointerleave", () => {
-      this.hover = null;
-      hideTip();
-      this.draw();
-    });
     this.canvas.addEventListener("click", (event) => {
       const piece = this.pieceAt(event);
       if (piece?.block.allocation !== null && piece?.block.allocation !== undefined) app.store.set({ alloc: piece.block.allocation });
@@ -99,10 +93,6 @@ export class SegmentsView {
       item("sw-segment", "segment", "One cudaMalloc (or an expandable segment); gaps separate segments"),
       item("sw-touched", "this event's block", "The block the selected event allocated, freed or mapped"),
     );
-  }
-
-  visible() {
-    return !this.panel.hidden;
   }
 
   show() {
