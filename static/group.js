@@ -1,16 +1,17 @@
+// @ts-check
 // The group page (`/g/{name}`): one row per member; select two to compare them.
 
 import { copyLink, isShortcut, keyboardHelp, showTimes } from "./views/page.js";
 import { linkComparison, RowSelection, selectBox } from "./views/row-selection.js";
 
-const table = document.getElementById("group-table");
+const table = /** @type {HTMLTableElement} */ (document.getElementById("group-table"));
 const rows = [...table.tBodies[0].rows];
-const compare = document.getElementById("compare-selected");
+const compare = /** @type {HTMLAnchorElement} */ (document.getElementById("compare-selected"));
 const counter = document.getElementById("selected-count");
 
 // Bars to scale (widths come from the server as data attributes; the CSP forbids style=).
-for (const bar of table.querySelectorAll(".meter-bar[data-width]")) bar.style.width = `${bar.dataset.width}%`;
-for (const mark of table.querySelectorAll(".meter-median[data-left]")) mark.style.left = `${mark.dataset.left}%`;
+for (const bar of /** @type {NodeListOf<HTMLElement>} */ (table.querySelectorAll(".meter-bar[data-width]"))) bar.style.width = `${bar.dataset.width}%`;
+for (const mark of /** @type {NodeListOf<HTMLElement>} */ (table.querySelectorAll(".meter-median[data-left]"))) mark.style.left = `${mark.dataset.left}%`;
 
 const selection = new RowSelection(rows, update);
 
@@ -25,8 +26,8 @@ update();
 document.getElementById("copy-link").addEventListener("click", () => copyLink());
 
 document.addEventListener("keydown", (event) => {
-  if (!isShortcut(event) && !(event.key === "x" && event.target.matches?.("input.select-row"))) return;
-  const focusedRow = document.activeElement?.closest?.("#group-table tbody tr");
+  if (!isShortcut(event) && !(event.key === "x" && /** @type {Element} */ (event.target).matches?.("input.select-row"))) return;
+  const focusedRow = /** @type {HTMLTableRowElement | null | undefined} */ (document.activeElement?.closest?.("#group-table tbody tr"));
   if (event.key === "c" && compare.href) {
     window.location.assign(compare.href);
   } else if (event.key === "y") {
@@ -38,7 +39,7 @@ document.addEventListener("keydown", (event) => {
     event.preventDefault();
     const i = rows.indexOf(focusedRow);
     const next = rows[Math.min(rows.length - 1, Math.max(0, i < 0 ? 0 : i + (event.key === "j" ? 1 : -1)))];
-    next?.querySelector("a.name")?.focus();
+    /** @type {HTMLAnchorElement | null | undefined} */ (next?.querySelector("a.name"))?.focus();
   }
 });
 

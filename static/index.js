@@ -1,3 +1,4 @@
+// @ts-check
 // The snapshot list: drag-and-drop upload with progress, and the filter box.
 
 import { NEEDS_TOKEN, savedToken, withToken } from "./lib/auth.js";
@@ -34,15 +35,15 @@ async function patchSnapshot(id, fields) {
   await send("PATCH", `/api/snapshots/${id}`, fields);
 }
 
-const dropzone = document.getElementById("dropzone");
-const input = document.getElementById("file-input");
-const idle = dropzone.querySelector(".drop-idle");
-const busy = dropzone.querySelector(".drop-busy");
-const errorBox = dropzone.querySelector(".drop-error");
-const rowList = busy.querySelector(".upload-rows");
+const dropzone = /** @type {HTMLElement} */ (document.getElementById("dropzone"));
+const input = /** @type {HTMLInputElement} */ (document.getElementById("file-input"));
+const idle = /** @type {HTMLElement} */ (dropzone.querySelector(".drop-idle"));
+const busy = /** @type {HTMLElement} */ (dropzone.querySelector(".drop-busy"));
+const errorBox = /** @type {HTMLElement} */ (dropzone.querySelector(".drop-error"));
+const rowList = /** @type {HTMLElement} */ (busy.querySelector(".upload-rows"));
 /** The first row is in the page (so it is there before any drop); others are its copies. */
-const rowTemplate = rowList.querySelector(".upload-row");
-const donePanel = busy.querySelector(".upload-done");
+const rowTemplate = /** @type {HTMLElement} */ (rowList.querySelector(".upload-row"));
+const donePanel = /** @type {HTMLElement} */ (busy.querySelector(".upload-done"));
 
 /** Files taken from one drop or one choice; the rest are refused with a message. Bounded so a
  * drop of a whole folder cannot open thousands of requests or rows. */
@@ -94,14 +95,14 @@ function uploadAll(files) {
   donePanel.hidden = true;
   batchFinished = false;
   batch = taken.map((file, i) => {
-    const row = i === 0 ? rowTemplate : rowTemplate.cloneNode(true);
+    const row = i === 0 ? rowTemplate : /** @type {HTMLElement} */ (rowTemplate.cloneNode(true));
     if (i > 0) rowList.append(row);
     row.dataset.state = "queued";
     row.querySelector("[data-upload-name]").textContent = file.name;
     row.querySelector("[data-upload-size]").textContent = bytes(file.size);
     row.querySelector(".progress").classList.remove("indeterminate");
     row.querySelector("[data-upload-status]").textContent = taken.length > 1 && i >= MAX_PARALLEL_UPLOADS ? "Waiting…" : "Starting…";
-    const cancelButton = row.querySelector("[data-upload-cancel]");
+    const cancelButton = /** @type {HTMLButtonElement} */ (row.querySelector("[data-upload-cancel]"));
     cancelButton.hidden = false;
     cancelButton.setAttribute("aria-label", `Cancel the upload of ${file.name}`);
     const upload = { file, row, xhr: null, state: "queued", answer: null };
@@ -226,7 +227,7 @@ function finishBatch() {
   const failed = batch.length - added.length;
   const notAdded = failed > 0 ? ` · ${failed} not added (see each row)` : "";
   busy.querySelector("[data-upload-summary]").textContent = `${added.length} of ${batch.length} added${notAdded}`;
-  const offer = busy.querySelector("[data-group-offer]");
+  const offer = /** @type {HTMLElement} */ (busy.querySelector("[data-group-offer]"));
   const group = rankGroup(added.map((u) => ({ filename: u.file.name, summary: u.answer.summary })));
   offer.hidden = group === null;
   if (group !== null) {
@@ -234,12 +235,12 @@ function finishBatch() {
     offer.querySelector("input").value = group;
   }
   donePanel.hidden = false;
-  (group !== null ? offer.querySelector("input") : busy.querySelector("[data-upload-finish]")).focus();
+  (group !== null ? offer.querySelector("input") : /** @type {HTMLButtonElement} */ (busy.querySelector("[data-upload-finish]"))).focus();
 }
 
 /** Labels every added snapshot of the batch with `group`, then opens the group's page. */
 async function groupBatch(group) {
-  const save = busy.querySelector("[data-group-offer-save]");
+  const save = /** @type {HTMLButtonElement} */ (busy.querySelector("[data-group-offer-save]"));
   save.disabled = true;
   try {
     for (const upload of batch.filter((u) => u.state === "done")) {
@@ -254,13 +255,13 @@ async function groupBatch(group) {
 
 busy.querySelector("[data-group-offer-save]").addEventListener("click", (event) => {
   event.stopPropagation();
-  const group = busy.querySelector("#group-offer-name").value.trim();
+  const group = /** @type {HTMLInputElement} */ (busy.querySelector("#group-offer-name")).value.trim();
   if (group) groupBatch(group);
 });
-busy.querySelector("#group-offer-name").addEventListener("keydown", (event) => {
+busy.querySelector("#group-offer-name").addEventListener("keydown", (/** @type {KeyboardEvent} */ event) => {
   if (event.key !== "Enter") return;
   event.preventDefault();
-  busy.querySelector("[data-group-offer-save]").click();
+  /** @type {HTMLButtonElement} */ (busy.querySelector("[data-group-offer-save]")).click();
 });
 busy.querySelector("[data-upload-finish]").addEventListener("click", (event) => {
   event.stopPropagation();
@@ -268,13 +269,13 @@ busy.querySelector("[data-upload-finish]").addEventListener("click", (event) => 
 });
 rowList.addEventListener("click", (event) => {
   event.stopPropagation();
-  const button = event.target.closest("[data-upload-cancel]");
+  const button = /** @type {Element} */ (event.target).closest("[data-upload-cancel]");
   if (!button) return;
   const upload = batch.find((u) => u.row === button.closest(".upload-row"));
   if (upload) cancelUpload(upload);
 });
 dropzone.addEventListener("click", (event) => {
-  if (!busy.hidden || event.target === input || event.target.closest("label, button, input, .drop-error, .token-form")) return;
+  if (!busy.hidden || event.target === input || /** @type {Element} */ (event.target).closest("label, button, input, .drop-error, .token-form")) return;
   input.click();
 });
 dropzone.addEventListener("keydown", (event) => {
@@ -295,7 +296,7 @@ for (const type of ["dragenter", "dragover"]) {
 }
 dropzone.addEventListener("dragleave", (event) => {
   // Moving over a child fires dragleave on the zone too; only leaving the zone counts.
-  if (!dropzone.contains(event.relatedTarget)) dropzone.classList.remove("dragging");
+  if (!dropzone.contains(/** @type {Node | null} */ (event.relatedTarget))) dropzone.classList.remove("dragging");
 });
 dropzone.addEventListener("drop", (event) => {
   event.preventDefault();
@@ -307,7 +308,7 @@ dropzone.addEventListener("drop", (event) => {
 window.addEventListener("dragover", (event) => event.preventDefault());
 window.addEventListener("drop", (event) => {
   event.preventDefault();
-  if (!dropzone.contains(event.target) && event.dataTransfer?.files.length) uploadAll([...event.dataTransfer.files]);
+  if (!dropzone.contains(/** @type {Node} */ (event.target)) && event.dataTransfer?.files.length) uploadAll([...event.dataTransfer.files]);
 });
 // Esc stops every upload in flight, wherever the focus is: after the file chooser closes the
 // focus is on its (hidden) input, where the letter shortcuts below do not fire.
@@ -329,7 +330,7 @@ window.addEventListener("pageshow", (event) => {
 
 /** After Back or Forward, reloads the page if the list it shows is not the server's. */
 async function reloadIfStale() {
-  if (performance.getEntriesByType("navigation")[0]?.type !== "back_forward") return;
+  if (/** @type {PerformanceNavigationTiming | undefined} */ (performance.getEntriesByType("navigation")[0])?.type !== "back_forward") return;
   try {
     const response = await fetch("/api/snapshots", { cache: "no-store" });
     if (!response.ok) return;
@@ -346,17 +347,17 @@ reloadIfStale();
 // A note recorded for several devices shows once per snapshot.
 for (const cell of document.querySelectorAll("table.snapshots td.col-name")) {
   const seen = new Set();
-  for (const badge of cell.querySelectorAll(".badge[data-note]")) {
+  for (const badge of /** @type {NodeListOf<HTMLElement>} */ (cell.querySelectorAll(".badge[data-note]"))) {
     if (seen.has(badge.dataset.note)) badge.remove();
     seen.add(badge.dataset.note);
   }
 }
 
 // The filter box.
-const search = document.getElementById("search");
-const table = document.getElementById("snapshot-table");
-const count = document.querySelector(".count");
-const noMatch = document.getElementById("no-match");
+const search = /** @type {HTMLInputElement | null} */ (document.getElementById("search"));
+const table = /** @type {HTMLTableElement | null} */ (document.getElementById("snapshot-table"));
+const count = /** @type {HTMLElement | null} */ (document.querySelector(".count"));
+const noMatch = /** @type {HTMLElement | null} */ (document.getElementById("no-match"));
 
 function filter() {
   const words = search.value.toLowerCase().split(/\s+/).filter(Boolean);
@@ -388,7 +389,7 @@ search?.addEventListener("keydown", (event) => {
   if (event.key === "Enter") {
     // Enter opens the first snapshot left by the filter.
     const first = [...(table?.tBodies[0].rows ?? [])].find((row) => !row.hidden);
-    first?.querySelector("a.name")?.click();
+    /** @type {HTMLAnchorElement | null | undefined} */ (first?.querySelector("a.name"))?.click();
   }
 });
 document.querySelector("[data-clear-filter]")?.addEventListener("click", () => {
@@ -430,12 +431,12 @@ keyboardHelp(keys);
 // ---------------------------------------------------------------------------------------------
 // Selecting rows: compare two, or label several with a group.
 
-const compareButton = document.getElementById("compare-selected");
-const groupButton = document.getElementById("group-selected");
-const selectionCount = document.getElementById("selection-count");
-const selectAll = document.getElementById("select-all");
-const groupDialog = document.getElementById("group-dialog");
-const deleteButton = document.getElementById("delete-selected");
+const compareButton = /** @type {HTMLAnchorElement | null} */ (document.getElementById("compare-selected"));
+const groupButton = /** @type {HTMLButtonElement} */ (document.getElementById("group-selected"));
+const selectionCount = /** @type {HTMLElement} */ (document.getElementById("selection-count"));
+const selectAll = /** @type {HTMLInputElement} */ (document.getElementById("select-all"));
+const groupDialog = /** @type {HTMLDialogElement} */ (document.getElementById("group-dialog"));
+const deleteButton = /** @type {HTMLButtonElement} */ (document.getElementById("delete-selected"));
 /** The selected rows (none where the page offers no comparing: no table, or read-only). */
 const selection = new RowSelection(table && compareButton ? [...table.tBodies[0].rows] : [], updateSelection);
 
@@ -469,8 +470,8 @@ if (table && compareButton) {
   updateSelection();
 
   // The "Group…" dialog.
-  const nameInput = document.getElementById("group-name");
-  const groupError = document.getElementById("group-error");
+  const nameInput = /** @type {HTMLInputElement} */ (document.getElementById("group-name"));
+  const groupError = /** @type {HTMLElement} */ (document.getElementById("group-error"));
   const openGroupDialog = () => {
     if (selection.rows.length === 0) return;
     const groups = [...new Set(selection.rows.map((row) => row.dataset.group))];
@@ -519,7 +520,7 @@ if (table && compareButton) {
     const onCheckbox = event.target instanceof HTMLInputElement && event.target.type === "checkbox";
     if (!isShortcut(event) && !onCheckbox) return;
     if (event.ctrlKey || event.metaKey || event.altKey || document.querySelector("dialog[open]")) return;
-    const row = document.activeElement?.closest?.("#snapshot-table tbody tr");
+    const row = /** @type {HTMLTableRowElement | null | undefined} */ (document.activeElement?.closest?.("#snapshot-table tbody tr"));
     if (event.key === "x" && row) {
       event.preventDefault();
       selectBox(row).click();
@@ -543,7 +544,7 @@ if (table && compareButton) {
 // Deleting rows, and undoing it: a delete moves snapshots to the server's trash, so a mistaken
 // click costs nothing. The rows are hidden, not reloaded away, so the Undo bar stays put.
 
-const undoBar = document.getElementById("undo-bar");
+const undoBar = /** @type {HTMLElement} */ (document.getElementById("undo-bar"));
 /** The rows the last delete removed, for Undo. */
 let lastDeleted = [];
 
@@ -675,7 +676,7 @@ for (const row of table?.tBodies[0].rows ?? []) {
 }
 document.addEventListener("keydown", (event) => {
   if (event.key !== "F2" || event.ctrlKey || event.metaKey || event.altKey) return;
-  const row = document.activeElement?.closest?.("#snapshot-table tbody tr");
+  const row = /** @type {HTMLTableRowElement | null | undefined} */ (document.activeElement?.closest?.("#snapshot-table tbody tr"));
   if (!row || document.activeElement.matches("input.rename-input")) return;
   event.preventDefault();
   startListRename(row);

@@ -1,3 +1,4 @@
+// @ts-check
 // The page of a snapshot the server is still reading (templates/loading.html): its load card
 // (static/views/loads.js) follows GET /api/snapshots/{id}/status, and the page reloads into the
 // snapshot's full page when it is ready (or, when the snapshot went away meanwhile, into the

@@ -1,3 +1,4 @@
+// @ts-check
 // The snapshot page: rename in place, copy the link, stack bars.
 
 import { startViews, VIEW_KEYS, viewSearch } from "./views/app.js";
@@ -6,7 +7,7 @@ import { showOomPanels } from "./views/oom.js";
 import { copyLink, isShortcut, keyboardHelp, showTimes, toast } from "./views/page.js";
 import { showRoleBars } from "./views/roles.js";
 
-const root = document.querySelector(".snapshot");
+const root = /** @type {HTMLElement} */ (document.querySelector(".snapshot"));
 const id = root.dataset.id;
 const title = document.getElementById("snapshot-name");
 
@@ -77,7 +78,7 @@ function copyViewLink() {
 
 document.getElementById("copy-link").addEventListener("click", copyViewLink);
 
-for (const bar of document.querySelectorAll(".stack-bar[data-width]")) {
+for (const bar of /** @type {NodeListOf<HTMLElement>} */ (document.querySelectorAll(".stack-bar[data-width]"))) {
   bar.style.width = `${Math.min(100, Math.max(0, Number(bar.dataset.width) || 0))}%`;
 }
 
@@ -96,7 +97,7 @@ document.addEventListener("keydown", (event) => {
 
 // After Back or Forward the browser may show its cached copy of this page: bring the name up to
 // date (it may have been renamed since).
-if (performance.getEntriesByType("navigation")[0]?.type === "back_forward") {
+if (/** @type {PerformanceNavigationTiming | undefined} */ (performance.getEntriesByType("navigation")[0])?.type === "back_forward") {
   fetch(`/api/snapshots/${id}`, { cache: "no-store" })
     .then((response) => (response.ok ? response.json() : null))
     .then((body) => {

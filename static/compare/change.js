@@ -1,3 +1,4 @@
+// @ts-check
 // Words for a change from a before side to an after side (pure): signed bytes and percents, the
 // trend as a class name, a compared moment, and the parts of a frame as the diff writes it.
 

@@ -1,3 +1,4 @@
+// @ts-check
 // Both memory curves on one canvas (x: the share of each one's own trace, so runs of different
 // lengths line up start to end), the compared moments marked; a click on a curve compares that
 // side at that point. Beside it, the form that sets the moments by event index (the keyboard's way).

@@ -1,3 +1,4 @@
+// @ts-check
 // The compare page (`/compare/{a}/{b}`) and its picker (`/compare/{a}`).
 //
 // Everything the page shows is in its URL (the two ids, `ignore_lines`, and the moments `at_a`
@@ -198,7 +199,7 @@ async function comparePage(root) {
   const b = root.dataset.after;
   const params = new URLSearchParams(window.location.search);
   const ignore = ["1", "true", "yes", "on"].includes(params.get("ignore_lines") ?? "");
-  const checkbox = document.getElementById("ignore-lines");
+  const checkbox = /** @type {HTMLInputElement} */ (document.getElementById("ignore-lines"));
   checkbox.checked = ignore;
   const reloadWith = (ignoreLines) => {
     const url = new URL(window.location.href);
@@ -208,7 +209,7 @@ async function comparePage(root) {
   };
   checkbox.addEventListener("change", () => reloadWith(checkbox.checked));
   const align = alignFrom(params.get("align"));
-  const alignSelect = document.getElementById("align-stacks");
+  const alignSelect = /** @type {HTMLSelectElement} */ (document.getElementById("align-stacks"));
   const alignChoices = [
     ["auto", "automatically"],
     ["off", "off (frame for frame)"],
@@ -223,7 +224,7 @@ async function comparePage(root) {
     window.location.assign(url.toString());
   });
   const moments = momentsFrom(params);
-  const swap = document.getElementById("swap");
+  const swap = /** @type {HTMLAnchorElement} */ (document.getElementById("swap"));
   const swapped = new URLSearchParams(params);
   swapped.delete("at_a");
   swapped.delete("at_b");
@@ -245,7 +246,7 @@ async function comparePage(root) {
       flames[0]?.canvas.focus();
     } else if (event.key === "m") {
       event.preventDefault();
-      document.querySelector(".moment-input:not([disabled])")?.focus();
+      /** @type {HTMLInputElement | null} */ (document.querySelector(".moment-input:not([disabled])"))?.focus();
     } else if (event.key === "p" && moments.chosen) {
       moments.go(null, null);
     } else if (event.key === "Escape") {

@@ -1,3 +1,4 @@
+// @ts-check
 // The picker (`/compare/{a}`): choose the snapshot to compare `a` with, and which side `a` is.
 
 import { isShortcut, keyboardHelp } from "../views/page.js";
@@ -18,7 +19,7 @@ export function pickerPage(root) {
   };
   for (const button of buttons) button.addEventListener("click", () => setRole(button.dataset.role));
 
-  const search = document.getElementById("search");
+  const search = /** @type {HTMLInputElement} */ (document.getElementById("search"));
   const rows = [...root.querySelectorAll("tbody tr")];
   const noMatch = document.getElementById("no-match");
   const filter = () => {

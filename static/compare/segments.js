@@ -1,3 +1,4 @@
+// @ts-check
 // The segments in only one of the two snapshots (torch's `_memory_viz.py compare`), drawn from
 // the server's structure; torch's own text is fetched only to be read or downloaded.
 
@@ -48,7 +49,7 @@ export function segmentsSection(segments, ids, names) {
   document.getElementById("torch-lines").textContent = `${count(segments.folded_lines)} lines`;
   const textUrl = `/api/compare/${ids[0]}/${ids[1]}/torch.txt`;
   const pre = document.getElementById("torch-text");
-  const details = section.querySelector("details.folded");
+  const details = /** @type {HTMLDetailsElement} */ (section.querySelector("details.folded"));
   // Fetched on first opening: the text can be long, and most visits never read it.
   details.addEventListener("toggle", async () => {
     if (!details.open || pre.textContent) return;
@@ -62,7 +63,7 @@ export function segmentsSection(segments, ids, names) {
       details.addEventListener("toggle", () => (pre.textContent = ""), { once: true });
     }
   });
-  const download = document.getElementById("torch-download");
+  const download = /** @type {HTMLAnchorElement} */ (document.getElementById("torch-download"));
   download.href = textUrl;
   download.download = `compare-${names[0]}-${names[1]}.txt`.replace(/[^\w.-]+/g, "_");
   section.hidden = false;

@@ -1,3 +1,4 @@
+// @ts-check
 // One device's totals side by side, and its stacks by change in live bytes.
 
 import { roleColor } from "../lib/color.js";
@@ -7,6 +8,7 @@ import { h } from "../views/dom.js";
 import { theme } from "../views/theme.js";
 import { signedBytes, signedCount, signedPercent, signedPercentFrom, splitFrame, trend } from "./change.js";
 
+/** @type {[label: string, key: string, help: string, format: (n: number) => string][]} */
 const TOTALS = [
   [
     "Peak allocated",
@@ -125,7 +127,7 @@ export function stacksList(stacks) {
   if (stacks.length > STACKS_SHOWN) {
     const more = h("button", { type: "button", className: "button button-small show-more" }, `Show all ${stacks.length} stacks`);
     more.addEventListener("click", () => {
-      for (const row of list.children) row.hidden = false;
+      for (const row of /** @type {HTMLCollectionOf<HTMLElement>} */ (list.children)) row.hidden = false;
       more.remove();
     });
     wrap.append(more);

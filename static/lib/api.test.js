@@ -1,3 +1,4 @@
+// @ts-check
 // node --test: the JSON API's reader, with `fetch` replaced by answers made here.
 
 import assert from "node:assert/strict";

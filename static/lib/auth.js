@@ -1,3 +1,4 @@
+// @ts-check
 // The write token, for servers started with --write-token or --tokens-file: a write without it
 // answers 401. The token is asked for in the page (a field, never prompt()), kept for this tab
 // only (sessionStorage: gone when the tab closes, never sent anywhere but this server) and sent

@@ -1,3 +1,4 @@
+// @ts-check
 // node --test: the write token's storage and headers, and the words shown when one is refused.
 // Node has no sessionStorage: the tests run once without one (storage disabled, as in a
 // locked-down browser) and once with a minimal Storage of the same interface.
@@ -7,6 +8,14 @@ import { afterEach, test } from "node:test";
 import { NEEDS_TOKEN, refusal, savedToken, saveToken, withToken } from "./auth.js";
 
 /** The part of the Web Storage interface auth.js uses, over a Map. */
+/**
+ * Makes `storage` the page's sessionStorage: a stand-in with the two methods auth.js calls.
+ * @param {Pick<Storage, "getItem" | "setItem">} storage
+ */
+function useStorage(storage) {
+  globalThis.sessionStorage = /** @type {Storage} */ (storage);
+}
+
 class MemoryStorage {
   items = new Map();
   getItem(key) {
@@ -30,20 +39,20 @@ test("without storage there is no token and nothing breaks", () => {
 });
 
 test("storage that throws (disabled by the browser) reads as no token", () => {
-  globalThis.sessionStorage = {
+  useStorage({
     getItem() {
       throw new Error("SecurityError");
     },
     setItem() {
       throw new Error("QuotaExceededError");
     },
-  };
+  });
   saveToken("t");
   assert.equal(savedToken(), "");
 });
 
 test("a saved token is sent as a Bearer header, beside the other headers", () => {
-  globalThis.sessionStorage = new MemoryStorage();
+  useStorage(new MemoryStorage());
   assert.deepEqual(withToken({ "Content-Type": "text/plain" }), { "Content-Type": "text/plain" }, "none saved yet");
   saveToken("s3cret-token");
   assert.equal(savedToken(), "s3cret-token");

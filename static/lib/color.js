@@ -1,3 +1,4 @@
+// @ts-check
 // Colours for marks (pure): stable per key, readable on light and dark backgrounds.
 
 /** A 32-bit hash of a string or number. */

@@ -1,3 +1,4 @@
+// @ts-check
 // node --test: mark colours are stable per key and valid CSS.
 
 import assert from "node:assert/strict";

@@ -1,3 +1,4 @@
+// @ts-check
 // node --test: labels cut to fit a canvas.
 
 import assert from "node:assert/strict";

@@ -1,3 +1,4 @@
+// @ts-check
 // node --test: how a stack frame is shown.
 
 import assert from "node:assert/strict";

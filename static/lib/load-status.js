@@ -1,3 +1,4 @@
+// @ts-check
 // What a page waiting for snapshots being read shows for each answer of
 // `GET /api/snapshots/{id}/status` ({state: queued | reading | analysing | ready | failed}),
 // and when it asks again. No DOM: static/views/loads.js draws it (on the snapshot page's

@@ -1,3 +1,4 @@
+// @ts-check
 // node --test: the words and timing of the pages shown while snapshots are read
 // (static/views/loads.js over GET /api/snapshots/{id}/status).
 

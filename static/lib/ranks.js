@@ -1,3 +1,4 @@
+// @ts-check
 // Pure (no DOM): whether several uploaded files look like the ranks of one job, so the list page
 // can offer to group them. A file name says its rank (`rank3`, `rank_3`, `rank-3`), the rest of
 // the name (the stem) is the same for all, and their traces have the same shape (the same

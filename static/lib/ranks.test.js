@@ -1,3 +1,4 @@
+// @ts-check
 // node --test: which dropped files are offered as the ranks of one job.
 
 import assert from "node:assert/strict";

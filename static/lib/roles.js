@@ -1,3 +1,4 @@
+// @ts-check
 // The roles of memory (docs/roles.md), in the order every view stacks and lists them.
 
 /** Built-in roles, in display order; custom roles from user rules follow, by name. */

@@ -1,3 +1,4 @@
+// @ts-check
 // node --test: the role list and its hovers.
 
 import assert from "node:assert/strict";

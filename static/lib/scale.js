@@ -1,3 +1,4 @@
+// @ts-check
 // Scales and axis ticks (pure). Coordinate spaces used by the views:
 //   data space   — bytes (y) and event indices or µs (x);
 //   CSS px       — what layout and the mouse use;

@@ -1,3 +1,4 @@
+// @ts-check
 // node --test: scales and axis ticks.
 
 import assert from "node:assert/strict";

@@ -1,3 +1,4 @@
+// @ts-check
 // The view state held in the URL query, so a copied link opens exactly what the sender saw.
 // Pure: parse and serialize only.
 
@@ -32,6 +33,8 @@ export function defaults() {
     by: "stack",
   };
 }
+
+/** @typedef {ReturnType<typeof defaults>} State the view state (`defaults()`'s keys) */
 
 /** State from a query string; unknown or malformed values fall back to the defaults. */
 export function parse(search) {

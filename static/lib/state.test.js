@@ -1,3 +1,4 @@
+// @ts-check
 // node --test: the view state in the URL, so a copied link opens what the sender saw.
 
 import assert from "node:assert/strict";

@@ -1,3 +1,4 @@
+// @ts-check
 // The allocation timeline's data model (pure). One answer of `GET …/timeline` is laid out in
 // "column units": column c of the answer spans [c, c + 1). Views map column units to CSS px
 // through the window they show, so the last answer can be drawn scaled while the next loads.

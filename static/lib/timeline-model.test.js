@@ -1,3 +1,4 @@
+// @ts-check
 // node --test: the timeline's column units, bands and windows, on answers shaped like
 // `GET /api/snapshots/{id}/timeline`.
 

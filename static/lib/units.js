@@ -1,3 +1,4 @@
+// @ts-check
 // Pure number formatting for every page (no DOM): bytes, counts, times, addresses.
 
 const UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];

@@ -1,3 +1,4 @@
+// @ts-check
 // node --test: the number formatting every page shows. The byte strings are the server's
 // (src/format.rs `bytes`), so a page and the CLI say the same thing for the same number.
 

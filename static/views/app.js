@@ -1,3 +1,4 @@
+// @ts-check
 // The snapshot page's views: one state (in the URL), tabs, the shared selected moment, keys.
 
 import { getJSON } from "../lib/api.js";
@@ -34,6 +35,36 @@ export function viewSearch() {
   return liveStore ? serialize(liveStore.get()) : window.location.search;
 }
 
+/**
+ * The URL's state, the one source of what the views show.
+ * @typedef {object} Store
+ * @property {() => import("../lib/state.js").State} get
+ * @property {(patch: Partial<import("../lib/state.js").State>) => void} set changes the given keys; subscribers hear which changed
+ * @property {(fn: (state: import("../lib/state.js").State, changed: Set<string>) => void) => void} subscribe
+ */
+
+/**
+ * The snapshot page's app context, which every view is given: the state, the snapshot's summary
+ * and the selected moment.
+ * @typedef {object} App
+ * @property {string} id the snapshot's id
+ * @property {Store} store
+ * @property {any} summary `/api/snapshots/{id}` once it answered, else null
+ * @property {() => number} device the device shown: the URL's, else the server's default
+ * @property {() => any} deviceInfo the summary's entry for that device, or null
+ * @property {() => number} events events in the device's trace
+ * @property {() => number | null} moment the selected event (-1: before the first), null without history
+ * @property {(at: number | null) => void} setMoment
+ * @property {(delta: number) => void} step moves the moment `delta` events
+ * @property {string} incomplete the note that the trace starts mid-run, or ""
+ * @property {string} noHistory the note that the device has no history, or ""
+ */
+
+/**
+ * @param {import("../lib/state.js").State} initial
+ * @param {(state: import("../lib/state.js").State) => void} onChange
+ * @returns {Store}
+ */
 function createStore(initial, onChange) {
   let state = initial;
   const subscribers = [];
@@ -54,7 +85,7 @@ function createStore(initial, onChange) {
 }
 
 export async function startViews() {
-  const root = document.querySelector(".snapshot");
+  const root = /** @type {HTMLElement | null} */ (document.querySelector(".snapshot"));
   if (!root || !document.getElementById("timeline")) return;
   const id = root.dataset.id;
   let urlTimer;
@@ -67,6 +98,7 @@ export async function startViews() {
   });
 
   liveStore = store;
+  /** @type {App} */
   const app = {
     id,
     store,
@@ -109,9 +141,9 @@ export async function startViews() {
 
   // The timeline starts loading before the summary answers (it is the slowest request).
   const views = {};
-  const tabs = [...root.querySelectorAll(".tab[data-tab]")];
+  const tabs = [.../** @type {NodeListOf<HTMLAnchorElement>} */ (root.querySelectorAll(".tab[data-tab]"))];
   const panels = Object.fromEntries(TABS.map((t) => [t, document.getElementById(t)]));
-  const context = root.querySelector(".view-context");
+  const context = /** @type {HTMLElement} */ (root.querySelector(".view-context"));
   const showPanels = (tab) => {
     for (const a of tabs) a.setAttribute("aria-selected", String(a.dataset.tab === tab));
     for (const [name, panel] of Object.entries(panels)) if (panel) panel.hidden = name !== tab;
@@ -125,7 +157,7 @@ export async function startViews() {
     app.summary = await getJSON(`/api/snapshots/${id}`);
   } catch (error) {
     for (const panel of document.querySelectorAll(".tab-panel.view")) {
-      const box = panel.querySelector(".view-error");
+      const box = /** @type {HTMLElement | null} */ (panel.querySelector(".view-error"));
       if (box) {
         box.textContent = `The views cannot load: ${error.message}`;
         box.hidden = false;
@@ -138,7 +170,7 @@ export async function startViews() {
   views.events = new EventsView(app, document.getElementById("events"));
 
   // Device picker: every device with a trace (or, without any, every device).
-  const select = document.getElementById("device-select");
+  const select = /** @type {HTMLSelectElement} */ (document.getElementById("device-select"));
   const devices = app.summary.analysis.devices;
   const traced = devices.filter((d) => d.trace_entries > 0);
   for (const d of traced.length ? traced : devices) {
@@ -170,7 +202,7 @@ export async function startViews() {
     views[tab]?.show();
   };
   for (const a of tabs) {
-    a.addEventListener("click", (event) => {
+    a.addEventListener("click", (/** @type {MouseEvent} */ event) => {
       if (event.ctrlKey || event.metaKey || event.shiftKey || event.button !== 0) return;
       event.preventDefault();
       store.set({ tab: a.dataset.tab });

@@ -1,3 +1,4 @@
+// @ts-check
 // Asking for the write token in the page (a form, never prompt()) and writes that ask for it on a
 // 401; the token's storage and headers are lib/auth.js.
 

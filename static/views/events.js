@@ -1,3 +1,4 @@
+// @ts-check
 // The event list: every event of the trace, virtualized (a fixed row height over a tall spacer,
 // scaled when the trace is taller than a browser can scroll), fetched in cached pages of 200 rows
 // for the visible range. Filters by action, minimum size and frame text; selecting a row moves
@@ -164,8 +165,8 @@ export class EventsView {
     const key = `${this.filterKey}|${p}`;
     if (!this.pages.has(key)) {
       const params = this.filterParams();
-      params.set("offset", p * PAGE);
-      params.set("limit", PAGE);
+      params.set("offset", String(p * PAGE));
+      params.set("limit", String(PAGE));
       const promise = getJSON(`/api/snapshots/${this.app.id}/events?${params}`).then((page) => {
         this.matching = page.matching;
         this.pages.set(key, page);
@@ -186,8 +187,8 @@ export class EventsView {
     const at = this.app.moment();
     const key = this.filterKey;
     const params = this.filterParams();
-    params.set("limit", PAGE);
-    params.set("find", Math.max(0, at ?? 0));
+    params.set("limit", String(PAGE));
+    params.set("find", String(Math.max(0, at ?? 0)));
     const page = await getJSON(`/api/snapshots/${this.app.id}/events?${params}`);
     if (key !== this.filterKey) return;
     this.matching = page.matching;

@@ -1,3 +1,4 @@
+// @ts-check
 // The card of the snapshots a page waits for (templates/load-card.html): asks
 // GET /api/snapshots/{id}/status of each about four times a second, draws each one's bytes read
 // and stage, and says when every one is ready (the page then reloads, or draws what it waited

@@ -1,3 +1,4 @@
+// @ts-check
 // The OOM explainer: when a snapshot holds an out-of-memory event, the overview opens on a
 // panel saying what happened at that event, from GET /api/snapshots/{id}/oom.
 

@@ -1,11 +1,15 @@
+// @ts-check
 // Behaviour every page shares (DOM): relative times, the toast, the keyboard-shortcut dialog.
 
 import { relativeTime } from "../lib/units.js";
 
-/** Fills every `<time data-ms>` with "3 minutes ago" (the exact time on hover), and keeps it fresh. */
+/**
+ * Fills every `<time data-ms>` with "3 minutes ago" (the exact time on hover), and keeps it fresh.
+ * @param {ParentNode} [root]
+ */
 export function showTimes(root = document) {
   const update = () => {
-    for (const time of root.querySelectorAll("time[data-ms]")) {
+    for (const time of /** @type {NodeListOf<HTMLTimeElement>} */ (root.querySelectorAll("time[data-ms]"))) {
       const ms = Number(time.dataset.ms);
       time.textContent = relativeTime(ms);
       time.dateTime = new Date(ms).toISOString();
@@ -19,7 +23,7 @@ export function showTimes(root = document) {
 let toastTimer;
 /** Shows `message` at the bottom of the page for a moment (longer for long messages). */
 export function toast(message, ms = 2200) {
-  const element = document.querySelector(".toast");
+  const element = /** @type {HTMLElement | null} */ (document.querySelector(".toast"));
   if (!element) return;
   element.textContent = message;
   element.hidden = false;
@@ -68,7 +72,7 @@ export function keyboardHelp(keys) {
       dialog.focus();
     }
   };
-  const button = document.querySelector("[data-show-keys]");
+  const button = /** @type {HTMLButtonElement | null} */ (document.querySelector("[data-show-keys]"));
   if (button) {
     button.hidden = false;
     button.addEventListener("click", toggle);

@@ -1,3 +1,4 @@
+// @ts-check
 // The Active Cached Segment Timeline: reserved memory over time, one band per reserved range
 // (a cudaMalloc'd segment, or a mapped range of an expandable segment), stacked by address.
 // It shares the allocation timeline's window (`start`/`end`/`axis` in the URL) and its model

@@ -1,3 +1,4 @@
+// @ts-check
 // The segment map at the selected moment: every segment of the device to scale, each live
 // block in its allocation's own colour (the timeline's), pending frees hatched, rounding waste
 // marked; totals and per-segment stats; hover for a block's allocation and stack, a segment's
@@ -62,13 +63,14 @@ export class SegmentsView extends CanvasView {
     this.data = null;
     this.key = "";
     this.pieces = [];
-    for (const b of panel.querySelectorAll("[data-step]")) b.addEventListener("click", () => app.step(Number(b.dataset.step)));
+    for (const b of /** @type {NodeListOf<HTMLElement>} */ (panel.querySelectorAll("[data-step]")))
+      b.addEventListener("click", () => app.step(Number(b.dataset.step)));
     this.canvas.addEventListener("click", (event) => {
       const piece = this.pieceAt(event);
       if (piece?.block.allocation !== null && piece?.block.allocation !== undefined) app.store.set({ alloc: piece.block.allocation });
     });
     this.canvas.addEventListener("wheel", (event) => this.onWheel(event), { passive: false });
-    for (const b of panel.querySelectorAll("[data-map-zoom]")) {
+    for (const b of /** @type {NodeListOf<HTMLElement>} */ (panel.querySelectorAll("[data-map-zoom]"))) {
       b.addEventListener("click", () => {
         if (b.dataset.mapZoom === "reset") this.setZoom(1, 0);
         else this.zoomAround(b.dataset.mapZoom === "in" ? 4 : 0.25, null);
@@ -109,9 +111,9 @@ export class SegmentsView extends CanvasView {
 
   async load() {
     const params = new URLSearchParams();
-    params.set("device", this.app.device());
+    params.set("device", String(this.app.device()));
     const at = this.app.moment();
-    if (at !== null) params.set("at", at);
+    if (at !== null) params.set("at", String(at));
     const key = params.toString();
     if (key === this.key) return;
     this.loadHistory(key);
@@ -155,7 +157,7 @@ export class SegmentsView extends CanvasView {
       this.historyList = h("ol", { className: "history-list", "aria-label": "Events around the moment" });
       this.historyList.addEventListener("click", (event) => {
         const row = event.target instanceof Element ? event.target.closest("[data-event]") : null;
-        if (row) this.app.setMoment(Number(row.dataset.event));
+        if (row) this.app.setMoment(Number(/** @type {HTMLElement} */ (row).dataset.event));
       });
       this.historyDetail = h("p");
       this.historyBox.replaceChildren(
@@ -183,7 +185,7 @@ export class SegmentsView extends CanvasView {
       if (el[key] !== value) el[key] = value;
     };
     for (const [i, row] of d.rows.entries()) {
-      const li = list.children[i];
+      const li = /** @type {HTMLElement} */ (list.children[i]);
       const current = row.index === d.at;
       set(li, "className", `history-row${current ? " selected" : ""}`);
       if (li.dataset.event !== String(row.index)) li.dataset.event = String(row.index);
@@ -225,7 +227,7 @@ export class SegmentsView extends CanvasView {
     this.historyDetail = detail;
     // The selected row in the middle of the list, without scrolling the page; read after the
     // next layout, so this does not force one of its own (a long task on a big page).
-    const row = list.querySelector(".selected");
+    const row = /** @type {HTMLElement | null} */ (list.querySelector(".selected"));
     if (row) {
       requestAnimationFrame(() => {
         list.scrollTop = row.offsetTop - list.clientHeight / 2 + row.clientHeight / 2;

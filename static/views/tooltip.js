@@ -17,7 +17,8 @@ export function showTip(clientX, clientY, ...content) {
     tip = h("div", { className: "tip", role: "tooltip" });
     document.body.append(tip);
   }
-  tip.replaceChildren(...content.flat().filter((part) => part !== null && part !== undefined && part !== false && part !== ""));
+  // Empty parts (null, false, "") are left out.
+  tip.replaceChildren(.../** @type {(Node | string)[]} */ (content.flat().filter(Boolean)));
   tip.hidden = false;
   const box = tip.getBoundingClientRect();
   let x = clientX + 14;
@@ -35,7 +36,7 @@ export function hideTip() {
 
 /**
  * A tooltip line "label value".
- * @param {string} label
+ * @param {Node | string} label
  * @param {Node | string | number} value
  */
 export function tipRow(label, value) {

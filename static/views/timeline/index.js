@@ -1,3 +1,4 @@
+// @ts-check
 // The allocation timeline: every allocation a band stacked over time, the reserved line, the
 // peak, OOMs, annotations and the end of the trace; zoom, pan, a minimap, hover and pin.
 // This module holds the view's state, its data and its window; the drawing is paint.js and
@@ -31,6 +32,9 @@ export class TimelineView {
   constructor(app, panel) {
     this.app = app;
     this.panel = panel;
+    /** Repaints the hover under a still pointer after new data (timeline/interaction.js sets it). */
+    /** @type {(() => void) | null} */
+    this.rehover = null;
     this.chart = panel.querySelector("#timeline-chart");
     this.canvas = panel.querySelector("#timeline-canvas");
     this.minimap = panel.querySelector("#timeline-minimap");
@@ -181,11 +185,11 @@ export class TimelineView {
     if (device !== null && device !== undefined) params.set("device", device);
     if (s.start !== null || s.end !== null) {
       const { start, end } = this.window();
-      params.set("start", start);
-      params.set("end", end);
+      params.set("start", String(start));
+      params.set("end", String(end));
     }
-    params.set("width", Math.round(plot.w));
-    params.set("height", Math.round(plot.h));
+    params.set("width", String(Math.round(plot.w)));
+    params.set("height", String(Math.round(plot.h)));
     if (s.axis === "time") params.set("axis", "time");
     // The byte zoom and detail choose the bands (the server lowers its threshold with them).
     if (s.y0 !== null && s.y1 !== null) {
@@ -249,8 +253,8 @@ export class TimelineView {
     const params = new URLSearchParams();
     const device = this.device();
     if (device !== null && device !== undefined) params.set("device", device);
-    params.set("width", Math.round(this.plot().w));
-    params.set("height", MINIMAP_HEIGHT);
+    params.set("width", String(Math.round(this.plot().w)));
+    params.set("height", String(MINIMAP_HEIGHT));
     if (s.axis === "time") params.set("axis", "time");
     const key = params.toString();
     if (key === this.overviewKey) return;

@@ -1,3 +1,4 @@
+// @ts-check
 // The timeline's pointer and toolbar: wheel zooms (sideways scrolls pan; with Shift or Alt it
 // zooms the byte axis), drag pans (with Shift it draws a box to zoom both axes to), a click
 // pins the band under it or lists the grey column's allocations and moves the moment there,

@@ -1,3 +1,4 @@
+// @ts-check
 // The minimap under the timeline: the whole trace at a glance with a brush over the window
 // shown. Dragging the brush moves the window; dragging elsewhere draws a new one.
 

@@ -1,3 +1,4 @@
+// @ts-check
 // The timeline's painter: one pass over the canvas in named steps, back to front. Each step
 // reads a `scene` (the 2D context, the theme, the mapping from column units and bytes to CSS px,
 // the answer being drawn) and leaves the context's font and styles as the next step expects,

@@ -1,3 +1,4 @@
+// @ts-check
 // The role strip under the timeline (colour by role): memory by role over the same window,
 // stacked in ROLES order, from `/roles`. Each column is taken at its peak event, so the strip's
 // top is the timeline's memory line; it is drawn through the timeline's own mapping, so zoom

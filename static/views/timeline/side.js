@@ -1,3 +1,4 @@
+// @ts-check
 // The timeline's side: the pinned allocation's facts and stack, and the legend under the chart.
 
 import { allocation, getJSON } from "../../lib/api.js";
