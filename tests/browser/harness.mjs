@@ -76,6 +76,14 @@ export function assertEqual(actual, expected, what) {
 }
 
 /** Polls `probe` until it returns a truthy value (returned) or `ms` pass. */
+/**
+ * Resolves once the page has shown two more frames: every repaint asked for before has run (the
+ * views coalesce repaints into the next animation frame, static/views/canvas.js).
+ */
+export async function painted(page) {
+  await page.evaluate(() => new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(resolve))));
+}
+
 export async function until(probe, what, ms = 10_000) {
   const deadline = Date.now() + ms;
   for (;;) {

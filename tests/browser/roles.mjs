@@ -8,7 +8,7 @@
 // Screenshots: target/screenshots/roles-*.png, light and dark.
 
 import { join } from "node:path";
-import { api, assert, assertEqual, BASE, clean, drawn, FIXTURES, newContext, run, shot, step, until, upload } from "./harness.mjs";
+import { api, assert, assertEqual, BASE, clean, drawn, FIXTURES, newContext, painted, run, shot, step, until, upload } from "./harness.mjs";
 
 const TOTAL_TIMEOUT_MS = 160_000;
 const ROLES = ["parameter", "gradient", "optimizer_state", "comm_buffer", "activation", "output", "kv_cache", "workspace", "temporary", "input", "unknown"];
@@ -73,7 +73,7 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
       `every band has a role: ${[...new Set(a.bandRoles)]}`,
     );
     assert(new Set(a.bandRoles).size >= 3, `gpt2_adamw's bands have several roles: ${[...new Set(a.bandRoles)]}`);
-    await page.waitForTimeout(150);
+    await painted(page);
     await shot(page, "roles-timeline-gpt2");
   });
 
@@ -137,7 +137,7 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
       return a !== null && a.columns[0] === start;
     }, "the zoomed window's answers");
     await checkAreaMatchesCurve(page, "zoomed");
-    await page.waitForTimeout(150);
+    await painted(page);
     await shot(page, "roles-timeline-gpt2-zoomed");
   });
 
@@ -150,7 +150,7 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     const children = await page.evaluate(() => window.snapviewTest.views.flame.data.nodes.filter((n) => n.parent === 0).map((n) => n.name));
     assert(children.length >= 3, `several roles at the peak: ${children}`);
     for (const name of children) assert(ROLES.includes(name), `${name} is a role`);
-    await page.waitForTimeout(150);
+    await painted(page);
     await shot(page, "roles-flame-gpt2");
     await page.reload();
     await until(async () => (await store(page))?.by === "role", "by=role after reload");
@@ -177,7 +177,7 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     for (const [role, color] of swatches) assertEqual(color, colorOf.get(role), `${role} has one colour`);
     const title = await page.locator('.role-key[data-role="output"]').first().getAttribute("title");
     assert(/program keeps/.test(title ?? ""), `the output key's hover says what it is: ${title}`);
-    await page.waitForTimeout(150);
+    await painted(page);
     await shot(page, "roles-overview-keep-outputs");
     // The timeline by role: bands of the new roles, and the legend of one palette.
     await page.goto(`${BASE}/s/${grad}?tab=timeline&color=role`);
@@ -185,7 +185,7 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     const a = await answers(page);
     for (const role of ["output", "workspace"]) assert(a.bandRoles.includes(role), `a band of ${role}: ${[...new Set(a.bandRoles)]}`);
     await drawn(page, "#timeline-roles", 0.1);
-    await page.waitForTimeout(150);
+    await painted(page);
     await shot(page, "roles-timeline-keep-outputs");
     // The flame graph by role.
     await page.goto(`${BASE}/s/${grad}?tab=flame&by=role`);
@@ -193,14 +193,14 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     await until(async () => page.evaluate(() => window.snapviewTest.views.flame.data?.nodes?.length > 1), "the flame graph by role");
     const children = await page.evaluate(() => window.snapviewTest.views.flame.data.nodes.filter((n) => n.parent === 0).map((n) => n.name));
     for (const role of ["output", "workspace"]) assert(children.includes(role), `${role} under the root: ${children}`);
-    await page.waitForTimeout(150);
+    await painted(page);
     await shot(page, "roles-flame-keep-outputs");
     // The compare page: activation is the change; output the same on both sides.
     await page.goto(`${BASE}/compare/${nograd}/${grad}`);
     await page.locator("#compare[data-ready=true]").waitFor({ timeout: 20_000 });
     const compared = await page.locator("[data-role]").evaluateAll((items) => [...new Set(items.map((el) => el.dataset.role))]);
     for (const role of ["activation", "output"]) assert(compared.includes(role), `the compare lists ${role}: ${compared}`);
-    await page.waitForTimeout(150);
+    await painted(page);
     await shot(page, "roles-compare-keep-outputs");
   });
 
@@ -210,11 +210,12 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     await p.goto(`${BASE}/s/${state.gpt2}?tab=timeline&color=role`);
     await until(async () => (await answers(p)) !== null, "dark timeline and roles");
     await drawn(p, "#timeline-roles", 0.15);
-    await p.waitForTimeout(150);
+    await painted(p);
     await shot(p, "roles-timeline-gpt2-dark");
     await p.goto(`${BASE}/s/${state.gpt2}?tab=flame&by=role`);
     await drawn(p, "#flame-canvas", 0.05);
-    await p.waitForTimeout(200);
+    await until(() => p.evaluate(() => window.snapviewTest.views.flame.key?.includes("by=role")), "the dark flame graph by role");
+    await painted(p);
     await shot(p, "roles-flame-gpt2-dark");
     await clean(p);
     await dark.close();

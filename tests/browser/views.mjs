@@ -8,7 +8,7 @@
 
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { api, assert, assertEqual, BASE, clean, drawn, FIXTURES, newContext, problems, run, shot, step, until, upload } from "./harness.mjs";
+import { api, assert, assertEqual, BASE, clean, drawn, FIXTURES, newContext, painted, problems, run, shot, step, until, upload } from "./harness.mjs";
 
 const TOTAL_TIMEOUT_MS = 100_000;
 
@@ -123,7 +123,7 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     // Back to the peak for a richer graph.
     await page.evaluate((peak) => window.snapviewTest.app.setMoment(peak), state.peak);
     await until(async () => (await page.locator("#flame-total").textContent()).includes("(the peak)"), "the peak's graph");
-    await page.waitForTimeout(100);
+    await painted(page);
     const rects = await page.evaluate(() => window.snapviewTest.views.flame.rects.map((r) => ({ i: r.i, x: r.x, y: r.y, w: r.w })));
     const deep = rects.filter((r) => r.w > 40 && r.y >= 40).sort((a, b) => b.w - a.w)[0];
     assert(deep, "no wide frame below the root");
@@ -179,7 +179,7 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
   await step("zoomed flame graph: no 'null' crumb, search within the zoom, a named export, keys, Esc; reserved mode's role button", async () => {
     // The last step went back to allocated mode: wait for that graph before measuring it.
     await until(async () => / live /.test(await page.locator("#flame-total").textContent()), "the allocated graph");
-    await page.waitForTimeout(200);
+    await painted(page);
     // A frame whose subtree holds some of the frames matching "forward" but not all of them.
     const pick = await page.evaluate(() => {
       const f = window.snapviewTest.views.flame;
@@ -340,14 +340,15 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
   await step("wheel zoom asks the server for the new window, and a copied link restores the view", async () => {
     await page.keyboard.press("1");
     await until(async () => (await layout(page))?.bands?.length > 0, "the timeline");
-    await page.waitForTimeout(300);
+    await until(() => page.evaluate(() => !window.snapviewTest.views.timeline.loading), "the timeline to have no window on its way");
+    await painted(page);
     const l = await layout(page);
     const before = timelineRequests.length;
     const point = await canvasPoint(page, "#timeline-canvas", l.plot.x + l.plot.w * 0.3, l.plot.y + l.plot.h / 2);
     await page.mouse.move(point.x, point.y);
     for (let i = 0; i < 4; i += 1) {
       await page.mouse.wheel(0, -240);
-      await page.waitForTimeout(30);
+      await painted(page);
     }
     const request = await until(
       () =>
@@ -357,7 +358,12 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
           .find((u) => u.searchParams.has("start") && u.searchParams.has("end")),
       "a timeline request with start and end",
     );
-    await page.waitForTimeout(400);
+    // The wheel's last window is the one asked for, and drawn.
+    await until(async () => {
+      const newest = timelineRequests[timelineRequests.length - 1];
+      const [s, drawnNow] = [await store(page), await layout(page)];
+      return s.start === Number(newest.searchParams.get("start")) && s.end === Number(newest.searchParams.get("end")) && drawnNow?.request.start === s.start;
+    }, "the zoomed window asked for and drawn");
     const last = timelineRequests[timelineRequests.length - 1];
     const [start, end] = [Number(last.searchParams.get("start")), Number(last.searchParams.get("end"))];
     assert(end - start < state.events * 0.6, `the window did not narrow: ${start}–${end}`);
@@ -374,7 +380,8 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     for (let i = 1; i <= 5; i += 1) await page.mouse.move(from.x - i * 30, from.y);
     await page.mouse.up();
     await until(async () => (await store(page)).start > start, "the pan to move the window right");
-    await page.waitForTimeout(400);
+    await until(async () => (await layout(page))?.request.start === (await store(page)).start, "the panned window drawn");
+    await painted(page);
     await shot(page, "views-timeline-gpt2-zoomed");
     // The URL holds the view; a new page opens exactly it.
     await page.evaluate((id) => window.snapviewTest.store.set({ alloc: id }), state.band.band.id);
@@ -411,7 +418,7 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     await page.locator("[data-axis=time]").click();
     await until(async () => timelineRequests.some((u) => u.searchParams.get("axis") === "time"), "a request with axis=time");
     await until(async () => (await layout(page))?.bands?.length > 0 && (await store(page)).axis === "time", "the time axis drawn");
-    await page.waitForTimeout(200);
+    await painted(page);
     await drawn(page, "#timeline-canvas", 0.1);
     await shot(page, "views-timeline-gpt2-time");
     await page.locator("[data-axis=event]").click();
@@ -436,7 +443,7 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
       await p.goto(`${BASE}/s/${state.gpt2}?tab=${tab}`);
       if (tab !== "events") await drawn(p, `#${tab}-canvas`, 0.05);
       else await until(async () => (await p.locator(".event-row.selected").count()) === 1, "rows");
-      await p.waitForTimeout(150);
+      await painted(p);
       await shot(p, `views-${tab}-gpt2-dark`);
     }
     await clean(p);
