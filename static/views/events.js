@@ -21,18 +21,22 @@ const PAGE = 200;
 const MAX_SPACER = 8_000_000;
 
 export class EventsView {
+  /**
+   * @param {import("./app.js").App} app
+   * @param {HTMLElement} panel
+   */
   constructor(app, panel) {
     this.app = app;
     this.panel = panel;
-    this.scroller = panel.querySelector("#event-scroller");
-    this.spacer = panel.querySelector("#event-spacer");
-    this.rowsBox = panel.querySelector("#event-rows");
-    this.countText = panel.querySelector("#events-count");
-    this.error = panel.querySelector("#events-error");
-    this.action = panel.querySelector("#events-action");
-    this.min = panel.querySelector("#events-min");
-    this.frame = panel.querySelector("#events-frame");
-    this.goto = panel.querySelector("#events-goto");
+    this.scroller = /** @type {HTMLElement} */ (panel.querySelector("#event-scroller"));
+    this.spacer = /** @type {HTMLElement} */ (panel.querySelector("#event-spacer"));
+    this.rowsBox = /** @type {HTMLElement} */ (panel.querySelector("#event-rows"));
+    this.countText = /** @type {HTMLElement} */ (panel.querySelector("#events-count"));
+    this.error = /** @type {HTMLElement} */ (panel.querySelector("#events-error"));
+    this.action = /** @type {HTMLSelectElement} */ (panel.querySelector("#events-action"));
+    this.min = /** @type {HTMLInputElement} */ (panel.querySelector("#events-min"));
+    this.frame = /** @type {HTMLInputElement} */ (panel.querySelector("#events-frame"));
+    this.goto = /** @type {HTMLInputElement} */ (panel.querySelector("#events-goto"));
     this.pages = new Map();
     this.matching = null;
     this.filterKey = null;
@@ -83,8 +87,9 @@ export class EventsView {
     });
     this.scroller.addEventListener("keydown", (event) => this.onKey(event));
     this.rowsBox.addEventListener("click", (event) => {
-      if (event.target.closest(".event-stack")) return;
-      const row = event.target.closest("[data-position]");
+      const target = /** @type {Element} */ (event.target);
+      if (target.closest(".event-stack")) return;
+      const row = /** @type {HTMLElement | null} */ (target.closest("[data-position]"));
       if (!row?.dataset.index) return;
       const position = Number(row.dataset.position);
       // The opened stack says what the tooltip said; on a touch screen the tip would cover it.
@@ -122,7 +127,7 @@ export class EventsView {
   filterParams() {
     const s = this.app.store.get();
     const params = new URLSearchParams();
-    params.set("device", this.app.device());
+    params.set("device", String(this.app.device()));
     if (s.action) params.set("action", s.action);
     if (s.min) params.set("min_size", s.min);
     if (s.frame) params.set("frame", s.frame);
@@ -329,7 +334,7 @@ export class EventsView {
     const filter = this.app.store.get().frame ?? "";
     const key = `${this.app.device()}|${row.index}|${filter}`;
     if (!this.stacks.has(key)) {
-      const params = new URLSearchParams({ device: this.app.device() });
+      const params = new URLSearchParams({ device: String(this.app.device()) });
       if (filter) params.set("frame", filter);
       const promise = getJSON(`/api/snapshots/${this.app.id}/events/${row.index}?${params}`);
       promise.catch(() => this.stacks.delete(key));

@@ -48,12 +48,12 @@ export class SegmentsView extends CanvasView {
    */
   constructor(app, panel) {
     super(app, panel, "segments");
-    this.source = panel.querySelector("#segments-source");
-    this.totals = panel.querySelector("#segments-totals");
-    this.table = panel.querySelector("#segments-table");
+    this.source = /** @type {HTMLElement} */ (panel.querySelector("#segments-source"));
+    this.totals = /** @type {HTMLElement} */ (panel.querySelector("#segments-totals"));
+    this.table = /** @type {HTMLTableElement} */ (panel.querySelector("#segments-table"));
     this.fetchSegments = newestOnly({ staleMark: this.source, errorBox: this.error, what: "The segment map" });
-    this.legend = panel.querySelector("#segments-legend");
-    this.historyBox = panel.querySelector("#segments-history");
+    this.legend = /** @type {HTMLElement} */ (panel.querySelector("#segments-legend"));
+    this.historyBox = /** @type {HTMLElement} */ (panel.querySelector("#segments-history"));
     this.fetchHistory = newestOnly({ staleMark: this.historyBox, errorBox: this.error, what: "The allocator's history" });
     this.history = null;
     // The segments over time, above the map: same window and moment as the timeline.

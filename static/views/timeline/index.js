@@ -29,28 +29,45 @@ const nextTask = () => new Promise((resolve) => setTimeout(resolve, 0));
 const FETCH_DELAY_MS = 100;
 
 export class TimelineView {
+  /**
+   * @param {import("../app.js").App} app
+   * @param {HTMLElement} panel
+   */
   constructor(app, panel) {
     this.app = app;
     this.panel = panel;
     /** Repaints the hover under a still pointer after new data (timeline/interaction.js sets it). */
     /** @type {(() => void) | null} */
     this.rehover = null;
-    this.chart = panel.querySelector("#timeline-chart");
-    this.canvas = panel.querySelector("#timeline-canvas");
-    this.minimap = panel.querySelector("#timeline-minimap");
-    this.status = panel.querySelector("#timeline-status");
-    this.error = panel.querySelector("#timeline-error");
-    this.empty = panel.querySelector("#timeline-empty");
-    this.side = panel.querySelector("#alloc-panel");
-    this.legend = panel.querySelector("#timeline-legend");
+    this.chart = /** @type {HTMLElement} */ (panel.querySelector("#timeline-chart"));
+    this.canvas = /** @type {HTMLCanvasElement} */ (panel.querySelector("#timeline-canvas"));
+    this.minimap = /** @type {HTMLCanvasElement} */ (panel.querySelector("#timeline-minimap"));
+    this.status = /** @type {HTMLElement} */ (panel.querySelector("#timeline-status"));
+    this.error = /** @type {HTMLElement} */ (panel.querySelector("#timeline-error"));
+    this.empty = /** @type {HTMLElement} */ (panel.querySelector("#timeline-empty"));
+    this.side = /** @type {HTMLElement} */ (panel.querySelector("#alloc-panel"));
+    this.legend = /** @type {HTMLElement} */ (panel.querySelector("#timeline-legend"));
     // The list of a grey column's allocations (a click on the grey part opens it).
-    this.columnList = panel.querySelector("#timeline-column-list");
-    this.detailSelect = panel.querySelector("#timeline-detail");
+    this.columnList = /** @type {HTMLElement} */ (panel.querySelector("#timeline-column-list"));
+    this.detailSelect = /** @type {HTMLSelectElement} */ (panel.querySelector("#timeline-detail"));
     // Colour by role: the strip of memory by role under the chart, and its last answer.
-    this.roleCanvas = panel.querySelector("#timeline-roles");
+    this.roleCanvas = /** @type {HTMLCanvasElement} */ (panel.querySelector("#timeline-roles"));
     this.resetData();
     this.showAllFrames = false;
     this.layout = null;
+    // Pointer state that interaction.js and minimap.js keep on the view.
+    /** A press on the chart: where, the window then, whether it moved, whether a box zoom. */
+    /** @type {{x: number, y: number, u0: number, u1: number, moved: boolean, box: boolean} | null} */
+    this.drag = null;
+    /** The box a shift-drag draws (painted by paint.js), or null. */
+    /** @type {{x0: number, y0: number, x1: number, y1: number} | null} */
+    this.zoomBox = null;
+    /** The minimap's plot and brush as last painted. */
+    /** @type {{x0: number, w: number, brush: number[]} | null} */
+    this.minimapLayout = null;
+    /** A drag on the minimap: moving the brush or drawing a new one. */
+    /** @type {{mode: "move" | "brush", x: number, b0: number, b1: number, moved?: boolean} | null} */
+    this.miniDrag = null;
     this.draw = frameScheduler(() => this.paint());
     this.drawMinimap = frameScheduler(() => this.paintMinimap());
     this.bind();
@@ -122,14 +139,15 @@ export class TimelineView {
       this.app.noHistory || "this device's trace has no events.",
       " The Segments tab shows the allocator's state when the snapshot was taken.",
     );
-    this.panel.querySelector(".timeline-layout").hidden = true;
-    for (const b of this.panel.querySelectorAll(".view-toolbar button")) b.disabled = true;
+    /** @type {HTMLElement} */ (this.panel.querySelector(".timeline-layout")).hidden = true;
+    for (const b of /** @type {NodeListOf<HTMLButtonElement>} */ (this.panel.querySelectorAll(".view-toolbar button"))) b.disabled = true;
   }
 
   /** Colour by role or not: the toolbar's buttons, the strip, the legend. */
   syncColor() {
     const byRole = this.state().color === "role";
-    for (const b of this.panel.querySelectorAll("[data-color]")) b.setAttribute("aria-pressed", String(b.dataset.color === this.state().color));
+    for (const b of /** @type {NodeListOf<HTMLElement>} */ (this.panel.querySelectorAll("[data-color]")))
+      b.setAttribute("aria-pressed", String(b.dataset.color === this.state().color));
     this.roleCanvas.hidden = !byRole;
     this.roleCanvas.parentElement.hidden = !byRole;
   }
@@ -153,7 +171,8 @@ export class TimelineView {
       if (state.color === "role" && this.dataKey) loadRoles(this, this.dataKey);
     }
     if (changed.has("device") || changed.has("axis")) this.resetData();
-    for (const b of this.panel.querySelectorAll("[data-axis]")) b.setAttribute("aria-pressed", String(b.dataset.axis === state.axis));
+    for (const b of /** @type {NodeListOf<HTMLElement>} */ (this.panel.querySelectorAll("[data-axis]")))
+      b.setAttribute("aria-pressed", String(b.dataset.axis === state.axis));
     if (changed.has("alloc") || changed.has("device")) this.renderSide();
     if (!this.visible()) return;
     if (changed.has("device") || changed.has("axis")) {

@@ -13,6 +13,8 @@ import { h } from "../dom.js";
 import { hideTip, showTip, tipRow } from "../tooltip.js";
 import { openColumnList } from "./side.js";
 
+/** @typedef {import("./index.js").TimelineView} TimelineView */
+
 /** Listens on the chart's canvas and on the toolbar's axis and zoom buttons. */
 export function bindChart(view) {
   const canvas = view.canvas;
@@ -64,6 +66,7 @@ function local(view, event) {
   return { x: event.clientX - box.left, y: event.clientY - box.top };
 }
 
+/** @param {TimelineView} view */
 function onWheel(view, event) {
   if (!view.model) return;
   event.preventDefault();
@@ -88,6 +91,7 @@ function onWheel(view, event) {
   view.setWindow(zoomWindow(view.model, m.u0, m.u1, u, clamp(factor, 0.2, 5)));
 }
 
+/** @param {TimelineView} view */
 function onDown(view, event) {
   if (!view.model || event.button !== 0) return;
   const m = view.mapping();
@@ -96,6 +100,7 @@ function onDown(view, event) {
   view.drag = { x, y, u0: m.u0, u1: m.u1, moved: false, box: event.shiftKey };
 }
 
+/** @param {TimelineView} view */
 function onMove(view, event) {
   if (!view.model) return;
   const { x, y } = local(view, event);

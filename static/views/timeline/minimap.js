@@ -8,6 +8,8 @@ import { fitCanvas } from "../canvas.js";
 import { theme } from "../theme.js";
 import { stepLine } from "./paint.js";
 
+/** @typedef {import("./index.js").TimelineView} TimelineView */
+
 /** The minimap's height in CSS px (also the height asked of the server for the overview). */
 export const MINIMAP_HEIGHT = 46;
 
@@ -69,6 +71,7 @@ export function bindMinimap(view) {
   minimap.addEventListener("dblclick", () => view.reset());
 }
 
+/** @param {TimelineView} view */
 function startDrag(view, event) {
   if (!view.overview || !view.minimapLayout) return;
   view.minimap.setPointerCapture(event.pointerId);
@@ -79,6 +82,7 @@ function startDrag(view, event) {
   else view.miniDrag = { mode: "brush", x, b0: x, b1: x, moved: false };
 }
 
+/** @param {TimelineView} view */
 function drag(view, event) {
   const miniDrag = view.miniDrag;
   if (!miniDrag || !view.overview) return;

@@ -9,11 +9,14 @@ import { bytes, count, duration, hex } from "../../lib/units.js";
 import { h } from "../dom.js";
 import { theme } from "../theme.js";
 
+/** @typedef {import("./index.js").TimelineView} TimelineView */
+
 /** Rows a grey column's list asks for (the server says how many more there are). */
 export const COLUMN_ROWS = 50;
 /** The most the server lists at once (`MAX_COLUMN_ROWS`). */
 const COLUMN_ROWS_MAX = 500;
 
+/** @param {TimelineView} view */
 export async function renderSide(view) {
   const s = view.state();
   const side = view.side;
@@ -130,6 +133,7 @@ export async function renderSide(view) {
   );
 }
 
+/** @param {TimelineView} view */
 export function renderLegend(view) {
   const item = (cls, text, title) => h("li", { title }, h("span", { className: `swatch ${cls}` }), text);
   const byRole = view.state().color === "role";
