@@ -2,19 +2,19 @@
 // Pure (no DOM): cutting a label to the width a canvas gives it.
 
 /**
- * `text` cut with an ellipsis to fit `width` CSS px in `g`'s font ("" when nothing fits).
- * @param {{measureText(text: string): {width: number}}} g a canvas context (or anything that measures)
+ * `text` cut with an ellipsis to fit `width` CSS px in `ctx`'s font ("" when nothing fits).
+ * @param {{measureText(text: string): {width: number}}} ctx a canvas context (or anything that measures)
  * @param {string} text
  * @param {number} width
  * @returns {string}
  */
-export function fitText(g, text, width) {
-  if (g.measureText(text).width <= width) return text;
+export function fitText(ctx, text, width) {
+  if (ctx.measureText(text).width <= width) return text;
   let lo = 0;
   let hi = text.length;
   while (lo < hi) {
     const mid = (lo + hi + 1) >> 1;
-    if (g.measureText(`${text.slice(0, mid)}…`).width <= width) lo = mid;
+    if (ctx.measureText(`${text.slice(0, mid)}…`).width <= width) lo = mid;
     else hi = mid - 1;
   }
   return lo > 0 ? `${text.slice(0, lo)}…` : "";

@@ -22,9 +22,9 @@ export function fitCanvas(canvas, cssWidth, cssHeight) {
   const height = `${cssHeight}px`;
   if (canvas.style.width !== width) canvas.style.width = width;
   if (canvas.style.height !== height) canvas.style.height = height;
-  const g = /** @type {CanvasRenderingContext2D} */ (canvas.getContext("2d"));
-  g.setTransform(dpr, 0, 0, dpr, 0, 0);
-  return g;
+  const ctx = /** @type {CanvasRenderingContext2D} */ (canvas.getContext("2d"));
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  return ctx;
 }
 
 /**
@@ -36,12 +36,12 @@ export function fitCanvas(canvas, cssWidth, cssHeight) {
  */
 export function paintPlaceholder(canvas, width, height, text) {
   const t = theme();
-  const g = fitCanvas(canvas, width, height);
-  g.fillStyle = t.bg;
-  g.fillRect(0, 0, width, height);
-  g.fillStyle = t.muted;
-  g.font = t.font;
-  g.fillText(text, 8, 24);
+  const ctx = fitCanvas(canvas, width, height);
+  ctx.fillStyle = t.bg;
+  ctx.fillRect(0, 0, width, height);
+  ctx.fillStyle = t.muted;
+  ctx.font = t.font;
+  ctx.fillText(text, 8, 24);
 }
 
 /**
