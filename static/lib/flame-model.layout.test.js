@@ -1,6 +1,6 @@
 // node --test: the flame graph's layout, search, keys and exports, on nodes shaped like
 // `GET /api/snapshots/{id}/flame` (depth-first, children after their parent).
-// (flame-model.test.js is for the two-weight compare mode.)
+// (flame-model.test.js has the two-weight compare mode and the interactive FlameModel.)
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
