@@ -1,12 +1,16 @@
+// @ts-check
 // The flame graph (icicle) of live memory at the selected moment: widths are bytes, the root
 // at the top. Hover explains a frame, click zooms into it, the breadcrumb zooms back out, search
 // highlights frames and sums their bytes (within the zoom); the graph downloads as folded stacks
 // or SVG, named for the zoom. With the canvas focused, arrow keys move between frames, Enter zooms
-// in, Backspace up one level; Esc (anywhere on the tab) zooms out to everything.
+// in, Backspace up one level; Esc (anywhere on the tab) zooms out to everything. Placement,
+// hit-testing, zoom, breadcrumb and keys are lib/flame-model's `FlameModel`, shared with the
+// compare page's graph: this file paints it and wires the events to it, with the DOM side both
+// pages share (`renderCrumbs`, `wireFlameCanvas`, which compare/flame.js imports).
 
 import { frameColor, roleColor } from "../lib/color.js";
 import { fitText } from "../lib/fit-text.js";
-import { ancestors, findKey, folded, frameLabel, keyOf, layout, search, selfBytes, svg, zoomName } from "../lib/flame-model.js";
+import { FlameModel, findKey, folded, frameLabel, keyOf, search, selfBytes, svg, zoomName } from "../lib/flame-model.js";
 import { bytes, count, percent } from "../lib/units.js";
 import { fitCanvas, frameScheduler, paintPlaceholder } from "./canvas.js";
 import { download, h } from "./dom.js";
@@ -16,64 +20,169 @@ import { hideTip, showTip, tipRow } from "./tooltip.js";
 
 const ROW = 20;
 
+/**
+ * @typedef {import("../lib/flame-model.js").FlameNode} FlameNode
+ * @typedef {{ nodes: FlameNode[], total: number, allocations: number, at?: number | null }} FlameAnswer
+ */
+
+/**
+ * The graph's DOM side, shared by both pages: fills `nav` with the model's breadcrumb (a button
+ * per step, the current one marked, "›" between), hidden when the graph is not zoomed.
+ * @param {HTMLElement} nav
+ * @param {FlameModel} model
+ * @param {(i: number) => void} zoomTo
+ */
+export function renderCrumbs(nav, model, zoomTo) {
+  const crumbs = model.crumbs();
+  // replaceChildren writes a null as the text "null": the first crumb has no separator at all.
+  nav.replaceChildren(
+    ...crumbs.flatMap((c, k) => [
+      ...(k ? [h("span", { className: "crumb-sep", "aria-hidden": "true" }, "›")] : []),
+      h(
+        "button",
+        {
+          type: "button",
+          className: `crumb${c.current ? " current" : ""}`,
+          "aria-current": c.current ? "true" : null,
+          title: c.current ? c.title : `Zoom out to ${c.title}`,
+          onclick: () => zoomTo(c.i),
+        },
+        c.label,
+      ),
+    ]),
+  );
+  nav.hidden = crumbs.length < 2;
+}
+
+/**
+ * What a page gives `wireFlameCanvas`: its model (null while none is loaded), a repaint, what to
+ * do once the model's zoom changed, and a frame's tooltip.
+ * @typedef {object} FlameCanvasHooks
+ * @property {() => FlameModel | null} model
+ * @property {() => void} draw
+ * @property {() => void} zoomed
+ * @property {(i: number) => (Node | string | null)[]} tooltip
+ */
+
+/**
+ * Wires a flame canvas's pointer and keys to its model, the same on both pages: hover outlines
+ * and explains a frame, a click zooms (out one level on the zoomed frame), the keys are the
+ * model's with the keyboard's frame outlined and explained.
+ * @param {HTMLCanvasElement} canvas
+ * @param {FlameCanvasHooks} hooks
+ */
+export function wireFlameCanvas(canvas, hooks) {
+  /** @param {MouseEvent} event */
+  const frameAt = (event) => {
+    const box = canvas.getBoundingClientRect();
+    return hooks.model()?.at(event.clientX - box.left, event.clientY - box.top) ?? -1;
+  };
+  canvas.tabIndex = 0;
+  canvas.addEventListener("pointermove", (event) => {
+    const model = hooks.model();
+    if (!model) return;
+    const i = frameAt(event);
+    if (model.hoverOn(i)) hooks.draw();
+    canvas.style.cursor = i >= 0 ? "pointer" : "default";
+    if (i >= 0) showTip(event.clientX, event.clientY, ...hooks.tooltip(i));
+    else hideTip();
+  });
+  canvas.addEventListener("pointerleave", () => {
+    hooks.model()?.hoverOn(-1);
+    hideTip();
+    hooks.draw();
+  });
+  canvas.addEventListener("click", (event) => {
+    const model = hooks.model();
+    const i = frameAt(event);
+    if (!model || i < 0) return;
+    model.zoomTo(model.clickZoom(i));
+    hideTip();
+    hooks.zoomed();
+  });
+  canvas.addEventListener("keydown", (event) => {
+    const model = hooks.model();
+    const done = model?.key(event.key);
+    if (!model || !done) return;
+    event.preventDefault();
+    // The page's arrows step the moment and its Backspace or Enter may act: not while in the
+    // graph. Esc goes on to the page too, which clears what else it has selected.
+    if (event.key !== "Escape") event.stopPropagation();
+    if (done.zoomed) {
+      hideTip();
+      hooks.zoomed();
+    } else if (done.moved) {
+      hooks.draw();
+      const anchor = model.anchor(model.cursor);
+      const box = canvas.getBoundingClientRect();
+      if (anchor) showTip(box.left + anchor.x, box.top + anchor.y, ...hooks.tooltip(model.cursor));
+    }
+  });
+  canvas.addEventListener("blur", () => {
+    const model = hooks.model();
+    if (model) model.cursor = -1;
+    hideTip();
+    hooks.draw();
+  });
+}
+
 export class FlameView {
-  constructor(ctx, panel) {
-    this.ctx = ctx;
+  /**
+   * @param {any} app the snapshot page's context (store, device, moment, …: views/app.js)
+   * @param {HTMLElement} panel
+   */
+  constructor(app, panel) {
+    this.app = app;
     this.panel = panel;
-    this.chart = panel.querySelector("#flame-chart");
-    this.canvas = panel.querySelector("#flame-canvas");
-    this.total = panel.querySelector("#flame-total");
-    this.crumbs = panel.querySelector("#flame-breadcrumb");
-    this.input = panel.querySelector("#flame-search");
-    this.matchText = panel.querySelector("#flame-matches");
-    this.error = panel.querySelector("#flame-error");
+    const find = (/** @type {string} */ selector) => /** @type {HTMLElement} */ (panel.querySelector(selector));
+    this.chart = find("#flame-chart");
+    this.canvas = /** @type {HTMLCanvasElement} */ (find("#flame-canvas"));
+    this.total = find("#flame-total");
+    this.crumbs = find("#flame-breadcrumb");
+    this.input = /** @type {HTMLInputElement} */ (find("#flame-search"));
+    this.matchText = find("#flame-matches");
+    this.error = find("#flame-error");
     this.fetchFlame = newestOnly({ staleMark: this.total, errorBox: this.error, what: "The flame graph" });
+    /** @type {FlameAnswer | null} */
     this.data = null;
+    /** @type {FlameModel | null} the graph of `data` */
+    this.model = null;
     this.key = "";
-    this.focus = 0;
     // The frame zoomed into, by its path from the root (kept in the URL as `zoom`, so a shared
     // link opens the same zoom, and it survives moving to another moment).
-    this.focusKey = ctx.store.get().zoom;
+    this.focusKey = app.store.get().zoom;
+    /** @type {{ hit: Uint8Array, bytes: number, count: number } | null} */
     this.hits = null;
-    this.rects = [];
+    /** @type {{ width: number, height: number, rows: number, focus: number, total: number, rects: number } | null} what was drawn (the test hook's view) */
+    this.layout = null;
     this.draw = frameScheduler(() => this.paint());
-    this.input.value = ctx.store.get().q;
-    this.input.addEventListener("input", () => ctx.store.set({ q: this.input.value }));
+    this.input.value = app.store.get().q;
+    this.input.addEventListener("input", () => app.store.set({ q: this.input.value }));
     this.input.addEventListener("keydown", (event) => {
       if (event.key === "Escape") {
         event.preventDefault();
         this.input.value = "";
-        ctx.store.set({ q: "" });
+        app.store.set({ q: "" });
         this.input.blur();
       }
     });
-    for (const b of panel.querySelectorAll("[data-mode]")) b.addEventListener("click", () => ctx.store.set({ mode: b.dataset.mode }));
-    for (const b of panel.querySelectorAll("[data-by]")) b.addEventListener("click", () => ctx.store.set({ by: b.dataset.by }));
-    panel.querySelector("#flame-folded").addEventListener("click", () => this.downloadFolded());
-    panel.querySelector("#flame-svg").addEventListener("click", () => this.downloadSvg());
-    this.canvas.addEventListener("pointermove", (event) => this.onMove(event));
-    this.canvas.addEventListener("pointerleave", () => {
-      this.hover = -1;
-      hideTip();
-      this.draw();
-    });
-    this.canvas.addEventListener("click", (event) => this.onClick(event));
-    this.canvas.tabIndex = 0;
+    for (const b of this.buttons("[data-mode]")) b.addEventListener("click", () => app.store.set({ mode: b.dataset.mode }));
+    for (const b of this.buttons("[data-by]")) b.addEventListener("click", () => app.store.set({ by: b.dataset.by }));
+    find("#flame-folded").addEventListener("click", () => this.downloadFolded());
+    find("#flame-svg").addEventListener("click", () => this.downloadSvg());
     this.canvas.setAttribute(
       "aria-label",
       "Flame graph of memory by stack. Arrow keys move between frames, Enter zooms in, Backspace zooms out one level, Escape zooms out to everything.",
     );
-    // The frame the keyboard is on (-1: none; drawn like the hovered one).
-    this.keyFocus = -1;
-    this.canvas.addEventListener("keydown", (event) => this.onKey(event));
-    this.canvas.addEventListener("blur", () => {
-      this.keyFocus = -1;
-      hideTip();
-      this.draw();
+    wireFlameCanvas(this.canvas, {
+      model: () => this.model,
+      draw: () => this.draw(),
+      zoomed: () => this.zoomed(),
+      tooltip: (i) => this.tooltipFor(i),
     });
     // Esc zooms out from anywhere on the tab, as on the compare page; typing and dialogs keep it.
     document.addEventListener("keydown", (event) => {
-      if (event.key !== "Escape" || !this.visible() || !this.data || this.focus === 0) return;
+      if (event.key !== "Escape" || !this.visible() || !this.model || this.model.zoom === 0) return;
       if (event.defaultPrevented || document.querySelector("dialog[open]")) return;
       if (event.target instanceof HTMLElement && event.target.closest("input, textarea, select, [contenteditable]")) return;
       event.preventDefault();
@@ -82,6 +191,33 @@ export class FlameView {
     new ResizeObserver(() => this.visible() && this.draw()).observe(this.chart);
     onThemeChange(() => this.draw());
     this.syncMode();
+  }
+
+  /** The frame zoomed into (0: everything, also while nothing is loaded). */
+  get focus() {
+    return this.model?.zoom ?? 0;
+  }
+
+  /** The frame the keyboard is on (-1: none). */
+  get keyFocus() {
+    return this.model?.cursor ?? -1;
+  }
+
+  /** The frames drawn (the test hook's view). */
+  get rects() {
+    return this.model?.rects ?? [];
+  }
+
+  get lay() {
+    return this.model?.lay ?? null;
+  }
+
+  /**
+   * @param {string} selector
+   * @returns {HTMLButtonElement[]}
+   */
+  buttons(selector) {
+    return Array.from(this.panel.querySelectorAll(selector), (b) => /** @type {HTMLButtonElement} */ (b));
   }
 
   visible() {
@@ -94,14 +230,14 @@ export class FlameView {
   }
 
   syncMode() {
-    const { mode, by } = this.ctx.store.get();
-    for (const b of this.panel.querySelectorAll("[data-mode]")) b.setAttribute("aria-pressed", String(b.dataset.mode === mode));
+    const { mode, by } = this.app.store.get();
+    for (const b of this.buttons("[data-mode]")) b.setAttribute("aria-pressed", String(b.dataset.mode === mode));
     // Roots by role count live allocations only (reserved free bytes have no role).
     // In reserved mode the graph is by stack whatever was chosen: say that, and never show the
     // disabled "By role" as the pressed one.
     const reserved = mode === "reserved";
     const shown = reserved ? "stack" : by;
-    for (const b of this.panel.querySelectorAll("[data-by]")) {
+    for (const b of this.buttons("[data-by]")) {
       b.setAttribute("aria-pressed", String(b.dataset.by === shown));
       b.disabled = reserved;
       b.title = reserved
@@ -112,6 +248,10 @@ export class FlameView {
     }
   }
 
+  /**
+   * @param {any} state the URL state (lib/state.js)
+   * @param {Set<string>} changed
+   */
   update(state, changed) {
     if (changed.has("mode") || changed.has("by")) this.syncMode();
     if (changed.has("q")) {
@@ -120,13 +260,13 @@ export class FlameView {
       this.draw();
     }
     if (changed.has("device")) {
-      this.focus = 0;
+      this.model?.zoomTo(0);
       this.focusKey = "";
     }
     if (changed.has("zoom") && state.zoom !== this.focusKey) {
       this.focusKey = state.zoom;
-      if (this.data) {
-        this.focus = Math.max(0, findKey(this.data.nodes, this.focusKey));
+      if (this.model) {
+        this.model.zoomTo(findKey(this.model.nodes, this.focusKey));
         this.renderCrumbs();
         this.draw();
       }
@@ -136,22 +276,22 @@ export class FlameView {
 
   params() {
     const params = new URLSearchParams();
-    params.set("device", this.ctx.device());
-    const at = this.ctx.moment();
+    params.set("device", this.app.device());
+    const at = this.app.moment();
     if (at !== null) params.set("at", at);
-    if (this.ctx.store.get().mode === "reserved") params.set("mode", "reserved");
-    else if (this.ctx.store.get().by === "role") params.set("by", "role");
+    if (this.app.store.get().mode === "reserved") params.set("mode", "reserved");
+    else if (this.app.store.get().by === "role") params.set("by", "role");
     return params.toString();
   }
 
   async load() {
     const key = this.params();
     if (key === this.key) return;
-    await this.fetchFlame(`/api/snapshots/${this.ctx.id}/flame?${key}`, (data) => {
+    await this.fetchFlame(`/api/snapshots/${this.app.id}/flame?${key}`, (/** @type {FlameAnswer} */ data) => {
       this.key = key;
       this.data = data;
-      this.lay = layout(data.nodes);
-      this.focus = Math.max(0, findKey(data.nodes, this.focusKey));
+      this.model = new FlameModel(data.nodes, ROW);
+      this.model.zoomTo(findKey(data.nodes, this.focusKey));
       this.searchNow();
       this.renderTotal();
       this.renderCrumbs();
@@ -160,30 +300,33 @@ export class FlameView {
   }
 
   searchNow() {
-    if (!this.data) return;
-    const q = this.ctx.store.get().q.trim();
+    const { data, model } = this;
+    if (!data || !model) return;
+    const q = this.app.store.get().q.trim();
     // Zoomed: count only what is drawn, the zoomed frame's subtree, against its bytes.
-    const zoomed = this.focus > 0;
-    this.hits = q ? search(this.data.nodes, q, zoomed ? { root: this.focus, end: this.lay.subtreeEnd[this.focus] } : null) : null;
-    const of = zoomed ? this.data.nodes[this.focus].bytes : this.data.total;
-    const within = zoomed ? ` in the zoomed ${this.data.nodes[this.focus].name}` : "";
-    if (!q) this.matchText.textContent = "";
-    else if (!this.hits.count && this.hits.bytes)
-      this.matchText.textContent = `All of the zoomed frame is under a frame matching “${q}”: ${bytes(this.hits.bytes)}`;
-    else if (!this.hits.count) this.matchText.textContent = `No frame${within} matches “${q}”`;
+    const focus = model.zoom;
+    const zoomed = focus > 0;
+    const hits = q ? search(data.nodes, q, zoomed ? { root: focus, end: model.lay.subtreeEnd[focus] } : null) : null;
+    this.hits = hits;
+    const of = zoomed ? data.nodes[focus].bytes : data.total;
+    const within = zoomed ? ` in the zoomed ${data.nodes[focus].name}` : "";
+    if (!hits) this.matchText.textContent = "";
+    else if (!hits.count && hits.bytes) this.matchText.textContent = `All of the zoomed frame is under a frame matching “${q}”: ${bytes(hits.bytes)}`;
+    else if (!hits.count) this.matchText.textContent = `No frame${within} matches “${q}”`;
     else
-      this.matchText.textContent = `${count(this.hits.count)} frame${this.hits.count === 1 ? "" : "s"}${within} match: ${bytes(this.hits.bytes)} (${percent(this.hits.bytes, of)} of ${zoomed ? "its" : this.modeWord()} ${bytes(of)})`;
+      this.matchText.textContent = `${count(hits.count)} frame${hits.count === 1 ? "" : "s"}${within} match: ${bytes(hits.bytes)} (${percent(hits.bytes, of)} of ${zoomed ? "its" : this.modeWord()} ${bytes(of)})`;
   }
 
   /** "reserved" or "live": the mode asked for (the flame answer does not repeat it). */
   modeWord() {
-    return this.ctx.store.get().mode === "reserved" ? "reserved" : "live";
+    return this.app.store.get().mode === "reserved" ? "reserved" : "live";
   }
 
   renderTotal() {
     const d = this.data;
-    const info = this.ctx.deviceInfo();
-    const reserved = this.ctx.store.get().mode === "reserved";
+    if (!d) return;
+    const info = this.app.deviceInfo();
+    const reserved = this.app.store.get().mode === "reserved";
     const when =
       d.at === null || d.at === undefined
         ? "when the snapshot was taken"
@@ -197,199 +340,125 @@ export class FlameView {
   }
 
   renderCrumbs() {
-    const nodes = this.data.nodes;
-    const chain = ancestors(nodes, this.focus);
-    // replaceChildren writes a null as the text "null": the first crumb has no separator at all.
-    this.crumbs.replaceChildren(
-      ...chain.flatMap((i, k) => [
-        ...(k ? [h("span", { className: "crumb-sep", "aria-hidden": "true" }, "›")] : []),
-        h(
-          "button",
-          { type: "button", className: `crumb${i === this.focus ? " current" : ""}`, title: frameLabel(nodes[i]), onclick: () => this.zoom(i) },
-          i === 0 ? "all" : nodes[i].name,
-        ),
-      ]),
-    );
-    this.crumbs.hidden = chain.length < 2;
+    if (this.model) renderCrumbs(this.crumbs, this.model, (i) => this.zoom(i));
   }
 
+  /**
+   * Zooms into frame `i` (0: everything).
+   * @param {number} i
+   */
   zoom(i) {
-    this.focus = i;
-    this.focusKey = i ? keyOf(this.data.nodes, i) : "";
-    this.keyFocus = -1;
+    if (!this.model) return;
+    this.model.zoomTo(i);
     hideTip();
+    this.zoomed();
+  }
+
+  /** After the model's zoom changed: the breadcrumb, the search totals, the URL follow. */
+  zoomed() {
+    if (!this.model) return;
+    const focus = this.model.zoom;
+    this.focusKey = focus ? keyOf(this.model.nodes, focus) : "";
     this.renderCrumbs();
     // Search totals follow the zoom.
     this.searchNow();
     this.paint();
-    this.ctx.store.set({ zoom: this.focusKey });
+    this.app.store.set({ zoom: this.focusKey });
   }
 
   paint() {
     if (!this.visible()) return;
     const width = Math.max(320, this.chart.clientWidth);
     const t = theme();
-    if (!this.data) {
+    const { data, model } = this;
+    if (!data || !model) {
       paintPlaceholder(this.canvas, width, 80, "Loading the flame graph…");
       return;
     }
-    const nodes = this.data.nodes;
-    const lay = this.lay;
-    const height = (lay.maxDepth + 1) * ROW + 2;
-    const ctx = fitCanvas(this.canvas, width, height);
-    ctx.fillStyle = t.bg;
-    ctx.fillRect(0, 0, width, height);
-    const rects = [];
-    const focus = this.focus;
-    const scale = nodes[focus].bytes > 0 ? width / nodes[focus].bytes : 0;
-    const chain = ancestors(nodes, focus);
-    for (const i of chain.slice(0, -1)) rects.push({ i, x: 0, w: width, y: nodes[i].depth * ROW, ancestor: true });
-    const end = lay.subtreeEnd[focus];
-    for (let i = focus; i < end; i += 1) {
-      const w = nodes[i].bytes * scale;
-      if (w < 0.5) continue;
-      rects.push({ i, x: (lay.x0[i] - lay.x0[focus]) * scale, w, y: nodes[i].depth * ROW });
-    }
+    const nodes = data.nodes;
+    // As tall as the deepest frame whatever the zoom, so zooming does not move the page.
+    const height = (model.lay.maxDepth + 1) * ROW + 2;
+    const pen = fitCanvas(this.canvas, width, height);
+    pen.fillStyle = t.bg;
+    pen.fillRect(0, 0, width, height);
+    const rects = model.place(width);
     const hits = this.hits;
+    const marked = model.marked();
     // The answer drawn was asked by role when its key says so (the state may have moved on).
     const byRole = this.key.includes("by=role");
-    ctx.font = t.font;
-    ctx.textBaseline = "middle";
+    pen.font = t.font;
+    pen.textBaseline = "middle";
     for (const r of rects) {
       const node = nodes[r.i];
-      ctx.globalAlpha = hits?.count && !hits.hit[r.i] ? 0.35 : r.ancestor ? 0.75 : 1;
-      ctx.fillStyle = hits?.hit[r.i]
+      pen.globalAlpha = hits?.count && !hits.hit[r.i] ? 0.35 : r.ancestor ? 0.75 : 1;
+      pen.fillStyle = hits?.hit[r.i]
         ? t.match
         : r.i === 0
           ? t.lineStrong
           : byRole && node.depth === 1
             ? roleColor(node.name, t.dark)
             : frameColor(node.name, node.file, t.dark);
-      ctx.fillRect(r.x + 0.5, r.y + 0.5, Math.max(0.5, r.w - 1), ROW - 1);
-      if (r.i === this.hover || r.i === this.keyFocus) {
-        ctx.globalAlpha = 1;
-        ctx.strokeStyle = t.text;
-        ctx.lineWidth = 1.5;
-        ctx.strokeRect(r.x + 1, r.y + 1, Math.max(1, r.w - 2), ROW - 2);
+      pen.fillRect(r.x + 0.5, r.y + 0.5, Math.max(0.5, r.w - 1), ROW - 1);
+      if (r.i === marked) {
+        pen.globalAlpha = 1;
+        pen.strokeStyle = t.text;
+        pen.lineWidth = 1.5;
+        pen.strokeRect(r.x + 1, r.y + 1, Math.max(1, r.w - 2), ROW - 2);
       }
       if (r.w > 28) {
-        ctx.globalAlpha = hits?.count && !hits.hit[r.i] ? 0.5 : 1;
-        ctx.fillStyle = t.dark ? "#f1f3f7" : "#1b2130";
+        pen.globalAlpha = hits?.count && !hits.hit[r.i] ? 0.5 : 1;
+        pen.fillStyle = t.dark ? "#f1f3f7" : "#1b2130";
         const label = r.i === 0 ? `all · ${bytes(node.bytes)}` : node.file ? `${node.name}  ${node.file}:${node.line}` : node.name;
-        ctx.fillText(fitText(ctx, label, r.w - 8), r.x + 4, r.y + ROW / 2 + 0.5);
+        pen.fillText(fitText(pen, label, r.w - 8), r.x + 4, r.y + ROW / 2 + 0.5);
       }
     }
-    ctx.globalAlpha = 1;
-    this.rects = rects;
-    this.layout = { width, height, rows: lay.maxDepth + 1, focus, total: this.data.total, rects: rects.length };
+    pen.globalAlpha = 1;
+    this.layout = { width, height, rows: model.lay.maxDepth + 1, focus: model.zoom, total: data.total, rects: rects.length };
   }
 
-  at(event) {
-    const box = this.canvas.getBoundingClientRect();
-    const x = event.clientX - box.left;
-    const y = event.clientY - box.top;
-    for (let k = this.rects.length - 1; k >= 0; k -= 1) {
-      const r = this.rects[k];
-      if (x >= r.x && x < r.x + r.w && y >= r.y && y < r.y + ROW) return r.i;
-    }
-    return -1;
-  }
-
-  onMove(event) {
-    if (!this.data) return;
-    const i = this.at(event);
-    if (i !== this.hover) {
-      this.hover = i;
-      this.draw();
-    }
-    if (i < 0) {
-      hideTip();
-      return;
-    }
-    showTip(event.clientX, event.clientY, ...this.tooltipFor(i));
-  }
-
-  /** Arrow keys move between drawn frames, Enter or Space zooms in, Backspace zooms out one level. */
-  onKey(event) {
-    if (!this.data) return;
-    const nodes = this.data.nodes;
-    const current = this.keyFocus >= 0 ? this.keyFocus : this.focus;
-    const parent = nodes[current].parent;
-    const drawn = (i) => this.rects.some((r) => r.i === i && !r.ancestor);
-    let next = -1;
-    if (event.key === "ArrowUp") next = parent >= 0 ? parent : -1;
-    else if (event.key === "ArrowDown") next = this.lay.children[current].find(drawn) ?? -1;
-    else if (event.key === "ArrowLeft" || event.key === "ArrowRight") {
-      const siblings = parent >= 0 ? this.lay.children[parent].filter(drawn) : [];
-      next = siblings[siblings.indexOf(current) + (event.key === "ArrowLeft" ? -1 : 1)] ?? -1;
-    } else if (event.key === "Enter" || event.key === " ") {
-      event.preventDefault();
-      event.stopPropagation();
-      this.zoom(current);
-      return;
-    } else if (event.key === "Backspace") {
-      event.preventDefault();
-      event.stopPropagation();
-      if (this.focus > 0) this.zoom(Math.max(0, nodes[this.focus].parent));
-      return;
-    } else return;
-    // The page's arrows step the moment: not while moving in the graph.
-    event.preventDefault();
-    event.stopPropagation();
-    if (next < 0) return;
-    this.keyFocus = next;
-    this.paint();
-    const rect = this.rects.find((r) => r.i === next);
-    const box = this.canvas.getBoundingClientRect();
-    if (rect) showTip(box.left + rect.x + Math.min(rect.w / 2, 60), box.top + rect.y + ROW, ...this.tooltipFor(next));
-  }
-
+  /**
+   * @param {number} i
+   * @returns {(Node | string | null)[]}
+   */
   tooltipFor(i) {
-    const node = this.data.nodes[i];
-    const own = selfBytes(this.data.nodes, this.lay, i);
+    const { data, model } = this;
+    if (!data || !model) return [];
+    const node = data.nodes[i];
+    const own = selfBytes(data.nodes, model.lay, i);
     return [
       h("div", { className: "tip-title" }, i === 0 ? "everything" : node.name),
       node.file ? h("div", { className: "tip-where" }, `${node.path || node.file}:${node.line}`) : null,
-      tipRow("bytes", `${bytes(node.bytes)} · ${percent(node.bytes, this.data.total)} of ${this.modeWord()}`),
+      tipRow("bytes", `${bytes(node.bytes)} · ${percent(node.bytes, data.total)} of ${this.modeWord()}`),
       own && own !== node.bytes ? tipRow("itself", bytes(own)) : null,
       tipRow("allocations", count(node.allocations)),
-      h("div", { className: "tip-note" }, i === this.focus ? "Click the breadcrumb or press Esc to zoom out." : "Click or press Enter to zoom in."),
+      h("div", { className: "tip-note" }, i === model.zoom ? "Click the breadcrumb or press Esc to zoom out." : "Click or press Enter to zoom in."),
     ];
-  }
-
-  onClick(event) {
-    if (!this.data) return;
-    const i = this.at(event);
-    if (i < 0) return;
-    this.zoom(i === this.focus && i !== 0 ? Math.max(0, this.data.nodes[i].parent) : i);
   }
 
   baseName() {
     const name = (document.getElementById("snapshot-name")?.textContent ?? "snapshot").trim().replace(/[^\w.-]+/g, "_");
     // A zoomed export is a part of the graph: its name says which.
     const zoom = this.data && this.focus > 0 ? `-zoom-${zoomName(this.data.nodes[this.focus])}` : "";
-    return `${name}-cuda${this.ctx.device()}-${this.data?.at ?? "snapshot"}-${this.ctx.store.get().mode}${zoom}`;
+    return `${name}-cuda${this.app.device()}-${this.data?.at ?? "snapshot"}-${this.app.store.get().mode}${zoom}`;
   }
 
   downloadFolded() {
-    if (!this.data) return;
-    download(`${this.baseName()}.folded.txt`, folded(this.data.nodes, this.lay, this.focus), "text/plain");
+    if (!this.data || !this.model) return;
+    download(`${this.baseName()}.folded.txt`, folded(this.data.nodes, this.model.lay, this.focus), "text/plain");
   }
 
   downloadSvg() {
-    if (!this.data) return;
-    const nodes = this.data.nodes;
-    const text = svg(nodes, this.lay, {
-      focus: this.focus,
+    const { data, model } = this;
+    if (!data || !model) return;
+    const nodes = data.nodes;
+    const focus = model.zoom;
+    const text = svg(nodes, model.lay, {
+      focus,
       width: 1200,
-      title:
-        this.focus > 0
-          ? `Zoomed into ${frameLabel(nodes[this.focus])}: ${bytes(nodes[this.focus].bytes)} of ${this.total.textContent}`
-          : this.total.textContent,
+      title: focus > 0 ? `Zoomed into ${frameLabel(nodes[focus])}: ${bytes(nodes[focus].bytes)} of ${this.total.textContent}` : (this.total.textContent ?? ""),
       color: (node) => frameColor(node.name, node.file, false),
       hit: this.hits?.hit,
-      describe: (i) =>
-        `${frameLabel(nodes[i])}: ${bytes(nodes[i].bytes)} (${percent(nodes[i].bytes, this.data.total)}), ${count(nodes[i].allocations)} allocations`,
+      describe: (i) => `${frameLabel(nodes[i])}: ${bytes(nodes[i].bytes)} (${percent(nodes[i].bytes, data.total)}), ${count(nodes[i].allocations)} allocations`,
     });
     download(`${this.baseName()}.svg`, text, "image/svg+xml");
   }

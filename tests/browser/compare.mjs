@@ -279,6 +279,18 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     assert((await page.locator(".tip").textContent()).includes("before"), "no tooltip for the focused frame");
     await page.keyboard.press("Enter");
     await page.locator(".cmp-breadcrumb").first().waitFor({ state: "visible" });
+    // The same model as the snapshot page's graph: the breadcrumb ends at the zoomed frame, and
+    // Backspace goes out one level.
+    const zoomed = await page.evaluate(() => window.snapviewTest.flameRects().find((r) => !r.ancestor)?.name);
+    assertEqual(await page.locator(".cmp-breadcrumb .crumb.current").first().getAttribute("title"), zoomed, "the current crumb");
+    await page.keyboard.press("ArrowDown");
+    await page.locator(".tip").waitFor({ state: "visible" });
+    const box = await page.locator("canvas.flame-canvas").first().boundingBox();
+    await shot(page, "compare-flame-keyboard", { fullPage: false, clip: { x: 0, y: Math.max(0, box.y - 120), width: 1280, height: 600 } });
+    await page.keyboard.press("Enter");
+    await until(async () => (await page.locator(".cmp-breadcrumb .crumb").count()) === 3, "a second zoom from the keyboard");
+    await page.keyboard.press("Backspace");
+    await until(async () => (await page.locator(".cmp-breadcrumb .crumb.current").first().getAttribute("title")) === zoomed, "Backspace out one level");
     await page.keyboard.press("Escape");
     await page.locator(".cmp-breadcrumb").first().waitFor({ state: "hidden" });
     await clean(page);

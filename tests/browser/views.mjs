@@ -266,6 +266,75 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     await clean(page);
   });
 
+  await step("the flame graph from the keyboard: Tab to the canvas, arrows, Enter, Backspace, Esc; the URL and breadcrumb follow", async () => {
+    await until(async () => / live /.test(await page.locator("#flame-total").textContent()), "the allocated graph");
+    await until(
+      async () => (await layout(page, "flame"))?.focus === 0 && (await page.evaluate(() => window.snapviewTest.views.flame.rects.length)) > 3,
+      "the unzoomed graph",
+    );
+    const flame = () =>
+      page.evaluate(() => {
+        const f = window.snapviewTest.views.flame;
+        const name = (i) => (i >= 0 ? f.data.nodes[i].name : null);
+        return {
+          zoom: f.focus,
+          key: f.keyFocus,
+          keyName: name(f.keyFocus),
+          keyParent: f.keyFocus >= 0 ? f.data.nodes[f.keyFocus].parent : null,
+          zoomName: name(f.focus),
+        };
+      });
+    const at = await page.evaluate(() => window.snapviewTest.ctx.moment());
+    // Tab from the last toolbar button reaches the canvas (the breadcrumb is hidden, unzoomed), and
+    // the canvas shows that it has the focus.
+    await page.locator("#flame-svg").focus();
+    await page.keyboard.press("Tab");
+    assertEqual(await page.evaluate(() => document.activeElement?.id), "flame-canvas", "focus after Tab");
+    const outline = await page.evaluate(() => {
+      const style = getComputedStyle(document.getElementById("flame-canvas"));
+      return { matches: document.getElementById("flame-canvas").matches(":focus-visible"), style: style.outlineStyle, width: style.outlineWidth };
+    });
+    assert(outline.matches && outline.style !== "none" && outline.width !== "0px", `no focus outline on the canvas: ${JSON.stringify(outline)}`);
+    // Down to the root's first child, right to its sibling: the tooltip names the frame.
+    await page.keyboard.press("ArrowDown");
+    const first = await flame();
+    assertEqual(first.keyParent, 0, "ArrowDown from the root goes to a child of the root");
+    await until(async () => (await page.locator(".tip").textContent()).includes(first.keyName), "the tooltip of the keyboard's frame");
+    await page.keyboard.press("ArrowRight");
+    const second = await flame();
+    assert(second.key !== first.key || (await page.evaluate(() => window.snapviewTest.views.flame.lay.children[0].length)) === 1, "ArrowRight did not move");
+    assertEqual(second.keyParent, 0, "ArrowRight stays among the root's children");
+    await page.keyboard.press("ArrowLeft");
+    assertEqual((await flame()).key, first.key, "ArrowLeft comes back");
+    // Down to its first child, then Enter zooms into that frame.
+    await page.keyboard.press("ArrowDown");
+    const deep = await flame();
+    assertEqual(deep.keyParent, first.key, "ArrowDown goes to a child");
+    await shot(page, "views-flame-keyboard", { fullPage: false });
+    await page.keyboard.press("Enter");
+    await until(async () => (await flame()).zoom === deep.key, "Enter zooms into the keyboard's frame");
+    assertEqual((await page.locator("#flame-breadcrumb .crumb.current").textContent()).trim(), deep.keyName, "the breadcrumb's current frame");
+    assertEqual(await page.locator("#flame-breadcrumb .crumb").count(), 3, "crumbs: all, the parent, the zoomed frame");
+    await until(() => new URL(page.url()).searchParams.get("zoom")?.includes(deep.keyName), "the zoom in the URL");
+    assertEqual(await page.evaluate(() => document.activeElement?.id), "flame-canvas", "the canvas keeps the focus after zooming");
+    // Backspace: out one level, to the parent.
+    await page.keyboard.press("Backspace");
+    await until(async () => (await flame()).zoom === first.key, "Backspace zooms out one level");
+    assertEqual((await page.locator("#flame-breadcrumb .crumb.current").textContent()).trim(), first.keyName, "the breadcrumb after Backspace");
+    // Esc: out to everything, the breadcrumb hidden, the URL without a zoom.
+    await page.keyboard.press("Escape");
+    await until(async () => (await flame()).zoom === 0, "Esc zooms out to everything");
+    assert(await page.locator("#flame-breadcrumb").isHidden(), "the breadcrumb after Esc");
+    await until(() => !new URL(page.url()).searchParams.has("zoom"), "Esc clears the zoom from the URL");
+    // None of these keys moved the moment.
+    assertEqual(await page.evaluate(() => window.snapviewTest.ctx.moment()), at, "the moment after keys on the graph");
+    // Leaving the canvas forgets the keyboard's frame.
+    await page.keyboard.press("ArrowDown");
+    await page.locator("#flame-total").click();
+    assertEqual((await flame()).key, -1, "the keyboard's frame after the canvas lost the focus");
+    await clean(page);
+  });
+
   await step("the segment map draws, steps with the arrow keys, and says exact vs rebuilt", async () => {
     await page.locator("body").click({ position: { x: 5, y: 300 } });
     await page.keyboard.press("3");
