@@ -4,8 +4,8 @@
 //! and prints the latency per endpoint.
 //!
 //! The snapshot is `gpt2_huge_trace` from `SNAPVIEW_LARGE_DIR` (default /tmp/snapview-large),
-//! else the largest small fixture. `SNAPVIEW_LOAD_SECONDS` sets how long the load lasts
-//! (default 30).
+//! else the largest small fixture (with `SNAPVIEW_REQUIRE_LARGE` set, a missing file fails).
+//! `SNAPVIEW_LOAD_SECONDS` sets how long the load lasts (default 30).
 
 mod common;
 
@@ -21,11 +21,8 @@ const UPLOADERS: usize = 3;
 
 /// The snapshot to load the server with, and what it is called in the report.
 fn snapshot_under_test() -> (PathBuf, String) {
-    let large = std::env::var_os("SNAPVIEW_LARGE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/tmp/snapview-large"))
-        .join("gpt2_huge_trace.pickle");
-    if large.exists() {
+    // With SNAPVIEW_REQUIRE_LARGE set (as in .ci/run) a missing file fails here instead.
+    if let Some(large) = common::large_file("gpt2_huge_trace") {
         return (large, "gpt2_huge_trace".into());
     }
     let biggest = common::small_names()
@@ -33,8 +30,8 @@ fn snapshot_under_test() -> (PathBuf, String) {
         .max_by_key(|name| std::fs::metadata(common::path_of(name)).map_or(0, |m| m.len()))
         .expect("fixtures");
     println!(
-        "note: {} is missing; loading the largest small fixture, {biggest}, instead",
-        large.display()
+        "note: gpt2_huge_trace.pickle is not in {}; loading the largest small fixture, {biggest}, instead",
+        common::large_dir().display()
     );
     (common::path_of(&biggest), biggest)
 }

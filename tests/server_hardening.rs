@@ -46,6 +46,20 @@ fn exchange(address: &str, head: String, body: Vec<u8>) -> String {
     String::from_utf8_lossy(&answer).into_owned()
 }
 
+/// How many of `sockets` have an answer waiting, looked at without reading it (so that a later
+/// read still gets all of it).
+fn answered(sockets: &[TcpStream]) -> usize {
+    sockets
+        .iter()
+        .filter(|socket| {
+            socket.set_nonblocking(true).expect("non-blocking");
+            let waiting = matches!(socket.peek(&mut [0u8; 1]), Ok(n) if n > 0);
+            socket.set_nonblocking(false).expect("blocking again");
+            waiting
+        })
+        .count()
+}
+
 /// Whether `answer` holds a whole response with a Content-Length body.
 fn response_is_complete(answer: &[u8]) -> bool {
     let text = String::from_utf8_lossy(answer);
@@ -139,8 +153,14 @@ fn six_hundred_slow_uploads_do_not_stop_the_server() {
         }
         sockets.push(socket);
     }
-    // Every upload slot is now held by a silent body; the rest were refused.
-    std::thread::sleep(Duration::from_millis(300));
+    // Every upload slot is now held by a silent body; the rest were refused, each answered at
+    // once. Once all of those answers are here, no upload is left to take a slot from the new
+    // one below.
+    wait_until(
+        "every upload but the four holding a slot is refused",
+        Duration::from_secs(5),
+        || answered(&sockets[..600]) >= 596,
+    );
 
     let started = Instant::now();
     let (status, list) = server.call("GET", "/api/snapshots", None);
@@ -535,8 +555,11 @@ fn connections_are_bounded_and_idle_ones_closed() {
     let idle: Vec<TcpStream> = (0..3)
         .map(|_| TcpStream::connect(&server.address).expect("connect"))
         .collect();
-    std::thread::sleep(Duration::from_millis(200));
     // Every slot is held by a connection that says nothing: the next one is told so at once.
+    // No wait is needed for the three to count: each `connect` above returned, so each is in the
+    // listener's queue ahead of the next, and the server admits connections one at a time in
+    // that order (src/server/connections.rs, `serve`). A wait would only risk the three being
+    // quiet for QUIET_BEFORE_EVICTABLE (1 s), after which one of them is closed for the next.
     let answer = exchange(
         &server.address,
         "GET /api/snapshots HTTP/1.1\r\nHost: localhost\r\n\r\n".to_owned(),

@@ -462,44 +462,81 @@ fn the_trash_restores_reuploads_and_empties_by_age_with_an_audit_log() {
     }
 }
 
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// Whether the tests that need root and `mount` must run rather than skip: under CI (`CI=true`),
+/// or with `SNAPVIEW_REQUIRE_ROOT` set, as `.ci/run` does.
+fn root_required() -> bool {
+    common::required("SNAPVIEW_REQUIRE_ROOT") || std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// What `setup` made, or `None` to skip a test that cannot run here, and a panic with the reason
+/// instead where the test is required ([`root_required`]).
+fn or_skip<T>(setup: Result<T, String>) -> Option<T> {
+    match setup {
+        Ok(made) => Some(made),
+        Err(why) if root_required() => {
+            panic!("{why}: this test cannot run, and CI=true or SNAPVIEW_REQUIRE_ROOT says it must")
+        }
+        Err(why) => {
+            eprintln!("skipped: {why} (set SNAPVIEW_REQUIRE_ROOT=1 to make this an error)");
+            None
+        }
+    }
+}
+
+/// Runs `command`, describing why it failed if it did.
+fn run(command: &mut Command) -> Result<(), String> {
+    match command.status() {
+        Ok(status) if status.success() => Ok(()),
+        Ok(status) => Err(format!("{command:?} failed ({status})")),
+        Err(error) => Err(format!("{command:?} cannot run: {error}")),
+    }
+}
+
 /// Makes a folder read-only for this process: a read-only bind mount when running as root
-/// (root ignores permissions), else its permission bits. `None` when neither works here.
+/// (root ignores permissions), else its permission bits.
 struct ReadOnly {
     path: PathBuf,
     mounted: bool,
 }
 
 impl ReadOnly {
-    fn new(path: &Path) -> Option<Self> {
+    /// The folder made read-only, or why that does not work here.
+    fn new(path: &Path) -> Result<Self, String> {
         let probe = path.join(".probe");
         let mounted = is_root();
         if mounted {
-            let bind = Command::new("mount")
-                .arg("--bind")
-                .arg(path)
-                .arg(path)
-                .status();
-            if !bind.is_ok_and(|s| s.success()) {
-                return None;
-            }
-            let remount = Command::new("mount")
+            run(Command::new("mount").arg("--bind").arg(path).arg(path))?;
+            if let Err(why) = run(Command::new("mount")
                 .args(["-o", "remount,bind,ro"])
-                .arg(path)
-                .status();
-            if !remount.is_ok_and(|s| s.success()) {
+                .arg(path))
+            {
                 let _ = Command::new("umount").arg(path).status();
-                return None;
+                return Err(why);
             }
         } else {
             use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o555)).ok()?;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o555))
+                .map_err(|error| format!("cannot make {} read-only: {error}", path.display()))?;
         }
         let guard = Self {
             path: path.to_owned(),
             mounted,
         };
         // Only a folder that really refuses writes makes the test mean something.
-        std::fs::write(&probe, b"x").is_err().then_some(guard)
+        if std::fs::write(&probe, b"x").is_ok() {
+            return Err(format!(
+                "{} still takes writes (neither root with mount, nor a user whom permissions stop)",
+                path.display()
+            ));
+        }
+        Ok(guard)
     }
 }
 
@@ -514,13 +551,6 @@ impl Drop for ReadOnly {
     }
 }
 
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-}
-
 #[test]
 fn a_read_only_blobs_folder_loses_nothing() {
     let root = tempfile::tempdir().expect("tempdir");
@@ -532,10 +562,7 @@ fn a_read_only_blobs_folder_loses_nothing() {
         json["id"].as_str().expect("id").to_owned()
     };
     let folder = blob_path(&dir, &id).parent().expect("folder").to_owned();
-    let Some(read_only) = ReadOnly::new(&folder) else {
-        eprintln!(
-            "skipped: cannot make a folder read-only here (not root with mount, nor a user whom permissions stop)"
-        );
+    let Some(read_only) = or_skip(ReadOnly::new(&folder)) else {
         return;
     };
     {
@@ -576,17 +603,17 @@ fn a_read_only_blobs_folder_loses_nothing() {
 struct Tmpfs(PathBuf);
 
 impl Tmpfs {
-    fn mount(path: &Path, size: &str) -> Option<Self> {
+    /// The tmpfs mounted, or why that does not work here.
+    fn mount(path: &Path, size: &str) -> Result<Self, String> {
         if !is_root() {
-            return None;
+            return Err("mounting a small tmpfs needs root".to_owned());
         }
-        std::fs::create_dir_all(path).ok()?;
-        Command::new("mount")
+        std::fs::create_dir_all(path)
+            .map_err(|error| format!("cannot create {}: {error}", path.display()))?;
+        run(Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(path)
-            .status()
-            .is_ok_and(|s| s.success())
-            .then(|| Self(path.to_owned()))
+            .arg(path))?;
+        Ok(Self(path.to_owned()))
     }
 }
 
@@ -600,8 +627,7 @@ impl Drop for Tmpfs {
 fn a_full_disk_refuses_an_upload_cleanly_and_blocks_nothing_after() {
     let root = tempfile::tempdir().expect("tempdir");
     let dir = root.path().join("data");
-    let Some(_disk) = Tmpfs::mount(&dir, "512k") else {
-        eprintln!("skipped: mounting a small tmpfs needs root and mount");
+    let Some(_disk) = or_skip(Tmpfs::mount(&dir, "512k")) else {
         return;
     };
     let server = Served::start(&dir, &[]);

@@ -26,16 +26,53 @@ pub fn small_names() -> Vec<String> {
     names
 }
 
-/// The decompressed large corpus files, if a benchmark or the developer put them in
-/// `SNAPVIEW_LARGE_DIR` (default `/tmp/snapview-large`). Tests over them skip when absent.
-pub fn large_names() -> Vec<(String, PathBuf)> {
-    let dir = std::env::var_os("SNAPVIEW_LARGE_DIR")
+/// The large corpus files, by name (`<name>.pickle` in [`large_dir`]).
+pub const LARGE_NAMES: [&str; 3] = ["gpt2_cpp_trace", "gpt2_big_trace", "gpt2_huge_trace"];
+
+/// Set (to anything but `0`) where the large corpus files must be present, as `.ci/run` does:
+/// a test over them then fails on a missing file instead of passing having checked nothing.
+pub const REQUIRE_LARGE: &str = "SNAPVIEW_REQUIRE_LARGE";
+
+/// Whether the environment variable `name` asks for something to be required: set, and not `0`
+/// (the convention of `SNAPVIEW_REQUIRE_BROWSER` too).
+pub fn required(name: &str) -> bool {
+    std::env::var_os(name).is_some_and(|value| value != "0")
+}
+
+/// Where the decompressed large corpus files are: `SNAPVIEW_LARGE_DIR`, default
+/// `/tmp/snapview-large` (where `.ci/run` and the benchmarks put them).
+pub fn large_dir() -> PathBuf {
+    std::env::var_os("SNAPVIEW_LARGE_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/tmp/snapview-large"));
-    ["gpt2_cpp_trace", "gpt2_big_trace", "gpt2_huge_trace"]
+        .unwrap_or_else(|| PathBuf::from("/tmp/snapview-large"))
+}
+
+/// The decompressed large corpus file `name`, if it is in [`large_dir`]. Tests over it skip
+/// when it is absent, unless [`REQUIRE_LARGE`] is set: then this panics, naming the file and how
+/// to get it. Every test over the large files goes through here (or [`large_names`]), so none
+/// can forget the requirement.
+pub fn large_file(name: &str) -> Option<PathBuf> {
+    let path = large_dir().join(format!("{name}.pickle"));
+    if path.exists() {
+        return Some(path);
+    }
+    assert!(
+        !required(REQUIRE_LARGE),
+        "{REQUIRE_LARGE} is set but the large corpus file {path} is missing. Decompress it from \
+         the corpus as .ci/run does (`xz -dc ../shared/corpus/large/{name}.pickle.xz > {path}`), \
+         or point SNAPVIEW_LARGE_DIR at a folder that holds {name}.pickle, or unset \
+         {REQUIRE_LARGE} to skip the tests over the large files.",
+        path = path.display()
+    );
+    None
+}
+
+/// Every large corpus file that is present, by name (see [`large_file`]: with
+/// [`REQUIRE_LARGE`] set, a missing one panics instead of leaving the list short).
+pub fn large_names() -> Vec<(String, PathBuf)> {
+    LARGE_NAMES
         .iter()
-        .map(|name| (name.to_string(), dir.join(format!("{name}.pickle"))))
-        .filter(|(_, path)| path.exists())
+        .filter_map(|name| large_file(name).map(|path| (name.to_string(), path)))
         .collect()
 }
 

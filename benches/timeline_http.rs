@@ -1,15 +1,16 @@
-//! Where a timeline window's time goes over HTTP (run explicitly:
-//! `cargo test --release --test timeline_http -- --ignored --nocapture`).
+//! Benchmark: where a timeline window's time goes over HTTP (`cargo bench --bench timeline_http`).
 //!
 //! Loads `gpt2_huge_trace.pickle` from `SNAPVIEW_LARGE_DIR` (default /tmp/snapview-large; the
-//! test skips when it is absent) twice: in this process, to time the view's own work (the
-//! timeline and its JSON), and into a real `snapview serve` (the file imported at start), to
-//! time `GET /api/snapshots/{id}/timeline` for the same windows over one kept-alive
-//! connection. The difference is what HTTP, the extractors (record lookup, cache) and the
-//! handler's other parts (markers, roles per band, the blocking-thread hop) add. Prints the
-//! median and the slowest of `ROUNDS` requests per window, and a tiny endpoint's over the
-//! same path (`/status`) for the fixed cost of a request.
+//! bench skips when it is absent, and fails with `SNAPVIEW_REQUIRE_LARGE` set) twice: in this
+//! process, to time the view's own work (the timeline and its JSON), and into a real
+//! `snapview serve` (the file imported at start), to time `GET /api/snapshots/{id}/timeline`
+//! for the same windows over one kept-alive connection. The difference is what HTTP, the
+//! extractors (record lookup, cache) and the handler's other parts (markers, roles per band,
+//! the blocking-thread hop) add. Prints the median and the slowest of `ROUNDS` requests per
+//! window, and a small endpoint's over the same path (`/oom`) for the fixed cost of a request.
 
+// The tests' helpers: where the large files are, and a real `snapview serve` to talk to.
+#[path = "../tests/common/mod.rs"]
 mod common;
 
 use common::served::Served;
@@ -23,14 +24,12 @@ fn median_and_max(times: &mut [f64]) -> (f64, f64) {
     (times[times.len() / 2], times[times.len() - 1])
 }
 
-#[test]
-#[ignore = "needs the large corpus; run by hand"]
-fn timeline_windows_over_http_and_in_process() {
-    let Some((_, path)) = common::large_names()
-        .into_iter()
-        .find(|(name, _)| name == "gpt2_huge_trace")
-    else {
-        println!("skipped: gpt2_huge_trace.pickle is not in SNAPVIEW_LARGE_DIR");
+fn main() {
+    let Some(path) = common::large_file("gpt2_huge_trace") else {
+        println!(
+            "timeline_http bench: skipped (no gpt2_huge_trace.pickle in {}; set SNAPVIEW_LARGE_DIR)",
+            common::large_dir().display()
+        );
         return;
     };
     let (snapshot, seed) =
