@@ -415,3 +415,53 @@ pub fn page(
         rows,
     }
 }
+
+/// The event list as it was before the match cache, for the tests only: the filter run over the
+/// whole trace for every page. analysis/view_reference.rs compares the two.
+#[cfg(test)]
+pub(crate) mod reference {
+    use super::{EventFilter, EventPage, matching, row_matching};
+    use crate::analysis::Replay;
+    use crate::snapshot::{Snapshot, Trace};
+
+    /// A page of the event list, the filter run over the whole trace.
+    pub(crate) fn page_scanning(
+        snapshot: &Snapshot,
+        trace: &Trace,
+        replay: &Replay,
+        filter: &EventFilter,
+        offset: usize,
+        limit: usize,
+        find: Option<usize>,
+    ) -> EventPage {
+        let limit = limit.clamp(1, 1000);
+        let matches = matching(snapshot, trace, filter);
+        let matching_count = matches.as_ref().map_or(trace.len(), Vec::len);
+        let offset = match find {
+            Some(event) => {
+                let position = match &matches {
+                    None => event.min(trace.len().saturating_sub(1)),
+                    Some(list) => list.partition_point(|&i| (i as usize) < event),
+                };
+                position.min(matching_count.saturating_sub(1)) / limit * limit
+            }
+            None => offset.min(matching_count),
+        };
+        let end = (offset + limit).min(matching_count);
+        let rows = (offset..end)
+            .map(|position| {
+                let index = match &matches {
+                    None => position,
+                    Some(list) => list[position] as usize,
+                };
+                row_matching(snapshot, trace, replay, index, filter.frame.as_deref())
+            })
+            .collect();
+        EventPage {
+            total: trace.len(),
+            matching: matching_count,
+            offset,
+            rows,
+        }
+    }
+}

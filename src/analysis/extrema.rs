@@ -31,6 +31,17 @@ enum Extreme {
     Max,
 }
 
+impl Extreme {
+    /// This extreme of `values`; of none, the value that changes neither (`u64::MAX` for the
+    /// minimum, 0 for the maximum).
+    fn of(self, values: impl Iterator<Item = u64>) -> u64 {
+        match self {
+            Extreme::Min => values.fold(u64::MAX, u64::min),
+            Extreme::Max => values.fold(u64::MIN, u64::max),
+        }
+    }
+}
+
 impl RangeExtrema {
     /// The pyramid of the series `value(0), .., value(len - 1)`.
     pub(crate) fn new(len: usize, value: impl Fn(usize) -> u64) -> Self {
@@ -124,21 +135,6 @@ impl RangeExtrema {
         }
     }
 
-    fn fold(
-        &self,
-        value: &impl Fn(usize) -> u64,
-        extreme: Extreme,
-        level: usize,
-        from: usize,
-        to: usize,
-    ) -> u64 {
-        let entries = (from..to).map(|i| self.entry(value, extreme, level, i));
-        match extreme {
-            Extreme::Min => entries.fold(u64::MAX, u64::min),
-            Extreme::Max => entries.fold(u64::MIN, u64::max),
-        }
-    }
-
     /// The extreme of entries `from..to` of `level`: the partial blocks at both ends read here,
     /// the whole blocks between them one level up.
     fn extreme(
@@ -149,14 +145,17 @@ impl RangeExtrema {
         from: usize,
         to: usize,
     ) -> u64 {
+        let fold = |from: usize, to: usize| {
+            extreme.of((from..to).map(|i| self.entry(value, extreme, level, i)))
+        };
         let inner_from = from.next_multiple_of(BLOCK);
         let inner_to = to / BLOCK * BLOCK;
         if level == self.min.len() || inner_from >= inner_to {
-            return self.fold(value, extreme, level, from, to);
+            return fold(from, to);
         }
         let ends = [
-            self.fold(value, extreme, level, from, inner_from),
-            self.fold(value, extreme, level, inner_to, to),
+            fold(from, inner_from),
+            fold(inner_to, to),
             self.extreme(
                 value,
                 extreme,
@@ -165,10 +164,7 @@ impl RangeExtrema {
                 inner_to >> BLOCK_LOG2,
             ),
         ];
-        match extreme {
-            Extreme::Min => ends.into_iter().fold(u64::MAX, u64::min),
-            Extreme::Max => ends.into_iter().fold(u64::MIN, u64::max),
-        }
+        extreme.of(ends.into_iter())
     }
 
     /// The first entry in `from..to` of `level` whose maximum is at least `bound`.

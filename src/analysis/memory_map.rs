@@ -164,30 +164,37 @@ fn state_name(state: &BlockState) -> &'static str {
     }
 }
 
-/// `at` within a trace whose last event is `last` (`None`: before the first, or no events).
-fn clamped(at: Option<usize>, last: Option<usize>) -> Option<usize> {
-    at.zip(last).map(|(at, last)| at.min(last))
-}
-
 /// The map of `device` after event `at` (`None`: before the first event).
 pub fn memory_map(snapshot: &Snapshot, device: &DeviceAnalysis, at: Option<usize>) -> MemoryMap {
-    let trace = snapshot.trace(device.device);
-    let last = trace.len().checked_sub(1);
-    let at = clamped(at, last);
-    if at == last {
-        return exact(snapshot, device);
-    }
     // Only segment events change the ranges, and the replay's reserved steps are one per
     // segment event: undoing those after `at` (not every event after it) costs the segment
     // events, not the trace.
+    map_undoing(snapshot, device, at, move |from| {
+        let steps = &device.replay.reserved_steps[..];
+        let first_step = steps.partition_point(|&(event, _)| (event as usize) < from);
+        steps[first_step..]
+            .iter()
+            .rev()
+            .map(|&(event, _)| event as usize)
+    })
+}
+
+/// The map after `at` (clamped to the trace): the snapshot's own at the last event, otherwise
+/// rebuilt by undoing the events `undone(from)` names, newest first, `from` being the first
+/// event after `at`.
+fn map_undoing<Undone: Iterator<Item = usize>>(
+    snapshot: &Snapshot,
+    device: &DeviceAnalysis,
+    at: Option<usize>,
+    undone: impl FnOnce(usize) -> Undone,
+) -> MemoryMap {
+    let last = snapshot.trace(device.device).len().checked_sub(1);
+    let at = at.zip(last).map(|(at, last)| at.min(last));
+    if at == last {
+        return exact(snapshot, device);
+    }
     let from = at.map_or(0, |a| a + 1);
-    let steps = &device.replay.reserved_steps[..];
-    let first_step = steps.partition_point(|&(event, _)| (event as usize) < from);
-    let undone = steps[first_step..]
-        .iter()
-        .rev()
-        .map(|&(event, _)| event as usize);
-    rebuilt(snapshot, device, at, undone)
+    rebuilt(snapshot, device, at, undone(from))
 }
 
 /// The reserved ranges of `device`: the snapshot's segments with the segment events among
@@ -358,14 +365,8 @@ pub(crate) fn memory_map_undoing_every_event(
     device: &DeviceAnalysis,
     at: Option<usize>,
 ) -> MemoryMap {
-    let trace = snapshot.trace(device.device);
-    let last = trace.len().checked_sub(1);
-    let at = clamped(at, last);
-    if at == last {
-        return exact(snapshot, device);
-    }
-    let from = at.map_or(0, |a| a + 1);
-    rebuilt(snapshot, device, at, (from..trace.len()).rev())
+    let events = snapshot.trace(device.device).len();
+    map_undoing(snapshot, device, at, |from| (from..events).rev())
 }
 
 /// The snapshot's own segments, with each allocated block linked to its replay allocation.

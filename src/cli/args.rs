@@ -520,7 +520,7 @@ impl Config {
                         reindex,
                         limits,
                         roles: std::sync::Arc::new(
-                            crate::analysis::roles::commands::read_rules(roles.as_deref())
+                            super::roles_commands::read_rules(roles.as_deref())
                                 .map_err(|e| format!("--roles: {e}"))?,
                         ),
                         access: AccessConfig {

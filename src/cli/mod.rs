@@ -13,8 +13,8 @@ mod client;
 mod open;
 mod progress;
 mod reports;
+mod roles_commands;
 
-use crate::analysis::roles::commands as roles_commands;
 use crate::analysis::{Analysis, Summary};
 use crate::server::{AppState, ServeConfig};
 use crate::snapshot::{Snapshot, load_path};

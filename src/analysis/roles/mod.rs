@@ -9,22 +9,22 @@
 //!
 //! Storage is one byte of role and two of rule per allocation ([`DeviceRoles`]).
 
-pub mod commands;
+mod labels;
+mod live;
 pub mod phases;
 mod setups;
 pub mod user_rules;
 mod window;
 
+use labels::Labels;
+pub use live::{LiveAllocation, LiveReport, live_report};
 pub use user_rules::{MAX_RULES_FILE_BYTES, RulesError, UserRules};
-pub use window::{
-    LiveAllocation, LiveReport, RoleWindow, live_report, render_live_text, role_window,
-};
-// The test-only reference of the role window (view_reference.rs) answers an empty device alike.
 #[cfg(test)]
-pub(crate) use window::without_events;
+pub(crate) use window::reference::role_window_scanning;
+pub use window::{RoleWindow, role_window};
 
 use super::replay::{AllocationId, Origin, Replay};
-use crate::snapshot::{ActionCode, Snapshot, StackId, Trace};
+use crate::snapshot::{Snapshot, StackId};
 use phases::{AnnotatedPhases, StackKind, StackKinds};
 use rustc_hash::FxHashSet;
 use setups::Passes;
@@ -431,17 +431,17 @@ impl DeviceRoles {
         }
         // The profiler's categories override the built-in rules; user rules override both, and
         // annotations override everything.
-        apply_categories(
-            trace,
-            replay,
-            &mut names,
-            &mut extra_because,
-            &mut role,
-            &mut rule,
-        );
+        let mut labels = Labels {
+            names: &mut names,
+            extra_because: &mut extra_because,
+            role: &mut role,
+            rule: &mut rule,
+        };
+        labels.apply_categories(trace, replay);
         if !rules.is_empty() {
             // User rule `i`'s because text sits after the categories' texts.
-            let first_user_because = FIRST_USER_RULE.saturating_add(extra_because.len() as u16);
+            let first_user_because =
+                FIRST_USER_RULE.saturating_add(labels.extra_because.len() as u16);
             let mut matched: rustc_hash::FxHashMap<u32, Option<usize>> = Default::default();
             for (i, allocation) in allocations.iter().enumerate() {
                 let hit = *matched.entry(allocation.stack).or_insert_with(|| {
@@ -453,25 +453,18 @@ impl DeviceRoles {
                 });
                 if let Some(index) = hit {
                     let user = &rules.rules()[index];
-                    role[i] = role_index(&mut names, &user.role);
-                    rule[i] = first_user_because.saturating_add(index as u16);
+                    labels.role[i] = role_index(labels.names, &user.role);
+                    labels.rule[i] = first_user_because.saturating_add(index as u16);
                 }
             }
-            extra_because.extend(
+            labels.extra_because.extend(
                 rules
                     .rules()
                     .iter()
                     .map(|user| format!("user rule {:?} -> {}", user.pattern, user.role)),
             );
         }
-        apply_annotations(
-            trace,
-            replay,
-            &mut names,
-            &mut extra_because,
-            &mut role,
-            &mut rule,
-        );
+        labels.apply_annotations(trace, replay);
 
         let checkpoints = window::RoleCheckpoints::new(replay, &role, names.len());
         Self {
@@ -594,106 +587,4 @@ fn role_index(names: &mut Vec<String>, name: &str) -> u8 {
     }
     names.push(name.to_owned());
     (names.len() - 1) as u8
-}
-
-/// Snapshots written by torch's profiler label every entry with a `category` (its own
-/// classification of the tensor): an explicit label, so it wins over the built-in rules. The
-/// alloc's entry decides; an allocation whose alloc is not in the trace takes its free's.
-/// `unknown` means the profiler could not tell, so the rules' answer stays.
-fn apply_categories(
-    trace: &Trace,
-    replay: &Replay,
-    names: &mut Vec<String>,
-    extra_because: &mut Vec<String>,
-    role: &mut [u8],
-    rule: &mut [u16],
-) {
-    if trace.category.is_empty() {
-        return;
-    }
-    // By category id: the (role index, rule) it gives, decided once per category.
-    let mut decided: Vec<Option<(u8, u16)>> = vec![None; trace.categories.len()];
-    for (id, allocation) in replay.allocations.iter().enumerate() {
-        let Some(event) = allocation.start.or(allocation.end) else {
-            continue;
-        };
-        let category = trace.category.get(event as usize).copied().unwrap_or(0);
-        if category == 0 {
-            continue;
-        }
-        let slot = &mut decided[usize::from(category)];
-        if slot.is_none() {
-            let label = trace.categories[usize::from(category)].as_str();
-            if label == "unknown" {
-                continue;
-            }
-            let name: String = match Role::from_name(label) {
-                Some(role) => role.name().to_owned(),
-                None => label.chars().take(40).collect(),
-            };
-            let index = role_index(names, &name);
-            let because = format!("labelled `{label}` by the profiler");
-            *slot = Some((index, because_index(extra_because, because)));
-        }
-        if let Some((index, why)) = *slot {
-            role[id] = index;
-            rule[id] = why;
-        }
-    }
-}
-
-/// The rule id of an extra `because` text, adding the text if new.
-fn because_index(extra_because: &mut Vec<String>, because: String) -> u16 {
-    let index = extra_because
-        .iter()
-        .position(|b| *b == because)
-        .unwrap_or_else(|| {
-            extra_because.push(because);
-            extra_because.len() - 1
-        });
-    FIRST_USER_RULE.saturating_add(index as u16)
-}
-
-/// torch 2.11's `annotate` action labels the live allocation at `addr` with `user_metadata`:
-/// an explicit label, so it wins over every rule.
-fn apply_annotations(
-    trace: &Trace,
-    replay: &Replay,
-    names: &mut Vec<String>,
-    extra_because: &mut Vec<String>,
-    role: &mut [u8],
-    rule: &mut [u16],
-) {
-    let Some(code) = trace
-        .unknown_actions
-        .iter()
-        .position(|name| name == "annotate")
-        .map(|i| ActionCode(ActionCode::FIRST_UNKNOWN + i as u8))
-    else {
-        return;
-    };
-    for (event, _) in trace.action.iter().enumerate().filter(|(_, a)| **a == code) {
-        let label = trace
-            .strings
-            .get(trace.user_metadata.get(event) as usize)
-            .map_or("", String::as_str);
-        if label.is_empty() {
-            continue;
-        }
-        let addr = trace.addr.get(event);
-        let Some(id) = replay
-            .allocations
-            .iter()
-            .position(|a| a.addr == addr && a.is_live_after(Some(event)))
-        else {
-            continue;
-        };
-        let name: String = match Role::from_name(label) {
-            Some(role) => role.name().to_owned(),
-            None => label.chars().take(40).collect(),
-        };
-        role[id] = role_index(names, &name);
-        let because = format!("annotated {name:?} by torch.cuda.memory annotate");
-        rule[id] = because_index(extra_because, because);
-    }
 }

@@ -1,15 +1,12 @@
-//! Roles over time and at one moment: bytes per role per pixel column (the `/roles` window) and
-//! the live allocations with their roles (`snapview live`).
+//! Roles over time: bytes per role per pixel column (the `/roles` window), read from role
+//! checkpoints. What is live at one moment is `live.rs`.
 
 use super::DeviceRoles;
 use crate::analysis::DeviceAnalysis;
 use crate::analysis::replay::{AllocationId, Replay};
-use crate::analysis::stacks::display_frames;
 use crate::analysis::timeline::{Window, columns};
-use crate::snapshot::{Snapshot, Trace};
+use crate::snapshot::Trace;
 use serde::Serialize;
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 /// Bytes per role in each column of a timeline window, taken at the column's peak: the moment
 /// the timeline's `allocated_max` shows, so a stacked area of these tops out exactly on the
@@ -32,11 +29,7 @@ pub struct RoleWindow {
 }
 
 /// The window of a device with no events: one column, what is live from the start.
-pub(crate) fn without_events(
-    replay: &Replay,
-    roles: &DeviceRoles,
-    names: Vec<String>,
-) -> RoleWindow {
+fn without_events(replay: &Replay, roles: &DeviceRoles, names: Vec<String>) -> RoleWindow {
     let mut bytes = vec![vec![0u64; 1]; names.len()];
     for id in replay.live_after(None) {
         let b = &mut bytes[roles.role_index_of(id) as usize][0];
@@ -294,104 +287,122 @@ impl<'a> RoleCursor<'a> {
     }
 }
 
-/// What `snapview live` prints: the allocations live at one moment with their roles.
-#[derive(Debug, Serialize)]
-pub struct LiveReport {
-    pub device: usize,
-    /// The event after which they are live (`null`: before the first event).
-    pub event: Option<usize>,
-    pub roles: BTreeMap<String, u64>,
-    pub allocations: Vec<LiveAllocation>,
-}
+/// The `/roles` window as it was before the role checkpoints, for the tests only: each column
+/// replayed event by event. analysis/view_reference.rs compares the two.
+#[cfg(test)]
+pub(crate) mod reference {
+    use super::{RoleWindow, without_events};
+    use crate::analysis::DeviceAnalysis;
+    use crate::analysis::roles::DeviceRoles;
+    use crate::analysis::timeline::{Window, columns};
+    use crate::snapshot::Trace;
 
-#[derive(Debug, Serialize)]
-pub struct LiveAllocation {
-    pub address: u64,
-    pub size: u64,
-    pub role: String,
-    pub because: String,
-    /// Frames innermost first, as `file:line:name`, allocator internals left out.
-    pub frames: Vec<String>,
-}
-
-/// The allocations live after `event` on `device`, largest first, with their roles.
-pub fn live_report(
-    snapshot: &Snapshot,
-    device: &DeviceAnalysis,
-    roles: &DeviceRoles,
-    event: Option<usize>,
-) -> LiveReport {
-    let replay = &device.replay;
-    let mut live = replay.live_after(event);
-    live.sort_by_key(|&id| (std::cmp::Reverse(replay.allocations.size(id as usize)), id));
-    let allocations = live
-        .iter()
-        .map(|&id| {
-            let allocation = replay.allocations.at(id as usize);
-            LiveAllocation {
-                address: allocation.addr,
-                size: allocation.size,
-                role: roles.role_of(id).to_owned(),
-                because: roles.because(id).to_owned(),
-                frames: display_frames(snapshot, allocation.stack),
+    /// The `/roles` window, each column replayed event by event.
+    pub(crate) fn role_window_scanning(
+        device: &DeviceAnalysis,
+        roles: &DeviceRoles,
+        trace: &Trace,
+        window: Window,
+    ) -> RoleWindow {
+        let replay = &device.replay;
+        let names = roles.names().to_vec();
+        let events = replay.len();
+        if events == 0 || trace.is_empty() {
+            return without_events(replay, roles, names);
+        }
+        let window = window.clamped(trace.len().min(events));
+        let column_start = columns(&window, trace);
+        let width = column_start.len() - 1;
+        let mut current = vec![0u64; names.len()];
+        for id in replay.live_after(window.start.checked_sub(1)) {
+            let slot = &mut current[roles.role_index_of(id) as usize];
+            *slot = slot.wrapping_add(replay.allocations.size(id as usize));
+        }
+        let mut bytes = vec![Vec::with_capacity(width); names.len()];
+        let mut at = Vec::with_capacity(width);
+        let mut applied = window.start;
+        for c in 0..width {
+            let from = column_start[c];
+            // The timeline reads one event even from an empty column (a time axis gap), so this
+            // does too: its peak is the larger of before and after that event.
+            let to = column_start[c + 1].max(from + 1).min(events);
+            let before = replay.allocated_after(from.checked_sub(1));
+            // The first event where the column reaches its maximum; none when it never rises above
+            // what it started with (the timeline's fold starts from `before` too).
+            let mut peak: Option<usize> = None;
+            let mut high = before;
+            for (offset, &value) in replay.allocated[from..to].iter().enumerate() {
+                if value > high {
+                    high = value;
+                    peak = Some(from + offset);
+                }
             }
-        })
-        .collect();
-    LiveReport {
-        device: device.device,
-        event,
-        roles: roles.bytes_by_role(replay, &live),
-        allocations,
-    }
-}
-
-/// The text form of a [`LiveReport`]: bytes per role, then one line per allocation with its
-/// role, why, and its innermost frames (short form; `--json` has them in full).
-pub fn render_live_text(report: &LiveReport, trace: &Trace) -> String {
-    use crate::format::{bytes, count};
-    let mut out = String::new();
-    let at = match report.event {
-        Some(e) if e + 1 >= trace.len() => format!("after the last event ({})", count(e as u64)),
-        Some(e) => format!("after event {}", count(e as u64)),
-        None => "before the first event".to_owned(),
-    };
-    let total: u64 = report.roles.values().sum();
-    let _ = writeln!(
-        out,
-        "device {}: {} allocations live {at}, {}",
-        report.device,
-        count(report.allocations.len() as u64),
-        bytes(total)
-    );
-    let mut by_bytes: Vec<_> = report.roles.iter().collect();
-    by_bytes.sort_by_key(|(_, b)| std::cmp::Reverse(**b));
-    for (role, role_bytes) in by_bytes {
-        let share = *role_bytes as f64 * 100.0 / total.max(1) as f64;
-        let _ = writeln!(out, "  {role:<16} {:>10} {share:>5.1}%", bytes(*role_bytes));
-    }
-    let _ = writeln!(out);
-    for a in &report.allocations {
-        let _ = writeln!(
-            out,
-            "0x{:x} {:>10}  {:<16} {}",
-            a.address,
-            bytes(a.size),
-            a.role,
-            a.because
-        );
-        for frame in a.frames.iter().take(4) {
-            let _ = writeln!(out, "    {}", crate::snapshot::short_frame_label(frame));
+            let mut sample = |current: &[u64], event: Option<usize>| {
+                for (r, value) in current.iter().enumerate() {
+                    bytes[r].push(*value);
+                }
+                at.push(event);
+            };
+            match peak {
+                None => sample(&current, from.checked_sub(1)),
+                Some(event) if event >= column_start[c + 1] => {
+                    // An empty column's look-ahead: peek at the next column's first event without
+                    // applying it (that column applies it).
+                    let mut peek = current.clone();
+                    apply_event(device, roles, event, &mut peek);
+                    sample(&peek, Some(event));
+                }
+                Some(event) => {
+                    while applied <= event {
+                        apply_event(device, roles, applied, &mut current);
+                        applied += 1;
+                    }
+                    sample(&current, Some(event));
+                }
+            }
+            while applied < column_start[c + 1] {
+                apply_event(device, roles, applied, &mut current);
+                applied += 1;
+            }
+        }
+        RoleWindow {
+            start: window.start,
+            end: window.end,
+            column_start,
+            roles: names,
+            bytes,
+            at,
         }
     }
-    out
+
+    /// Adds or removes the allocation event `event` opens or closes.
+    fn apply_event(
+        device: &DeviceAnalysis,
+        roles: &DeviceRoles,
+        event: usize,
+        current: &mut [u64],
+    ) {
+        let replay = &device.replay;
+        let Some(id) = replay.allocation_at(event) else {
+            return;
+        };
+        let allocation = replay.allocations.at(id as usize);
+        let slot = &mut current[roles.role_index_of(id) as usize];
+        if allocation.start == Some(event as u32) {
+            *slot = slot.wrapping_add(allocation.size);
+        } else if allocation.end == Some(event as u32) {
+            *slot = slot.wrapping_sub(allocation.size);
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::analysis::Analysis;
-    use crate::analysis::roles::UserRules;
+    use crate::analysis::roles::{UserRules, live_report};
     use crate::analysis::timeline::{Axis, timeline};
+    use crate::snapshot::Snapshot;
 
     fn fixture(name: &str) -> Snapshot {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -468,88 +479,6 @@ mod tests {
                     "{name}: a role without a because"
                 );
             }
-        }
-    }
-
-    /// A user rule renames what its frames made; everything else keeps its built-in role.
-    #[test]
-    fn user_rules_win_over_built_in_rules() {
-        let snapshot = fixture("labelled/l_mlp_sgd_backward.pickle");
-        let analysis = Analysis::new(&snapshot);
-        let device = &analysis.devices[0];
-        let rules = UserRules::parse(
-            "[[rule]]\nframe = 'torch/optim/sgd\\.py:_multi_tensor_sgd'\nrole = 'momentum'\n",
-        )
-        .expect("rules");
-        let roles = device.roles(&snapshot, &rules);
-        let report = live_report(&snapshot, device, roles, device.replay.len().checked_sub(1));
-        assert!(
-            report.roles.get("momentum").copied().unwrap_or(0) > 0,
-            "{:?}",
-            report.roles
-        );
-        assert!(
-            !report.roles.contains_key("optimizer_state"),
-            "{:?}",
-            report.roles
-        );
-        assert!(report.roles.get("parameter").copied().unwrap_or(0) > 0);
-        let momentum = report
-            .allocations
-            .iter()
-            .find(|a| a.role == "momentum")
-            .expect("a momentum block");
-        assert!(
-            momentum.because.contains("user rule"),
-            "{}",
-            momentum.because
-        );
-    }
-}
-
-#[cfg(test)]
-mod speed {
-    use super::*;
-    use crate::analysis::Analysis;
-    use crate::analysis::roles::UserRules;
-    use crate::analysis::timeline::{Axis, Window, timeline};
-
-    /// `cargo test --release --lib roles::window::speed -- --ignored --nocapture` with
-    /// SNAPVIEW_LARGE_DIR set: a whole-trace `/roles` window against a timeline window.
-    #[test]
-    #[ignore = "a measurement on the large corpus, not a check"]
-    fn role_window_costs_about_a_timeline_window() {
-        let Ok(dir) = std::env::var("SNAPVIEW_LARGE_DIR") else {
-            return;
-        };
-        let path = std::path::Path::new(&dir).join("gpt2_huge_trace.pickle");
-        let snapshot = crate::snapshot::load_path(&path, Default::default()).expect("load");
-        let analysis = Analysis::new(&snapshot);
-        let device = &analysis.devices[0];
-        let started = std::time::Instant::now();
-        let roles = device.roles(&snapshot, &UserRules::default());
-        println!("roles decided in {:?}", started.elapsed());
-        let events = device.replay.len();
-        for (start, end) in [(0, events - 1), (events / 2, events / 2 + events / 100)] {
-            let started = std::time::Instant::now();
-            let window = Window {
-                start,
-                end,
-                width: 1600,
-                height: 400,
-                axis: Axis::Event,
-            };
-            let trace = snapshot.trace(device.device);
-            let w = role_window(device, roles, trace, window);
-            let roles_time = started.elapsed();
-            let started = std::time::Instant::now();
-            let t = timeline(device, trace, window);
-            let timeline_time = started.elapsed();
-            println!(
-                "events {start}..={end}: roles window {roles_time:?} ({} columns), timeline window {timeline_time:?} ({} columns)",
-                w.column_start.len() - 1,
-                t.column_start.len() - 1
-            );
         }
     }
 }

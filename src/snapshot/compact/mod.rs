@@ -4,7 +4,7 @@
 //! columns and each frame dict an interned [`FrameId`] the moment it is complete, so a
 //! 3-million-event file never holds 3 million dicts. Past 65,536 rows, the columns (and
 //! a [`TraceFollower`] over them) are filled on a second thread while decoding goes on; that
-//! thread is in `columns.rs`.
+//! thread is in `columns.rs`. The count of events against the load's limit is `count.rs`.
 //!
 //! One file on purpose beyond that: the rest is the hot loop of a load (every trace entry and
 //! frame of the file passes through [`TraceCompactor::event`], `stack` and `frame`, which share
@@ -12,6 +12,7 @@
 //! side by side.
 
 mod columns;
+mod count;
 pub(crate) mod parallel;
 
 use columns::{
@@ -22,9 +23,10 @@ use columns::{
 use super::ActionCode;
 use super::convert::{CONVERSION_FLOOR, ConversionBudget, ShapeError, to_json};
 use super::follow::TraceFollower;
-use super::load::{EVENTS_PER_CHARGE, EventGate, LoadError};
+use super::load::{EventGate, LoadError};
 use super::{Frame, FrameId, FrameTable, StackId, StackTable, Trace};
 use crate::pickle::{Compactor, Heap, Kind, Memo, PickleError, Value};
+use count::EventCount;
 use std::sync::Arc;
 
 /// Fields of trace entries and frames, resolved once per distinct key string.
@@ -141,108 +143,6 @@ pub(super) struct TraceCompactor<'scope, F = ()> {
     failure: Option<ShapeError>,
     /// The trace events found so far, against the load's limit and gate.
     pub(super) count: EventCount<'scope>,
-}
-
-/// How many trace events a load has found, as the model will hold them: every entry dict
-/// compacted is a row, and every reference to a row stored in a list is an event of some
-/// device's trace. A pickle may reference one memoized entry millions of times (2 bytes of
-/// input each, 16 and more of model), so the references count, not the bytes or the rows.
-pub(super) struct EventCount<'g> {
-    /// Rows made from entry dicts.
-    rows: u64,
-    /// Event records appended to lists (taken as a run or stored).
-    references: u64,
-    /// At this many events, the limit and the gate are asked again.
-    next_check: u64,
-    max_events: u64,
-    gate: Option<&'g dyn EventGate>,
-    /// Why decoding was stopped, once it was.
-    stop: Option<LoadError>,
-}
-
-impl std::fmt::Debug for EventCount<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "EventCount({} rows, {} references, max {})",
-            self.rows, self.references, self.max_events
-        )
-    }
-}
-
-impl Default for EventCount<'_> {
-    fn default() -> Self {
-        Self {
-            rows: 0,
-            references: 0,
-            next_check: EVENTS_PER_CHARGE,
-            max_events: u64::MAX,
-            gate: None,
-            stop: None,
-        }
-    }
-}
-
-impl<'g> EventCount<'g> {
-    pub(super) fn new(max_events: u64, gate: Option<&'g dyn EventGate>) -> Self {
-        Self {
-            max_events,
-            gate,
-            ..Self::default()
-        }
-    }
-
-    /// Events found so far: an entry referenced by several lists is several events, and a
-    /// row no list holds (yet) costs its columns all the same.
-    fn found(&self) -> u64 {
-        self.rows.max(self.references)
-    }
-
-    /// Checks `events` against the limit and the gate; false (and the reason kept) when the load
-    /// must stop.
-    pub(super) fn check(&mut self, events: u64) -> Result<(), LoadError> {
-        if let Some(stop) = &self.stop {
-            return Err(clone_stop(stop));
-        }
-        let result = if events > self.max_events {
-            Err(LoadError::TooManyEvents {
-                limit: self.max_events,
-            })
-        } else {
-            match self.gate {
-                Some(gate) => gate.events_found(events).map_err(LoadError::Refused),
-                None => Ok(()),
-            }
-        };
-        if let Err(stop) = &result {
-            self.stop = Some(clone_stop(stop));
-        }
-        result
-    }
-
-    /// Counts what the machine just handed over; `Err(Stopped)` once a limit is reached.
-    #[inline]
-    fn counted(&mut self) -> Result<(), PickleError> {
-        let found = self.found();
-        if found < self.next_check && self.stop.is_none() {
-            return Ok(());
-        }
-        self.next_check = found.saturating_add(EVENTS_PER_CHARGE);
-        self.check(found).map_err(|_| PickleError::Stopped)
-    }
-
-    pub(super) fn take_stop(&mut self) -> Option<LoadError> {
-        self.stop.take()
-    }
-}
-
-/// A copy of a stop reason (only the two kinds a count makes).
-fn clone_stop(stop: &LoadError) -> LoadError {
-    match stop {
-        LoadError::TooManyEvents { limit } => LoadError::TooManyEvents { limit: *limit },
-        LoadError::Refused(refusal) => LoadError::Refused(refusal.clone()),
-        other => LoadError::Pickle(PickleError::NotASnapshot(other.to_string())),
-    }
 }
 
 /// The last few frames lists (as their items) and their stacks. Fresh lists of a long trace
@@ -734,13 +634,13 @@ impl<F> TraceCompactor<'_, F> {
         self.count.counted()
     }
 
-    /// The rows of a list whose items this compactor took (see [`Compactor::append`]), if it
-    /// took any.
     /// The first conversion the compactor had to refuse, if any.
     pub(super) fn take_failure(&mut self) -> Option<ShapeError> {
         self.failure.take()
     }
 
+    /// The rows of a list whose items this compactor took (see [`Compactor::append`]), if it
+    /// took any.
     pub(super) fn event_run(&self, list: Value) -> Option<std::ops::Range<usize>> {
         self.event_runs.get(&list).cloned()
     }

@@ -1,9 +1,11 @@
-//! What the CLI's `live` and `export --kind roles` print; cli.rs only parses and dispatches.
+//! The roles commands: reading a `--roles` file, `snapview live` and `export --kind roles`.
+//! Here, not in analysis/, because they read files and print; the analysis only answers.
 
-use super::{UserRules, live_report, render_live_text};
 use crate::analysis::Analysis;
+use crate::analysis::roles::{LiveReport, MAX_RULES_FILE_BYTES, UserRules, live_report};
 use crate::analysis::stacks::display_frames;
-use crate::snapshot::Snapshot;
+use crate::format::{bytes, count};
+use crate::snapshot::{Snapshot, Trace, short_frame_label};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -11,12 +13,12 @@ use std::path::Path;
 /// Reads a rules file (`--roles`), refusing one over the size cap before reading it whole,
 /// and reading no more than the cap plus one byte whatever its size claims (a FIFO or a file
 /// growing as it is read says 0 bytes, or too few, to `metadata`).
-pub fn read_rules(path: Option<&Path>) -> Result<UserRules, String> {
+pub(super) fn read_rules(path: Option<&Path>) -> Result<UserRules, String> {
     use std::io::Read;
     let Some(path) = path else {
         return Ok(UserRules::default());
     };
-    let cap = super::user_rules::MAX_RULES_FILE_BYTES;
+    let cap = MAX_RULES_FILE_BYTES;
     let cannot_read = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
     let file = std::fs::File::open(path).map_err(cannot_read)?;
     let size = file.metadata().map_err(cannot_read)?.len();
@@ -43,7 +45,7 @@ pub fn read_rules(path: Option<&Path>) -> Result<UserRules, String> {
 
 /// `snapview live`: the allocations live at `at` (`peak`, `end` or an event index) on `device`
 /// (default: the first), as text or JSON.
-pub fn live_command(
+pub(super) fn live_command(
     snapshot: &Snapshot,
     device: Option<usize>,
     at: &str,
@@ -104,7 +106,7 @@ pub fn live_command(
 
 /// Folded stacks rooted by role (`role;outermost;...;innermost bytes`), of what is live at the
 /// dump on every device, for flamegraph.pl, inferno or speedscope.
-pub fn folded_by_role(snapshot: &Snapshot, rules: &UserRules) -> String {
+pub(super) fn folded_by_role(snapshot: &Snapshot, rules: &UserRules) -> String {
     let analysis = Analysis::new(snapshot);
     let mut lines: BTreeMap<String, u64> = BTreeMap::new();
     for device in &analysis.devices {
@@ -124,6 +126,46 @@ pub fn folded_by_role(snapshot: &Snapshot, rules: &UserRules) -> String {
     let mut out = String::new();
     for (line, bytes) in lines {
         let _ = writeln!(out, "{line} {bytes}");
+    }
+    out
+}
+
+/// The text form of a [`LiveReport`]: bytes per role, then one line per allocation with its
+/// role, why, and its innermost frames (short form; `--json` has them in full).
+fn render_live_text(report: &LiveReport, trace: &Trace) -> String {
+    let mut out = String::new();
+    let at = match report.event {
+        Some(e) if e + 1 >= trace.len() => format!("after the last event ({})", count(e as u64)),
+        Some(e) => format!("after event {}", count(e as u64)),
+        None => "before the first event".to_owned(),
+    };
+    let total: u64 = report.roles.values().sum();
+    let _ = writeln!(
+        out,
+        "device {}: {} allocations live {at}, {}",
+        report.device,
+        count(report.allocations.len() as u64),
+        bytes(total)
+    );
+    let mut by_bytes: Vec<_> = report.roles.iter().collect();
+    by_bytes.sort_by_key(|(_, b)| std::cmp::Reverse(**b));
+    for (role, role_bytes) in by_bytes {
+        let share = *role_bytes as f64 * 100.0 / total.max(1) as f64;
+        let _ = writeln!(out, "  {role:<16} {:>10} {share:>5.1}%", bytes(*role_bytes));
+    }
+    let _ = writeln!(out);
+    for a in &report.allocations {
+        let _ = writeln!(
+            out,
+            "0x{:x} {:>10}  {:<16} {}",
+            a.address,
+            bytes(a.size),
+            a.role,
+            a.because
+        );
+        for frame in a.frames.iter().take(4) {
+            let _ = writeln!(out, "    {}", short_frame_label(frame));
+        }
     }
     out
 }

@@ -5,10 +5,13 @@
 //! kept forward blocks from many places in the model; `live_memory_grows_per_step` needs live
 //! memory at the start of every step (after the first) to rise, step after step.
 
+mod fragmentation;
+
 use super::DeviceAnalysis;
 use super::roles::{DeviceRoles, Role};
 use crate::format::bytes as human_bytes;
 use crate::snapshot::{ActionCode, Snapshot};
+use fragmentation::{fragmentation_at_oom, fragmentation_at_reserved_peak};
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
@@ -34,13 +37,6 @@ const KEPT_GRAPH_MIN_STACKS: usize = 4;
 /// Steps (after the first, which creates optimizer state) needed to call memory growing.
 const GROWTH_MIN_STEPS: usize = 3;
 
-/// Reserved but unused bytes at the reserved peak must be at least this share of it...
-const FRAGMENTED_SHARE: f64 = 0.2;
-/// ...and at least this many bytes, for fragmentation near the peak to be worth a word.
-const FRAGMENTED_MIN_BYTES: u64 = 1 << 30;
-/// The caching allocator serves requests up to 1 MiB from its small pool (2 MiB segments),
-/// larger ones from the large pool; neither pool's free blocks serve the other's requests.
-const SMALL_POOL_MAX_REQUEST: u64 = 1 << 20;
 /// Optimizer state made in the first step and live at the peak must be at least this share of
 /// the peak for it to be said to raise it.
 const STATE_SHARE_OF_PEAK: f64 = 0.15;
@@ -123,18 +119,9 @@ fn activations_kept_without_backward(
     // Batches of earlier calls still alive: the loop dropped them, the saved graph (an
     // embedding saves its indices) keeps them; no_grad frees them too.
     let last_call = roles.pass_starts.last().copied();
-    let batches: Vec<u32> = live
-        .iter()
-        .copied()
-        .filter(|&id| {
-            roles.role_index_of(id) == Role::Input as u8
-                && replay
-                    .allocations
-                    .start(id as usize)
-                    .zip(last_call)
-                    .is_some_and(|(s, last)| s < last)
-        })
-        .collect();
+    let batches = of_role_started(replay, roles, &live, Role::Input, |start| {
+        last_call.is_some_and(|last| start < last)
+    });
     let batch_bytes = sizes(replay, &batches);
     let bytes = saved + batch_bytes;
     let batch_text = if batches.is_empty() {
@@ -213,18 +200,10 @@ fn graph_retained_across_steps(
     }
     // The last call's blocks from the same places are its graph, kept alike.
     let places: rustc_hash::FxHashSet<u32> = stacks.iter().map(|&(stack, _)| stack).collect();
-    let current: Vec<u32> = live
-        .iter()
-        .copied()
-        .filter(|&id| {
-            roles.role_index_of(id) == Role::Activation as u8
-                && replay
-                    .allocations
-                    .start(id as usize)
-                    .is_some_and(|s| s >= last_call)
-                && places.contains(&replay.allocations.stack(id as usize))
-        })
-        .collect();
+    let mut current = of_role_started(replay, roles, &live, Role::Activation, |start| {
+        start >= last_call
+    });
+    current.retain(|&id| places.contains(&replay.allocations.stack(id as usize)));
     let steps = calls.len() + usize::from(!current.is_empty());
     let bytes = sizes(replay, &retained) + sizes(replay, &current);
     let per_step = bytes / steps as u64;
@@ -337,6 +316,24 @@ fn ddp_gradients_copied(
         ),
         event: end,
     })
+}
+
+/// Those of `ids` that have role `role` and whose alloc event passes `started` (a block alive
+/// from before the trace has none, and is left out).
+fn of_role_started(
+    replay: &super::replay::Replay,
+    roles: &DeviceRoles,
+    ids: &[u32],
+    role: Role,
+    started: impl Fn(u32) -> bool,
+) -> Vec<u32> {
+    ids.iter()
+        .copied()
+        .filter(|&id| {
+            roles.role_index_of(id) == role as u8
+                && replay.allocations.start(id as usize).is_some_and(&started)
+        })
+        .collect()
 }
 
 fn sizes(replay: &super::replay::Replay, ids: &[u32]) -> u64 {
@@ -530,43 +527,6 @@ fn live_memory_grows_per_step(
     })
 }
 
-fn fragmentation_at_oom(snapshot: &Snapshot, device: &DeviceAnalysis) -> Vec<Finding> {
-    let trace = snapshot.trace(device.device);
-    let replay = &device.replay;
-    trace
-        .action
-        .iter()
-        .enumerate()
-        .filter(|&(_, &a)| a == ActionCode::OOM)
-        .filter_map(|(event, _)| {
-            let requested = trace.size.get(event);
-            let reserved = replay.reserved_after(Some(event));
-            let allocated = replay.allocated_after(Some(event));
-            let unused = reserved.saturating_sub(allocated);
-            // Only when the cache held enough free bytes in total: then no single block fit.
-            // A small-pool request can never use the large pool's free blocks, whose bytes
-            // `unused` mostly are, and expandable segments would not change that.
-            (requested > SMALL_POOL_MAX_REQUEST && unused >= requested).then(|| Finding {
-                code: "fragmentation",
-                severity: "warning",
-                bytes: unused,
-                message: format!(
-                    "out of memory asking for {} while {} were reserved but unused ({} reserved, {} allocated): \
-                     no free block was big enough",
-                    human_bytes(requested),
-                    human_bytes(unused),
-                    human_bytes(reserved),
-                    human_bytes(allocated)
-                ),
-                fix: "set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` so free memory can be \
-                      joined, or call `torch.cuda.empty_cache()` before the large allocation"
-                    .to_owned(),
-                event: Some(event),
-            })
-        })
-        .collect()
-}
-
 fn gradients_kept_between_steps(device: &DeviceAnalysis, roles: &DeviceRoles) -> Option<Finding> {
     let replay = &device.replay;
     let &last_start = roles.forward_starts.get(1..)?.last()?;
@@ -590,56 +550,6 @@ fn gradients_kept_between_steps(device: &DeviceAnalysis, roles: &DeviceRoles) ->
               default since torch 2.0) frees them before forward"
             .to_owned(),
         event: before,
-    })
-}
-
-/// The cache reached its most reserved bytes by making a new segment while a large share of
-/// what it already held sat unused: the allocator only makes a segment when no cached block
-/// fits the request, so the unused bytes were there but in pieces too small. Only at the
-/// reserved peak (where it costs device memory) and only when the waste is large; expandable
-/// segments (`segment_map`) are left alone, since they are the fix.
-fn fragmentation_at_reserved_peak(snapshot: &Snapshot, device: &DeviceAnalysis) -> Option<Finding> {
-    let trace = snapshot.trace(device.device);
-    let replay = &device.replay;
-    let peak = replay.peak_reserved(trace);
-    let event = peak.event_index?;
-    if trace.action.get(event) != Some(&ActionCode::SEGMENT_ALLOC) {
-        return None;
-    }
-    let before = event.checked_sub(1);
-    let unused = replay
-        .reserved_after(before)
-        .saturating_sub(replay.allocated_after(before));
-    // The request the new segment was made for: the next alloc on the same stream.
-    let stream = trace.stream(event);
-    let request = (event + 1..trace.len().min(event + 64))
-        .find(|&e| trace.action[e] == ActionCode::ALLOC && trace.stream(e) == stream)
-        .map(|e| trace.size.get(e))?;
-    // The small pool (requests up to 1 MiB, 2 MiB segments) is served only by its own
-    // segments: the large pool's unused bytes could never have served this request, and
-    // expandable segments would not help; judged per pool, this is no fragmentation.
-    if request <= SMALL_POOL_MAX_REQUEST {
-        return None;
-    }
-    let large = unused as f64 >= FRAGMENTED_SHARE * peak.bytes as f64
-        && unused >= FRAGMENTED_MIN_BYTES
-        && unused >= request;
-    large.then(|| Finding {
-        code: "fragmentation",
-        severity: "warning",
-        bytes: unused,
-        message: format!(
-            "reserved memory peaked at {} when a new {} segment was made for a {} request while \
-             {} of the cache was reserved but unused: no free block was big enough",
-            human_bytes(peak.bytes),
-            human_bytes(trace.size.get(event)),
-            human_bytes(request),
-            human_bytes(unused)
-        ),
-        fix: "set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` so free memory can be \
-              joined, or call `torch.cuda.empty_cache()` before the large allocation"
-            .to_owned(),
-        event: Some(event),
     })
 }
 
