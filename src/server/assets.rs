@@ -95,10 +95,11 @@ pub async fn serve(Path(path): Path<String>, request_headers: HeaderMap) -> Resp
     let mut response = if client_has(&request_headers, &etag) {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
-        let mut response = file.data.clone().into_owned().into_response();
+        let content_type = content_type(&file);
+        let mut response = file.data.into_owned().into_response();
         response
             .headers_mut()
-            .insert(header::CONTENT_TYPE, content_type(&file));
+            .insert(header::CONTENT_TYPE, content_type);
         response
     };
     let headers = response.headers_mut();
