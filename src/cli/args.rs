@@ -211,6 +211,15 @@ enum Command {
         /// and keep a session cookie.
         #[arg(long, env = "SNAPVIEW_READ_TOKEN", hide_env_values = true)]
         read_token: Option<String>,
+        /// Wrong tokens one client address may send a minute; past it every token it sends
+        /// waits (429) until it slows down. Behind a reverse proxy every client is the proxy,
+        /// so set it higher or 0 there; 0: no limit.
+        #[arg(
+            long,
+            env = "SNAPVIEW_MAX_TOKEN_FAILURES",
+            default_value_t = crate::server::access::DEFAULT_MAX_TOKEN_FAILURES
+        )]
+        max_token_failures: u32,
         /// A header a trusted SSO proxy sets to the signed-in user, e.g. X-Forwarded-User: its
         /// value is recorded with each write. Only safe when nothing but the proxy can reach
         /// the port.
@@ -464,6 +473,7 @@ impl Config {
                 write_token,
                 tokens_file,
                 read_token,
+                max_token_failures,
                 user_header,
                 allowed_hosts,
                 trusted_proxies,
@@ -531,6 +541,7 @@ impl Config {
                             frame_ancestors: crate::server::framing::FrameAncestors::parse(
                                 frame_ancestors.as_deref().unwrap_or(""),
                             )?,
+                            max_token_failures,
                             ..access_config(
                                 write_token,
                                 tokens_file,

@@ -1,19 +1,20 @@
 //! The HTTP client side of the CLI: `upload` and `diff --server` talk to a running
 //! `snapview serve`.
 
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use std::path::Path;
 use std::time::Duration;
 
+/// What a query value percent-encodes: all but RFC 3986's unreserved characters.
+const QUERY_VALUE: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
 /// Percent-encodes a query value.
 pub(super) fn query_escape(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    utf8_percent_encode(text, QUERY_VALUE).to_string()
 }
 
 /// `--server` must name an http:// or https:// server.

@@ -126,7 +126,7 @@ fn describe_start(head: &[u8]) -> String {
     {
         format!("the text {:?}", String::from_utf8_lossy(start))
     } else {
-        let hex: Vec<String> = start.iter().take(8).map(|b| format!("{b:02x}")).collect();
+        let hex: Vec<String> = start.iter().take(8).map(|b| hex::encode([*b])).collect();
         format!("bytes {}", hex.join(" "))
     }
 }

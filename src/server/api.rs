@@ -65,17 +65,25 @@ pub fn attachment_disposition(filename: &str) -> String {
             }
         })
         .collect();
-    let mut encoded = String::with_capacity(filename.len());
-    for byte in filename.bytes() {
-        // RFC 5987's attr-char: these go as they are, every other byte percent-encoded.
-        if byte.is_ascii_alphanumeric() || b"!#$&+-.^_`|~".contains(&byte) {
-            encoded.push(char::from(byte));
-        } else {
-            encoded.push_str(&format!("%{byte:02X}"));
-        }
-    }
+    let encoded = percent_encoding::utf8_percent_encode(filename, RFC_5987_ATTR_CHAR);
     format!("attachment; filename=\"{fallback}\"; filename*=UTF-8''{encoded}")
 }
+
+/// What `filename*=` percent-encodes: every byte but RFC 5987's attr-char (letters, digits and
+/// ``!#$&+-.^_`|~``).
+const RFC_5987_ATTR_CHAR: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'!')
+    .remove(b'#')
+    .remove(b'$')
+    .remove(b'&')
+    .remove(b'+')
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'^')
+    .remove(b'_')
+    .remove(b'`')
+    .remove(b'|')
+    .remove(b'~');
 
 /// Who made the request, for the audit log (set by the access layer, when there is one).
 pub(super) fn actor_name(actor: Option<Extension<Actor>>) -> Option<String> {

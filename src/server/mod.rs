@@ -32,6 +32,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use tower_http::compression::CompressionLayer;
+use tower_http::compression::predicate::{DefaultPredicate, NotForContentType, Predicate};
 use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
@@ -315,6 +317,12 @@ pub fn router(state: AppState) -> Router {
         .layer(SetResponseHeaderLayer::overriding(
             header::REFERRER_POLICY,
             HeaderValue::from_static("same-origin"),
+        ))
+        // gzip or brotli as the client accepts, for JSON, pages and assets. Not for the stored
+        // snapshot files (`/raw`, octet-stream): mostly compressed already, and their download
+        // keeps its exact Content-Length.
+        .layer(CompressionLayer::new().compress_when(
+            DefaultPredicate::new().and(NotForContentType::const_new("application/octet-stream")),
         ))
         // A 5xx is logged once, with its details and reference, where its answer is made
         // (`ApiError::public`); the trace layer's own failure line would only repeat it.

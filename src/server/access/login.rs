@@ -6,17 +6,22 @@ use super::super::AppState;
 use super::super::error::ApiError;
 use super::super::pages::{Assets, render};
 use super::tokens::{same_digest, sha256};
-use super::{Access, Grant};
+use super::{Access, Grant, WrongToken};
 use askama::Template;
 use axum::Form;
 use axum::extract::{Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
-use sha2::{Digest, Sha256};
+use cookie::{Cookie, SameSite};
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
 use std::sync::OnceLock;
 
 /// The session cookie the login page sets.
 pub const SESSION_COOKIE: &str = "snapview_session";
+
+/// How long a browser keeps the session cookie (a restart ends it sooner).
+const SESSION_DAYS: i64 = 30;
 
 /// The HMAC key that turns a token into its session cookie: random at each start, so a cookie
 /// is worthless after a restart and never reveals the token.
@@ -43,58 +48,29 @@ pub fn check_randomness() -> Result<(), String> {
         .ok_or_else(|| "the system gives no randomness for the login cookie's key".into())
 }
 
-/// HMAC-SHA256 (RFC 2104), written out: the sha2 crate is already here and this is all of it.
-pub(super) fn hmac_sha256(key: &[u8; 32], message: &[u8]) -> [u8; 32] {
-    const BLOCK: usize = 64;
-    let mut inner_pad = [0x36u8; BLOCK];
-    let mut outer_pad = [0x5cu8; BLOCK];
-    for (i, byte) in key.iter().enumerate() {
-        inner_pad[i] ^= byte;
-        outer_pad[i] ^= byte;
-    }
-    let inner = Sha256::new()
-        .chain_update(inner_pad)
-        .chain_update(message)
-        .finalize();
-    Sha256::new()
-        .chain_update(outer_pad)
-        .chain_update(inner)
-        .finalize()
-        .into()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<[u8; 32]> {
-    let bytes = text.as_bytes();
-    if bytes.len() != 64 {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, pair) in bytes.chunks(2).enumerate() {
-        let digit = |c: u8| (c as char).to_digit(16);
-        out[i] = u8::try_from(digit(pair[0])? * 16 + digit(pair[1])?).ok()?;
-    }
-    Some(out)
+/// The session cookie's MAC of a token's digest: HMAC-SHA256 (RFC 2104) under the start's key.
+/// `None` only if the MAC refused the key, which HMAC never does (any length is a valid key).
+pub(super) fn session_mac(key: &[u8; 32], digest: &[u8; 32]) -> Option<[u8; 32]> {
+    let mac = Hmac::<Sha256>::new_from_slice(key).ok()?;
+    Some(mac.chain_update(digest).finalize().into_bytes().into())
 }
 
 impl Access {
     /// Whether a session cookie value is one the login page handed out since this start.
     pub(super) fn session_is_valid(&self, value: &str) -> bool {
-        let Some(value) = unhex(value) else {
+        let mut decoded = [0u8; 32];
+        if hex::decode_to_slice(value, &mut decoded).is_err() {
             return false;
-        };
-        self.sessions
-            .iter()
-            .fold(false, |found, session| same_digest(&value, session) | found)
+        }
+        self.sessions.iter().fold(false, |found, session| {
+            same_digest(&decoded, session) | found
+        })
     }
 
     /// The cookie value for a token that may read.
     pub(super) fn session_for(&self, token: &str) -> Option<String> {
         let key = session_key()?;
-        Some(hex(&hmac_sha256(key, &sha256(token.as_bytes()))))
+        session_mac(key, &sha256(token.as_bytes())).map(hex::encode)
     }
 }
 
@@ -143,7 +119,7 @@ pub struct LoginForm {
     next: Option<String>,
 }
 
-fn login_page(next: String, error: String, status: StatusCode) -> Response {
+pub(super) fn login_page(next: String, error: String, status: StatusCode) -> Response {
     let mut response = render(LoginPage {
         assets: Assets::new(),
         next,
@@ -174,23 +150,29 @@ pub async fn login(State(state): State<AppState>, Form(form): Form<LoginForm>) -
     }
     let (grant, _) = access.grant_of_token(form.token.trim());
     if grant == Grant::Nothing {
-        return login_page(
+        let mut response = login_page(
             next,
             "That token is not valid on this server.".into(),
             StatusCode::UNAUTHORIZED,
         );
+        // Counted by the access layer, which keeps the count (`failures.rs`).
+        response.extensions_mut().insert(WrongToken);
+        return response;
     }
     let Some(session) = access.session_for(form.token.trim()) else {
         return ApiError::Internal("no randomness for the session key".into()).into_response();
     };
     // HttpOnly: scripts (an injected one included) cannot read it; SameSite=Strict: no other
     // site's page can make the browser send it.
-    let cookie = format!(
-        "{SESSION_COOKIE}={session}; HttpOnly; SameSite=Strict; Path=/; Max-Age=2592000{}",
-        if access.secure_cookie { "; Secure" } else { "" }
-    );
+    let cookie = Cookie::build((SESSION_COOKIE, session))
+        .http_only(true)
+        .same_site(SameSite::Strict)
+        .path("/")
+        .max_age(cookie::time::Duration::days(SESSION_DAYS))
+        .secure(access.secure_cookie)
+        .build();
     let mut response = Redirect::to(&next).into_response();
-    match HeaderValue::from_str(&cookie) {
+    match HeaderValue::from_str(&cookie.to_string()) {
         Ok(value) => {
             response.headers_mut().insert(header::SET_COOKIE, value);
             response
@@ -205,14 +187,19 @@ mod tests {
     use super::super::tokens::NamedToken;
     use super::*;
     #[test]
-    fn hmac_matches_rfc_4231_case_2_shape() {
-        // RFC 4231 test case 2 uses a 4-byte key; ours are always 32 bytes, so check against
-        // the definition with the key zero-padded, which is what HMAC does to short keys.
+    fn the_cookie_mac_is_hmac_sha256_in_lowercase_hex_as_before() {
+        // RFC 4231 test case 2's key and message, each zero-padded to the 32 bytes ours always
+        // have; the expected text is HMAC-SHA256 by another implementation (Python's `hmac`),
+        // as the hand-written one of earlier versions computed it (it passed RFC 4231 case 2).
+        // So the cookie's format (lowercase hex of HMAC-SHA256 of the token's SHA-256) is
+        // unchanged by the move to the `hmac` crate (README, Security).
         let mut key = [0u8; 32];
         key[..4].copy_from_slice(b"Jefe");
+        let mut digest = [0u8; 32];
+        digest[..28].copy_from_slice(b"what do ya want for nothing?");
         assert_eq!(
-            hex(&hmac_sha256(&key, b"what do ya want for nothing?")),
-            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+            session_mac(&key, &digest).map(hex::encode).as_deref(),
+            Some("733e03185f9a9dcc4df0c2beeeacb82f0db51073b56011b0654070290b5f8d43")
         );
     }
 

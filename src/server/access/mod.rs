@@ -22,27 +22,35 @@
 //! address and minute, so a flood of them costs a few rows, not one each).
 //!
 //! Tokens are compared as SHA-256 digests in constant time, so neither the comparison's time
-//! nor a token's length leaks.
+//! nor a token's length leaks. An address that sends wrong tokens faster than
+//! `--max-token-failures` a minute gets 429 for any token until it slows down (`failures.rs`).
 
+mod failures;
 mod hosts;
 mod login;
 mod proxies;
 mod tokens;
 
+pub use failures::DEFAULT_MAX_TOKEN_FAILURES;
 pub use login::{LoginForm, LoginQuery, SESSION_COOKIE, check_randomness, login, login_form};
 pub use proxies::{IpBlock, loopback as loopback_proxies, parse_trusted_proxies};
 pub use tokens::{AccessConfig, MIN_TOKEN_CHARS, NamedToken};
 
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody, ErrorDetail};
 use super::refusals::RefusedWrites;
+use axum::Json;
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
+use cookie::Cookie;
+use failures::FailedChecks;
 use hosts::host_name;
-use login::{hmac_sha256, session_key};
+use login::{session_key, session_mac};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 use tokens::sha256;
 
 /// Who made a request: the name of the token it carried (from `--tokens-file`), else the user
@@ -68,6 +76,8 @@ pub struct Access {
     secure_cookie: bool,
     /// Where refused writes are counted for the audit log; `None`: not recorded.
     refusals: Option<Arc<RefusedWrites>>,
+    /// Wrong tokens per client (`--max-token-failures`); `None`: not limited.
+    failures: Option<Arc<FailedChecks>>,
 }
 
 /// What a request may do.
@@ -95,7 +105,7 @@ impl Access {
                 .iter()
                 .map(|(_, digest)| digest)
                 .chain(read.as_ref())
-                .map(|digest| hmac_sha256(key, digest))
+                .filter_map(|digest| session_mac(key, digest))
                 .collect(),
             None => Vec::new(),
         };
@@ -139,6 +149,7 @@ impl Access {
             secure_cookie: config.public_url.starts_with("https://"),
             own_origin,
             refusals: None,
+            failures: FailedChecks::per_minute(access.max_token_failures).map(Arc::new),
         }
     }
 
@@ -236,15 +247,15 @@ impl Access {
 }
 
 /// The value of one cookie in the request's `Cookie` headers.
-fn cookie_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(key, _)| *key == name)
-        .map(|(_, value)| value.trim())
+        .flat_map(Cookie::split_parse)
+        .filter_map(Result::ok)
+        .find(|cookie| cookie.name() == name)
+        .map(|cookie| cookie.value().to_owned())
 }
 
 fn is_write(method: &Method) -> bool {
@@ -271,8 +282,37 @@ fn unauthorized(message: String) -> Response {
 enum Refusal {
     /// 401 (with `WWW-Authenticate`), 403 or 421.
     Error(ApiError),
-    /// A page read without the read token: to the login form.
-    Login(Box<Response>),
+    /// An answer made already: a page read without the read token goes to the login form; a
+    /// client out of tries gets 429.
+    Answer(Box<Response>),
+}
+
+/// What the login handler puts in its answer to a wrong token, for the access layer (which
+/// holds the count of failures) to count.
+#[derive(Debug, Clone, Copy)]
+struct WrongToken;
+
+/// 429 for a client out of tries, with when to try again.
+fn too_many_failures(wait: Duration, login_page: bool) -> Response {
+    let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    let message = format!(
+        "too many wrong tokens from this address: wait {seconds} s before sending a token again (--max-token-failures)"
+    );
+    let mut response = if login_page {
+        login::login_page("/".into(), message, StatusCode::TOO_MANY_REQUESTS)
+    } else {
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: "too_many_failures".into(),
+                message,
+            },
+        };
+        (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response()
+    };
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    response
 }
 
 /// The access layer: Host, the proxy's user header, cross-site writes, tokens, then the Actor
@@ -285,9 +325,15 @@ pub async fn check(State(access): State<Access>, mut request: Request, next: Nex
     match access.decide(&request, peer) {
         Ok(actor) => {
             request.extensions_mut().insert(actor);
-            next.run(request).await
+            let response = next.run(request).await;
+            if response.extensions().get::<WrongToken>().is_some()
+                && let Some(failures) = &access.failures
+            {
+                failures.failed(peer);
+            }
+            response
         }
-        Err(Refusal::Login(response)) => *response,
+        Err(Refusal::Answer(response)) => *response,
         Err(Refusal::Error(error)) => {
             if is_write(request.method())
                 && matches!(
@@ -335,11 +381,32 @@ impl Access {
             return Err(Refusal::Error(ApiError::Forbidden(message)));
         }
         let path = request.uri().path().to_owned();
+        // A token is compared only while its client has tries left: the login form's, or a
+        // Bearer header where it counts (public paths ignore a wrong one).
+        let tries_token = if is_public(&method, &path) {
+            path == "/login" && method == Method::POST && access.reads_need_token()
+        } else {
+            request.headers().contains_key(header::AUTHORIZATION)
+        };
+        if tries_token
+            && let Some(failures) = &access.failures
+            && let Err(wait) = failures.may_try(peer)
+        {
+            return Err(Refusal::Answer(Box::new(too_many_failures(
+                wait,
+                path == "/login",
+            ))));
+        }
         let (grant, token_name) = match access.grant_of(request.headers()) {
             Ok(found) => found,
             // A wrong token is refused even where none is needed: a script with a stale token
             // should hear so, not succeed by luck on an open server.
-            Err(error) if !is_public(&method, &path) => return Err(Refusal::Error(error)),
+            Err(error) if !is_public(&method, &path) => {
+                if let Some(failures) = &access.failures {
+                    failures.failed(peer);
+                }
+                return Err(Refusal::Error(error));
+            }
             Err(_) => (Grant::Nothing, None),
         };
         if !is_public(&method, &path) {
@@ -362,8 +429,9 @@ impl Access {
                     .uri()
                     .path_and_query()
                     .map_or("/".to_owned(), |p| p.as_str().to_owned());
-                return Err(Refusal::Login(Box::new(
-                    Redirect::to(&format!("/login?next={}", query_escape(&wanted))).into_response(),
+                let next = utf8_percent_encode(&wanted, NEXT_PATH);
+                return Err(Refusal::Answer(Box::new(
+                    Redirect::to(&format!("/login?next={next}")).into_response(),
                 )));
             }
         }
@@ -371,13 +439,11 @@ impl Access {
     }
 }
 
-fn query_escape(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
+/// What `/login?next=` percent-encodes of the path asked for: all but RFC 3986's unreserved
+/// characters and `/`, which stays readable.
+const NEXT_PATH: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~')
+    .remove(b'/');

@@ -7,8 +7,10 @@ use super::{Access, Grant};
 use axum::http::HeaderName;
 use sha2::{Digest, Sha256};
 use std::path::Path;
+use subtle::ConstantTimeEq;
 
-/// Tokens shorter than this could be guessed by trying: there is no rate limit on tries.
+/// Tokens shorter than this could be guessed by trying: `--max-token-failures` slows one
+/// address down, not many.
 pub const MIN_TOKEN_CHARS: usize = 16;
 
 /// A secret that grants access, with the name the audit log records for it.
@@ -31,7 +33,7 @@ impl std::fmt::Debug for NamedToken {
 
 /// The access settings of `snapview serve` (all off by default: the server is open to whoever
 /// can reach its port, except for cross-site writes and, on loopback, foreign Host names).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct AccessConfig {
     /// Tokens that may write (and read). Empty: writes need no token.
     pub write_tokens: Vec<NamedToken>,
@@ -46,6 +48,23 @@ pub struct AccessConfig {
     pub trusted_proxies: Vec<super::proxies::IpBlock>,
     /// Who may frame the pages (`--frame-ancestors`); nobody by default.
     pub frame_ancestors: crate::server::framing::FrameAncestors,
+    /// Wrong tokens one client address may send a minute before it must wait
+    /// (`--max-token-failures`); 0: no limit.
+    pub max_token_failures: u32,
+}
+
+impl Default for AccessConfig {
+    fn default() -> Self {
+        Self {
+            write_tokens: Vec::new(),
+            read_token: None,
+            user_header: None,
+            allowed_hosts: Vec::new(),
+            trusted_proxies: Vec::new(),
+            frame_ancestors: crate::server::framing::FrameAncestors::default(),
+            max_token_failures: super::DEFAULT_MAX_TOKEN_FAILURES,
+        }
+    }
 }
 
 impl AccessConfig {
@@ -53,7 +72,7 @@ impl AccessConfig {
     pub fn check_token(flag: &str, token: &str) -> Result<(), String> {
         if token.chars().count() < MIN_TOKEN_CHARS {
             return Err(format!(
-                "{flag}: a token needs at least {MIN_TOKEN_CHARS} characters (nothing limits how many a client may try); `openssl rand -hex 32` makes a good one"
+                "{flag}: a token needs at least {MIN_TOKEN_CHARS} characters (clients at many addresses may try many); `openssl rand -hex 32` makes a good one"
             ));
         }
         // It travels in an HTTP header, which carries visible ASCII only.
@@ -130,8 +149,7 @@ pub(super) fn sha256(bytes: &[u8]) -> [u8; 32] {
 
 /// Equal in a time that depends on neither where the first difference is nor the contents.
 pub(super) fn same_digest(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    let difference = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    std::hint::black_box(difference) == 0
+    a.ct_eq(b).into()
 }
 
 impl Access {

@@ -51,8 +51,7 @@ impl SnapshotId {
 
     /// The id of a file with this SHA-256 digest.
     pub fn from_digest(digest: &[u8]) -> Self {
-        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-        Self(hex[..Self::LEN].to_owned())
+        Self(hex::encode(&digest[..Self::LEN / 2]))
     }
 
     pub fn as_str(&self) -> &str {
