@@ -197,7 +197,7 @@ async fn empty_trash_periodically(state: AppState) {
     loop {
         ticks.tick().await;
         let store = state.store.clone();
-        let cutoff = now_ms() - state.config.trash_ms();
+        let cutoff = store::now_ms() - state.config.trash_ms();
         match error::blocking(move || store.purge_trashed_before(cutoff, None)).await {
             Ok(Ok(purge)) => {
                 for id in &purge.purged {
@@ -208,13 +208,6 @@ async fn empty_trash_periodically(state: AppState) {
             Err(error) => tracing::warn!(%error, "emptying the trash failed"),
         }
     }
-}
-
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 pub fn router(state: AppState) -> Router {

@@ -3,8 +3,9 @@
 //! uploads, renames); the blob files are in `blobs.rs`, the trash in `trash.rs`, the audit log
 //! in `audit.rs` and the start-up repairs in `start_up.rs`.
 
-use super::audit::audit;
+use super::audit::{self, audit};
 use super::blobs::{BLOB_SUFFIX, INDEX_DIR, sync_dir};
+use super::trash::TrashMove;
 use super::*;
 use rusqlite::{Connection, OptionalExtension, params};
 use std::sync::Mutex;
@@ -168,13 +169,6 @@ impl StoredRow {
     }
 }
 
-pub(super) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 impl Store for FileStore {
     fn put(
         &self,
@@ -323,11 +317,11 @@ impl Store for FileStore {
     }
 
     fn delete(&self, id: &SnapshotId, actor: Option<&str>) -> Result<Lookup, StoreError> {
-        self.move_to_trash(id, actor)
+        self.move_in_trash(id, actor, TrashMove::Delete)
     }
 
     fn restore(&self, id: &SnapshotId, actor: Option<&str>) -> Result<Lookup, StoreError> {
-        self.restore_from_trash(id, actor)
+        self.move_in_trash(id, actor, TrashMove::Restore)
     }
 
     fn rename(
@@ -393,7 +387,7 @@ impl Store for FileStore {
     }
 
     fn audit_log(&self, limit: usize, before: Option<i64>) -> Result<Vec<AuditEntry>, StoreError> {
-        self.read_audit_log(limit, before)
+        audit::read(&self.db(), limit, before)
     }
 
     fn record_refusals(
@@ -402,7 +396,7 @@ impl Store for FileStore {
         actor: Option<&str>,
         detail: &serde_json::Value,
     ) -> Result<i64, StoreError> {
-        self.write_refusals(row, actor, detail)
+        audit::write_refusals(&mut self.db(), row, actor, detail)
     }
 
     fn blob_path(&self, id: &SnapshotId) -> PathBuf {
