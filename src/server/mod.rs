@@ -6,6 +6,7 @@
 //! hashed names; every response carries a Content-Security-Policy that allows only this origin.
 
 pub mod access;
+pub mod analysed;
 pub mod api;
 pub mod assets;
 pub mod budget;
@@ -15,6 +16,8 @@ pub mod connections;
 pub mod error;
 pub mod extract;
 pub mod framing;
+pub mod groups;
+pub mod oom;
 pub mod pages;
 pub mod refusals;
 pub mod role_rules;
@@ -266,13 +269,13 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/api/snapshots/{id}/events", get(views::events_view))
         .route("/api/snapshots/{id}/events/{index}", get(views::event_view))
-        .route("/api/snapshots/{id}/oom", get(compare::oom))
+        .route("/api/snapshots/{id}/oom", get(oom::oom))
         .route("/api/compare/{a}/{b}", get(compare::compare))
         .route(
             "/api/compare/{a}/{b}/torch.txt",
             get(compare::torch_compare_text),
         )
-        .route("/api/groups/{name}", get(compare::group))
+        .route("/api/groups/{name}", get(groups::group))
         .route("/api/audit", get(api::audit));
     Router::new()
         .route("/", get(pages::index))
@@ -309,8 +312,8 @@ pub fn router(state: AppState) -> Router {
             header::REFERRER_POLICY,
             HeaderValue::from_static("same-origin"),
         ))
-        // A 5xx is logged once, with its details and reference, where its answer is made
-        // (`ApiError::public`); the trace layer's own failure line would only repeat it.
+        // A 5xx is logged once, with its details and reference, by `error::every_error_as_json`;
+        // the trace layer's own failure line would only repeat it.
         .layer(TraceLayer::new_for_http().on_failure(()))
         .with_state(state)
 }

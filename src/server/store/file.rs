@@ -445,20 +445,31 @@ impl FileStore {
             &before.group
         };
         if old != value {
-            let tx = db.transaction()?;
-            tx.execute(
-                &format!("UPDATE snapshots SET {column} = ?2 WHERE id = ?1"),
-                params![id.as_str(), value],
-            )?;
-            audit(
-                &tx,
-                actor,
-                action,
-                Some(id),
-                &serde_json::json!({"from": old, "to": value}),
-            )?;
-            tx.commit()?;
+            let detail = serde_json::json!({"from": old, "to": value});
+            set_audited(&mut db, id, column, &value, actor, action, &detail)?;
         }
         Ok(self.lookup_locked(&db, id)?.live())
     }
+}
+
+/// Sets `column` of `id`'s row to `value` and writes its audit entry (`actor`, `action`,
+/// `detail`), in one transaction. `column` is one of this store's own column names, never a
+/// client's text.
+pub(super) fn set_audited(
+    db: &mut Connection,
+    id: &SnapshotId,
+    column: &str,
+    value: &dyn rusqlite::ToSql,
+    actor: Option<&str>,
+    action: &str,
+    detail: &serde_json::Value,
+) -> Result<(), StoreError> {
+    let tx = db.transaction()?;
+    tx.execute(
+        &format!("UPDATE snapshots SET {column} = ?2 WHERE id = ?1"),
+        params![id.as_str(), value],
+    )?;
+    audit(&tx, actor, action, Some(id), detail)?;
+    tx.commit()?;
+    Ok(())
 }

@@ -4,6 +4,7 @@
 
 use super::audit::audit;
 use super::blobs::remove_if_there;
+use super::file::set_audited;
 use super::*;
 use rusqlite::params;
 
@@ -45,19 +46,16 @@ impl FileStore {
         let (Lookup::Live(record) | Lookup::FileMissing(record)) = &answer else {
             return Ok(answer);
         };
-        let tx = db.transaction()?;
-        tx.execute(
-            "UPDATE snapshots SET deleted_at_ms = ?2 WHERE id = ?1",
-            params![id.as_str(), deleted_at_ms],
-        )?;
-        audit(
-            &tx,
+        let detail = serde_json::json!({ "name": record.name });
+        set_audited(
+            &mut db,
+            id,
+            "deleted_at_ms",
+            &deleted_at_ms,
             actor,
             action,
-            Some(id),
-            &serde_json::json!({ "name": record.name }),
+            &detail,
         )?;
-        tx.commit()?;
         Ok(answer)
     }
 
