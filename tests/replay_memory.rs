@@ -103,8 +103,10 @@ fn the_cache_counts_what_a_loaded_leak_holds() {
 /// A trace of `events` with every column filled: times, streams, stacks, compile contexts,
 /// user metadata, categories and an `oom`'s free bytes.
 fn trace_with_every_column(events: usize) -> Trace {
-    let mut trace = Trace::default();
-    trace.strings = vec![String::new(), "compiled".into(), "step 7".into()];
+    let mut trace = Trace {
+        strings: vec![String::new(), "compiled".into(), "step 7".into()],
+        ..Trace::default()
+    };
     for i in 0..events {
         let addr = 0x7f00_0000_0000 + i as u64 * 4096;
         let stream = (i % 3) as u64 * 0x5555;

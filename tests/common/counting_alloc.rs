@@ -80,7 +80,10 @@ fn admit(size: usize) {
             std::thread::sleep(Duration::from_secs(1));
         }
     }
-    PEAK.fetch_max(live, Ordering::Relaxed);
+    // A read first: most allocations set no new peak, and a write would contend across threads.
+    if live > PEAK.load(Ordering::Relaxed) {
+        PEAK.fetch_max(live, Ordering::Relaxed);
+    }
 }
 
 /// This thread's live bytes changed by `delta` (made).
