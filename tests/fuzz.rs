@@ -30,6 +30,7 @@
 
 mod common;
 
+use common::counting_alloc;
 use common::rng::Rng;
 use common::shared_entries::SharedTrace;
 use snapview::analysis::events::{EventFilter, page};
@@ -40,90 +41,18 @@ use snapview::analysis::timeline::{Axis, Window, timeline};
 use snapview::analysis::{Analysis, Summary, notes};
 use snapview::snapshot::{LoadOptions, load_reader};
 use snapview::torch_text::{self, FoldedKind};
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 // ---------------------------------------------------------------------------------------------
-// Memory: a global allocator that counts live bytes, and refuses (by blocking the allocating
-// thread until the watchdog ends the process) any allocation that would take the live heap past
-// the budget. Returning null instead would abort before the input could be saved.
-
-struct Budgeted;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-/// Live bytes allowed; `usize::MAX` until the fuzzer sets it.
-static LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
-/// Set by an allocation that would have passed the limit; the watchdog reports and exits.
-static OVER_BUDGET: AtomicBool = AtomicBool::new(false);
-static OVER_BUDGET_REQUEST: AtomicUsize = AtomicUsize::new(0);
-
-fn admit(size: usize) -> bool {
-    let live = LIVE.fetch_add(size, Ordering::Relaxed) + size;
-    if live > LIMIT.load(Ordering::Relaxed) {
-        LIVE.fetch_sub(size, Ordering::Relaxed);
-        OVER_BUDGET_REQUEST.store(size, Ordering::Relaxed);
-        OVER_BUDGET.store(true, Ordering::SeqCst);
-        // The watchdog exits the process; this thread waits for it without allocating.
-        loop {
-            std::thread::sleep(Duration::from_secs(1));
-        }
-    }
-    PEAK.fetch_max(live, Ordering::Relaxed);
-    true
-}
-
-// SAFETY: every method forwards to `System` with the caller's own arguments, so `System`'s
-// guarantees are this allocator's; the counting beside it touches only atomics.
-unsafe impl GlobalAlloc for Budgeted {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        admit(layout.size());
-        // SAFETY: the caller's layout and pointer, as `GlobalAlloc` requires them, passed on.
-        let p = unsafe { System.alloc(layout) };
-        if p.is_null() {
-            LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        }
-        p
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        admit(layout.size());
-        // SAFETY: the caller's layout and pointer, as `GlobalAlloc` requires them, passed on.
-        let p = unsafe { System.alloc_zeroed(layout) };
-        if p.is_null() {
-            LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller's layout and pointer, as `GlobalAlloc` requires them, passed on.
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if new_size > layout.size() {
-            admit(new_size - layout.size());
-        } else {
-            LIVE.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
-        }
-        // SAFETY: the caller's layout and pointer, as `GlobalAlloc` requires them, passed on.
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if p.is_null() && new_size > layout.size() {
-            LIVE.fetch_sub(new_size - layout.size(), Ordering::Relaxed);
-        }
-        p
-    }
-}
+// Memory: the counting allocator, with a limit per input that blocks (rather than refuses) an
+// allocation past it, until the watchdog saves the input and ends the process.
 
 #[global_allocator]
-static ALLOCATOR: Budgeted = Budgeted;
+static ALLOCATOR: counting_alloc::Counting = counting_alloc::Counting;
 
 // ---------------------------------------------------------------------------------------------
 // Settings and the generator.
@@ -641,7 +570,7 @@ fn start_watchdog(current: Arc<Mutex<Option<Current>>>, timeout: Duration) {
     std::thread::spawn(move || {
         loop {
             std::thread::sleep(Duration::from_millis(10));
-            let over_budget = OVER_BUDGET.load(Ordering::SeqCst);
+            let over_budget = counting_alloc::over_limit();
             let guard = current
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -649,26 +578,29 @@ fn start_watchdog(current: Arc<Mutex<Option<Current>>>, timeout: Duration) {
                 continue;
             };
             let hung = input.started.elapsed() > timeout;
-            if !(over_budget || hung) {
+            if !(over_budget.is_some() || hung) {
                 continue;
             }
             // Let this thread allocate the report whatever the budget says.
-            LIMIT.store(usize::MAX, Ordering::SeqCst);
-            let kind = if over_budget { "memory" } else { "hang" };
+            counting_alloc::set_limit(usize::MAX);
+            let kind = if over_budget.is_some() {
+                "memory"
+            } else {
+                "hang"
+            };
             let path = save_finding(kind, input.index, &input.bytes);
             eprintln!(
                 "\nFUZZ FINDING ({kind}): input {} ({}, {} bytes) {}; saved to {}",
                 input.index,
                 input.what,
                 input.bytes.len(),
-                if over_budget {
-                    format!(
+                match over_budget {
+                    Some(asking) => format!(
                         "went past the memory budget (live {} MB, asking {} MB more)",
-                        LIVE.load(Ordering::Relaxed) >> 20,
-                        OVER_BUDGET_REQUEST.load(Ordering::Relaxed) >> 20
-                    )
-                } else {
-                    format!("ran longer than {timeout:?}")
+                        counting_alloc::live() >> 20,
+                        asking >> 20
+                    ),
+                    None => format!("ran longer than {timeout:?}"),
                 },
                 path.display()
             );
@@ -716,8 +648,7 @@ fn fuzz_the_reader_analysis_and_reports() {
                 (bytes, format!("{}: {}", seed.name, applied.join(", ")))
             }
         };
-        let baseline = LIVE.load(Ordering::Relaxed);
-        PEAK.store(baseline, Ordering::Relaxed);
+        let baseline = counting_alloc::reset_peak();
         *current
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Current {
@@ -726,15 +657,15 @@ fn fuzz_the_reader_analysis_and_reports() {
             bytes: bytes.clone(),
             what: what.clone(),
         });
-        LIMIT.store(baseline.saturating_add(budget_bytes), Ordering::SeqCst);
+        counting_alloc::set_limit(baseline.saturating_add(budget_bytes));
         let started = Instant::now();
         let outcome = catch_unwind(AssertUnwindSafe(|| exercise(&bytes)));
         let elapsed = started.elapsed();
-        LIMIT.store(usize::MAX, Ordering::SeqCst);
+        counting_alloc::set_limit(usize::MAX);
         *current
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
-        peak_max = peak_max.max(PEAK.load(Ordering::Relaxed).saturating_sub(baseline));
+        peak_max = peak_max.max(counting_alloc::peak().saturating_sub(baseline));
         executions += 1;
         match outcome {
             Ok(Ok(())) => loaded += 1,

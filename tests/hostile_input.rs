@@ -8,10 +8,10 @@
 
 mod common;
 
+use common::counting_alloc::{self, thread_peak_during as peak_during};
 use common::rng::Rng;
 use snapview::pickle::{self, CHUNK_HEADROOM, Chunks, Limits, MAX_STRING_BYTES};
 use snapview::snapshot::{Compression, LoadError, LoadOptions, Snapshot, load_path, load_reader};
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -19,77 +19,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 // ---------------------------------------------------------------------------------------------
-// Memory accounting: a global allocator that counts live bytes per thread, so a test can measure
-// the peak a load costs even while other tests run in parallel threads.
-
-struct CountingAllocator;
-
-thread_local! {
-    static LIVE: Cell<isize> = const { Cell::new(0) };
-    static PEAK: Cell<isize> = const { Cell::new(0) };
-}
-
-fn note(delta: isize) {
-    let _ = LIVE.try_with(|live| {
-        let now = live.get() + delta;
-        live.set(now);
-        let _ = PEAK.try_with(|peak| {
-            if now > peak.get() {
-                peak.set(now);
-            }
-        });
-    });
-}
-
-// SAFETY: every method forwards to `System` with the caller's own arguments, so `System`'s
-// guarantees are this allocator's; the counting beside it touches only atomics.
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's layout and pointer, as `GlobalAlloc` requires them, passed on.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            note(layout.size() as isize);
-        }
-        p
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's layout and pointer, as `GlobalAlloc` requires them, passed on.
-        let p = unsafe { System.alloc_zeroed(layout) };
-        if !p.is_null() {
-            note(layout.size() as isize);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller's layout and pointer, as `GlobalAlloc` requires them, passed on.
-        unsafe { System.dealloc(ptr, layout) };
-        note(-(layout.size() as isize));
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: the caller's layout and pointer, as `GlobalAlloc` requires them, passed on.
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            note(new_size as isize - layout.size() as isize);
-        }
-        p
-    }
-}
+// Memory accounting: the counting allocator, measured per thread so that a test can measure the
+// peak a load costs even while other tests run in parallel threads.
 
 #[global_allocator]
-static ALLOCATOR: CountingAllocator = CountingAllocator;
-
-/// Runs `f` and returns its result with the peak bytes this thread had allocated beyond what was
-/// live when it started.
-fn peak_during<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    let start = LIVE.with(Cell::get);
-    PEAK.with(|peak| peak.set(start));
-    let out = f();
-    let peak = PEAK.with(Cell::get);
-    (out, (peak - start).max(0) as usize)
-}
+static ALLOCATOR: counting_alloc::Counting = counting_alloc::Counting;
 
 const MB: usize = 1 << 20;
 

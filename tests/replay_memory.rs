@@ -1,68 +1,35 @@
 //! Memory of the replay on a leak trace, measured by a counting allocator (not estimated):
 //! it grows linearly with the never-freed allocations, and the analysis cache's
-//! `Loaded::approx_bytes` says what a loaded snapshot really holds.
+//! `AnalysedSnapshot::approx_bytes` says what a loaded snapshot really holds.
 //!
 //! Copying the live set at every checkpoint, as the replay once did, made a leak of n
 //! allocations cost O(n^2) bytes: 10M never-freed allocations were killed at 23.5 GB.
 
+mod common;
+
+use common::counting_alloc;
 use snapview::analysis::Analysis;
-use snapview::server::cache::Loaded;
+use snapview::server::analysed::AnalysedSnapshot;
 use snapview::snapshot::{ActionCode, Snapshot, Trace};
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-/// The system allocator, keeping count of the bytes held.
-struct Counting;
-
-static HELD: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every method forwards to `System` with the caller's own arguments, so `System`'s
-// guarantees are this allocator's; the counting beside it touches only atomics.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's layout and pointer, as `GlobalAlloc` requires them, passed on.
-        let block = unsafe { System.alloc(layout) };
-        if !block.is_null() {
-            HELD.fetch_add(layout.size(), Ordering::Relaxed);
-        }
-        block
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's layout and pointer, as `GlobalAlloc` requires them, passed on.
-        let block = unsafe { System.alloc_zeroed(layout) };
-        if !block.is_null() {
-            HELD.fetch_add(layout.size(), Ordering::Relaxed);
-        }
-        block
-    }
-
-    unsafe fn dealloc(&self, block: *mut u8, layout: Layout) {
-        // SAFETY: the caller's layout and pointer, as `GlobalAlloc` requires them, passed on.
-        unsafe { System.dealloc(block, layout) };
-        HELD.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-
-    unsafe fn realloc(&self, block: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: the caller's layout and pointer, as `GlobalAlloc` requires them, passed on.
-        let moved = unsafe { System.realloc(block, layout, new_size) };
-        if !moved.is_null() {
-            HELD.fetch_add(new_size, Ordering::Relaxed);
-            HELD.fetch_sub(layout.size(), Ordering::Relaxed);
-        }
-        moved
-    }
-}
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: counting_alloc::Counting = counting_alloc::Counting;
 
 /// The count is process-wide: one measurement at a time.
 static MEASURING: Mutex<()> = Mutex::new(());
 
-fn held() -> usize {
-    HELD.load(Ordering::Relaxed)
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    MEASURING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// What `make` returns, and the heap bytes it holds (allocated by it and not freed).
+fn held_by<T>(make: impl FnOnce() -> T) -> (T, f64) {
+    let before = counting_alloc::live();
+    let made = make();
+    (made, (counting_alloc::live() - before) as f64)
 }
 
 /// The shape `gen_leak_allocs.py` writes, plus some frees: `allocations` allocs at distinct
@@ -86,25 +53,21 @@ fn leak_snapshot(allocations: usize) -> Snapshot {
 /// Heap bytes the analysis of a leak of `allocations` keeps, per allocation.
 fn analysis_bytes_per_allocation(allocations: usize) -> f64 {
     let snapshot = leak_snapshot(allocations);
-    let before = held();
-    let analysis = Analysis::new(&snapshot);
-    let kept = held() - before;
+    let (analysis, kept) = held_by(|| Analysis::new(&snapshot));
     let replayed = analysis.devices[0].replay.allocations.len();
     assert_eq!(replayed, allocations);
     // The replay's own account agrees with the allocator's.
     let counted = analysis.heap_bytes() as f64;
     assert!(
-        (counted - kept as f64).abs() <= kept as f64 * 0.02,
+        (counted - kept).abs() <= kept * 0.02,
         "the replay counts {counted} heap bytes, the allocator {kept}"
     );
-    kept as f64 / allocations as f64
+    kept / allocations as f64
 }
 
 #[test]
 fn replay_memory_is_linear_in_never_freed_allocations() {
-    let _one_at_a_time = MEASURING
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _one_at_a_time = one_at_a_time();
     let small = analysis_bytes_per_allocation(100_000);
     let large = analysis_bytes_per_allocation(300_000);
     // An allocation's lifetime (56 bytes), its two events (alloc and memory after it, 12
@@ -123,18 +86,62 @@ fn replay_memory_is_linear_in_never_freed_allocations() {
 
 #[test]
 fn the_cache_counts_what_a_loaded_leak_holds() {
-    let _one_at_a_time = MEASURING
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let before = held();
-    let loaded = Loaded::new(
-        (leak_snapshot(200_000), Default::default()),
-        &Default::default(),
-    );
-    let kept = (held() - before) as f64;
+    let _one_at_a_time = one_at_a_time();
+    let (loaded, kept) = held_by(|| {
+        AnalysedSnapshot::new(
+            (leak_snapshot(200_000), Default::default()),
+            &Default::default(),
+        )
+    });
     let counted = loaded.approx_bytes() as f64;
     assert!(
         counted >= kept * 0.95 && counted <= kept * 1.1,
         "approx_bytes says {counted}, the allocator holds {kept}"
+    );
+}
+
+/// A trace of `events` with every column filled: times, streams, stacks, compile contexts,
+/// user metadata, categories and an `oom`'s free bytes.
+fn trace_with_every_column(events: usize) -> Trace {
+    let mut trace = Trace {
+        strings: vec![String::new(), "compiled".into(), "step 7".into()],
+        ..Trace::default()
+    };
+    for i in 0..events {
+        let addr = 0x7f00_0000_0000 + i as u64 * 4096;
+        let stream = (i % 3) as u64 * 0x5555;
+        let compile_context = (i % 5 == 0) as u32;
+        let user_metadata = 2 * (i % 7 == 0) as u32;
+        trace.push(
+            ActionCode::ALLOC,
+            addr,
+            512 + i as u64,
+            stream,
+            Some(1_700_000_000_000_000 + i as i64 * 1000),
+            (i % 97) as u32,
+            compile_context,
+            user_metadata,
+        );
+        if i % 11 == 0 {
+            trace.set_category(i, if i % 2 == 0 { "forward" } else { "backward" });
+        }
+    }
+    trace.push(ActionCode::OOM, 0, 1 << 30, 0, None, 0, 0, 0);
+    trace.device_free.insert(trace.len() - 1, 1 << 20);
+    trace
+}
+
+#[test]
+fn a_snapshot_counts_the_heap_of_every_column() {
+    let _one_at_a_time = one_at_a_time();
+    let (snapshot, kept) = held_by(|| Snapshot {
+        device_traces: vec![trace_with_every_column(200_000)],
+        ..Snapshot::default()
+    });
+    let counted = snapshot.heap_bytes() as f64;
+    // The columns are exact; the small tables (frames, stacks, texts) are counted by entry.
+    assert!(
+        counted >= kept * 0.95 && counted <= kept * 1.05,
+        "heap_bytes says {counted}, the allocator holds {kept}"
     );
 }

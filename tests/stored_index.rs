@@ -89,7 +89,10 @@ async fn answers(server: &TestServer, id: &str) -> Vec<(String, serde_json::Valu
 }
 
 /// The loaded snapshot `id` in `server`'s cache (it must be there).
-async fn cached(server: &TestServer, id: &str) -> std::sync::Arc<snapview::server::cache::Loaded> {
+async fn cached(
+    server: &TestServer,
+    id: &str,
+) -> std::sync::Arc<snapview::server::analysed::AnalysedSnapshot> {
     let id = SnapshotId::parse(id).expect("id");
     server
         .state

@@ -61,10 +61,10 @@ pub fn load_reader(
 }
 
 /// Reads a text that the program writes as a `&'static str` (a note's or finding's code, a
-/// severity) back from a stored summary. Those texts are a handful of constants, so each
-/// distinct one is kept once for the life of the process; past [`STATIC_TEXTS`] of them, or a
-/// text longer than a code, the stored summary is refused (and then computed again).
-pub(crate) fn static_text<'de, D: serde::Deserializer<'de>>(
+/// severity) back from a stored summary, interned: those texts are a handful of constants, so
+/// each distinct one is kept once for the life of the process; past [`MAX_INTERNED_CODES`] of
+/// them, or a text longer than a code, the stored summary is refused (and then computed again).
+pub(crate) fn intern_code<'de, D: serde::Deserializer<'de>>(
     deserializer: D,
 ) -> Result<&'static str, D::Error> {
     use serde::Deserialize as _;
@@ -77,7 +77,7 @@ pub(crate) fn static_text<'de, D: serde::Deserializer<'de>>(
     if let Some(&known) = kept.iter().find(|&&known| known == text) {
         return Ok(known);
     }
-    if kept.len() >= STATIC_TEXTS || text.len() > 64 {
+    if kept.len() >= MAX_INTERNED_CODES || text.len() > 64 {
         return Err(D::Error::custom(
             "more distinct codes than this program writes",
         ));
@@ -87,12 +87,12 @@ pub(crate) fn static_text<'de, D: serde::Deserializer<'de>>(
     Ok(leaked)
 }
 
-/// `&'static str`, named so that serde's derive does not take it for text borrowed from its
-/// input (it is read by [`static_text`]).
-pub type StaticText = &'static str;
+/// A code or severity read back by the interner [`intern_code`]: a `&'static str`, named so
+/// that serde's derive does not take it for text borrowed from its input.
+pub type InternedCode = &'static str;
 
-/// Distinct codes and severities [`static_text`] keeps at most (there are about twenty).
-const STATIC_TEXTS: usize = 256;
+/// Distinct codes and severities [`intern_code`] keeps at most (there are about twenty).
+const MAX_INTERNED_CODES: usize = 256;
 
 /// Everything computed once per snapshot.
 #[derive(Debug)]

@@ -11,8 +11,8 @@ use serde::Serialize;
 pub struct Note {
     /// A stable identifier: `no_history`, `state_only`, `trace_incomplete`,
     /// `allocations_without_frames`, `unknown_actions`, `unknown_keys`, `legacy_format`.
-    #[serde(deserialize_with = "super::static_text")]
-    pub code: super::StaticText,
+    #[serde(deserialize_with = "super::intern_code")]
+    pub code: super::InternedCode,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<usize>,
     pub message: String,

@@ -138,7 +138,7 @@ pub async fn raw(
 ) -> Result<Response, ApiError> {
     let file = tokio::fs::File::open(state.store.blob_path(&id))
         .await
-        .map_err(|e| ApiError::Internal(format!("the stored file of {id} is unreadable: {e}")))?;
+        .map_err(|e| ApiError::internal(format!("opening the stored file of {id}"), e))?;
     let body = Body::from_stream(tokio_util::io::ReaderStream::new(file));
     Ok((
         [

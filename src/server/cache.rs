@@ -6,204 +6,13 @@
 //! (bytes read, then analysing) is there for `GET /api/snapshots/{id}/status` and the page that
 //! shows it; a failure is remembered for a while, so nothing retries it in a loop.
 
+use super::analysed::AnalysedSnapshot;
 use super::store::SnapshotId;
-use crate::analysis::markers::{OomMarker, PeakMarker, complete_from, oom_markers};
-use crate::analysis::roles::UserRules;
-use crate::analysis::{Analysis, DeviceAnalysis, ReplaySeed, Summary};
-use crate::snapshot::Snapshot;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{Semaphore, watch};
-
-/// A snapshot with its analysis, ready to answer queries.
-#[derive(Debug)]
-pub struct Loaded {
-    pub snapshot: Snapshot,
-    pub analysis: Analysis,
-    pub summary: Summary,
-    /// Per device (in the order of `analysis.devices`), what every timeline answer carries
-    /// whatever its window.
-    marks: Vec<TimelineMarks>,
-    /// [`UserRules::fingerprint`] of the rules `summary` was made with (the stored index
-    /// keeps it, to know when its summary applies).
-    pub rules_fingerprint: u64,
-    /// The [`IndexWork`] still to do, as its `u8` (see [`Loaded::take_index_work`]).
-    index_work: AtomicU8,
-}
-
-/// The parts of a timeline answer that do not depend on its window: each is a pass over the
-/// whole trace or every allocation (10 to 25 ms together on a 3.2M-event trace, as much as the
-/// window itself), so they are found once, when the snapshot loads, not per request.
-#[derive(Debug, Clone)]
-pub struct TimelineMarks {
-    pub peak: PeakMarker,
-    pub ooms: Vec<OomMarker>,
-    pub complete_from: Option<usize>,
-}
-
-impl TimelineMarks {
-    fn new(snapshot: &Snapshot, device: &DeviceAnalysis) -> Self {
-        let trace = snapshot.trace(device.device);
-        let peak = device.replay.peak_allocated(trace);
-        Self {
-            peak: PeakMarker {
-                event: peak.event_index,
-                bytes: peak.bytes,
-            },
-            ooms: oom_markers(trace),
-            complete_from: complete_from(&device.replay),
-        }
-    }
-}
-
-/// What a loaded snapshot's stored index needs after the load.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IndexWork {
-    None,
-    /// Parsed from its pickle: write the index.
-    Write,
-    /// Opened from its index, whose columns were not checksummed: check them.
-    Check,
-}
-
-impl Loaded {
-    /// Analyses `snapshot`, starting from the replay's first pass that loading made alongside
-    /// the parse (see [`crate::analysis::load_path`]); `rules` are the server's role rules.
-    pub fn new((snapshot, seed): (Snapshot, ReplaySeed), rules: &UserRules) -> Self {
-        let analysis = Analysis::seeded(&snapshot, seed);
-        let summary = Summary::with_rules(&snapshot, &analysis, rules);
-        // Parsed from its pickle: its stored index is still to be written.
-        Self::assemble(snapshot, analysis, summary, rules, IndexWork::Write)
-    }
-
-    /// A snapshot opened from its stored index (`crate::index`): the stored summary when it
-    /// was made with `rules`, else one made now from the mapped replay.
-    pub fn from_index(opened: crate::index::Opened, rules: &UserRules) -> Self {
-        let crate::index::Opened {
-            snapshot,
-            analysis,
-            summary,
-            rules_fingerprint,
-        } = opened;
-        let summary = if rules_fingerprint == rules.fingerprint() {
-            summary
-        } else {
-            tracing::info!("the stored summary was made with other role rules: summarising again");
-            Summary::with_rules(&snapshot, &analysis, rules)
-        };
-        // Opened with its columns' checksums unread: they are checked in the background.
-        Self::assemble(snapshot, analysis, summary, rules, IndexWork::Check)
-    }
-
-    /// The parts, with what every timeline answer carries found once per device.
-    fn assemble(
-        snapshot: Snapshot,
-        analysis: Analysis,
-        summary: Summary,
-        rules: &UserRules,
-        index_work: IndexWork,
-    ) -> Self {
-        let marks = analysis
-            .devices
-            .iter()
-            .map(|device| TimelineMarks::new(&snapshot, device))
-            .collect();
-        Self {
-            snapshot,
-            analysis,
-            summary,
-            marks,
-            rules_fingerprint: rules.fingerprint(),
-            index_work: AtomicU8::new(index_work as u8),
-        }
-    }
-
-    /// What the caller should do about this snapshot's stored index, once: of many requests
-    /// waiting on one load, one writes the index (parsed from its pickle) or checks it (opened
-    /// from it); the others get [`IndexWork::None`].
-    pub fn take_index_work(&self) -> IndexWork {
-        match self
-            .index_work
-            .swap(IndexWork::None as u8, Ordering::AcqRel)
-        {
-            code if code == IndexWork::Write as u8 => IndexWork::Write,
-            code if code == IndexWork::Check as u8 => IndexWork::Check,
-            _ => IndexWork::None,
-        }
-    }
-
-    /// The window-independent parts of `device`'s timeline answers.
-    pub fn timeline_marks(&self, device: &DeviceAnalysis) -> TimelineMarks {
-        self.analysis
-            .devices
-            .iter()
-            .position(|d| d.device == device.device)
-            .and_then(|index| self.marks.get(index))
-            .cloned()
-            // Every device of the analysis has its marks; this only keeps the answer right
-            // if that ever changes.
-            .unwrap_or_else(|| TimelineMarks::new(&self.snapshot, device))
-    }
-
-    /// The memory this holds, for the cache's byte budget: the trace columns, segments and
-    /// interned tables of the snapshot, and everything the analysis keeps (the replay, its
-    /// lifetime index and the per-device indexes), by the capacities actually allocated.
-    pub fn approx_bytes(&self) -> u64 {
-        snapshot_heap_bytes(&self.snapshot) + self.analysis.heap_bytes() + SMALL_PARTS_BYTES
-    }
-}
-
-/// The summary, the tables' hash indexes and other parts too small to count one by one.
-const SMALL_PARTS_BYTES: u64 = 64 * 1024;
-
-/// Heap bytes a vector holds (its capacity).
-fn vec_bytes<T>(vector: &Vec<T>) -> u64 {
-    (vector.capacity() * std::mem::size_of::<T>()) as u64
-}
-
-/// Heap bytes of a snapshot: its numeric columns and vectors exactly, its texts and interned
-/// frames and stacks by count (a trace repeats a few thousand of them, so they are small).
-fn snapshot_heap_bytes(snapshot: &Snapshot) -> u64 {
-    /// Per text, interned frame or stack: the text or frame ids, and the index entry.
-    const PER_TABLE_ENTRY: u64 = 128;
-    /// Per entry of a `BTreeMap`: key, value and the node's share.
-    const PER_MAP_ENTRY: u64 = 48;
-    let traces: u64 = snapshot
-        .device_traces
-        .iter()
-        .map(|trace| {
-            trace.action.heap_bytes()
-                + trace.addr.heap_bytes()
-                + trace.size.heap_bytes()
-                + trace.stream.heap_bytes()
-                + trace.time_us.heap_bytes()
-                + trace.stack.heap_bytes()
-                + trace.compile_context.heap_bytes()
-                + trace.user_metadata.heap_bytes()
-                + trace.category.heap_bytes()
-                + (trace.strings.len() + trace.unknown_actions.len() + trace.categories.len())
-                    as u64
-                    * PER_TABLE_ENTRY
-                + trace.device_free.len() as u64 * PER_MAP_ENTRY
-        })
-        .sum();
-    let segments: u64 = vec_bytes(&snapshot.segments)
-        + snapshot
-            .segments
-            .iter()
-            .map(|segment| vec_bytes(&segment.blocks) + segment.segment_type.capacity() as u64)
-            .sum::<u64>();
-    let tables = (snapshot.frames.len() + snapshot.stacks.len()) as u64 * PER_TABLE_ENTRY
-        + vec_bytes(&snapshot.external_annotations)
-        + snapshot
-            .external_annotations
-            .iter()
-            .map(|annotation| annotation.fields.len() as u64 * PER_TABLE_ENTRY)
-            .sum::<u64>();
-    vec_bytes(&snapshot.device_traces) + traces + segments + tables
-}
 
 /// How many snapshots are parsed at once at most. A parse keeps two cores busy (the reader and
 /// the decoder) and holds its whole model in memory before the cache's budget sees it, so a
@@ -285,7 +94,7 @@ impl LoadProgress {
 /// How a load ended.
 #[derive(Clone)]
 enum Outcome {
-    Ready(Arc<Loaded>),
+    Ready(Arc<AnalysedSnapshot>),
     /// Why, for a person, and when (see [`RETRY_FAILED_AFTER`]).
     Failed(String, Instant),
 }
@@ -303,7 +112,7 @@ impl Entry {
         self.outcome.borrow().clone()
     }
 
-    fn ready(&self) -> Option<Arc<Loaded>> {
+    fn ready(&self) -> Option<Arc<AnalysedSnapshot>> {
         match &*self.outcome.borrow() {
             Some(Outcome::Ready(loaded)) => Some(loaded.clone()),
             _ => None,
@@ -326,8 +135,11 @@ impl Entry {
 
 /// What loads a snapshot: run on a blocking thread, it reports its progress into the
 /// [`LoadProgress`] and returns the loaded snapshot or why it failed (for a person).
-pub trait Loader: FnOnce(&LoadProgress) -> Result<Loaded, String> + Send + 'static {}
-impl<F: FnOnce(&LoadProgress) -> Result<Loaded, String> + Send + 'static> Loader for F {}
+pub trait Loader:
+    FnOnce(&LoadProgress) -> Result<AnalysedSnapshot, String> + Send + 'static
+{
+}
+impl<F: FnOnce(&LoadProgress) -> Result<AnalysedSnapshot, String> + Send + 'static> Loader for F {}
 
 pub struct AnalysisCache {
     budget_bytes: u64,
@@ -440,7 +252,7 @@ impl AnalysisCache {
         id: &SnapshotId,
         total: u64,
         load: impl Loader,
-    ) -> Result<Arc<Loaded>, LoadState> {
+    ) -> Result<Arc<AnalysedSnapshot>, LoadState> {
         let entry = self.entry_or_start(id, total, load);
         entry.ready().ok_or_else(|| entry.state())
     }
@@ -454,7 +266,7 @@ impl AnalysisCache {
         id: &SnapshotId,
         total: u64,
         load: impl Loader,
-    ) -> Result<Arc<Loaded>, String> {
+    ) -> Result<Arc<AnalysedSnapshot>, String> {
         let entry = self.entry_or_start(id, total, load);
         let mut outcome = entry.outcome.clone();
         match outcome.wait_for(Option::is_some).await {
@@ -470,7 +282,7 @@ impl AnalysisCache {
 
     /// Puts an already loaded snapshot in (the upload path parsed it to validate it). It
     /// replaces whatever was there; a load still running for `id` ends for its own waiters.
-    pub fn insert(&self, id: &SnapshotId, loaded: Arc<Loaded>) {
+    pub fn insert(&self, id: &SnapshotId, loaded: Arc<AnalysedSnapshot>) {
         let (_, outcome) = watch::channel(Some(Outcome::Ready(loaded)));
         let entry = Arc::new(Entry {
             progress: Arc::new(LoadProgress::new(0)),
@@ -517,16 +329,9 @@ impl AnalysisCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::analysed::tests::fixture;
     use std::sync::atomic::AtomicUsize;
     use std::sync::mpsc;
-
-    fn fixture(name: &str) -> Loaded {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures")
-            .join(name);
-        let parsed = crate::analysis::load_path(&path, Default::default()).expect("fixture");
-        Loaded::new(parsed, &UserRules::default())
-    }
 
     fn id(n: u8) -> SnapshotId {
         SnapshotId::parse(&format!("{n:016x}")).expect("id")
@@ -671,25 +476,5 @@ mod tests {
         let loaded = cache.get_or_load(&last, 10, never(&runs)).await;
         assert!(loaded.is_ok());
         assert_eq!(runs.load(Ordering::SeqCst), LOADS_AT_ONCE + 1);
-    }
-
-    #[test]
-    fn the_marks_found_at_load_are_the_markers_of_every_window() {
-        for name in ["oom.pickle", "mlp_small.pickle", "ring_wrap.pickle"] {
-            let loaded = fixture(name);
-            for device in &loaded.analysis.devices {
-                let trace = loaded.snapshot.trace(device.device);
-                let columns = crate::analysis::markers::Columns {
-                    start: 0,
-                    end: 0,
-                    column_start: &[],
-                };
-                let markers = crate::analysis::markers::markers(&[], trace, device, columns);
-                let marks = loaded.timeline_marks(device);
-                assert_eq!(marks.peak, markers.peak, "{name}");
-                assert_eq!(marks.ooms, markers.ooms, "{name}");
-                assert_eq!(marks.complete_from, complete_from(&device.replay), "{name}");
-            }
-        }
     }
 }

@@ -18,14 +18,16 @@
 //! - `send_timeout` for the client to accept any bytes of a response, and after
 //!   [`SEND_RATE_GRACE`] of waiting on it, `min_send_rate` bytes per second of that wait: a
 //!   client that never reads its download is dropped, not waited for;
-//! - on shutdown: stop accepting, ask every connection to finish its request in flight, and
-//!   after `shutdown_grace` return anyway: half-sent requests are dropped with the runtime.
+//! - on shutdown: stop accepting, ask every connection to finish its request in flight
+//!   (hyper-util's [`GracefulShutdown`]), and after `shutdown_grace` return anyway: half-sent
+//!   requests are dropped with the runtime.
 
 use super::ConnectionLimits;
 use axum::extract::ConnectInfo;
 use hyper::server::conn::http1;
 use hyper::service::Service as _;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use std::collections::HashMap;
 use std::future::Future;
@@ -38,7 +40,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 
 /// How long a connection must have waited on its client before a newcomer may take its slot:
 /// long enough that a client's fresh connection is not closed before it could send its
@@ -58,7 +60,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let registry = Arc::new(Registry::new(limits));
-    let (stopping, stop_requested) = watch::channel(false);
+    let graceful = GracefulShutdown::new();
     let service = TowerToHyperService::new(app);
     let sending = SendLimits {
         timeout: limits.send_timeout,
@@ -88,7 +90,7 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let service = service.clone();
-        let mut stop_requested = stop_requested.clone();
+        let watcher = graceful.watcher();
         let header_timeout = limits.header_timeout;
         tokio::spawn(async move {
             let activity = slot.activity.clone();
@@ -106,22 +108,19 @@ pub async fn serve(
                     answer
                 }
             });
-            let connection = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(header_timeout)
-                .serve_connection(TokioIo::new(io), per_connection);
-            tokio::pin!(connection);
+            // On shutdown the watcher has the connection finish its request in flight (if
+            // any), then close; the grace period below bounds how long that may take.
+            let connection = watcher.watch(
+                http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(header_timeout)
+                    .serve_connection(TokioIo::new(io), per_connection),
+            );
             let result = tokio::select! {
-                result = connection.as_mut() => result,
+                result = connection => result,
                 () = activity.evicted.notified() => {
                     tracing::debug!(%peer, "closed a connection waiting on its client to make room");
                     Ok(())
-                }
-                () = async { drop(stop_requested.wait_for(|stop| *stop).await) } => {
-                    // Finish the request in flight (if any), then close; the grace period
-                    // below bounds how long that may take.
-                    connection.as_mut().graceful_shutdown();
-                    connection.await
                 }
             };
             if let Err(error) = result {
@@ -132,16 +131,14 @@ pub async fn serve(
         });
     }
     drop(listener);
-    let _ = stopping.send(true);
-    let mut open_now = registry.open.subscribe();
-    let open = *open_now.borrow();
+    let open = graceful.count();
     if open > 0 {
         tracing::info!(open, "waiting for requests in flight");
     }
-    match tokio::time::timeout(limits.shutdown_grace, open_now.wait_for(|open| *open == 0)).await {
+    match tokio::time::timeout(limits.shutdown_grace, graceful.shutdown()).await {
         Ok(_) => tracing::info!("stopped"),
         Err(_) => {
-            let open = *registry.open.borrow();
+            let open = registry.open.load(Ordering::Relaxed);
             tracing::warn!(
                 open,
                 grace_s = limits.shutdown_grace.as_secs_f64(),
@@ -247,8 +244,8 @@ struct Registry {
     epoch: Instant,
     held: Mutex<Held>,
     /// Connections whose task is still running (an evicted one until it has closed), for the
-    /// shutdown to wait on.
-    open: watch::Sender<usize>,
+    /// shutdown's log of those it stopped waiting for.
+    open: AtomicUsize,
 }
 
 #[derive(Default)]
@@ -302,7 +299,7 @@ impl Registry {
             max_per_client: limits.max_connections_per_client,
             epoch: Instant::now(),
             held: Mutex::default(),
-            open: watch::Sender::new(0),
+            open: AtomicUsize::new(0),
         }
     }
 
@@ -340,7 +337,7 @@ impl Registry {
         );
         *held.by_client.entry(client).or_insert(0) += 1;
         drop(held);
-        self.open.send_modify(|open| *open += 1);
+        self.open.fetch_add(1, Ordering::Relaxed);
         Ok(Slot {
             registry: self.clone(),
             id,
@@ -367,7 +364,7 @@ struct Slot {
 impl Drop for Slot {
     fn drop(&mut self) {
         self.registry.held().release(self.id);
-        self.registry.open.send_modify(|open| *open -= 1);
+        self.registry.open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

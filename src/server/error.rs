@@ -3,8 +3,10 @@
 //!
 //! What a client sees is [`ApiError::public`]: a server-side failure ([`ApiError::Internal`])
 //! answers only "internal error" and a reference, because its details (paths in the data
-//! folder, SQLite's words) are for the operator, not for whoever sent the request; the details
-//! are logged once, with the same reference, when the answer is made.
+//! folder, SQLite's words) are for the operator, not for whoever sent the request. The error
+//! carries what failed and its source; the answer made from it carries them on (a
+//! [`LogCause`] in the response's extensions), and one layer, [`every_error_as_json`], the
+//! outermost, logs them once with the same reference.
 
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -95,9 +97,29 @@ pub enum ApiError {
         "the server's disk is full, so the upload was not stored (nothing else changed); tell whoever runs this server"
     )]
     DiskFull,
-    /// A failure on the server's side. The text is for the log only (it may name server paths).
-    #[error("{0}")]
-    Internal(String),
+    /// A failure on the server's side: what failed and why, for the log only (they may name
+    /// server paths); the client is told only the reference (see [`ApiError::internal`]).
+    #[error("{context}")]
+    Internal {
+        /// What the server was doing.
+        context: String,
+        #[source]
+        source: Cause,
+        /// Made with the error, so each failure has its own; ties the answer to the log line.
+        reference: String,
+    },
+}
+
+/// Why an internal failure happened: any error (a text is one too: `"…".into()`).
+pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// An internal error's cause on its way to the log: put in the extensions of the answer made
+/// from it, taken out and logged by [`every_error_as_json`].
+#[derive(Debug, Clone)]
+pub struct LogCause {
+    pub reference: String,
+    /// What failed, then each source in turn.
+    pub chain: String,
 }
 
 /// What the client is told about an error.
@@ -151,7 +173,7 @@ impl ApiError {
             ApiError::WrongHost(_) => StatusCode::MISDIRECTED_REQUEST,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::DiskFull => StatusCode::INSUFFICIENT_STORAGE,
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -177,22 +199,26 @@ impl ApiError {
             ApiError::UntrustedHeader(_) => "untrusted_header",
             ApiError::Conflict(_) => "conflict",
             ApiError::DiskFull => "disk_full",
-            ApiError::Internal(_) => "internal",
+            ApiError::Internal { .. } => "internal",
         }
     }
 
-    /// The status, code and message to send. For an internal error this logs its details with
-    /// a fresh reference and the message carries only that reference, so call it once per
-    /// answer.
+    /// A failure on the server's side while doing `context`, because of `source`; it gets a
+    /// fresh reference, which its answer tells the client and its log line repeats.
+    pub fn internal(context: impl Into<String>, source: impl Into<Cause>) -> Self {
+        ApiError::Internal {
+            context: context.into(),
+            source: source.into(),
+            reference: incident_reference(),
+        }
+    }
+
+    /// The status, code and message to send (for an internal error only its reference).
     pub fn public(&self) -> PublicError {
         let message = match self {
-            ApiError::Internal(details) => {
-                let reference = incident_reference();
-                tracing::error!(reference = %reference, error = %details, "request failed");
-                format!(
-                    "internal error (reference {reference}; the details are in the server's log)"
-                )
-            }
+            ApiError::Internal { reference, .. } => format!(
+                "internal error (reference {reference}; the details are in the server's log)"
+            ),
             other => other.to_string(),
         };
         PublicError {
@@ -200,6 +226,36 @@ impl ApiError {
             code: self.code(),
             message,
         }
+    }
+}
+
+impl ApiError {
+    /// What the log is to say of this error: for an internal one its reference and its whole
+    /// chain of causes; nothing for the others (their answer says all there is).
+    pub fn log_cause(&self) -> Option<LogCause> {
+        let ApiError::Internal { reference, .. } = self else {
+            return None;
+        };
+        let mut chain = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            chain.push_str(": ");
+            chain.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        Some(LogCause {
+            reference: reference.clone(),
+            chain,
+        })
+    }
+
+    /// `response`, the answer made from this error, carrying its cause to the layer that logs
+    /// it ([`every_error_as_json`]).
+    pub fn with_log_cause(&self, mut response: Response) -> Response {
+        if let Some(cause) = self.log_cause() {
+            response.extensions_mut().insert(cause);
+        }
+        response
     }
 }
 
@@ -220,10 +276,10 @@ fn incident_reference() -> String {
     )
 }
 
-/// A blocking task that panicked or was cancelled: a server-side failure, logged when answered.
+/// A blocking task that panicked or was cancelled: a server-side failure.
 impl From<tokio::task::JoinError> for ApiError {
     fn from(error: tokio::task::JoinError) -> Self {
-        ApiError::Internal(format!("a blocking task failed: {error}"))
+        ApiError::internal("a blocking task failed", error)
     }
 }
 
@@ -251,8 +307,8 @@ impl From<super::store::StoreError> for ApiError {
             tracing::error!(%error, "the disk is full");
             return ApiError::DiskFull;
         }
-        // Logged when the answer is made (`ApiError::public`), not here: once per failure.
-        ApiError::Internal(format!("storage failed: {error}"))
+        // Logged with its answer (`every_error_as_json`), not here: once per failure.
+        ApiError::internal("storage failed", error)
     }
 }
 
@@ -263,7 +319,7 @@ impl ApiError {
     pub fn unreadable(error: crate::snapshot::LoadError) -> Self {
         use crate::snapshot::{LoadError, Refusal};
         match error {
-            LoadError::Open { .. } => ApiError::Internal(error.to_string()),
+            LoadError::Open { .. } => ApiError::internal("reading a stored snapshot", error),
             LoadError::TooManyEvents { limit } => ApiError::TooManyEvents(limit),
             LoadError::Refused(Refusal::Busy(why)) => ApiError::ParseBusy(why),
             LoadError::Refused(Refusal::TooLarge(why)) => ApiError::TooMuchMemory(why),
@@ -278,7 +334,7 @@ impl ApiError {
             tracing::error!(%error, "the disk is full: {what}");
             ApiError::DiskFull
         } else {
-            ApiError::Internal(format!("{what}: {error}"))
+            ApiError::internal(what, error)
         }
     }
 }
@@ -301,14 +357,15 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
         }
-        response
+        self.with_log_cause(response)
     }
 }
 
 /// Most bytes of a framework's plain-text error answer read to make its JSON one.
 const PLAIN_ERROR_BYTES: usize = 4096;
 
-/// The outermost layer of the router: every 4xx or 5xx answer leaves in the one error shape.
+/// The outermost layer of the router: every 4xx or 5xx answer leaves in the one error shape,
+/// and every internal failure's cause is logged here, once.
 /// Handlers answer with [`ApiError`] already; this rewrites what the framework answers by
 /// itself in plain text (a query, path or body its extractors refuse, a method a route does not
 /// take, a body past its limit) or with no body at all. Pages keep their HTML error page.
@@ -318,7 +375,10 @@ pub async fn every_error_as_json(
 ) -> Response {
     let method = request.method().clone();
     let path: String = request.uri().path().chars().take(200).collect();
-    let response = next.run(request).await;
+    let mut response = next.run(request).await;
+    if let Some(cause) = response.extensions_mut().remove::<LogCause>() {
+        log(&cause);
+    }
     let status = response.status();
     if !(status.is_client_error() || status.is_server_error()) {
         return response;
@@ -350,6 +410,11 @@ pub async fn every_error_as_json(
     );
     let bytes = serde_json::to_vec(&body).unwrap_or_default();
     Response::from_parts(parts, axum::body::Body::from(bytes))
+}
+
+/// The one log line of an internal failure.
+fn log(cause: &LogCause) {
+    tracing::error!(reference = %cause.reference, error = %cause.chain, "request failed");
 }
 
 /// The code and a person's message for a plain-text (or empty) error answer of the framework.
@@ -424,7 +489,14 @@ fn plain_error(
             or("the body's Content-Type is not one this address reads".into()),
         ),
         status if status.is_server_error() => {
-            let public = ApiError::Internal(format!("{status}: {text}")).public();
+            let error = ApiError::internal(
+                format!("answering {method} {path}"),
+                format!("{status}: {text}"),
+            );
+            if let Some(cause) = error.log_cause() {
+                log(&cause);
+            }
+            let public = error.public();
             (public.code, public.message)
         }
         status => (
@@ -443,15 +515,31 @@ mod tests {
 
     #[test]
     fn internal_errors_tell_the_client_nothing_of_the_server() {
-        let error = ApiError::Internal(
-            "cannot open /srv/snapview/blobs/ab/abcdef.pickle: permission denied".into(),
-        );
+        let failure = || {
+            ApiError::internal(
+                "cannot open /srv/snapview/blobs/ab/abcdef.pickle",
+                std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+            )
+        };
+        let error = failure();
         let public = error.public();
         assert_eq!(public.status, StatusCode::INTERNAL_SERVER_ERROR);
         assert!(public.message.starts_with("internal error (reference "));
         assert!(!public.message.contains("/srv"), "{}", public.message);
         // Each failure gets its own reference.
-        assert_ne!(error.public().message, public.message);
+        assert_ne!(failure().public().message, public.message);
+        // The log gets what failed and why, under the answer's reference.
+        let cause = error.log_cause().expect("an internal error is logged");
+        assert!(public.message.contains(&cause.reference));
+        assert!(
+            cause.chain.starts_with("cannot open /srv/"),
+            "{}",
+            cause.chain
+        );
+        assert!(cause.chain.contains("permission denied"), "{}", cause.chain);
+        // Its answer carries the cause to the layer that logs it.
+        let response = failure().into_response();
+        assert!(response.extensions().get::<LogCause>().is_some());
     }
 
     #[tokio::test]

@@ -3,7 +3,8 @@
 //! view's query asks for, with the server's defaults applied here and nowhere else.
 
 use super::AppState;
-use super::cache::{LoadProgress, LoadState, Loaded, Loader};
+use super::analysed::AnalysedSnapshot;
+use super::cache::{LoadProgress, LoadState, Loader};
 use super::error::{ApiError, blocking};
 use super::store::{Lookup, Record, SnapshotId};
 use crate::analysis::DeviceAnalysis;
@@ -110,7 +111,7 @@ impl StoredSnapshot {
         // stored, so failing here means the index was edited by hand.
         let rules = match self.record.roles.as_deref() {
             Some(text) => Arc::new(UserRules::parse(text).map_err(|e| {
-                ApiError::Internal(format!("snapshot {id}: its stored role rules: {e}"))
+                ApiError::internal(format!("snapshot {id}: its stored role rules"), e)
             })?),
             None => state.config.roles.clone(),
         };
@@ -136,7 +137,7 @@ impl StoredSnapshot {
                 other => format!("its stored file does not read as a snapshot: {other}"),
             })?;
                 progress.analysing();
-                Ok(Loaded::new(parsed, &rules))
+                Ok(AnalysedSnapshot::new(parsed, &rules))
             })
         })
     }
@@ -150,7 +151,7 @@ impl StoredSnapshot {
             .await
             // Every request that waited on a failed load gets a 500 (the page and the status
             // endpoint say why); the log says it once per request, with the snapshot.
-            .map_err(|e| ApiError::Internal(format!("snapshot {}: {e}", self.id)))?;
+            .map_err(|e| ApiError::internal(format!("loading snapshot {}", self.id), e))?;
         // Parsed from its pickle: its stored index is written after answering.
         super::stored_index::maintain_in_background(state, &self.id, &loaded);
         Ok(LoadedSnapshot {
@@ -164,7 +165,7 @@ impl StoredSnapshot {
     pub fn ready_or_start(
         &self,
         state: &AppState,
-    ) -> Result<Result<Arc<Loaded>, LoadState>, ApiError> {
+    ) -> Result<Result<Arc<AnalysedSnapshot>, LoadState>, ApiError> {
         let load = self.loader(state)?;
         let answer = state
             .cache
@@ -181,7 +182,7 @@ impl StoredSnapshot {
 /// A live snapshot, parsed and analysed: its record (looked up once) and the cached analysis.
 pub struct LoadedSnapshot {
     pub stored: StoredSnapshot,
-    pub loaded: Arc<Loaded>,
+    pub loaded: Arc<AnalysedSnapshot>,
 }
 
 impl LoadedSnapshot {
@@ -193,7 +194,7 @@ impl LoadedSnapshot {
     pub async fn on_device<T, F>(&self, choice: DeviceChoice, work: F) -> Result<T, ApiError>
     where
         T: Send + 'static,
-        F: FnOnce(&Loaded, &DeviceAnalysis) -> Result<T, ApiError> + Send + 'static,
+        F: FnOnce(&AnalysedSnapshot, &DeviceAnalysis) -> Result<T, ApiError> + Send + 'static,
     {
         let loaded = self.loaded.clone();
         blocking(move || work(&loaded, choice.pick(&loaded)?)).await?
@@ -209,7 +210,7 @@ async fn path_id(parts: &mut Parts, state: &AppState) -> Result<String, ApiError
         .iter()
         .find(|(name, _)| *name == "id")
         .map(|(_, value)| value.to_owned())
-        .ok_or_else(|| ApiError::Internal("a snapshot route without {id}".into()))
+        .ok_or_else(|| ApiError::internal("routing", "a snapshot route without {id}"))
 }
 
 impl FromRequestParts<AppState> for StoredSnapshot {
@@ -263,7 +264,7 @@ impl TryFrom<String> for DeviceName {
 
 impl DeviceChoice {
     /// The named device (400 when the snapshot has none such), else [`default_device`].
-    pub fn pick(self, loaded: &Loaded) -> Result<&DeviceAnalysis, ApiError> {
+    pub fn pick(self, loaded: &AnalysedSnapshot) -> Result<&DeviceAnalysis, ApiError> {
         let analysis = &loaded.analysis;
         match self.device {
             Some(DeviceName::Host) => loaded
@@ -287,7 +288,7 @@ impl DeviceChoice {
 }
 
 /// The device the views show unless asked for another: the first with a trace, else the first.
-pub fn default_device(loaded: &Loaded) -> Option<&DeviceAnalysis> {
+pub fn default_device(loaded: &AnalysedSnapshot) -> Option<&DeviceAnalysis> {
     let devices = &loaded.analysis.devices;
     devices
         .iter()

@@ -6,6 +6,7 @@
 //! hashed names; every response carries a Content-Security-Policy that allows only this origin.
 
 pub mod access;
+pub mod analysed;
 pub mod api;
 pub mod assets;
 pub mod budget;
@@ -15,6 +16,8 @@ pub mod connections;
 pub mod error;
 pub mod extract;
 pub mod framing;
+pub mod groups;
+pub mod oom;
 pub mod pages;
 pub mod refusals;
 pub mod role_rules;
@@ -199,7 +202,7 @@ async fn empty_trash_periodically(state: AppState) {
     loop {
         ticks.tick().await;
         let store = state.store.clone();
-        let cutoff = now_ms() - state.config.trash_ms();
+        let cutoff = store::now_ms() - state.config.trash_ms();
         match error::blocking(move || store.purge_trashed_before(cutoff, None)).await {
             Ok(Ok(purge)) => {
                 for id in &purge.purged {
@@ -210,13 +213,6 @@ async fn empty_trash_periodically(state: AppState) {
             Err(error) => tracing::warn!(%error, "emptying the trash failed"),
         }
     }
-}
-
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 pub fn router(state: AppState) -> Router {
@@ -275,13 +271,13 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/api/snapshots/{id}/events", get(views::events_view))
         .route("/api/snapshots/{id}/events/{index}", get(views::event_view))
-        .route("/api/snapshots/{id}/oom", get(compare::oom))
+        .route("/api/snapshots/{id}/oom", get(oom::oom))
         .route("/api/compare/{a}/{b}", get(compare::compare))
         .route(
             "/api/compare/{a}/{b}/torch.txt",
             get(compare::torch_compare_text),
         )
-        .route("/api/groups/{name}", get(compare::group))
+        .route("/api/groups/{name}", get(groups::group))
         .route("/api/audit", get(api::audit));
     Router::new()
         .route("/", get(pages::index))
@@ -324,8 +320,8 @@ pub fn router(state: AppState) -> Router {
         .layer(CompressionLayer::new().compress_when(
             DefaultPredicate::new().and(NotForContentType::const_new("application/octet-stream")),
         ))
-        // A 5xx is logged once, with its details and reference, where its answer is made
-        // (`ApiError::public`); the trace layer's own failure line would only repeat it.
+        // A 5xx is logged once, with its details and reference, by `error::every_error_as_json`;
+        // the trace layer's own failure line would only repeat it.
         .layer(TraceLayer::new_for_http().on_failure(()))
         .with_state(state)
 }

@@ -71,7 +71,7 @@ impl RefusedWrites {
         why: &str,
         token_name: Option<String>,
     ) {
-        let minute = super::now_ms().div_euclid(60_000);
+        let minute = super::store::now_ms().div_euclid(60_000);
         let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
         let mut key = (minute, peer.map(|peer| peer.to_canonical()));
         if !buckets.contains_key(&key) {
@@ -104,7 +104,7 @@ impl RefusedWrites {
     /// over and written. Runs on a blocking thread (SQLite).
     pub fn flush(&self) {
         let _one_at_a_time = self.flushing.lock().unwrap_or_else(PoisonError::into_inner);
-        let minute = super::now_ms().div_euclid(60_000);
+        let minute = super::store::now_ms().div_euclid(60_000);
         let due: Vec<DueRow> = {
             let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
             buckets

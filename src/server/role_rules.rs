@@ -7,8 +7,8 @@
 
 use super::AppState;
 use super::access::Actor;
+use super::analysed::AnalysedSnapshot;
 use super::api::actor_name;
-use super::cache::Loaded;
 use super::error::{ApiError, blocking};
 use super::extract::{StoredSnapshot, edit_refused, lookup, not_live};
 use super::store::{Lookup, SnapshotId};
@@ -112,7 +112,7 @@ async fn reanalyse(
     state: &AppState,
     id: &SnapshotId,
     rules: Arc<UserRules>,
-) -> Result<Loaded, ApiError> {
+) -> Result<AnalysedSnapshot, ApiError> {
     let path = state.store.blob_path(id);
     let index = state.store.index_path(id);
     let target = id.clone();
@@ -133,7 +133,7 @@ async fn reanalyse(
                 ..LoadOptions::default()
             };
             match crate::analysis::load_path(&path, options) {
-                Ok(parsed) => Ok(Loaded::new(parsed, &rules)),
+                Ok(parsed) => Ok(AnalysedSnapshot::new(parsed, &rules)),
                 Err(error) => {
                     let message = error.to_string();
                     refused = Some(error);
@@ -145,7 +145,7 @@ async fn reanalyse(
             Some(error @ (LoadError::TooManyEvents { .. } | LoadError::Refused(_))) => {
                 ApiError::unreadable(error)
             }
-            _ => ApiError::Internal(format!("snapshot {target}: {message}")),
+            _ => ApiError::internal(format!("re-analysing snapshot {target}"), message),
         })
     })
     .await?

@@ -6,11 +6,11 @@
 //! before a restart is not read again after it.
 
 use super::AppState;
-use super::cache::{IndexWork, Loaded};
+use super::analysed::{AnalysedSnapshot, IndexWork};
 use super::store::SnapshotId;
 use crate::analysis::roles::UserRules;
 use crate::index::{BlobIdentity, IndexError, Verify};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -31,8 +31,8 @@ pub fn load(
     blob: &Path,
     index: &Path,
     rules: &UserRules,
-    parse: impl FnOnce() -> Result<Loaded, String>,
-) -> Result<Loaded, String> {
+    parse: impl FnOnce() -> Result<AnalysedSnapshot, String>,
+) -> Result<AnalysedSnapshot, String> {
     // A blob that cannot be read is for `parse` to report, in its words.
     let Ok(blob_bytes) = std::fs::metadata(blob).map(|m| m.len()) else {
         return parse();
@@ -46,10 +46,10 @@ pub fn load(
     // temporary file and rename (`crate::index::write`), never in place, and the README tells
     // operators never to edit or truncate those files (deleting them is fine). A file
     // truncated in place anyway makes a read past its new end raise SIGBUS, which no check
-    // here can prevent.
+    // here can prevent; one edited in place changes, under the map, numbers already checked.
     match unsafe { crate::index::open(index, identity, VERIFY_ON_LOAD) } {
         Ok(opened) => {
-            let loaded = Loaded::from_index(opened, rules);
+            let loaded = AnalysedSnapshot::from_index(opened, rules);
             tracing::info!(%id, ms = started.elapsed().as_millis() as u64, "opened from its stored index");
             return Ok(loaded);
         }
@@ -69,7 +69,7 @@ pub fn load(
 /// [`VERIFY_ON_LOAD`]), and a corrupt index deleted and the snapshot dropped from the cache,
 /// so the next request reads the pickle and writes a sound index. A failed write is logged:
 /// the index is a cache, and the next cold load tries again.
-pub fn maintain_in_background(state: &AppState, id: &SnapshotId, loaded: &Arc<Loaded>) {
+pub fn maintain_in_background(state: &AppState, id: &SnapshotId, loaded: &Arc<AnalysedSnapshot>) {
     let work = loaded.take_index_work();
     if work == IndexWork::None {
         return;
@@ -82,6 +82,7 @@ pub fn maintain_in_background(state: &AppState, id: &SnapshotId, loaded: &Arc<Lo
     tokio::task::spawn_blocking(move || match work {
         IndexWork::Write => {
             let _running = running;
+            #[cfg(feature = "test-hooks")]
             wait_at_test_gate();
             if let Err(error) = write_now(&id, &blob, &index, &loaded) {
                 tracing::warn!(%id, %error, "writing the stored index failed; the next cold load reads the snapshot again");
@@ -199,11 +200,14 @@ impl IndexWrites {
 /// The environment variable of a test hook: with `SNAPVIEW_TEST_INDEX_WRITE_GATE=PATH`, each
 /// index write first creates `PATH.waiting`, then waits (a minute at most) until `PATH` exists,
 /// so a test can stop the server while a write is in flight without racing it (see
-/// tests/server_cold.rs). Unset, as it is outside that test, it costs one lookup per write.
+/// tests/server_cold.rs). Only in a build with the `test-hooks` feature (the tests' build): a
+/// build for users never reads it.
+#[cfg(feature = "test-hooks")]
 pub const TEST_INDEX_WRITE_GATE: &str = "SNAPVIEW_TEST_INDEX_WRITE_GATE";
 
+#[cfg(feature = "test-hooks")]
 fn wait_at_test_gate() {
-    let Some(gate) = std::env::var_os(TEST_INDEX_WRITE_GATE).map(PathBuf::from) else {
+    let Some(gate) = std::env::var_os(TEST_INDEX_WRITE_GATE).map(std::path::PathBuf::from) else {
         return;
     };
     let mut waiting = gate.clone().into_os_string();
@@ -236,7 +240,7 @@ pub fn write_now(
     id: &SnapshotId,
     blob: &Path,
     index: &Path,
-    loaded: &Loaded,
+    loaded: &AnalysedSnapshot,
 ) -> std::io::Result<()> {
     let started = std::time::Instant::now();
     let identity = BlobIdentity {

@@ -15,8 +15,8 @@
 //! slot for as long as the client liked.
 
 use super::AppState;
+use super::analysed::AnalysedSnapshot;
 use super::api::{clean_group, clean_label};
-use super::cache::Loaded;
 use super::error::{ApiError, blocking};
 use super::store::{NewSnapshot, SnapshotId};
 use super::wire::{SnapshotView, SummaryRow};
@@ -166,7 +166,7 @@ struct Received {
     file: TempFile,
     size: u64,
     digest: Vec<u8>,
-    loaded: Option<Loaded>,
+    loaded: Option<AnalysedSnapshot>,
 }
 
 /// Chunks of the upload as they arrive, on a channel, as a `Read` for the parser thread.
@@ -190,7 +190,7 @@ impl std::io::Read for ChannelReader {
     }
 }
 
-type ParseResult = Result<Loaded, LoadError>;
+type ParseResult = Result<AnalysedSnapshot, LoadError>;
 
 /// How an upload is read: a compressed upload may expand to no more than an uncompressed one
 /// may be (`--max-upload`), besides the reader's ratio and string bounds; its trace may hold
@@ -239,7 +239,7 @@ impl Reading {
     ) -> ParseResult {
         let charge = self.budget.charge("this upload");
         let parsed = read(upload_load_options(self, &charge))?;
-        Ok(Loaded::new(parsed, &self.rules))
+        Ok(AnalysedSnapshot::new(parsed, &self.rules))
     }
 }
 
@@ -263,7 +263,7 @@ fn spawn_parser(
             // The upload may have been dropped meanwhile; then nobody wants the answer.
             let _ = answer.send(parsed);
         })
-        .map_err(|e| ApiError::Internal(format!("cannot start a parser thread: {e}")))?;
+        .map_err(|e| ApiError::internal("cannot start a parser thread", e))?;
     Ok(result)
 }
 
@@ -272,7 +272,7 @@ async fn join_parser(
 ) -> Result<ParseResult, ApiError> {
     parser
         .await
-        .map_err(|_| ApiError::Internal("the parser thread stopped without an answer".into()))
+        .map_err(|e| ApiError::internal("the parser thread stopped without an answer", e))
 }
 
 /// A reader's refusal as the client sees it (see [`ApiError::unreadable`]).

@@ -2,7 +2,7 @@
 //! analysis on a blocking thread and is bounded by the request (pixel width, page size), not by
 //! the trace. The handlers only read the request and call the analysis.
 
-use super::cache::Loaded;
+use super::analysed::AnalysedSnapshot;
 use super::error::ApiError;
 use super::extract::{DeviceChoice, DeviceMoment, LoadedSnapshot, one_of};
 use super::wire::{
@@ -128,7 +128,7 @@ pub async fn timeline_view(
 /// The roles the views show for `device`: decided once per loaded snapshot (the summary did it
 /// when the snapshot loaded, with the server's `--roles` rules: the first rules win, so the
 /// default rules given here are not applied again), so every view agrees with the overview.
-fn device_roles<'a>(loaded: &'a Loaded, device: &'a DeviceAnalysis) -> &'a DeviceRoles {
+fn device_roles<'a>(loaded: &'a AnalysedSnapshot, device: &'a DeviceAnalysis) -> &'a DeviceRoles {
     device.roles(&loaded.snapshot, &UserRules::default())
 }
 
@@ -321,6 +321,29 @@ pub async fn allocation(
         .map(Json)
 }
 
+/// Runs `work` on the device `at` picks, with the event its moment resolves to (`default`
+/// when the request names none; `None`: before the first event).
+async fn at_moment<T, F>(
+    snapshot: &LoadedSnapshot,
+    at: DeviceMoment,
+    default: Moment,
+    work: F,
+) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce(&AnalysedSnapshot, &DeviceAnalysis, Option<usize>) -> Result<T, ApiError>
+        + Send
+        + 'static,
+{
+    let moment = at.moment_or(default);
+    snapshot
+        .on_device(at.device, move |loaded, device| {
+            let trace = loaded.snapshot.trace(device.device);
+            work(loaded, device, moment.resolve(trace, &device.replay))
+        })
+        .await
+}
+
 #[derive(Debug, Deserialize)]
 pub struct FlameQuery {
     mode: Option<String>,
@@ -352,27 +375,22 @@ pub async fn flame_view(
             "by=role shows live allocations by role; use it with mode=allocated (reserved bytes that no allocation holds have no role)".into(),
         ));
     }
-    let moment = at.moment_or(Moment::Peak);
-    snapshot
-        .on_device(at.device, move |loaded, device| {
-            let trace = loaded.snapshot.trace(device.device);
-            let at = moment.resolve(trace, &device.replay);
-            if by_role {
-                let roles = device_roles(loaded, device);
-                return Ok(FlameAnswer {
-                    flame: flame_by_role(&loaded.snapshot, device, at, roles),
-                    mode,
-                });
-            }
-            let map =
-                (mode == FlameMode::Reserved).then(|| memory_map(&loaded.snapshot, device, at));
-            Ok(FlameAnswer {
-                flame: flame(&loaded.snapshot, device, at, mode, map.as_ref()),
+    at_moment(&snapshot, at, Moment::Peak, move |loaded, device, at| {
+        if by_role {
+            let roles = device_roles(loaded, device);
+            return Ok(FlameAnswer {
+                flame: flame_by_role(&loaded.snapshot, device, at, roles),
                 mode,
-            })
+            });
+        }
+        let map = (mode == FlameMode::Reserved).then(|| memory_map(&loaded.snapshot, device, at));
+        Ok(FlameAnswer {
+            flame: flame(&loaded.snapshot, device, at, mode, map.as_ref()),
+            mode,
         })
-        .await
-        .map(Json)
+    })
+    .await
+    .map(Json)
 }
 
 /// `GET /api/snapshots/{id}/segments`: the segment map at a moment (default: the snapshot's).
@@ -380,15 +398,11 @@ pub async fn segments_view(
     snapshot: LoadedSnapshot,
     at: DeviceMoment,
 ) -> Result<Json<MemoryMap>, ApiError> {
-    let moment = at.moment_or(Moment::End);
-    snapshot
-        .on_device(at.device, move |loaded, device| {
-            let trace = loaded.snapshot.trace(device.device);
-            let at = moment.resolve(trace, &device.replay);
-            Ok(memory_map(&loaded.snapshot, device, at))
-        })
-        .await
-        .map(Json)
+    at_moment(&snapshot, at, Moment::End, move |loaded, device, at| {
+        Ok(memory_map(&loaded.snapshot, device, at))
+    })
+    .await
+    .map(Json)
 }
 
 #[derive(Debug, Deserialize)]
@@ -404,21 +418,17 @@ pub async fn history_view(
     at: DeviceMoment,
     Query(query): Query<HistoryQuery>,
 ) -> Result<Json<History>, ApiError> {
-    let moment = at.moment_or(Moment::End);
-    snapshot
-        .on_device(at.device, move |loaded, device| {
-            let trace = loaded.snapshot.trace(device.device);
-            let at = moment.resolve(trace, &device.replay);
-            Ok(history(
-                &loaded.snapshot,
-                device,
-                at,
-                query.before.unwrap_or(20),
-                query.after.unwrap_or(20),
-            ))
-        })
-        .await
-        .map(Json)
+    at_moment(&snapshot, at, Moment::End, move |loaded, device, at| {
+        Ok(history(
+            &loaded.snapshot,
+            device,
+            at,
+            query.before.unwrap_or(20),
+            query.after.unwrap_or(20),
+        ))
+    })
+    .await
+    .map(Json)
 }
 
 /// `GET /api/snapshots/{id}/segment-timeline`: the reserved ranges over the window, one band

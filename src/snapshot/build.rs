@@ -9,7 +9,7 @@ pub(super) use super::compact::TraceCompactor;
 use super::compact::{Record, flat_pairs, record_of};
 pub(super) use super::convert::ShapeError;
 use super::convert::{ConversionBudget, to_json};
-use super::follow::{Followed, TraceFollower};
+use super::follow::{FollowerOutcome, TraceFollower};
 use super::load::LoadError;
 use super::{Annotation, Block, BlockState, Segment, Snapshot, StackId, StackTable, Trace};
 use crate::pickle::{Heap, Kind, Memo, Value};
@@ -22,7 +22,7 @@ pub(super) fn build<F: TraceFollower>(
     root: Value,
     mut heap: Heap,
     mut compactor: TraceCompactor<'_, F>,
-) -> Result<(Snapshot, Option<Followed<F>>), LoadError> {
+) -> Result<(Snapshot, Option<FollowerOutcome<F>>), LoadError> {
     let mut memo = Memo::default();
     let mut snapshot = Snapshot::default();
     let mut budget = ConversionBudget::for_heap(&heap);
@@ -214,7 +214,7 @@ pub(super) fn build<F: TraceFollower>(
         .filter(|&device| device_rows[device].is_run(0, total));
     let followed = match (one_device, pass) {
         (Some(device), Some(follower)) if follower.events() == total => {
-            Some(Followed { device, follower })
+            Some(FollowerOutcome { device, follower })
         }
         _ => None,
     };

@@ -32,7 +32,7 @@ impl TraceFollower for () {
 /// What a follower made of one device's trace, as loaded: it saw every event of
 /// `snapshot.trace(device)` when `follower.events()` equals that trace's length.
 #[derive(Debug)]
-pub struct Followed<F> {
+pub struct FollowerOutcome<F> {
     /// The device whose trace the follower saw (a file's events are all one device's in every
     /// file torch writes; the loader hands no result back otherwise).
     pub device: usize,

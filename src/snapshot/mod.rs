@@ -23,12 +23,12 @@ mod trace;
 pub use column::{Column, SharedMap, WindowError};
 pub use compact::parallel::{Parallel, parallel_splices};
 pub use convert::ShapeError;
-pub use follow::{Followed, TraceFollower};
+pub use follow::{FollowerOutcome, TraceFollower};
 pub(crate) use frames::short_frame_label;
 pub use frames::{Frame, FrameId, FrameLabel, FrameTable, StackId, StackTable};
 pub use load::{
     DEFAULT_MAX_EVENTS, EVENTS_PER_CHARGE, EventGate, LoadError, LoadOptions, Refusal,
-    WithFollowed, default_threads, load_path, load_path_following, load_reader,
+    WithFollowerOutcome, default_threads, load_path, load_path_following, load_reader,
     load_reader_following, load_slice_following, set_default_threads,
 };
 pub(crate) use narrow::blocked_times;
@@ -221,10 +221,52 @@ impl Snapshot {
             .unwrap_or_else(|| EMPTY.get_or_init(Trace::default))
     }
 
+    /// The heap bytes this snapshot holds (its share of the analysis cache's byte budget): the
+    /// numeric columns and vectors by the capacities allocated (a mapped column holds none),
+    /// the texts, interned frames and stacks by count (a trace repeats a few thousand of them,
+    /// so they are small). Every field is named below, so a new one does not compile until it
+    /// is counted here (or said to hold nothing worth counting).
+    pub fn heap_bytes(&self) -> u64 {
+        let Snapshot {
+            segments,
+            device_traces,
+            allocator_settings: _,
+            external_annotations,
+            unknown_keys: _,
+            frames,
+            stacks,
+            source: _,
+        } = self;
+        let segment_bytes = vec_bytes(segments)
+            + segments
+                .iter()
+                .map(|segment| vec_bytes(&segment.blocks) + segment.segment_type.capacity() as u64)
+                .sum::<u64>();
+        let annotation_bytes = vec_bytes(external_annotations)
+            + external_annotations
+                .iter()
+                .map(|annotation| annotation.fields.len() as u64 * PER_TABLE_ENTRY)
+                .sum::<u64>();
+        vec_bytes(device_traces)
+            + device_traces.iter().map(Trace::heap_bytes).sum::<u64>()
+            + segment_bytes
+            + annotation_bytes
+            + (frames.len() + stacks.len()) as u64 * PER_TABLE_ENTRY
+    }
+
     /// Segments of `device`, in file order.
     pub fn device_segments(&self, device: usize) -> impl Iterator<Item = &Segment> {
         self.segments
             .iter()
             .filter(move |segment| usize::try_from(segment.device).ok() == Some(device))
     }
+}
+
+/// Heap bytes counted per text, interned frame or stack, or map entry: the text or frame ids,
+/// and the index entry.
+pub(crate) const PER_TABLE_ENTRY: u64 = 128;
+
+/// Heap bytes a vector holds (its capacity).
+pub(crate) fn vec_bytes<T>(vector: &Vec<T>) -> u64 {
+    (vector.capacity() * std::mem::size_of::<T>()) as u64
 }

@@ -302,3 +302,41 @@ impl Trace {
         self.user_metadata.set(event, user_metadata);
     }
 }
+
+impl Trace {
+    /// The heap bytes of this trace, for [`Snapshot::heap_bytes`](super::Snapshot::heap_bytes):
+    /// every column by what it allocated (nothing when mapped), the side tables by count. Every
+    /// field is named, so a new column does not compile until it is counted here.
+    pub fn heap_bytes(&self) -> u64 {
+        /// Per entry of a `BTreeMap`: key, value and the node's share.
+        const PER_MAP_ENTRY: u64 = 48;
+        let Trace {
+            action,
+            addr,
+            size,
+            stream,
+            time_us,
+            stack,
+            compile_context,
+            user_metadata,
+            strings,
+            device_free,
+            unknown_actions,
+            category,
+            categories,
+            has_time: _,
+        } = self;
+        action.heap_bytes()
+            + addr.heap_bytes()
+            + size.heap_bytes()
+            + stream.heap_bytes()
+            + time_us.heap_bytes()
+            + stack.heap_bytes()
+            + compile_context.heap_bytes()
+            + user_metadata.heap_bytes()
+            + category.heap_bytes()
+            + (strings.len() + unknown_actions.len() + categories.len()) as u64
+                * super::PER_TABLE_ENTRY
+            + device_free.len() as u64 * PER_MAP_ENTRY
+    }
+}

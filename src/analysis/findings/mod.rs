@@ -17,11 +17,11 @@ use serde::Serialize;
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct Finding {
     /// Stable identifier, e.g. `activations_kept_without_backward`.
-    #[serde(deserialize_with = "super::static_text")]
-    pub code: super::StaticText,
+    #[serde(deserialize_with = "super::intern_code")]
+    pub code: super::InternedCode,
     /// `warning` (memory is wasted) or `info` (worth knowing, often intended).
-    #[serde(deserialize_with = "super::static_text")]
-    pub severity: super::StaticText,
+    #[serde(deserialize_with = "super::intern_code")]
+    pub severity: super::InternedCode,
     /// The bytes it is about.
     pub bytes: u64,
     pub message: String,

@@ -3,7 +3,7 @@
 //! [`TraceFollower`] so the loader can run it batch by batch while the trace is still read.
 
 use super::{Allocation, AllocationId, Allocations, Origin};
-use crate::snapshot::{ActionCode, Followed, Trace, TraceFollower};
+use crate::snapshot::{ActionCode, FollowerOutcome, Trace, TraceFollower};
 
 /// Replay state of one address.
 #[derive(Debug, Clone, Copy)]
@@ -214,10 +214,10 @@ impl EventPass {
 /// not run twice. Empty when the loader did not run it (a short trace, or events of several
 /// devices).
 #[derive(Debug, Default)]
-pub struct ReplaySeed(pub(super) Option<Followed<EventPass>>);
+pub struct ReplaySeed(pub(super) Option<FollowerOutcome<EventPass>>);
 
 impl ReplaySeed {
-    pub(crate) fn new(followed: Option<Followed<EventPass>>) -> Self {
+    pub(crate) fn new(followed: Option<FollowerOutcome<EventPass>>) -> Self {
         Self(followed)
     }
 

@@ -160,7 +160,7 @@ pub async fn login(State(state): State<AppState>, Form(form): Form<LoginForm>) -
         return response;
     }
     let Some(session) = access.session_for(form.token.trim()) else {
-        return ApiError::Internal("no randomness for the session key".into()).into_response();
+        return ApiError::internal("making a session key", "no randomness").into_response();
     };
     // HttpOnly: scripts (an injected one included) cannot read it; SameSite=Strict: no other
     // site's page can make the browser send it.
@@ -177,7 +177,7 @@ pub async fn login(State(state): State<AppState>, Form(form): Form<LoginForm>) -
             response.headers_mut().insert(header::SET_COOKIE, value);
             response
         }
-        Err(e) => ApiError::Internal(e.to_string()).into_response(),
+        Err(e) => ApiError::internal("setting the session cookie", e).into_response(),
     }
 }
 

@@ -19,7 +19,7 @@ pub(crate) fn error_page(error: ApiError) -> Response {
     let public = error.public();
     let status = public.status;
     let title = match status {
-        StatusCode::NOT_FOUND => match error {
+        StatusCode::NOT_FOUND => match &error {
             ApiError::PageNotFound(_) => "Page not found",
             _ => "Snapshot not found",
         },
@@ -33,7 +33,7 @@ pub(crate) fn error_page(error: ApiError) -> Response {
         message: public.message,
     });
     *response.status_mut() = status;
-    response
+    error.with_log_cause(response)
 }
 
 /// Any other path: a page for a person, the API's error shape under `/api/`.

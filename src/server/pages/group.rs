@@ -4,7 +4,7 @@ use super::{Assets, CompareAssets, error_page, render};
 use crate::analysis::groups::percent_from_median;
 use crate::format::bytes;
 use crate::server::AppState;
-use crate::server::compare::group_members;
+use crate::server::groups::group_members;
 use crate::snapshot::short_frame_label;
 use askama::Template;
 use axum::extract::{Path, State};

@@ -7,7 +7,8 @@ use crate::analysis::findings::Finding;
 use crate::analysis::roles::BUILTIN_ROLES;
 use crate::format::{bytes, count, duration_us};
 use crate::server::AppState;
-use crate::server::cache::{LoadState, Loaded};
+use crate::server::analysed::AnalysedSnapshot;
+use crate::server::cache::LoadState;
 use crate::server::extract::StoredSnapshot;
 use crate::snapshot::ActionCode;
 use crate::snapshot::short_frame_label;
@@ -459,7 +460,11 @@ fn loading_page(stored: StoredSnapshot, progress: LoadState) -> Response {
 }
 
 /// The full page of a parsed snapshot.
-fn snapshot_page(state: &AppState, stored: StoredSnapshot, loaded: &Loaded) -> SnapshotPage {
+fn snapshot_page(
+    state: &AppState,
+    stored: StoredSnapshot,
+    loaded: &AnalysedSnapshot,
+) -> SnapshotPage {
     let (id, record) = (stored.id, stored.record);
     let snapshot = &loaded.snapshot;
     let summary = &loaded.summary;

@@ -3,8 +3,9 @@
 //! uploads, renames); the blob files are in `blobs.rs`, the trash in `trash.rs`, the audit log
 //! in `audit.rs` and the start-up repairs in `start_up.rs`.
 
-use super::audit::audit;
+use super::audit::{self, audit};
 use super::blobs::{BLOB_SUFFIX, INDEX_DIR, sync_dir};
+use super::trash::TrashMove;
 use super::*;
 use rusqlite::{Connection, OptionalExtension, params};
 use std::sync::Mutex;
@@ -168,13 +169,6 @@ impl StoredRow {
     }
 }
 
-pub(super) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 impl Store for FileStore {
     fn put(
         &self,
@@ -323,11 +317,11 @@ impl Store for FileStore {
     }
 
     fn delete(&self, id: &SnapshotId, actor: Option<&str>) -> Result<Lookup, StoreError> {
-        self.move_to_trash(id, actor)
+        self.move_in_trash(id, actor, TrashMove::Delete)
     }
 
     fn restore(&self, id: &SnapshotId, actor: Option<&str>) -> Result<Lookup, StoreError> {
-        self.restore_from_trash(id, actor)
+        self.move_in_trash(id, actor, TrashMove::Restore)
     }
 
     fn rename(
@@ -393,7 +387,7 @@ impl Store for FileStore {
     }
 
     fn audit_log(&self, limit: usize, before: Option<i64>) -> Result<Vec<AuditEntry>, StoreError> {
-        self.read_audit_log(limit, before)
+        audit::read(&self.db(), limit, before)
     }
 
     fn record_refusals(
@@ -402,7 +396,7 @@ impl Store for FileStore {
         actor: Option<&str>,
         detail: &serde_json::Value,
     ) -> Result<i64, StoreError> {
-        self.write_refusals(row, actor, detail)
+        audit::write_refusals(&mut self.db(), row, actor, detail)
     }
 
     fn blob_path(&self, id: &SnapshotId) -> PathBuf {
@@ -451,20 +445,31 @@ impl FileStore {
             &before.group
         };
         if old != value {
-            let tx = db.transaction()?;
-            tx.execute(
-                &format!("UPDATE snapshots SET {column} = ?2 WHERE id = ?1"),
-                params![id.as_str(), value],
-            )?;
-            audit(
-                &tx,
-                actor,
-                action,
-                Some(id),
-                &serde_json::json!({"from": old, "to": value}),
-            )?;
-            tx.commit()?;
+            let detail = serde_json::json!({"from": old, "to": value});
+            set_audited(&mut db, id, column, &value, actor, action, &detail)?;
         }
         Ok(self.lookup_locked(&db, id)?.live())
     }
+}
+
+/// Sets `column` of `id`'s row to `value` and writes its audit entry (`actor`, `action`,
+/// `detail`), in one transaction. `column` is one of this store's own column names, never a
+/// client's text.
+pub(super) fn set_audited(
+    db: &mut Connection,
+    id: &SnapshotId,
+    column: &str,
+    value: &dyn rusqlite::ToSql,
+    actor: Option<&str>,
+    action: &str,
+    detail: &serde_json::Value,
+) -> Result<(), StoreError> {
+    let tx = db.transaction()?;
+    tx.execute(
+        &format!("UPDATE snapshots SET {column} = ?2 WHERE id = ?1"),
+        params![id.as_str(), value],
+    )?;
+    audit(&tx, actor, action, Some(id), detail)?;
+    tx.commit()?;
+    Ok(())
 }

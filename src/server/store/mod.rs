@@ -34,6 +34,16 @@ pub use file::FileStore;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
+/// The wall clock as every stored time reads it (`uploaded_at_ms`, `deleted_at_ms`, the audit
+/// log's `at_ms`, the trash's cutoff): Unix milliseconds; 0 on a clock set before 1970.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+        })
+}
+
 /// A snapshot id: the first 16 hex digits of the SHA-256 of the file's bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]

@@ -2,7 +2,7 @@
 //! unreadable summaries redone, the trash emptied by age.
 
 use super::audit::audit;
-use super::file::{FileStore, now_ms};
+use super::file::FileStore;
 use super::*;
 use rusqlite::{Connection, OptionalExtension, params};
 

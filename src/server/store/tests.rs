@@ -2,7 +2,6 @@
 //! after a crash or a hand-edited folder.
 
 use super::blobs::BLOB_SUFFIX;
-use super::file::now_ms;
 use super::*;
 use rusqlite::{Connection, params};
 

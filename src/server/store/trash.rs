@@ -4,63 +4,59 @@
 
 use super::audit::audit;
 use super::blobs::remove_if_there;
-use super::file::now_ms;
+use super::file::set_audited;
 use super::*;
 use rusqlite::params;
 
-impl FileStore {
-    pub(super) fn move_to_trash(
-        &self,
-        id: &SnapshotId,
-        actor: Option<&str>,
-    ) -> Result<Lookup, StoreError> {
-        let mut db = self.db();
-        let before = self.lookup_locked(&db, id)?;
-        if let Lookup::Live(record) | Lookup::FileMissing(record) = &before {
-            let tx = db.transaction()?;
-            tx.execute(
-                "UPDATE snapshots SET deleted_at_ms = ?2 WHERE id = ?1",
-                params![id.as_str(), now_ms()],
-            )?;
-            audit(
-                &tx,
-                actor,
-                "delete",
-                Some(id),
-                &serde_json::json!({"name": record.name}),
-            )?;
-            tx.commit()?;
-        }
-        Ok(before)
-    }
+/// Which way a snapshot moves between the list and the trash.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum TrashMove {
+    /// A live snapshot (or one whose file is missing) into the trash.
+    Delete,
+    /// A trashed snapshot back into the list, if its file is still there.
+    Restore,
+}
 
-    pub(super) fn restore_from_trash(
+impl FileStore {
+    /// Moves `id` into the trash or out of it, audited, and answers: for a delete where it stood
+    /// before; for a restore where it stands after (`FileMissing` when its file is gone, and
+    /// nothing changes). A snapshot that is not where the move starts from is left as it is,
+    /// and its lookup answered.
+    pub(super) fn move_in_trash(
         &self,
         id: &SnapshotId,
         actor: Option<&str>,
+        move_: TrashMove,
     ) -> Result<Lookup, StoreError> {
         let mut db = self.db();
         let before = self.lookup_locked(&db, id)?;
-        let Lookup::Trashed { record, .. } = before else {
-            return Ok(before);
+        let (action, deleted_at_ms, answer) = match (move_, before) {
+            (TrashMove::Delete, before @ (Lookup::Live(_) | Lookup::FileMissing(_))) => {
+                ("delete", Some(now_ms()), before)
+            }
+            (TrashMove::Restore, Lookup::Trashed { record, .. }) => {
+                if !self.blob_path(id).is_file() {
+                    return Ok(Lookup::FileMissing(record));
+                }
+                ("restore", None, Lookup::Live(record))
+            }
+            (_, unmoved) => return Ok(unmoved),
         };
-        if !self.blob_path(id).is_file() {
-            return Ok(Lookup::FileMissing(record));
-        }
-        let tx = db.transaction()?;
-        tx.execute(
-            "UPDATE snapshots SET deleted_at_ms = NULL WHERE id = ?1",
-            params![id.as_str()],
-        )?;
-        audit(
-            &tx,
+        // Both moves answer with the snapshot's record.
+        let (Lookup::Live(record) | Lookup::FileMissing(record)) = &answer else {
+            return Ok(answer);
+        };
+        let detail = serde_json::json!({ "name": record.name });
+        set_audited(
+            &mut db,
+            id,
+            "deleted_at_ms",
+            &deleted_at_ms,
             actor,
-            "restore",
-            Some(id),
-            &serde_json::json!({"name": record.name}),
+            action,
+            &detail,
         )?;
-        tx.commit()?;
-        Ok(Lookup::Live(record))
+        Ok(answer)
     }
 
     pub(super) fn purge_trash_before(

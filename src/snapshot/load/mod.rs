@@ -5,7 +5,7 @@ mod readers;
 
 use super::build::{ShapeError, TraceCompactor, build};
 use super::compact::parallel::{Parallel, Splicer, Splicing, plan_chunks};
-use super::follow::{Followed, TraceFollower};
+use super::follow::{FollowerOutcome, TraceFollower};
 use super::{Compression, Snapshot, json};
 use crate::pickle::{self, Chunks, Compactor, Decoded, Encoding, Limits, PickleError};
 use readers::{Counting, READ_AHEAD_FROM, ReadAhead, ZstdFrames};
@@ -106,7 +106,7 @@ pub fn default_threads() -> usize {
 
 /// A loaded snapshot, and what a [`TraceFollower`] made of its trace while it was read (`None`
 /// when the trace was too short for the column thread, or not one device's in file order).
-pub type WithFollowed<F> = (Snapshot, Option<Followed<F>>);
+pub type WithFollowerOutcome<F> = (Snapshot, Option<FollowerOutcome<F>>);
 
 /// Loads the snapshot at `path`.
 pub fn load_path(path: &Path, options: LoadOptions<'_>) -> Result<Snapshot, LoadError> {
@@ -117,7 +117,7 @@ pub fn load_path(path: &Path, options: LoadOptions<'_>) -> Result<Snapshot, Load
 pub fn load_path_following<F: TraceFollower>(
     path: &Path,
     options: LoadOptions<'_>,
-) -> Result<WithFollowed<F>, LoadError> {
+) -> Result<WithFollowerOutcome<F>, LoadError> {
     let file = std::fs::File::open(path).map_err(|source| LoadError::Open {
         path: path.display().to_string(),
         source,
@@ -170,7 +170,7 @@ pub fn load_slice_following<F: TraceFollower>(
     data: &[u8],
     options: LoadOptions<'_>,
     parallel: Parallel,
-) -> Result<WithFollowed<F>, LoadError> {
+) -> Result<WithFollowerOutcome<F>, LoadError> {
     load_in_memory(data, None, options, parallel)
 }
 
@@ -179,7 +179,7 @@ fn load_map_following<F: TraceFollower>(
     map: &memmap2::Mmap,
     options: LoadOptions<'_>,
     parallel: Parallel,
-) -> Result<WithFollowed<F>, LoadError> {
+) -> Result<WithFollowerOutcome<F>, LoadError> {
     load_in_memory(map, Some(map), options, parallel)
 }
 
@@ -188,7 +188,7 @@ fn load_in_memory<F: TraceFollower>(
     map: Option<&memmap2::Mmap>,
     options: LoadOptions<'_>,
     parallel: Parallel,
-) -> Result<WithFollowed<F>, LoadError> {
+) -> Result<WithFollowerOutcome<F>, LoadError> {
     let head = &data[..data.len().min(SNIFF)];
     if pickle::detect_encoding(head)? != Encoding::Pickle {
         return load_reader_following(data, options);
@@ -242,7 +242,7 @@ pub fn load_reader(reader: impl Read, options: LoadOptions<'_>) -> Result<Snapsh
 pub fn load_reader_following<F: TraceFollower>(
     reader: impl Read,
     options: LoadOptions<'_>,
-) -> Result<WithFollowed<F>, LoadError> {
+) -> Result<WithFollowerOutcome<F>, LoadError> {
     // Compressed bytes are counted as they are read, so decompression can be bounded by its
     // ratio to them (a bomb is refused after a few MB, not at the absolute limit).
     let compressed = pickle::CompressedCount::default();
@@ -272,7 +272,7 @@ fn decode_inner<F: TraceFollower>(
     inner: impl Read,
     options: LoadOptions<'_>,
     compression: Compression,
-) -> Result<WithFollowed<F>, LoadError> {
+) -> Result<WithFollowerOutcome<F>, LoadError> {
     let (head, inner) = sniff(inner).map_err(pickle::io_error)?;
     let inner = BufReader::with_capacity(1 << 16, inner);
     match pickle::detect_encoding(&head)? {
@@ -301,7 +301,7 @@ fn decode_pickle<F: TraceFollower>(
     mut reader: impl Read,
     options: LoadOptions<'_>,
     compression: Compression,
-) -> Result<WithFollowed<F>, LoadError> {
+) -> Result<WithFollowerOutcome<F>, LoadError> {
     assemble(options, compression, None, |limits, compactor| {
         let decoded = pickle::decode(&mut reader, limits, compactor)?;
         if compression != Compression::None {
@@ -319,7 +319,7 @@ fn decode_pickle_chunks<F: TraceFollower>(
     chunks: impl Chunks,
     bytes: u64,
     options: LoadOptions<'_>,
-) -> Result<WithFollowed<F>, LoadError> {
+) -> Result<WithFollowerOutcome<F>, LoadError> {
     assemble(
         options,
         Compression::None,
@@ -335,7 +335,7 @@ fn assemble<F: TraceFollower>(
     compression: Compression,
     bytes: Option<u64>,
     decode: impl FnOnce(&Limits, &mut dyn Compactor) -> Result<Decoded, PickleError>,
-) -> Result<WithFollowed<F>, LoadError> {
+) -> Result<WithFollowerOutcome<F>, LoadError> {
     // Trace columns are filled by a second thread while this one decodes (see TraceCompactor).
     std::thread::scope(|scope| {
         let mut compactor = TraceCompactor::<F>::pipelined(scope)
@@ -358,7 +358,7 @@ fn decode_json<F>(
     reader: impl Read,
     options: LoadOptions<'_>,
     compression: Compression,
-) -> Result<WithFollowed<F>, LoadError> {
+) -> Result<WithFollowerOutcome<F>, LoadError> {
     let value: serde_json::Value =
         serde_json::from_reader(reader).map_err(|e| match e.io_error_kind() {
             Some(_) => LoadError::Pickle(pickle::io_error(e.into())),
