@@ -1,13 +1,15 @@
-//! The command line's arguments: clap's structs, and `Config`, the validated form each command
+//! The command line's arguments: clap's structs, and `ValidatedCommand`, the validated form each command
 //! runs from (`--help` texts and the serve flags are the user's interface: change with care).
 
 use super::client::{check_server_url, query_escape};
+use crate::analysis::diff::Align;
 use crate::server::access::{AccessConfig, NamedToken};
 use crate::server::{ConnectionLimits, ServeConfig};
 use crate::torch_text::FoldedKind;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -125,22 +127,22 @@ enum Command {
     Serve {
         /// Address to listen on; 0.0.0.0:7878 shares it with your network, port 0 takes a free
         /// port (the "serving at" line on stdout names it).
-        #[arg(long, env = "SNAPVIEW_ADDR", default_value = "127.0.0.1:7878")]
-        addr: String,
+        #[arg(long, env = "SNAPVIEW_ADDR", default_value = "127.0.0.1:7878", value_parser = socket_address)]
+        addr: SocketAddr,
         /// Where snapshots and their index are kept [default: $XDG_DATA_HOME/snapview or
         /// ~/.local/share/snapview].
         #[arg(long, env = "SNAPVIEW_DATA_DIR")]
         data_dir: Option<PathBuf>,
         /// Largest upload accepted, e.g. 8GiB, 500MB, 1000000.
-        #[arg(long, env = "SNAPVIEW_MAX_UPLOAD", default_value = "8GiB")]
-        max_upload: String,
+        #[arg(long, env = "SNAPVIEW_MAX_UPLOAD", default_value = "8GiB", value_parser = size)]
+        max_upload: u64,
         /// Memory for parsed snapshots kept ready; the least recently used go first.
-        #[arg(long, env = "SNAPVIEW_CACHE", default_value = "4GiB")]
-        cache: String,
+        #[arg(long, env = "SNAPVIEW_CACHE", default_value = "4GiB", value_parser = size)]
+        cache: u64,
         /// Memory that parses and rules re-analyses in flight may hold together, charged as
         /// their events are found (96 bytes each); past it they wait, then answer 503.
-        #[arg(long, env = "SNAPVIEW_PARSE_MEMORY", default_value = "5GiB")]
-        parse_memory: String,
+        #[arg(long, env = "SNAPVIEW_PARSE_MEMORY", default_value = "5GiB", value_parser = size)]
+        parse_memory: u64,
         /// The URL links should use, if not http://ADDR (behind a proxy, say).
         #[arg(long, env = "SNAPVIEW_PUBLIC_URL")]
         public_url: Option<String>,
@@ -158,7 +160,7 @@ enum Command {
         reindex: bool,
         /// Open connections at most; past it a connection idle or waiting on its client for a
         /// second is closed to make room, else the new one is answered 503 and closed.
-        #[arg(long, env = "SNAPVIEW_MAX_CONNECTIONS", default_value_t = 1024)]
+        #[arg(long, env = "SNAPVIEW_MAX_CONNECTIONS", default_value_t = 1024, value_parser = at_least_one)]
         max_connections: usize,
         /// Open connections from one client address at most (the TCP peer: behind a reverse
         /// proxy every client is the proxy, so set it high or 0 there); 0: no limit.
@@ -170,7 +172,7 @@ enum Command {
         max_connections_per_client: usize,
         /// Uploads received at once at most; past it an upload is answered 503 with
         /// Retry-After (each holds a parser thread and its snapshot in memory).
-        #[arg(long, env = "SNAPVIEW_MAX_UPLOADS", default_value_t = 8)]
+        #[arg(long, env = "SNAPVIEW_MAX_UPLOADS", default_value_t = 8, value_parser = at_least_one)]
         max_uploads: usize,
         /// Uploads received at once from one client address at most (the TCP peer, as for
         /// --max-connections-per-client); 0: no limit.
@@ -178,27 +180,27 @@ enum Command {
         max_uploads_per_client: usize,
         /// Slowest average an upload may arrive at, per second waited for it, after its first
         /// 10 s (408 and nothing kept below it), e.g. 64KiB; 0: no minimum.
-        #[arg(long, env = "SNAPVIEW_MIN_UPLOAD_RATE", default_value = "64KiB")]
-        min_upload_rate: String,
+        #[arg(long, env = "SNAPVIEW_MIN_UPLOAD_RATE", default_value = "64KiB", value_parser = size)]
+        min_upload_rate: u64,
         /// Time a client has to send a request's headers; also how long a kept-alive
         /// connection may sit idle. E.g. 30s, 500ms, 2m.
-        #[arg(long, env = "SNAPVIEW_HEADER_TIMEOUT", default_value = "30s")]
-        header_timeout: String,
+        #[arg(long, env = "SNAPVIEW_HEADER_TIMEOUT", default_value = "30s", value_parser = timeout)]
+        header_timeout: Duration,
         /// Longest wait for the next bytes of a request body (408 and nothing kept past it).
-        #[arg(long, env = "SNAPVIEW_BODY_TIMEOUT", default_value = "30s")]
-        body_timeout: String,
+        #[arg(long, env = "SNAPVIEW_BODY_TIMEOUT", default_value = "30s", value_parser = timeout)]
+        body_timeout: Duration,
         /// Longest a response may wait for its client to accept any of its bytes; past it the
         /// connection is dropped. E.g. 30s.
-        #[arg(long, env = "SNAPVIEW_SEND_TIMEOUT", default_value = "30s")]
-        send_timeout: String,
+        #[arg(long, env = "SNAPVIEW_SEND_TIMEOUT", default_value = "30s", value_parser = timeout)]
+        send_timeout: Duration,
         /// Slowest a client may accept a response, per second it keeps the server waiting,
         /// after its first 10 s of waiting (the connection is dropped below it), e.g. 16KiB;
         /// 0: no minimum.
-        #[arg(long, env = "SNAPVIEW_MIN_SEND_RATE", default_value = "16KiB")]
-        min_send_rate: String,
+        #[arg(long, env = "SNAPVIEW_MIN_SEND_RATE", default_value = "16KiB", value_parser = size)]
+        min_send_rate: u64,
         /// On SIGTERM or Ctrl-C, how long requests in flight may take before the server exits.
-        #[arg(long, env = "SNAPVIEW_SHUTDOWN_GRACE", default_value = "5s")]
-        shutdown_grace: String,
+        #[arg(long, env = "SNAPVIEW_SHUTDOWN_GRACE", default_value = "5s", value_parser = timeout)]
+        shutdown_grace: Duration,
         /// Writes (upload, rename, delete, restore) need `Authorization: Bearer TOKEN` with this
         /// token. Prefer the environment variable: command lines are visible to other users.
         #[arg(long, env = "SNAPVIEW_WRITE_TOKEN", hide_env_values = true)]
@@ -246,7 +248,7 @@ enum Command {
         json: bool,
         /// Fail (exit status 1) when any device's peak allocated bytes grew by more than this
         /// many percent: a memory-regression gate for CI.
-        #[arg(long, value_name = "PCT")]
+        #[arg(long, value_name = "PCT", value_parser = percentage)]
         max_peak_growth: Option<f64>,
         /// Align stacks without line numbers, so edits that shift lines still match.
         #[arg(long)]
@@ -254,8 +256,8 @@ enum Command {
         /// How stacks are lined up: `auto` pairs outer callers that differ (a no_grad wrapper,
         /// another entry point) when many stacks below them match; `off` matches frame for
         /// frame; a number N drops the N outermost frames of every stack.
-        #[arg(long, default_value = "auto", value_name = "auto|off|N")]
-        align: String,
+        #[arg(long, default_value = "auto", value_name = "auto|off|N", value_parser = Align::parse)]
+        align: Align,
         /// Compare snapshots stored on this snapview server, http:// or https:// (BEFORE and
         /// AFTER are ids).
         #[arg(long, env = "SNAPVIEW_SERVER")]
@@ -280,6 +282,10 @@ enum Command {
         /// A group label, e.g. the job whose ranks these are.
         #[arg(long)]
         group: Option<String>,
+        /// Role rules for this snapshot in place of the server's: a TOML or JSON file
+        /// (docs/roles.md), sent once the upload is stored (`PUT /api/snapshots/{id}/rules`).
+        #[arg(long)]
+        roles: Option<PathBuf>,
         /// The server's write token, if it needs one (sent as `Authorization: Bearer`).
         #[arg(long, env = "SNAPVIEW_TOKEN", hide_env_values = true)]
         token: Option<String>,
@@ -316,7 +322,7 @@ fn parse_device(text: &str) -> Result<DeviceArg, String> {
 
 /// What a validated command will do.
 #[derive(Debug)]
-pub(super) enum Config {
+pub(super) enum ValidatedCommand {
     Summary {
         file: PathBuf,
         json: bool,
@@ -354,7 +360,11 @@ pub(super) enum Config {
     },
     Upload {
         file: PathBuf,
+        /// Where the file is sent: `{server}/api/snapshots?filename=…`.
         url: String,
+        /// `--server`, where `--roles` go once the snapshot is stored.
+        server: String,
+        roles: Option<PathBuf>,
         token: Option<String>,
         max_redirects: usize,
     },
@@ -363,7 +373,7 @@ pub(super) enum Config {
         json: bool,
         max_peak_growth: Option<f64>,
         ignore_lines: bool,
-        align: crate::analysis::diff::Align,
+        align: Align,
         top: usize,
     },
 }
@@ -379,8 +389,11 @@ pub(super) enum DiffSource {
     },
 }
 
-impl Config {
-    pub(super) fn from_cli(cli: Cli) -> Result<Self, String> {
+impl ValidatedCommand {
+    /// Checks what clap could not: the files are there, the server URLs are http(s), the
+    /// access settings hold together (flags with a value of their own type were checked by
+    /// their value parsers as clap read them).
+    pub(super) fn from_arguments(cli: Cli) -> Result<Self, String> {
         let max_events = cli.max_events;
         let check = |file: &Path| -> Result<(), String> {
             match std::fs::metadata(file) {
@@ -392,7 +405,7 @@ impl Config {
         Ok(match cli.command {
             Command::Summary { file, json, roles } => {
                 check(&file)?;
-                Config::Summary { file, json, roles }
+                ValidatedCommand::Summary { file, json, roles }
             }
             Command::Live {
                 file,
@@ -402,7 +415,7 @@ impl Config {
                 roles,
             } => {
                 check(&file)?;
-                Config::Live {
+                ValidatedCommand::Live {
                     file,
                     device,
                     at,
@@ -412,7 +425,7 @@ impl Config {
             }
             Command::Stats { file } => {
                 check(&file)?;
-                Config::Stats { file }
+                ValidatedCommand::Stats { file }
             }
             Command::Export {
                 file,
@@ -426,21 +439,21 @@ impl Config {
                     ExportKind::Segments => FoldedKind::Segments,
                     ExportKind::Memory => FoldedKind::Memory,
                     ExportKind::Roles => {
-                        return Ok(Config::ExportRoles {
+                        return Ok(ValidatedCommand::ExportRoles {
                             file,
                             output,
                             roles,
                         });
                     }
                 };
-                Config::Export {
+                ValidatedCommand::Export {
                     file,
                     kind,
                     output,
                     device,
                 }
             }
-            Command::Open { file, no_browser } => Config::Open { file, no_browser },
+            Command::Open { file, no_browser } => ValidatedCommand::Open { file, no_browser },
             Command::Serve {
                 addr,
                 data_dir,
@@ -470,33 +483,20 @@ impl Config {
                 frame_ancestors,
                 files,
             } => {
-                if max_connections == 0 || max_uploads == 0 {
-                    return Err("--max-connections and --max-uploads must be at least 1".to_owned());
-                }
                 let limits = ConnectionLimits {
                     max_connections,
                     max_connections_per_client,
                     max_uploads,
                     max_uploads_per_client,
-                    min_upload_rate: parse_size(&min_upload_rate)
-                        .map_err(|e| format!("--min-upload-rate: {e}"))?,
-                    header_timeout: parse_duration(&header_timeout)
-                        .map_err(|e| format!("--header-timeout: {e}"))?,
-                    body_timeout: parse_duration(&body_timeout)
-                        .map_err(|e| format!("--body-timeout: {e}"))?,
-                    send_timeout: parse_duration(&send_timeout)
-                        .map_err(|e| format!("--send-timeout: {e}"))?,
-                    min_send_rate: parse_size(&min_send_rate)
-                        .map_err(|e| format!("--min-send-rate: {e}"))?,
-                    shutdown_grace: parse_duration(&shutdown_grace)
-                        .map_err(|e| format!("--shutdown-grace: {e}"))?,
-                    parse_memory_bytes: parse_size(&parse_memory)
-                        .map_err(|e| format!("--parse-memory: {e}"))?,
+                    min_upload_rate,
+                    header_timeout,
+                    body_timeout,
+                    send_timeout,
+                    min_send_rate,
+                    shutdown_grace,
+                    parse_memory_bytes: parse_memory,
                     max_events,
                 };
-                let addr: SocketAddr = addr.parse().map_err(|_| {
-                    format!("--addr {addr:?} is not an address like 127.0.0.1:7878")
-                })?;
                 for file in &files {
                     check(file)?;
                 }
@@ -507,14 +507,12 @@ impl Config {
                 let public_url = public_url
                     .map(|u| u.trim_end_matches('/').to_owned())
                     .unwrap_or_else(|| default_public_url(addr));
-                Config::Serve {
+                ValidatedCommand::Serve {
                     config: Box::new(ServeConfig {
                         addr,
                         data_dir,
-                        max_upload_bytes: parse_size(&max_upload)
-                            .map_err(|e| format!("--max-upload: {e}"))?,
-                        cache_budget_bytes: parse_size(&cache)
-                            .map_err(|e| format!("--cache: {e}"))?,
+                        max_upload_bytes: max_upload,
+                        cache_budget_bytes: cache,
                         public_url,
                         trash_days,
                         reindex,
@@ -554,16 +552,6 @@ impl Config {
                 top,
                 token,
             } => {
-                let align_text = align.trim().to_owned();
-                let align = crate::analysis::diff::Align::parse(&align)
-                    .map_err(|e| format!("--align: {e}"))?;
-                if let Some(pct) = max_peak_growth
-                    && !(pct.is_finite() && pct >= 0.0)
-                {
-                    return Err(format!(
-                        "--max-peak-growth {pct} must be a percentage of 0 or more"
-                    ));
-                }
                 let source = match server {
                     Some(server) => {
                         for id in [&before, &after] {
@@ -574,8 +562,9 @@ impl Config {
                             }
                         }
                         let url = format!(
-                            "{}/api/compare/{before}/{after}?ignore_lines={ignore_lines}&align={align_text}",
-                            server.trim_end_matches('/')
+                            "{}/api/compare/{before}/{after}?ignore_lines={ignore_lines}&align={}",
+                            server.trim_end_matches('/'),
+                            align_query(align)
                         );
                         check_server_url(&server)?;
                         DiffSource::Server { url, token }
@@ -587,7 +576,7 @@ impl Config {
                         DiffSource::Files(before, after)
                     }
                 };
-                Config::Diff {
+                ValidatedCommand::Diff {
                     source,
                     json,
                     max_peak_growth,
@@ -601,6 +590,7 @@ impl Config {
                 server,
                 name,
                 group,
+                roles,
                 token,
                 max_redirects,
             } => {
@@ -621,9 +611,11 @@ impl Config {
                     url.push_str(&format!("&group={}", query_escape(&group)));
                 }
                 check_server_url(&server)?;
-                Config::Upload {
+                ValidatedCommand::Upload {
                     file,
                     url,
+                    server: server.trim_end_matches('/').to_owned(),
+                    roles,
                     token,
                     max_redirects,
                 }
@@ -715,68 +707,99 @@ fn default_data_dir() -> Result<PathBuf, String> {
     }
 }
 
-/// `8GiB`, `500MB`, `1.5G`, `1000000` → bytes (binary units for the `i` forms and for bare
-/// K/M/G, as people mean them for memory; decimal for kB/MB/GB).
-fn parse_size(text: &str) -> Result<u64, String> {
-    let trimmed = text.trim();
-    let split = trimmed
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(trimmed.len());
-    let (number, unit) = trimmed.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a size like 8GiB or 500MB"))?;
-    let multiplier: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kib" => 1024.0,
-        "m" | "mib" => 1024.0 * 1024.0,
-        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
-        "t" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        "tb" => 1e12,
-        other => return Err(format!("unknown unit {other:?} in {text:?}")),
-    };
-    Ok((value * multiplier) as u64)
+/// `--align` as `?align=` spells it.
+fn align_query(align: Align) -> String {
+    match align {
+        Align::Auto => "auto".to_owned(),
+        Align::Off => "off".to_owned(),
+        Align::DropOuter(frames) => frames.to_string(),
+    }
 }
 
-/// `30s`, `500ms`, `2m`, `1.5` (seconds) → a duration; zero is refused, since every timeout
-/// here bounds how long a client may hold something.
-fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+/// `--addr`: an IP address and a port.
+fn socket_address(text: &str) -> Result<SocketAddr, String> {
+    text.parse()
+        .map_err(|_| format!("{text:?} is not an address like 127.0.0.1:7878"))
+}
+
+/// A count that 0 would make useless (`--max-connections`, `--max-uploads`: nothing would be
+/// served).
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_owned()),
+        Ok(count) => Ok(count),
+        Err(_) => Err(format!("{text:?} is not a whole number")),
+    }
+}
+
+/// `--max-peak-growth`: a percentage of 0 or more.
+fn percentage(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(pct) if pct.is_finite() && pct >= 0.0 => Ok(pct),
+        _ => Err(format!("{text:?} is not a percentage of 0 or more")),
+    }
+}
+
+/// A size in bytes, as `bytesize` reads it: `8GiB`, `500MB`, `1.5GiB`, `1000000`. A bare
+/// `K`, `M`, `G` or `T` is binary (`4G` is 4 GiB), as people mean it for memory, where
+/// `bytesize` alone would read it as decimal.
+fn size(text: &str) -> Result<u64, String> {
     let trimmed = text.trim();
-    let split = trimmed
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(trimmed.len());
-    let (number, unit) = trimmed.split_at(split);
-    let wrong = || format!("{text:?} is not a duration like 30s, 500ms or 2m");
-    let value: f64 = number.parse().map_err(|_| wrong())?;
-    let seconds = match unit.trim() {
-        "" | "s" => value,
-        "ms" => value / 1000.0,
-        "m" | "min" => value * 60.0,
-        "h" => value * 3600.0,
-        _ => return Err(wrong()),
-    };
-    if !(seconds > 0.0 && seconds <= 86_400.0) {
+    let binary = trimmed
+        .strip_suffix(['k', 'K', 'm', 'M', 'g', 'G', 't', 'T'])
+        .filter(|number| number.ends_with(|c: char| c.is_ascii_digit() || c == ' '))
+        .map(|_| format!("{trimmed}i"));
+    binary
+        .as_deref()
+        .unwrap_or(trimmed)
+        .parse::<bytesize::ByteSize>()
+        .map(|size| size.as_u64())
+        .map_err(|_| format!("{text:?} is not a size like 8GiB, 500MB or 1000000"))
+}
+
+/// A duration, as `humantime` reads it: `30s`, `500ms`, `2m`, `1h 30m`; a bare number is
+/// seconds. Zero and more than a day are refused, since every timeout here bounds how long a
+/// client may hold something.
+fn timeout(text: &str) -> Result<Duration, String> {
+    let trimmed = text.trim();
+    let seconds = trimmed
+        .parse::<f64>()
+        .is_ok()
+        .then(|| format!("{trimmed}s"));
+    let duration = humantime::parse_duration(seconds.as_deref().unwrap_or(trimmed))
+        .map_err(|_| format!("{text:?} is not a duration like 30s, 500ms or 2m"))?;
+    if duration.is_zero() || duration > Duration::from_secs(86_400) {
         return Err(format!("{text:?} must be more than 0 and at most a day"));
     }
-    Ok(std::time::Duration::from_secs_f64(seconds))
+    Ok(duration)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn durations_read_as_people_write_them() {
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration(" 2m "), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(timeout("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(timeout("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(timeout(" 2m "), Ok(Duration::from_secs(120)));
+        assert_eq!(timeout("1.5"), Ok(Duration::from_millis(1500)));
         for bad in ["", "0", "0s", "-1s", "5 parsecs", "2d", "nan"] {
-            assert!(parse_duration(bad).is_err(), "{bad:?}");
+            assert!(timeout(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn sizes_read_as_people_write_them() {
+        assert_eq!(size("8GiB"), Ok(8 << 30));
+        assert_eq!(size("500MB"), Ok(500_000_000));
+        assert_eq!(size("64KiB"), Ok(64 << 10));
+        assert_eq!(size("1000000"), Ok(1_000_000));
+        assert_eq!(size(" 4G "), Ok(4 << 30));
+        assert_eq!(size("1.5M"), Ok(3 << 19));
+        assert_eq!(size("0"), Ok(0));
+        for bad in ["", "lots", "5 parsecs", "-1", "GiB"] {
+            assert!(size(bad).is_err(), "{bad:?}");
         }
     }
 }
