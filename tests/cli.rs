@@ -228,7 +228,8 @@ fn serve_on_port_0_prints_the_port_it_bound() {
 }
 
 /// A failure's kind is its exit status, so a script (and the Python package) need not read the
-/// message: 3 the server cannot be reached, 4 it refused, 5 it has no such snapshot.
+/// message: 2 refused (as bad input is), 3 the server cannot be reached, 4 it has no such
+/// snapshot.
 #[test]
 fn failures_talking_to_a_server_have_their_own_exit_status() {
     let token = "cli-test-write-token-0123456789abcdef";
@@ -249,7 +250,7 @@ fn failures_talking_to_a_server_have_their_own_exit_status() {
         String::from_utf8_lossy(&unreachable.stderr)
     );
     let refused = snapview(&["upload", "--server", &base, &small]);
-    assert_eq!(refused.status.code(), Some(4));
+    assert_eq!(refused.status.code(), Some(2));
     let missing = snapview(&[
         "diff",
         "--server",
@@ -257,14 +258,14 @@ fn failures_talking_to_a_server_have_their_own_exit_status() {
         "0123456789abcdef",
         "fedcba9876543210",
     ]);
-    assert_eq!(missing.status.code(), Some(5));
+    assert_eq!(missing.status.code(), Some(4));
     for output in [unreachable, refused, missing] {
         assert_eq!(String::from_utf8_lossy(&output.stderr).lines().count(), 1);
     }
 }
 
 /// `upload --roles` gives the stored snapshot its own rules; rules the server refuses fail the
-/// command (status 4) with the server's reason, and a missing rules file stores nothing.
+/// command (status 2) with the server's reason, and a missing rules file stores nothing.
 #[test]
 fn upload_with_roles_sends_the_rules_after_the_file() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -311,7 +312,7 @@ fn upload_with_roles_sends_the_rules_after_the_file() {
         &bad.to_string_lossy(),
         &small,
     ]);
-    assert_eq!(refused.status.code(), Some(4));
+    assert_eq!(refused.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(
         stderr.contains("rule 1") && stderr.contains("was stored"),

@@ -20,7 +20,6 @@ import os
 from typing import Any, Dict, Optional, Union
 
 from snapview._binary import (
-    EXIT_INPUT,
     EXIT_NOT_FOUND,
     EXIT_REFUSED,
     EXIT_REGRESSION,
@@ -33,7 +32,6 @@ from snapview._record import record
 from snapview._show import show
 
 __all__ = [
-    "EXIT_INPUT",
     "EXIT_NOT_FOUND",
     "EXIT_REFUSED",
     "EXIT_REGRESSION",

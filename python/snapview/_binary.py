@@ -17,18 +17,17 @@ from typing import List, Optional, Sequence
 # The binary's exit statuses (README, "Exit status"): what kind of failure it was, so that no
 # caller has to recognise the binary's English text.
 EXIT_REGRESSION = 1
-EXIT_INPUT = 2
+EXIT_REFUSED = 2
 EXIT_UNREACHABLE = 3
-EXIT_REFUSED = 4
-EXIT_NOT_FOUND = 5
+EXIT_NOT_FOUND = 4
 
 
 class SnapviewError(RuntimeError):
     """What went wrong, in words a person can act on (the binary's own message when it has one).
 
-    `exit_status` is the binary's exit status when it failed (`EXIT_UNREACHABLE`: the server
-    could not be reached; `EXIT_REFUSED`: it refused; `EXIT_NOT_FOUND`: it has no such
-    snapshot; `EXIT_INPUT`: a bad file or argument), None when the binary did not run.
+    `exit_status` is the binary's exit status when it failed (`EXIT_REFUSED`: a bad file or
+    argument, or the server refused the request; `EXIT_UNREACHABLE`: the server could not be
+    reached; `EXIT_NOT_FOUND`: it has no such snapshot), None when the binary did not run.
     """
 
     def __init__(self, message: str, exit_status: Optional[int] = None) -> None:

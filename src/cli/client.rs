@@ -87,6 +87,13 @@ pub(super) fn put_rules(
     rules: Vec<u8>,
     token: Option<&str>,
 ) -> Result<(), Failure> {
+    // The id goes into the path: it must be one (16 hex digits), whatever the server answered.
+    if crate::server::store::SnapshotId::parse(id).is_none() {
+        return Err(Failure::new(
+            FailureKind::Refused,
+            format!("the server named the stored snapshot {id:?}, which is not a snapshot id"),
+        ));
+    }
     let url = format!("{server}/api/snapshots/{id}/rules");
     let mut request = http_agent().put(&url);
     if let Some(authorization) = bearer(token) {
@@ -220,16 +227,13 @@ fn busy_retry(response: &ureq::http::Response<ureq::Body>, waited: Duration) -> 
     (waited + wait <= BUSY_WAIT_LIMIT).then_some(wait)
 }
 
-/// The stored snapshot the server's answer names: its `id` (a snapshot id, as it goes into
-/// the rules URL) and `url`, else the server (or whatever answered in its place) did not store
-/// it.
+/// The stored snapshot the server's answer names: its `id` and `url`, else the server (or
+/// whatever answered in its place) did not store it.
 fn stored_snapshot(
     json: &serde_json::Value,
     status: ureq::http::StatusCode,
 ) -> Result<Stored, String> {
-    let id = json["id"]
-        .as_str()
-        .filter(|id| crate::server::store::SnapshotId::parse(id).is_some());
+    let id = json["id"].as_str().filter(|id| !id.is_empty());
     let url = json["url"]
         .as_str()
         .filter(|url| url.starts_with("http://") || url.starts_with("https://"));

@@ -68,27 +68,25 @@ pub(super) struct Failure {
 }
 
 /// The kinds of failure, each with its own exit status (documented in the README; 1 is
-/// `diff --max-peak-growth`'s regression, and clap's own usage errors are 2 as well).
+/// `diff --max-peak-growth`'s regression).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum FailureKind {
-    /// A bad flag or file, or anything else that is not the server's doing (2).
-    Input,
+    /// Refused (2): a bad flag or file (clap's own usage errors are 2 as well), or a request
+    /// the server refused (no or a wrong token, a file it would not store, a redirect an upload
+    /// cannot follow).
+    Refused,
     /// The server could not be reached: refused connection, DNS, TLS, timeout (3).
     Unreachable,
-    /// The server answered with a refusal: no or a wrong token, a file it would not store, a
-    /// redirect an upload cannot follow (4).
-    Refused,
-    /// The server has no such snapshot (404) (5).
+    /// The server has no such snapshot, or no such page (404) (4).
     NotFound,
 }
 
 impl FailureKind {
     fn exit_status(self) -> i32 {
         match self {
-            FailureKind::Input => 2,
+            FailureKind::Refused => 2,
             FailureKind::Unreachable => 3,
-            FailureKind::Refused => 4,
-            FailureKind::NotFound => 5,
+            FailureKind::NotFound => 4,
         }
     }
 }
@@ -110,10 +108,10 @@ impl Failure {
     }
 }
 
-/// A message alone is bad input (status 2).
+/// A message alone is a refusal (status 2): bad input, most often.
 impl From<String> for Failure {
     fn from(message: String) -> Self {
-        Failure::new(FailureKind::Input, message)
+        Failure::new(FailureKind::Refused, message)
     }
 }
 
