@@ -1,12 +1,13 @@
-//! The command line's arguments: clap's structs, and `ValidatedCommand`, the validated form each command
-//! runs from (`--help` texts and the serve flags are the user's interface: change with care).
+//! The command line's arguments: clap's structs, with sizes and durations typed by their value
+//! parsers, and `ValidatedCommand`, the checked form each command runs from (`--help` texts and
+//! the serve flags are the user's interface: change with care).
 
 use super::client::{check_server_url, query_escape};
-use crate::analysis::diff::Align;
+use crate::analysis::diff::{Align, DiffOptions};
 use crate::server::access::{AccessConfig, NamedToken};
 use crate::server::{ConnectionLimits, ServeConfig};
 use crate::torch_text::FoldedKind;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -158,49 +159,8 @@ enum Command {
         /// own when the index is empty but files are stored).
         #[arg(long)]
         reindex: bool,
-        /// Open connections at most; past it a connection idle or waiting on its client for a
-        /// second is closed to make room, else the new one is answered 503 and closed.
-        #[arg(long, env = "SNAPVIEW_MAX_CONNECTIONS", default_value_t = 1024, value_parser = at_least_one)]
-        max_connections: usize,
-        /// Open connections from one client address at most (the TCP peer: behind a reverse
-        /// proxy every client is the proxy, so set it high or 0 there); 0: no limit.
-        #[arg(
-            long,
-            env = "SNAPVIEW_MAX_CONNECTIONS_PER_CLIENT",
-            default_value_t = 64
-        )]
-        max_connections_per_client: usize,
-        /// Uploads received at once at most; past it an upload is answered 503 with
-        /// Retry-After (each holds a parser thread and its snapshot in memory).
-        #[arg(long, env = "SNAPVIEW_MAX_UPLOADS", default_value_t = 8, value_parser = at_least_one)]
-        max_uploads: usize,
-        /// Uploads received at once from one client address at most (the TCP peer, as for
-        /// --max-connections-per-client); 0: no limit.
-        #[arg(long, env = "SNAPVIEW_MAX_UPLOADS_PER_CLIENT", default_value_t = 4)]
-        max_uploads_per_client: usize,
-        /// Slowest average an upload may arrive at, per second waited for it, after its first
-        /// 10 s (408 and nothing kept below it), e.g. 64KiB; 0: no minimum.
-        #[arg(long, env = "SNAPVIEW_MIN_UPLOAD_RATE", default_value = "64KiB", value_parser = size)]
-        min_upload_rate: u64,
-        /// Time a client has to send a request's headers; also how long a kept-alive
-        /// connection may sit idle. E.g. 30s, 500ms, 2m.
-        #[arg(long, env = "SNAPVIEW_HEADER_TIMEOUT", default_value = "30s", value_parser = timeout)]
-        header_timeout: Duration,
-        /// Longest wait for the next bytes of a request body (408 and nothing kept past it).
-        #[arg(long, env = "SNAPVIEW_BODY_TIMEOUT", default_value = "30s", value_parser = timeout)]
-        body_timeout: Duration,
-        /// Longest a response may wait for its client to accept any of its bytes; past it the
-        /// connection is dropped. E.g. 30s.
-        #[arg(long, env = "SNAPVIEW_SEND_TIMEOUT", default_value = "30s", value_parser = timeout)]
-        send_timeout: Duration,
-        /// Slowest a client may accept a response, per second it keeps the server waiting,
-        /// after its first 10 s of waiting (the connection is dropped below it), e.g. 16KiB;
-        /// 0: no minimum.
-        #[arg(long, env = "SNAPVIEW_MIN_SEND_RATE", default_value = "16KiB", value_parser = size)]
-        min_send_rate: u64,
-        /// On SIGTERM or Ctrl-C, how long requests in flight may take before the server exits.
-        #[arg(long, env = "SNAPVIEW_SHUTDOWN_GRACE", default_value = "5s", value_parser = timeout)]
-        shutdown_grace: Duration,
+        #[command(flatten)]
+        connections: ConnectionFlags,
         /// Writes (upload, rename, delete, restore) need `Authorization: Bearer TOKEN` with this
         /// token. Prefer the environment variable: command lines are visible to other users.
         #[arg(long, env = "SNAPVIEW_WRITE_TOKEN", hide_env_values = true)]
@@ -296,6 +256,74 @@ enum Command {
     },
 }
 
+/// `serve`'s bounds on what clients may hold: connections, uploads, their pace, the shutdown's
+/// grace (the server's [`ConnectionLimits`], less the memory ones).
+#[derive(Debug, Args)]
+struct ConnectionFlags {
+    /// Open connections at most; past it a connection idle or waiting on its client for a
+    /// second is closed to make room, else the new one is answered 503 and closed.
+    #[arg(long, env = "SNAPVIEW_MAX_CONNECTIONS", default_value_t = 1024, value_parser = at_least_one)]
+    max_connections: usize,
+    /// Open connections from one client address at most (the TCP peer: behind a reverse
+    /// proxy every client is the proxy, so set it high or 0 there); 0: no limit.
+    #[arg(
+        long,
+        env = "SNAPVIEW_MAX_CONNECTIONS_PER_CLIENT",
+        default_value_t = 64
+    )]
+    max_connections_per_client: usize,
+    /// Uploads received at once at most; past it an upload is answered 503 with
+    /// Retry-After (each holds a parser thread and its snapshot in memory).
+    #[arg(long, env = "SNAPVIEW_MAX_UPLOADS", default_value_t = 8, value_parser = at_least_one)]
+    max_uploads: usize,
+    /// Uploads received at once from one client address at most (the TCP peer, as for
+    /// --max-connections-per-client); 0: no limit.
+    #[arg(long, env = "SNAPVIEW_MAX_UPLOADS_PER_CLIENT", default_value_t = 4)]
+    max_uploads_per_client: usize,
+    /// Slowest average an upload may arrive at, per second waited for it, after its first
+    /// 10 s (408 and nothing kept below it), e.g. 64KiB; 0: no minimum.
+    #[arg(long, env = "SNAPVIEW_MIN_UPLOAD_RATE", default_value = "64KiB", value_parser = size)]
+    min_upload_rate: u64,
+    /// Time a client has to send a request's headers; also how long a kept-alive
+    /// connection may sit idle. E.g. 30s, 500ms, 2m.
+    #[arg(long, env = "SNAPVIEW_HEADER_TIMEOUT", default_value = "30s", value_parser = timeout)]
+    header_timeout: Duration,
+    /// Longest wait for the next bytes of a request body (408 and nothing kept past it).
+    #[arg(long, env = "SNAPVIEW_BODY_TIMEOUT", default_value = "30s", value_parser = timeout)]
+    body_timeout: Duration,
+    /// Longest a response may wait for its client to accept any of its bytes; past it the
+    /// connection is dropped. E.g. 30s.
+    #[arg(long, env = "SNAPVIEW_SEND_TIMEOUT", default_value = "30s", value_parser = timeout)]
+    send_timeout: Duration,
+    /// Slowest a client may accept a response, per second it keeps the server waiting,
+    /// after its first 10 s of waiting (the connection is dropped below it), e.g. 16KiB;
+    /// 0: no minimum.
+    #[arg(long, env = "SNAPVIEW_MIN_SEND_RATE", default_value = "16KiB", value_parser = size)]
+    min_send_rate: u64,
+    /// On SIGTERM or Ctrl-C, how long requests in flight may take before the server exits.
+    #[arg(long, env = "SNAPVIEW_SHUTDOWN_GRACE", default_value = "5s", value_parser = timeout)]
+    shutdown_grace: Duration,
+}
+
+impl ConnectionFlags {
+    fn limits(self, parse_memory_bytes: u64, max_events: u64) -> ConnectionLimits {
+        ConnectionLimits {
+            max_connections: self.max_connections,
+            max_connections_per_client: self.max_connections_per_client,
+            max_uploads: self.max_uploads,
+            max_uploads_per_client: self.max_uploads_per_client,
+            min_upload_rate: self.min_upload_rate,
+            header_timeout: self.header_timeout,
+            body_timeout: self.body_timeout,
+            send_timeout: self.send_timeout,
+            min_send_rate: self.min_send_rate,
+            shutdown_grace: self.shutdown_grace,
+            parse_memory_bytes,
+            max_events,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum ExportKind {
     Segments,
@@ -372,8 +400,7 @@ pub(super) enum ValidatedCommand {
         source: DiffSource,
         json: bool,
         max_peak_growth: Option<f64>,
-        ignore_lines: bool,
-        align: Align,
+        options: DiffOptions,
         top: usize,
     },
 }
@@ -464,16 +491,7 @@ impl ValidatedCommand {
                 trash_days,
                 roles,
                 reindex,
-                max_connections,
-                max_connections_per_client,
-                max_uploads,
-                max_uploads_per_client,
-                min_upload_rate,
-                header_timeout,
-                body_timeout,
-                send_timeout,
-                min_send_rate,
-                shutdown_grace,
+                connections,
                 write_token,
                 tokens_file,
                 read_token,
@@ -483,20 +501,7 @@ impl ValidatedCommand {
                 frame_ancestors,
                 files,
             } => {
-                let limits = ConnectionLimits {
-                    max_connections,
-                    max_connections_per_client,
-                    max_uploads,
-                    max_uploads_per_client,
-                    min_upload_rate,
-                    header_timeout,
-                    body_timeout,
-                    send_timeout,
-                    min_send_rate,
-                    shutdown_grace,
-                    parse_memory_bytes: parse_memory,
-                    max_events,
-                };
+                let limits = connections.limits(parse_memory, max_events);
                 for file in &files {
                     check(file)?;
                 }
@@ -580,8 +585,11 @@ impl ValidatedCommand {
                     source,
                     json,
                     max_peak_growth,
-                    ignore_lines,
-                    align,
+                    options: DiffOptions {
+                        ignore_lines,
+                        align,
+                        ..DiffOptions::default()
+                    },
                     top,
                 }
             }

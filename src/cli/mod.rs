@@ -123,17 +123,9 @@ fn execute(command: ValidatedCommand, max_events: u64) -> Result<Outcome, Failur
             source,
             json,
             max_peak_growth,
-            ignore_lines,
-            align,
+            options,
             top,
-        } => {
-            let options = crate::analysis::diff::DiffOptions {
-                ignore_lines,
-                align,
-                ..Default::default()
-            };
-            return diff(source, json, max_peak_growth, options, top, max_events);
-        }
+        } => return diff(source, json, max_peak_growth, options, top, max_events),
         // These two print as they go, and return when the server stops.
         ValidatedCommand::Serve { config, files } => {
             serve(*config, files)?;
