@@ -125,135 +125,147 @@ enum Command {
         no_browser: bool,
     },
     /// Start the web server: drag snapshots into the page, share their links.
-    Serve {
-        /// Address to listen on; 0.0.0.0:7878 shares it with your network, port 0 takes a free
-        /// port (the "serving at" line on stdout names it).
-        #[arg(long, env = "SNAPVIEW_ADDR", default_value = "127.0.0.1:7878", value_parser = socket_address)]
-        addr: SocketAddr,
-        /// Where snapshots and their index are kept [default: $XDG_DATA_HOME/snapview or
-        /// ~/.local/share/snapview].
-        #[arg(long, env = "SNAPVIEW_DATA_DIR")]
-        data_dir: Option<PathBuf>,
-        /// Largest upload accepted, e.g. 8GiB, 500MB, 1000000.
-        #[arg(long, env = "SNAPVIEW_MAX_UPLOAD", default_value = "8GiB", value_parser = size)]
-        max_upload: u64,
-        /// Memory for parsed snapshots kept ready; the least recently used go first.
-        #[arg(long, env = "SNAPVIEW_CACHE", default_value = "4GiB", value_parser = size)]
-        cache: u64,
-        /// Memory that parses and rules re-analyses in flight may hold together, charged as
-        /// their events are found (96 bytes each); past it they wait, then answer 503.
-        #[arg(long, env = "SNAPVIEW_PARSE_MEMORY", default_value = "5GiB", value_parser = size)]
-        parse_memory: u64,
-        /// The URL links should use, if not http://ADDR (behind a proxy, say).
-        #[arg(long, env = "SNAPVIEW_PUBLIC_URL")]
-        public_url: Option<String>,
-        /// Days a deleted snapshot stays in the trash, restorable, before it is removed for
-        /// good (checked at start and hourly; 0 empties the trash at each check).
-        #[arg(long, env = "SNAPVIEW_TRASH_DAYS", default_value_t = 7)]
-        trash_days: u32,
-        /// Role rules for every snapshot: a TOML or JSON file (docs/roles.md). Checked at start:
-        /// an invalid file stops the server with the parser's message.
-        #[arg(long, env = "SNAPVIEW_ROLES")]
-        roles: Option<PathBuf>,
-        /// Rebuild the index from the stored files at start, parsing each again (done on its
-        /// own when the index is empty but files are stored).
-        #[arg(long)]
-        reindex: bool,
-        #[command(flatten)]
-        connections: ConnectionFlags,
-        /// Writes (upload, rename, delete, restore) need `Authorization: Bearer TOKEN` with this
-        /// token. Prefer the environment variable: command lines are visible to other users.
-        #[arg(long, env = "SNAPVIEW_WRITE_TOKEN", hide_env_values = true)]
-        write_token: Option<String>,
-        /// A file of named write tokens, one `name:token` per line; the name is recorded with
-        /// each write.
-        #[arg(long, env = "SNAPVIEW_TOKENS_FILE")]
-        tokens_file: Option<PathBuf>,
-        /// Every page and API read needs this token (or a write token); pages ask for it once
-        /// and keep a session cookie.
-        #[arg(long, env = "SNAPVIEW_READ_TOKEN", hide_env_values = true)]
-        read_token: Option<String>,
-        /// A header a trusted SSO proxy sets to the signed-in user, e.g. X-Forwarded-User: its
-        /// value is recorded with each write. Only safe when nothing but the proxy can reach
-        /// the port.
-        #[arg(long, env = "SNAPVIEW_USER_HEADER")]
-        user_header: Option<String>,
-        /// Host names the server answers to, comma-separated (e.g. gpu-box,gpu-box.lan), besides
-        /// localhost and the public URL's host. Bound to loopback, other names are always refused
-        /// (DNS rebinding); given, the check applies to any binding.
-        #[arg(long, env = "SNAPVIEW_ALLOWED_HOSTS", value_name = "HOSTS")]
-        allowed_hosts: Option<String>,
-        /// The peers --user-header is accepted from: IP addresses or blocks, comma-separated
-        /// (e.g. 10.0.0.5,10.1.0.0/16) [default: loopback only]. From any other peer a request
-        /// carrying the header is refused (403).
-        #[arg(long, env = "SNAPVIEW_TRUSTED_PROXIES", value_name = "IPS")]
-        trusted_proxies: Option<String>,
-        /// Origins that may show the pages in a frame, comma-separated (e.g.
-        /// https://notebook.example.com, http://localhost:*, vscode-webview:, 'self')
-        /// [default: none, the pages cannot be framed].
-        #[arg(long, env = "SNAPVIEW_FRAME_ANCESTORS", value_name = "ORIGINS")]
-        frame_ancestors: Option<String>,
-        /// Snapshot files to import at start; their URLs are printed.
-        files: Vec<PathBuf>,
-    },
+    Serve(ServeArgs),
     /// Compare two snapshots: per device peaks and totals, and the stacks whose live memory at
     /// the peak grew or shrank the most. Exit status 1 when a peak grew past --max-peak-growth.
-    Diff {
-        /// The "before" snapshot: a file, or an id with --server.
-        before: String,
-        /// The "after" snapshot.
-        after: String,
-        /// Print JSON instead of text.
-        #[arg(long)]
-        json: bool,
-        /// Fail (exit status 1) when any device's peak allocated bytes grew by more than this
-        /// many percent: a memory-regression gate for CI.
-        #[arg(long, value_name = "PCT", value_parser = percentage)]
-        max_peak_growth: Option<f64>,
-        /// Align stacks without line numbers, so edits that shift lines still match.
-        #[arg(long)]
-        ignore_lines: bool,
-        /// How stacks are lined up: `auto` pairs outer callers that differ (a no_grad wrapper,
-        /// another entry point) when many stacks below them match; `off` matches frame for
-        /// frame; a number N drops the N outermost frames of every stack.
-        #[arg(long, default_value = "auto", value_name = "auto|off|N", value_parser = Align::parse)]
-        align: Align,
-        /// Compare snapshots stored on this snapview server, http:// or https:// (BEFORE and
-        /// AFTER are ids).
-        #[arg(long, env = "SNAPVIEW_SERVER")]
-        server: Option<String>,
-        /// How many stacks to list each way.
-        #[arg(long, default_value_t = 10)]
-        top: usize,
-        /// The token a --server that needs one wants (sent as `Authorization: Bearer`).
-        #[arg(long, env = "SNAPVIEW_TOKEN", hide_env_values = true)]
-        token: Option<String>,
-    },
+    Diff(DiffArgs),
     /// Upload a snapshot to a snapview server and print its URL.
-    Upload {
-        file: PathBuf,
-        /// The server's URL, http:// or https:// (certificates are checked against the
-        /// system's trust store).
-        #[arg(long, env = "SNAPVIEW_SERVER", default_value = "http://127.0.0.1:7878")]
-        server: String,
-        /// A display name (default: the file name).
-        #[arg(long)]
-        name: Option<String>,
-        /// A group label, e.g. the job whose ranks these are.
-        #[arg(long)]
-        group: Option<String>,
-        /// Role rules for this snapshot in place of the server's: a TOML or JSON file
-        /// (docs/roles.md), sent once the upload is stored (`PUT /api/snapshots/{id}/rules`).
-        #[arg(long)]
-        roles: Option<PathBuf>,
-        /// The server's write token, if it needs one (sent as `Authorization: Bearer`).
-        #[arg(long, env = "SNAPVIEW_TOKEN", hide_env_values = true)]
-        token: Option<String>,
-        /// Most redirects followed (307 and 308 only, which resend the file; a 301, 302 or
-        /// 303 is an error, as it would drop the upload).
-        #[arg(long, env = "SNAPVIEW_MAX_REDIRECTS", default_value_t = 5)]
-        max_redirects: usize,
-    },
+    Upload(UploadArgs),
+}
+
+/// `snapview serve`'s flags.
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// Address to listen on; 0.0.0.0:7878 shares it with your network, port 0 takes a free
+    /// port (the "serving at" line on stdout names it).
+    #[arg(long, env = "SNAPVIEW_ADDR", default_value = "127.0.0.1:7878", value_parser = socket_address)]
+    addr: SocketAddr,
+    /// Where snapshots and their index are kept [default: $XDG_DATA_HOME/snapview or
+    /// ~/.local/share/snapview].
+    #[arg(long, env = "SNAPVIEW_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Largest upload accepted, e.g. 8GiB, 500MB, 1000000.
+    #[arg(long, env = "SNAPVIEW_MAX_UPLOAD", default_value = "8GiB", value_parser = size)]
+    max_upload: u64,
+    /// Memory for parsed snapshots kept ready; the least recently used go first.
+    #[arg(long, env = "SNAPVIEW_CACHE", default_value = "4GiB", value_parser = size)]
+    cache: u64,
+    /// Memory that parses and rules re-analyses in flight may hold together, charged as
+    /// their events are found (96 bytes each); past it they wait, then answer 503.
+    #[arg(long, env = "SNAPVIEW_PARSE_MEMORY", default_value = "5GiB", value_parser = size)]
+    parse_memory: u64,
+    /// The URL links should use, if not http://ADDR (behind a proxy, say).
+    #[arg(long, env = "SNAPVIEW_PUBLIC_URL")]
+    public_url: Option<String>,
+    /// Days a deleted snapshot stays in the trash, restorable, before it is removed for
+    /// good (checked at start and hourly; 0 empties the trash at each check).
+    #[arg(long, env = "SNAPVIEW_TRASH_DAYS", default_value_t = 7)]
+    trash_days: u32,
+    /// Role rules for every snapshot: a TOML or JSON file (docs/roles.md). Checked at start:
+    /// an invalid file stops the server with the parser's message.
+    #[arg(long, env = "SNAPVIEW_ROLES")]
+    roles: Option<PathBuf>,
+    /// Rebuild the index from the stored files at start, parsing each again (done on its
+    /// own when the index is empty but files are stored).
+    #[arg(long)]
+    reindex: bool,
+    #[command(flatten)]
+    connections: ConnectionFlags,
+    /// Writes (upload, rename, delete, restore) need `Authorization: Bearer TOKEN` with this
+    /// token. Prefer the environment variable: command lines are visible to other users.
+    #[arg(long, env = "SNAPVIEW_WRITE_TOKEN", hide_env_values = true)]
+    write_token: Option<String>,
+    /// A file of named write tokens, one `name:token` per line; the name is recorded with
+    /// each write.
+    #[arg(long, env = "SNAPVIEW_TOKENS_FILE")]
+    tokens_file: Option<PathBuf>,
+    /// Every page and API read needs this token (or a write token); pages ask for it once
+    /// and keep a session cookie.
+    #[arg(long, env = "SNAPVIEW_READ_TOKEN", hide_env_values = true)]
+    read_token: Option<String>,
+    /// A header a trusted SSO proxy sets to the signed-in user, e.g. X-Forwarded-User: its
+    /// value is recorded with each write. Only safe when nothing but the proxy can reach
+    /// the port.
+    #[arg(long, env = "SNAPVIEW_USER_HEADER")]
+    user_header: Option<String>,
+    /// Host names the server answers to, comma-separated (e.g. gpu-box,gpu-box.lan), besides
+    /// localhost and the public URL's host. Bound to loopback, other names are always refused
+    /// (DNS rebinding); given, the check applies to any binding.
+    #[arg(long, env = "SNAPVIEW_ALLOWED_HOSTS", value_name = "HOSTS")]
+    allowed_hosts: Option<String>,
+    /// The peers --user-header is accepted from: IP addresses or blocks, comma-separated
+    /// (e.g. 10.0.0.5,10.1.0.0/16) [default: loopback only]. From any other peer a request
+    /// carrying the header is refused (403).
+    #[arg(long, env = "SNAPVIEW_TRUSTED_PROXIES", value_name = "IPS")]
+    trusted_proxies: Option<String>,
+    /// Origins that may show the pages in a frame, comma-separated (e.g.
+    /// https://notebook.example.com, http://localhost:*, vscode-webview:, 'self')
+    /// [default: none, the pages cannot be framed].
+    #[arg(long, env = "SNAPVIEW_FRAME_ANCESTORS", value_name = "ORIGINS")]
+    frame_ancestors: Option<String>,
+    /// Snapshot files to import at start; their URLs are printed.
+    files: Vec<PathBuf>,
+}
+
+/// `snapview diff`'s arguments.
+#[derive(Debug, Args)]
+struct DiffArgs {
+    /// The "before" snapshot: a file, or an id with --server.
+    before: String,
+    /// The "after" snapshot.
+    after: String,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Fail (exit status 1) when any device's peak allocated bytes grew by more than this
+    /// many percent: a memory-regression gate for CI.
+    #[arg(long, value_name = "PCT", value_parser = percentage)]
+    max_peak_growth: Option<f64>,
+    /// Align stacks without line numbers, so edits that shift lines still match.
+    #[arg(long)]
+    ignore_lines: bool,
+    /// How stacks are lined up: `auto` pairs outer callers that differ (a no_grad wrapper,
+    /// another entry point) when many stacks below them match; `off` matches frame for
+    /// frame; a number N drops the N outermost frames of every stack.
+    #[arg(long, default_value = "auto", value_name = "auto|off|N", value_parser = Align::parse)]
+    align: Align,
+    /// Compare snapshots stored on this snapview server, http:// or https:// (BEFORE and
+    /// AFTER are ids).
+    #[arg(long, env = "SNAPVIEW_SERVER")]
+    server: Option<String>,
+    /// How many stacks to list each way.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// The token a --server that needs one wants (sent as `Authorization: Bearer`).
+    #[arg(long, env = "SNAPVIEW_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+}
+
+/// `snapview upload`'s arguments.
+#[derive(Debug, Args)]
+struct UploadArgs {
+    file: PathBuf,
+    /// The server's URL, http:// or https:// (certificates are checked against the
+    /// system's trust store).
+    #[arg(long, env = "SNAPVIEW_SERVER", default_value = "http://127.0.0.1:7878")]
+    server: String,
+    /// A display name (default: the file name).
+    #[arg(long)]
+    name: Option<String>,
+    /// A group label, e.g. the job whose ranks these are.
+    #[arg(long)]
+    group: Option<String>,
+    /// Role rules for this snapshot in place of the server's: a TOML or JSON file
+    /// (docs/roles.md), sent once the upload is stored (`PUT /api/snapshots/{id}/rules`).
+    #[arg(long)]
+    roles: Option<PathBuf>,
+    /// The server's write token, if it needs one (sent as `Authorization: Bearer`).
+    #[arg(long, env = "SNAPVIEW_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Most redirects followed (307 and 308 only, which resend the file; a 301, 302 or
+    /// 303 is an error, as it would drop the upload).
+    #[arg(long, env = "SNAPVIEW_MAX_REDIRECTS", default_value_t = 5)]
+    max_redirects: usize,
 }
 
 /// `serve`'s bounds on what clients may hold: connections, uploads, their pace, the shutdown's
@@ -422,16 +434,10 @@ impl ValidatedCommand {
     /// their value parsers as clap read them).
     pub(super) fn from_arguments(cli: Cli) -> Result<Self, String> {
         let max_events = cli.max_events;
-        let check = |file: &Path| -> Result<(), String> {
-            match std::fs::metadata(file) {
-                Ok(meta) if meta.is_file() => Ok(()),
-                Ok(_) => Err(format!("{} is not a file", file.display())),
-                Err(e) => Err(format!("cannot read {}: {e}", file.display())),
-            }
-        };
+
         Ok(match cli.command {
             Command::Summary { file, json, roles } => {
-                check(&file)?;
+                check_file(&file)?;
                 ValidatedCommand::Summary { file, json, roles }
             }
             Command::Live {
@@ -441,7 +447,7 @@ impl ValidatedCommand {
                 json,
                 roles,
             } => {
-                check(&file)?;
+                check_file(&file)?;
                 ValidatedCommand::Live {
                     file,
                     device,
@@ -451,7 +457,7 @@ impl ValidatedCommand {
                 }
             }
             Command::Stats { file } => {
-                check(&file)?;
+                check_file(&file)?;
                 ValidatedCommand::Stats { file }
             }
             Command::Export {
@@ -461,7 +467,7 @@ impl ValidatedCommand {
                 roles,
                 device,
             } => {
-                check(&file)?;
+                check_file(&file)?;
                 let kind = match kind {
                     ExportKind::Segments => FoldedKind::Segments,
                     ExportKind::Memory => FoldedKind::Memory,
@@ -481,154 +487,173 @@ impl ValidatedCommand {
                 }
             }
             Command::Open { file, no_browser } => ValidatedCommand::Open { file, no_browser },
-            Command::Serve {
+            Command::Serve(arguments) => arguments.validate(max_events)?,
+            Command::Diff(arguments) => arguments.validate()?,
+            Command::Upload(arguments) => arguments.validate()?,
+        })
+    }
+}
+
+impl ServeArgs {
+    /// The checked command, or what is wrong with the arguments.
+    fn validate(self, max_events: u64) -> Result<ValidatedCommand, String> {
+        let ServeArgs {
+            addr,
+            data_dir,
+            max_upload,
+            cache,
+            parse_memory,
+            public_url,
+            trash_days,
+            roles,
+            reindex,
+            connections,
+            write_token,
+            tokens_file,
+            read_token,
+            user_header,
+            allowed_hosts,
+            trusted_proxies,
+            frame_ancestors,
+            files,
+        } = self;
+        let limits = connections.limits(parse_memory, max_events);
+        for file in &files {
+            check_file(file)?;
+        }
+        let data_dir = match data_dir {
+            Some(dir) => dir,
+            None => default_data_dir()?,
+        };
+        let public_url = public_url
+            .map(|u| u.trim_end_matches('/').to_owned())
+            .unwrap_or_else(|| default_public_url(addr));
+        Ok(ValidatedCommand::Serve {
+            config: Box::new(ServeConfig {
                 addr,
                 data_dir,
-                max_upload,
-                cache,
-                parse_memory,
+                max_upload_bytes: max_upload,
+                cache_budget_bytes: cache,
                 public_url,
                 trash_days,
-                roles,
                 reindex,
-                connections,
-                write_token,
-                tokens_file,
-                read_token,
-                user_header,
-                allowed_hosts,
-                trusted_proxies,
-                frame_ancestors,
-                files,
-            } => {
-                let limits = connections.limits(parse_memory, max_events);
-                for file in &files {
-                    check(file)?;
+                limits,
+                roles: std::sync::Arc::new(
+                    crate::analysis::roles::commands::read_rules(roles.as_deref())
+                        .map_err(|e| format!("--roles: {e}"))?,
+                ),
+                access: AccessConfig {
+                    trusted_proxies: match trusted_proxies {
+                        Some(list) => crate::server::access::parse_trusted_proxies(&list)?,
+                        None => Vec::new(),
+                    },
+                    frame_ancestors: crate::server::framing::FrameAncestors::parse(
+                        frame_ancestors.as_deref().unwrap_or(""),
+                    )?,
+                    ..access_config(
+                        write_token,
+                        tokens_file,
+                        read_token,
+                        user_header,
+                        allowed_hosts,
+                    )?
+                },
+            }),
+            files,
+        })
+    }
+}
+
+impl DiffArgs {
+    /// The checked command, or what is wrong with the arguments.
+    fn validate(self) -> Result<ValidatedCommand, String> {
+        let DiffArgs {
+            before,
+            after,
+            json,
+            max_peak_growth,
+            ignore_lines,
+            align,
+            server,
+            top,
+            token,
+        } = self;
+        let source = match server {
+            Some(server) => {
+                for id in [&before, &after] {
+                    if crate::server::store::SnapshotId::parse(id).is_none() {
+                        return Err(format!(
+                            "{id:?} is not a snapshot id (16 hex digits, as in its URL)"
+                        ));
+                    }
                 }
-                let data_dir = match data_dir {
-                    Some(dir) => dir,
-                    None => default_data_dir()?,
-                };
-                let public_url = public_url
-                    .map(|u| u.trim_end_matches('/').to_owned())
-                    .unwrap_or_else(|| default_public_url(addr));
-                ValidatedCommand::Serve {
-                    config: Box::new(ServeConfig {
-                        addr,
-                        data_dir,
-                        max_upload_bytes: max_upload,
-                        cache_budget_bytes: cache,
-                        public_url,
-                        trash_days,
-                        reindex,
-                        limits,
-                        roles: std::sync::Arc::new(
-                            crate::analysis::roles::commands::read_rules(roles.as_deref())
-                                .map_err(|e| format!("--roles: {e}"))?,
-                        ),
-                        access: AccessConfig {
-                            trusted_proxies: match trusted_proxies {
-                                Some(list) => crate::server::access::parse_trusted_proxies(&list)?,
-                                None => Vec::new(),
-                            },
-                            frame_ancestors: crate::server::framing::FrameAncestors::parse(
-                                frame_ancestors.as_deref().unwrap_or(""),
-                            )?,
-                            ..access_config(
-                                write_token,
-                                tokens_file,
-                                read_token,
-                                user_header,
-                                allowed_hosts,
-                            )?
-                        },
-                    }),
-                    files,
-                }
+                let url = format!(
+                    "{}/api/compare/{before}/{after}?ignore_lines={ignore_lines}&align={}",
+                    server.trim_end_matches('/'),
+                    align_query(align)
+                );
+                check_server_url(&server)?;
+                DiffSource::Server { url, token }
             }
-            Command::Diff {
-                before,
-                after,
-                json,
-                max_peak_growth,
+            None => {
+                let (before, after) = (PathBuf::from(before), PathBuf::from(after));
+                check_file(&before)?;
+                check_file(&after)?;
+                DiffSource::Files(before, after)
+            }
+        };
+        Ok(ValidatedCommand::Diff {
+            source,
+            json,
+            max_peak_growth,
+            options: DiffOptions {
                 ignore_lines,
                 align,
-                server,
-                top,
-                token,
-            } => {
-                let source = match server {
-                    Some(server) => {
-                        for id in [&before, &after] {
-                            if crate::server::store::SnapshotId::parse(id).is_none() {
-                                return Err(format!(
-                                    "{id:?} is not a snapshot id (16 hex digits, as in its URL)"
-                                ));
-                            }
-                        }
-                        let url = format!(
-                            "{}/api/compare/{before}/{after}?ignore_lines={ignore_lines}&align={}",
-                            server.trim_end_matches('/'),
-                            align_query(align)
-                        );
-                        check_server_url(&server)?;
-                        DiffSource::Server { url, token }
-                    }
-                    None => {
-                        let (before, after) = (PathBuf::from(before), PathBuf::from(after));
-                        check(&before)?;
-                        check(&after)?;
-                        DiffSource::Files(before, after)
-                    }
-                };
-                ValidatedCommand::Diff {
-                    source,
-                    json,
-                    max_peak_growth,
-                    options: DiffOptions {
-                        ignore_lines,
-                        align,
-                        ..DiffOptions::default()
-                    },
-                    top,
-                }
-            }
-            Command::Upload {
-                file,
-                server,
-                name,
-                group,
-                roles,
-                token,
-                max_redirects,
-            } => {
-                check(&file)?;
-                let filename = file
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                let mut url = format!(
-                    "{}/api/snapshots?filename={}",
-                    server.trim_end_matches('/'),
-                    query_escape(&filename)
-                );
-                if let Some(name) = name {
-                    url.push_str(&format!("&name={}", query_escape(&name)));
-                }
-                if let Some(group) = group {
-                    url.push_str(&format!("&group={}", query_escape(&group)));
-                }
-                check_server_url(&server)?;
-                ValidatedCommand::Upload {
-                    file,
-                    url,
-                    server: server.trim_end_matches('/').to_owned(),
-                    roles,
-                    token,
-                    max_redirects,
-                }
-            }
+                ..DiffOptions::default()
+            },
+            top,
         })
+    }
+}
+
+impl UploadArgs {
+    /// The checked command, or what is wrong with the arguments.
+    fn validate(self) -> Result<ValidatedCommand, String> {
+        check_file(&self.file)?;
+        check_server_url(&self.server)?;
+        let server = self.server.trim_end_matches('/').to_owned();
+        let filename = self
+            .file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut url = format!(
+            "{server}/api/snapshots?filename={}",
+            query_escape(&filename)
+        );
+        if let Some(name) = &self.name {
+            url.push_str(&format!("&name={}", query_escape(name)));
+        }
+        if let Some(group) = &self.group {
+            url.push_str(&format!("&group={}", query_escape(group)));
+        }
+        Ok(ValidatedCommand::Upload {
+            file: self.file,
+            url,
+            server,
+            roles: self.roles,
+            token: self.token,
+            max_redirects: self.max_redirects,
+        })
+    }
+}
+
+/// A FILE argument: it must be a file this process can read.
+fn check_file(file: &Path) -> Result<(), String> {
+    match std::fs::metadata(file) {
+        Ok(meta) if meta.is_file() => Ok(()),
+        Ok(_) => Err(format!("{} is not a file", file.display())),
+        Err(e) => Err(format!("cannot read {}: {e}", file.display())),
     }
 }
 
