@@ -162,6 +162,166 @@ fn bad_input_is_one_line_and_exit_status_2() {
     assert_eq!(unknown.status.code(), Some(2));
 }
 
+/// Sizes and durations are read by their flag's own parser: a bad value is refused before
+/// anything starts, naming the flag and the value, from the command line or the environment.
+#[test]
+fn bad_sizes_and_durations_are_refused_at_their_flag() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data").to_string_lossy().into_owned();
+    let serve = |args: &[&str], env: &[(&str, &str)]| {
+        Command::new(env!("CARGO_BIN_EXE_snapview"))
+            .args(["serve", "--addr", "127.0.0.1:0", "--data-dir", &data])
+            .args(args)
+            .envs(env.iter().copied())
+            .output()
+            .expect("run snapview")
+    };
+    for (args, env, flag, value) in [
+        (
+            &["--max-upload", "lots"][..],
+            &[][..],
+            "--max-upload",
+            "lots",
+        ),
+        (
+            &["--min-send-rate", "5 parsecs"],
+            &[],
+            "--min-send-rate",
+            "5 parsecs",
+        ),
+        (&["--header-timeout", "0"], &[], "--header-timeout", "0"),
+        (&["--shutdown-grace", "2d"], &[], "--shutdown-grace", "2d"),
+        (
+            &[],
+            &[("SNAPVIEW_BODY_TIMEOUT", "forever")],
+            "--body-timeout",
+            "forever",
+        ),
+        (&["--max-uploads", "0"], &[], "--max-uploads", "0"),
+    ] {
+        let output = serve(args, env);
+        assert_eq!(output.status.code(), Some(2), "{flag} {value}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains(flag) && stderr.contains(&format!("'{value}'")),
+            "{flag} {value}: {stderr}"
+        );
+    }
+    assert!(
+        !dir.path().join("data").exists(),
+        "nothing was started, so no data folder was made"
+    );
+}
+
+/// `serve --addr 127.0.0.1:0` takes a free port and its "serving at" line names the port it
+/// got, which answers.
+#[test]
+fn serve_on_port_0_prints_the_port_it_bound() {
+    let server = common::served::Served::start(
+        &tempfile::tempdir().expect("tempdir").path().join("data"),
+        &[],
+    );
+    assert_ne!(server.port, 0);
+    assert_eq!(server.address, format!("127.0.0.1:{}", server.port));
+    let (status, _) = http_get(&server.url("/api/snapshots"));
+    assert_eq!(status, 200);
+}
+
+/// A failure's kind is its exit status, so a script (and the Python package) need not read the
+/// message: 2 refused (as bad input is), 3 the server cannot be reached, 4 it has no such
+/// snapshot.
+#[test]
+fn failures_talking_to_a_server_have_their_own_exit_status() {
+    let token = "cli-test-write-token-0123456789abcdef";
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = common::served::Served::start(&dir.path().join("data"), &["--write-token", token]);
+    let base = server.url("");
+    let nobody = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        format!("http://{}", listener.local_addr().expect("addr"))
+    };
+    let small = path("mlp_small");
+    let unreachable = snapview(&["upload", "--server", &nobody, &small]);
+    assert_eq!(unreachable.status.code(), Some(3));
+    assert!(
+        String::from_utf8_lossy(&unreachable.stderr)
+            .contains(&format!("cannot reach the snapview server at {nobody}")),
+        "{}",
+        String::from_utf8_lossy(&unreachable.stderr)
+    );
+    let refused = snapview(&["upload", "--server", &base, &small]);
+    assert_eq!(refused.status.code(), Some(2));
+    let missing = snapview(&[
+        "diff",
+        "--server",
+        &base,
+        "0123456789abcdef",
+        "fedcba9876543210",
+    ]);
+    assert_eq!(missing.status.code(), Some(4));
+    for output in [unreachable, refused, missing] {
+        assert_eq!(String::from_utf8_lossy(&output.stderr).lines().count(), 1);
+    }
+}
+
+/// `upload --roles` gives the stored snapshot its own rules; rules the server refuses fail the
+/// command (status 2) with the server's reason, and a missing rules file stores nothing.
+#[test]
+fn upload_with_roles_sends_the_rules_after_the_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = common::served::Served::start(&dir.path().join("data"), &[]);
+    let base = server.url("");
+    let rules = dir.path().join("rules.toml");
+    std::fs::write(&rules, "[[rule]]\nframe = \".\"\nrole = \"everything\"\n").expect("rules");
+    let rules = rules.to_string_lossy().into_owned();
+    let small = path("mlp_small");
+    let missing = snapview(&[
+        "upload",
+        "--server",
+        &base,
+        "--roles",
+        "/nonexistent.toml",
+        &small,
+    ]);
+    assert_eq!(missing.status.code(), Some(2));
+    let (_, listed) = http_get(&server.url("/api/snapshots"));
+    assert!(listed.contains("\"snapshots\":[]"), "{listed}");
+
+    let output = snapview(&["upload", "--server", &base, "--roles", &rules, &small]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let url = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    let id = url.rsplit('/').next().expect("id").to_owned();
+    let (status, stored) = http_get(&server.url(&format!("/api/snapshots/{id}/rules")));
+    assert_eq!(
+        (status, stored.contains("everything")),
+        (200, true),
+        "{stored}"
+    );
+
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[[rule]]\nframe = \"(unclosed\"\nrole = \"x\"\n").expect("rules");
+    let refused = snapview(&[
+        "upload",
+        "--server",
+        &base,
+        "--roles",
+        &bad.to_string_lossy(),
+        &small,
+    ]);
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("rule 1") && stderr.contains("was stored"),
+        "{stderr}"
+    );
+    let (_, kept) = http_get(&server.url(&format!("/api/snapshots/{id}/rules")));
+    assert!(kept.contains("everything"), "{kept}");
+}
+
 #[test]
 fn every_command_has_help() {
     for command in [

@@ -19,11 +19,31 @@ import json
 import os
 from typing import Any, Dict, Optional, Union
 
-from snapview._binary import SnapviewError, binary_path, run_binary
+from snapview._binary import (
+    EXIT_NOT_FOUND,
+    EXIT_REFUSED,
+    EXIT_REGRESSION,
+    EXIT_UNREACHABLE,
+    SnapviewError,
+    binary_path,
+    run_binary,
+)
 from snapview._record import record
 from snapview._show import show
 
-__all__ = ["SnapviewError", "binary_path", "record", "show", "summary", "upload", "__version__"]
+__all__ = [
+    "EXIT_NOT_FOUND",
+    "EXIT_REFUSED",
+    "EXIT_REGRESSION",
+    "EXIT_UNREACHABLE",
+    "SnapviewError",
+    "binary_path",
+    "record",
+    "show",
+    "summary",
+    "upload",
+    "__version__",
+]
 
 
 def _installed_version() -> str:
@@ -56,11 +76,12 @@ def upload(
     """Uploads the snapshot at `path` to a snapview server and returns its page's URL.
 
     `roles` names a role rules file (TOML or JSON, docs/roles.md) to give this snapshot in place
-    of the server's; it is sent after the upload (`PUT /api/snapshots/{id}/rules`).
+    of the server's; the binary sends it once the upload is stored (`upload --roles`).
 
     The file is streamed, never read into memory whole. `server` defaults to $SNAPVIEW_SERVER
     (else http://127.0.0.1:7878), `token` to $SNAPVIEW_TOKEN (sent as `Authorization: Bearer`).
-    Raises SnapviewError with the server's own message when it refuses the file.
+    Raises SnapviewError with the server's own message when it refuses the file or the rules;
+    its `exit_status` says which kind of failure it was (`EXIT_UNREACHABLE`, `EXIT_REFUSED`).
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
@@ -71,54 +92,17 @@ def upload(
         args += ["--name", name]
     if group is not None:
         args += ["--group", group]
+    if roles is not None:
+        args += ["--roles", os.fspath(roles)]
     # The token travels in the environment, not on the command line other users can read.
     env = dict(os.environ)
     if token is not None:
         env["SNAPVIEW_TOKEN"] = token
-    try:
-        out = run_binary(args, env=env)
-    except SnapviewError as error:
-        message = str(error)
-        if message.startswith("cannot reach the server"):
-            detail = message.split(":", 1)[1].strip() if ":" in message else message
-            message = f"cannot reach the snapview server at {server}: {detail}"
-        raise SnapviewError(message) from None
+    out = run_binary(args, env=env)
     url = out.strip().splitlines()[-1].strip() if out.strip() else ""
     if not url:
         raise SnapviewError(f"the server at {server} accepted {path} but sent no URL")
-    if roles is not None:
-        _put_rules(server, url.rstrip("/").rsplit("/", 1)[-1], os.fspath(roles), env)
     return url
-
-
-def _put_rules(server: str, snapshot_id: str, rules_path: str, env: Dict[str, str]) -> None:
-    """Gives the snapshot `snapshot_id` the rules file at `rules_path`.
-
-    Raises SnapviewError with the server's message when it refuses the file.
-    """
-    import urllib.error
-    import urllib.request
-
-    with open(rules_path, "rb") as rules_file:
-        body = rules_file.read()
-    request = urllib.request.Request(
-        f"{server.rstrip('/')}/api/snapshots/{snapshot_id}/rules", data=body, method="PUT"
-    )
-    if env.get("SNAPVIEW_TOKEN"):
-        request.add_header("Authorization", f"Bearer {env['SNAPVIEW_TOKEN']}")
-    try:
-        urllib.request.urlopen(request, timeout=300).close()
-    except urllib.error.HTTPError as error:
-        detail = error.read().decode("utf-8", "replace")
-        try:
-            detail = json.loads(detail)["error"]["message"]
-        except (ValueError, KeyError, TypeError):
-            pass
-        raise SnapviewError(f"the server refused the role rules {rules_path}: {detail}") from None
-    except urllib.error.URLError as error:
-        raise SnapviewError(
-            f"cannot reach the snapview server at {server}: {error.reason}"
-        ) from None
 
 
 def summary(path: PathLike) -> Dict[str, Any]:

@@ -14,9 +14,25 @@ import sys
 import sysconfig
 from typing import List, Optional, Sequence
 
+# The binary's exit statuses (README, "Exit status"): what kind of failure it was, so that no
+# caller has to recognise the binary's English text.
+EXIT_REGRESSION = 1
+EXIT_REFUSED = 2
+EXIT_UNREACHABLE = 3
+EXIT_NOT_FOUND = 4
+
 
 class SnapviewError(RuntimeError):
-    """What went wrong, in words a person can act on (the binary's own message when it has one)."""
+    """What went wrong, in words a person can act on (the binary's own message when it has one).
+
+    `exit_status` is the binary's exit status when it failed (`EXIT_REFUSED`: a bad file or
+    argument, or the server refused the request; `EXIT_UNREACHABLE`: the server could not be
+    reached; `EXIT_NOT_FOUND`: it has no such snapshot), None when the binary did not run.
+    """
+
+    def __init__(self, message: str, exit_status: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.exit_status = exit_status
 
 
 _EXE = "snapview.exe" if os.name == "nt" else "snapview"
@@ -78,7 +94,10 @@ def run_binary(
         raise SnapviewError(f"`snapview {' '.join(args)}` took longer than {timeout} s") from error
     if done.returncode != 0:
         message = _error_message(done.stderr.decode("utf-8", "replace"))
-        raise SnapviewError(message or f"`snapview {args[0]}` failed with status {done.returncode}")
+        raise SnapviewError(
+            message or f"`snapview {args[0]}` failed with status {done.returncode}",
+            exit_status=done.returncode,
+        )
     return done.stdout.decode("utf-8", "replace")
 
 

@@ -1,7 +1,8 @@
 """`snapview.show`: a snapshot's page inline in a notebook.
 
-A path is uploaded to a snapview server (a local `snapview serve` started on a free loopback port
-the first time, reused for the kernel's life and stopped at exit) and its page shown in an IFrame.
+A path is uploaded to a snapview server (a local `snapview serve --addr 127.0.0.1:0` started the
+first time, on the free port the system gives it, which it prints; reused for the kernel's life
+and stopped at exit) and its page shown in an IFrame.
 
 A snapview server refuses to be framed unless `--frame-ancestors` says by whom, so the local
 server allows the origins a notebook on this machine is served from: Jupyter on localhost or
@@ -16,7 +17,6 @@ import atexit
 import os
 import queue
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
@@ -57,70 +57,54 @@ _server: Optional[LocalServer] = None
 _server_lock = threading.Lock()
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _start_server(timeout: float = 60.0) -> LocalServer:
     binary = binary_path()
-    last_error = ""
-    # The port is free when probed but another process may take it before the server binds:
-    # then the server says "cannot listen" and another port is tried.
-    for _ in range(5):
-        data_dir = tempfile.mkdtemp(prefix="snapview-show-")
-        log_path = os.path.join(data_dir, "serve.log")
-        port = _free_port()
-        env = dict(os.environ)
-        env.setdefault("SNAPVIEW_FRAME_ANCESTORS", LOCAL_FRAME_ANCESTORS)
-        with open(log_path, "wb") as log:
-            process = subprocess.Popen(
-                [
-                    binary,
-                    "serve",
-                    "--addr",
-                    f"127.0.0.1:{port}",
-                    "--data-dir",
-                    os.path.join(data_dir, "store"),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                env=env,
-            )
-        lines: "queue.Queue[Optional[bytes]]" = queue.Queue()
+    data_dir = tempfile.mkdtemp(prefix="snapview-show-")
+    log_path = os.path.join(data_dir, "serve.log")
+    env = dict(os.environ)
+    env.setdefault("SNAPVIEW_FRAME_ANCESTORS", LOCAL_FRAME_ANCESTORS)
+    with open(log_path, "wb") as log:
+        # Port 0: the system gives the server a free port as it binds, and the server's
+        # "serving at" line names it, so no other process can take it in between.
+        process = subprocess.Popen(
+            [
+                binary,
+                "serve",
+                "--addr",
+                "127.0.0.1:0",
+                "--data-dir",
+                os.path.join(data_dir, "store"),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            env=env,
+        )
+    lines: "queue.Queue[Optional[bytes]]" = queue.Queue()
 
-        # Bound as defaults: a retry's loop makes a new queue, which this thread must not feed.
-        def pump(
-            stream: Any = process.stdout, lines: "queue.Queue[Optional[bytes]]" = lines
-        ) -> None:
-            # Drains stdout for the server's whole life so it can never block on a full pipe.
-            for line in iter(stream.readline, b""):
-                lines.put(line)
-            lines.put(None)
+    def pump(stream: Any = process.stdout) -> None:
+        # Drains stdout for the server's whole life so it can never block on a full pipe.
+        for line in iter(stream.readline, b""):
+            lines.put(line)
+        lines.put(None)
 
-        threading.Thread(target=pump, daemon=True).start()
-        try:
-            while True:
-                line = lines.get(timeout=timeout)
-                if line is None:
-                    break
-                text = line.decode("utf-8", "replace").strip()
-                if text.startswith(_SERVING):
-                    return LocalServer(
-                        process, text[len(_SERVING) :].rstrip("/"), data_dir, log_path
-                    )
-        except queue.Empty:
-            pass
-        process.kill()
-        process.wait()
-        with open(log_path, "rb") as log:
-            last_error = log.read().decode("utf-8", "replace").strip()[-2000:]
-        shutil.rmtree(data_dir, ignore_errors=True)
-        if "cannot listen" not in last_error:
-            break
-    raise SnapviewError(f"the local snapview server did not start: {last_error or 'no output'}")
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+        while True:
+            line = lines.get(timeout=timeout)
+            if line is None:
+                break
+            text = line.decode("utf-8", "replace").strip()
+            if text.startswith(_SERVING):
+                return LocalServer(process, text[len(_SERVING) :].rstrip("/"), data_dir, log_path)
+    except queue.Empty:
+        pass
+    process.kill()
+    process.wait()
+    with open(log_path, "rb") as log:
+        error = log.read().decode("utf-8", "replace").strip()[-2000:]
+    shutil.rmtree(data_dir, ignore_errors=True)
+    raise SnapviewError(f"the local snapview server did not start: {error or 'no output'}")
 
 
 def local_server() -> LocalServer:

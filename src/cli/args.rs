@@ -1,13 +1,16 @@
-//! The command line's arguments: clap's structs, and `Config`, the validated form each command
-//! runs from (`--help` texts and the serve flags are the user's interface: change with care).
+//! The command line's arguments: clap's structs, with sizes and durations typed by their value
+//! parsers, and `ValidatedCommand`, the checked form each command runs from (`--help` texts and
+//! the serve flags are the user's interface: change with care).
 
 use super::client::{check_server_url, query_escape};
+use crate::analysis::diff::{Align, DiffOptions};
 use crate::server::access::{AccessConfig, NamedToken};
 use crate::server::{ConnectionLimits, ServeConfig};
 use crate::torch_text::FoldedKind;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -122,181 +125,224 @@ enum Command {
         no_browser: bool,
     },
     /// Start the web server: drag snapshots into the page, share their links.
-    Serve {
-        /// Address to listen on; 0.0.0.0:7878 shares it with your network, port 0 takes a free
-        /// port (the "serving at" line on stdout names it).
-        #[arg(long, env = "SNAPVIEW_ADDR", default_value = "127.0.0.1:7878")]
-        addr: String,
-        /// Where snapshots and their index are kept [default: $XDG_DATA_HOME/snapview or
-        /// ~/.local/share/snapview].
-        #[arg(long, env = "SNAPVIEW_DATA_DIR")]
-        data_dir: Option<PathBuf>,
-        /// Largest upload accepted, e.g. 8GiB, 500MB, 1000000.
-        #[arg(long, env = "SNAPVIEW_MAX_UPLOAD", default_value = "8GiB")]
-        max_upload: String,
-        /// Memory for parsed snapshots kept ready; the least recently used go first.
-        #[arg(long, env = "SNAPVIEW_CACHE", default_value = "4GiB")]
-        cache: String,
-        /// Memory that parses and rules re-analyses in flight may hold together, charged as
-        /// their events are found (96 bytes each); past it they wait, then answer 503.
-        #[arg(long, env = "SNAPVIEW_PARSE_MEMORY", default_value = "5GiB")]
-        parse_memory: String,
-        /// The URL links should use, if not http://ADDR (behind a proxy, say).
-        #[arg(long, env = "SNAPVIEW_PUBLIC_URL")]
-        public_url: Option<String>,
-        /// Days a deleted snapshot stays in the trash, restorable, before it is removed for
-        /// good (checked at start and hourly; 0 empties the trash at each check).
-        #[arg(long, env = "SNAPVIEW_TRASH_DAYS", default_value_t = 7)]
-        trash_days: u32,
-        /// Role rules for every snapshot: a TOML or JSON file (docs/roles.md). Checked at start:
-        /// an invalid file stops the server with the parser's message.
-        #[arg(long, env = "SNAPVIEW_ROLES")]
-        roles: Option<PathBuf>,
-        /// Rebuild the index from the stored files at start, parsing each again (done on its
-        /// own when the index is empty but files are stored).
-        #[arg(long)]
-        reindex: bool,
-        /// Open connections at most; past it a connection idle or waiting on its client for a
-        /// second is closed to make room, else the new one is answered 503 and closed.
-        #[arg(long, env = "SNAPVIEW_MAX_CONNECTIONS", default_value_t = 1024)]
-        max_connections: usize,
-        /// Open connections from one client address at most (the TCP peer: behind a reverse
-        /// proxy every client is the proxy, so set it high or 0 there); 0: no limit.
-        #[arg(
-            long,
-            env = "SNAPVIEW_MAX_CONNECTIONS_PER_CLIENT",
-            default_value_t = 64
-        )]
-        max_connections_per_client: usize,
-        /// Uploads received at once at most; past it an upload is answered 503 with
-        /// Retry-After (each holds a parser thread and its snapshot in memory).
-        #[arg(long, env = "SNAPVIEW_MAX_UPLOADS", default_value_t = 8)]
-        max_uploads: usize,
-        /// Uploads received at once from one client address at most (the TCP peer, as for
-        /// --max-connections-per-client); 0: no limit.
-        #[arg(long, env = "SNAPVIEW_MAX_UPLOADS_PER_CLIENT", default_value_t = 4)]
-        max_uploads_per_client: usize,
-        /// Slowest average an upload may arrive at, per second waited for it, after its first
-        /// 10 s (408 and nothing kept below it), e.g. 64KiB; 0: no minimum.
-        #[arg(long, env = "SNAPVIEW_MIN_UPLOAD_RATE", default_value = "64KiB")]
-        min_upload_rate: String,
-        /// Time a client has to send a request's headers; also how long a kept-alive
-        /// connection may sit idle. E.g. 30s, 500ms, 2m.
-        #[arg(long, env = "SNAPVIEW_HEADER_TIMEOUT", default_value = "30s")]
-        header_timeout: String,
-        /// Longest wait for the next bytes of a request body (408 and nothing kept past it).
-        #[arg(long, env = "SNAPVIEW_BODY_TIMEOUT", default_value = "30s")]
-        body_timeout: String,
-        /// Longest a response may wait for its client to accept any of its bytes; past it the
-        /// connection is dropped. E.g. 30s.
-        #[arg(long, env = "SNAPVIEW_SEND_TIMEOUT", default_value = "30s")]
-        send_timeout: String,
-        /// Slowest a client may accept a response, per second it keeps the server waiting,
-        /// after its first 10 s of waiting (the connection is dropped below it), e.g. 16KiB;
-        /// 0: no minimum.
-        #[arg(long, env = "SNAPVIEW_MIN_SEND_RATE", default_value = "16KiB")]
-        min_send_rate: String,
-        /// On SIGTERM or Ctrl-C, how long requests in flight may take before the server exits.
-        #[arg(long, env = "SNAPVIEW_SHUTDOWN_GRACE", default_value = "5s")]
-        shutdown_grace: String,
-        /// Writes (upload, rename, delete, restore) need `Authorization: Bearer TOKEN` with this
-        /// token. Prefer the environment variable: command lines are visible to other users.
-        #[arg(long, env = "SNAPVIEW_WRITE_TOKEN", hide_env_values = true)]
-        write_token: Option<String>,
-        /// A file of named write tokens, one `name:token` per line; the name is recorded with
-        /// each write.
-        #[arg(long, env = "SNAPVIEW_TOKENS_FILE")]
-        tokens_file: Option<PathBuf>,
-        /// Every page and API read needs this token (or a write token); pages ask for it once
-        /// and keep a session cookie.
-        #[arg(long, env = "SNAPVIEW_READ_TOKEN", hide_env_values = true)]
-        read_token: Option<String>,
-        /// Wrong tokens one client address may send a minute; past it every token it sends
-        /// waits (429) until it slows down. Behind a reverse proxy every client is the proxy,
-        /// so set it higher or 0 there; 0: no limit.
-        #[arg(
-            long,
-            env = "SNAPVIEW_MAX_TOKEN_FAILURES",
-            default_value_t = crate::server::access::DEFAULT_MAX_TOKEN_FAILURES
-        )]
-        max_token_failures: u32,
-        /// A header a trusted SSO proxy sets to the signed-in user, e.g. X-Forwarded-User: its
-        /// value is recorded with each write. Only safe when nothing but the proxy can reach
-        /// the port.
-        #[arg(long, env = "SNAPVIEW_USER_HEADER")]
-        user_header: Option<String>,
-        /// Host names the server answers to, comma-separated (e.g. gpu-box,gpu-box.lan), besides
-        /// localhost and the public URL's host. Bound to loopback, other names are always refused
-        /// (DNS rebinding); given, the check applies to any binding.
-        #[arg(long, env = "SNAPVIEW_ALLOWED_HOSTS", value_name = "HOSTS")]
-        allowed_hosts: Option<String>,
-        /// The peers --user-header is accepted from: IP addresses or blocks, comma-separated
-        /// (e.g. 10.0.0.5,10.1.0.0/16) [default: loopback only]. From any other peer a request
-        /// carrying the header is refused (403).
-        #[arg(long, env = "SNAPVIEW_TRUSTED_PROXIES", value_name = "IPS")]
-        trusted_proxies: Option<String>,
-        /// Origins that may show the pages in a frame, comma-separated (e.g.
-        /// https://notebook.example.com, http://localhost:*, vscode-webview:, 'self')
-        /// [default: none, the pages cannot be framed].
-        #[arg(long, env = "SNAPVIEW_FRAME_ANCESTORS", value_name = "ORIGINS")]
-        frame_ancestors: Option<String>,
-        /// Snapshot files to import at start; their URLs are printed.
-        files: Vec<PathBuf>,
-    },
+    Serve(ServeArgs),
     /// Compare two snapshots: per device peaks and totals, and the stacks whose live memory at
     /// the peak grew or shrank the most. Exit status 1 when a peak grew past --max-peak-growth.
-    Diff {
-        /// The "before" snapshot: a file, or an id with --server.
-        before: String,
-        /// The "after" snapshot.
-        after: String,
-        /// Print JSON instead of text.
-        #[arg(long)]
-        json: bool,
-        /// Fail (exit status 1) when any device's peak allocated bytes grew by more than this
-        /// many percent: a memory-regression gate for CI.
-        #[arg(long, value_name = "PCT")]
-        max_peak_growth: Option<f64>,
-        /// Align stacks without line numbers, so edits that shift lines still match.
-        #[arg(long)]
-        ignore_lines: bool,
-        /// How stacks are lined up: `auto` pairs outer callers that differ (a no_grad wrapper,
-        /// another entry point) when many stacks below them match; `off` matches frame for
-        /// frame; a number N drops the N outermost frames of every stack.
-        #[arg(long, default_value = "auto", value_name = "auto|off|N")]
-        align: String,
-        /// Compare snapshots stored on this snapview server, http:// or https:// (BEFORE and
-        /// AFTER are ids).
-        #[arg(long, env = "SNAPVIEW_SERVER")]
-        server: Option<String>,
-        /// How many stacks to list each way.
-        #[arg(long, default_value_t = 10)]
-        top: usize,
-        /// The token a --server that needs one wants (sent as `Authorization: Bearer`).
-        #[arg(long, env = "SNAPVIEW_TOKEN", hide_env_values = true)]
-        token: Option<String>,
-    },
+    Diff(DiffArgs),
     /// Upload a snapshot to a snapview server and print its URL.
-    Upload {
-        file: PathBuf,
-        /// The server's URL, http:// or https:// (certificates are checked against the
-        /// system's trust store).
-        #[arg(long, env = "SNAPVIEW_SERVER", default_value = "http://127.0.0.1:7878")]
-        server: String,
-        /// A display name (default: the file name).
-        #[arg(long)]
-        name: Option<String>,
-        /// A group label, e.g. the job whose ranks these are.
-        #[arg(long)]
-        group: Option<String>,
-        /// The server's write token, if it needs one (sent as `Authorization: Bearer`).
-        #[arg(long, env = "SNAPVIEW_TOKEN", hide_env_values = true)]
-        token: Option<String>,
-        /// Most redirects followed (307 and 308 only, which resend the file; a 301, 302 or
-        /// 303 is an error, as it would drop the upload).
-        #[arg(long, env = "SNAPVIEW_MAX_REDIRECTS", default_value_t = 5)]
-        max_redirects: usize,
-    },
+    Upload(UploadArgs),
+}
+
+/// `snapview serve`'s flags.
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// Address to listen on; 0.0.0.0:7878 shares it with your network, port 0 takes a free
+    /// port (the "serving at" line on stdout names it).
+    #[arg(long, env = "SNAPVIEW_ADDR", default_value = "127.0.0.1:7878", value_parser = socket_address)]
+    addr: SocketAddr,
+    /// Where snapshots and their index are kept [default: $XDG_DATA_HOME/snapview or
+    /// ~/.local/share/snapview].
+    #[arg(long, env = "SNAPVIEW_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Largest upload accepted, e.g. 8GiB, 500MB, 1000000.
+    #[arg(long, env = "SNAPVIEW_MAX_UPLOAD", default_value = "8GiB", value_parser = size)]
+    max_upload: u64,
+    /// Memory for parsed snapshots kept ready; the least recently used go first.
+    #[arg(long, env = "SNAPVIEW_CACHE", default_value = "4GiB", value_parser = size)]
+    cache: u64,
+    /// Memory that parses and rules re-analyses in flight may hold together, charged as
+    /// their events are found (96 bytes each); past it they wait, then answer 503.
+    #[arg(long, env = "SNAPVIEW_PARSE_MEMORY", default_value = "5GiB", value_parser = size)]
+    parse_memory: u64,
+    /// The URL links should use, if not http://ADDR (behind a proxy, say).
+    #[arg(long, env = "SNAPVIEW_PUBLIC_URL")]
+    public_url: Option<String>,
+    /// Days a deleted snapshot stays in the trash, restorable, before it is removed for
+    /// good (checked at start and hourly; 0 empties the trash at each check).
+    #[arg(long, env = "SNAPVIEW_TRASH_DAYS", default_value_t = 7)]
+    trash_days: u32,
+    /// Role rules for every snapshot: a TOML or JSON file (docs/roles.md). Checked at start:
+    /// an invalid file stops the server with the parser's message.
+    #[arg(long, env = "SNAPVIEW_ROLES")]
+    roles: Option<PathBuf>,
+    /// Rebuild the index from the stored files at start, parsing each again (done on its
+    /// own when the index is empty but files are stored).
+    #[arg(long)]
+    reindex: bool,
+    #[command(flatten)]
+    connections: ConnectionFlags,
+    /// Writes (upload, rename, delete, restore) need `Authorization: Bearer TOKEN` with this
+    /// token. Prefer the environment variable: command lines are visible to other users.
+    #[arg(long, env = "SNAPVIEW_WRITE_TOKEN", hide_env_values = true)]
+    write_token: Option<String>,
+    /// A file of named write tokens, one `name:token` per line; the name is recorded with
+    /// each write.
+    #[arg(long, env = "SNAPVIEW_TOKENS_FILE")]
+    tokens_file: Option<PathBuf>,
+    /// Every page and API read needs this token (or a write token); pages ask for it once
+    /// and keep a session cookie.
+    #[arg(long, env = "SNAPVIEW_READ_TOKEN", hide_env_values = true)]
+    read_token: Option<String>,
+    /// Wrong tokens one client address may send a minute; past it every token it sends
+    /// waits (429) until it slows down. Behind a reverse proxy every client is the proxy,
+    /// so set it higher or 0 there; 0: no limit.
+    #[arg(
+        long,
+        env = "SNAPVIEW_MAX_TOKEN_FAILURES",
+        default_value_t = crate::server::access::DEFAULT_MAX_TOKEN_FAILURES
+    )]
+    max_token_failures: u32,
+    /// A header a trusted SSO proxy sets to the signed-in user, e.g. X-Forwarded-User: its
+    /// value is recorded with each write. Only safe when nothing but the proxy can reach
+    /// the port.
+    #[arg(long, env = "SNAPVIEW_USER_HEADER")]
+    user_header: Option<String>,
+    /// Host names the server answers to, comma-separated (e.g. gpu-box,gpu-box.lan), besides
+    /// localhost and the public URL's host. Bound to loopback, other names are always refused
+    /// (DNS rebinding); given, the check applies to any binding.
+    #[arg(long, env = "SNAPVIEW_ALLOWED_HOSTS", value_name = "HOSTS")]
+    allowed_hosts: Option<String>,
+    /// The peers --user-header is accepted from: IP addresses or blocks, comma-separated
+    /// (e.g. 10.0.0.5,10.1.0.0/16) [default: loopback only]. From any other peer a request
+    /// carrying the header is refused (403).
+    #[arg(long, env = "SNAPVIEW_TRUSTED_PROXIES", value_name = "IPS")]
+    trusted_proxies: Option<String>,
+    /// Origins that may show the pages in a frame, comma-separated (e.g.
+    /// https://notebook.example.com, http://localhost:*, vscode-webview:, 'self')
+    /// [default: none, the pages cannot be framed].
+    #[arg(long, env = "SNAPVIEW_FRAME_ANCESTORS", value_name = "ORIGINS")]
+    frame_ancestors: Option<String>,
+    /// Snapshot files to import at start; their URLs are printed.
+    files: Vec<PathBuf>,
+}
+
+/// `snapview diff`'s arguments.
+#[derive(Debug, Args)]
+struct DiffArgs {
+    /// The "before" snapshot: a file, or an id with --server.
+    before: String,
+    /// The "after" snapshot.
+    after: String,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Fail (exit status 1) when any device's peak allocated bytes grew by more than this
+    /// many percent: a memory-regression gate for CI.
+    #[arg(long, value_name = "PCT", value_parser = percentage)]
+    max_peak_growth: Option<f64>,
+    /// Align stacks without line numbers, so edits that shift lines still match.
+    #[arg(long)]
+    ignore_lines: bool,
+    /// How stacks are lined up: `auto` pairs outer callers that differ (a no_grad wrapper,
+    /// another entry point) when many stacks below them match; `off` matches frame for
+    /// frame; a number N drops the N outermost frames of every stack.
+    #[arg(long, default_value = "auto", value_name = "auto|off|N", value_parser = Align::parse)]
+    align: Align,
+    /// Compare snapshots stored on this snapview server, http:// or https:// (BEFORE and
+    /// AFTER are ids).
+    #[arg(long, env = "SNAPVIEW_SERVER")]
+    server: Option<String>,
+    /// How many stacks to list each way.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// The token a --server that needs one wants (sent as `Authorization: Bearer`).
+    #[arg(long, env = "SNAPVIEW_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+}
+
+/// `snapview upload`'s arguments.
+#[derive(Debug, Args)]
+struct UploadArgs {
+    file: PathBuf,
+    /// The server's URL, http:// or https:// (certificates are checked against the
+    /// system's trust store).
+    #[arg(long, env = "SNAPVIEW_SERVER", default_value = "http://127.0.0.1:7878")]
+    server: String,
+    /// A display name (default: the file name).
+    #[arg(long)]
+    name: Option<String>,
+    /// A group label, e.g. the job whose ranks these are.
+    #[arg(long)]
+    group: Option<String>,
+    /// Role rules for this snapshot in place of the server's: a TOML or JSON file
+    /// (docs/roles.md), sent once the upload is stored (`PUT /api/snapshots/{id}/rules`).
+    #[arg(long)]
+    roles: Option<PathBuf>,
+    /// The server's write token, if it needs one (sent as `Authorization: Bearer`).
+    #[arg(long, env = "SNAPVIEW_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Most redirects followed (307 and 308 only, which resend the file; a 301, 302 or
+    /// 303 is an error, as it would drop the upload).
+    #[arg(long, env = "SNAPVIEW_MAX_REDIRECTS", default_value_t = 5)]
+    max_redirects: usize,
+}
+
+/// `serve`'s bounds on what clients may hold: connections, uploads, their pace, the shutdown's
+/// grace (the server's [`ConnectionLimits`], less the memory ones).
+#[derive(Debug, Args)]
+struct ConnectionFlags {
+    /// Open connections at most; past it a connection idle or waiting on its client for a
+    /// second is closed to make room, else the new one is answered 503 and closed.
+    #[arg(long, env = "SNAPVIEW_MAX_CONNECTIONS", default_value_t = 1024, value_parser = at_least_one)]
+    max_connections: usize,
+    /// Open connections from one client address at most (the TCP peer: behind a reverse
+    /// proxy every client is the proxy, so set it high or 0 there); 0: no limit.
+    #[arg(
+        long,
+        env = "SNAPVIEW_MAX_CONNECTIONS_PER_CLIENT",
+        default_value_t = 64
+    )]
+    max_connections_per_client: usize,
+    /// Uploads received at once at most; past it an upload is answered 503 with
+    /// Retry-After (each holds a parser thread and its snapshot in memory).
+    #[arg(long, env = "SNAPVIEW_MAX_UPLOADS", default_value_t = 8, value_parser = at_least_one)]
+    max_uploads: usize,
+    /// Uploads received at once from one client address at most (the TCP peer, as for
+    /// --max-connections-per-client); 0: no limit.
+    #[arg(long, env = "SNAPVIEW_MAX_UPLOADS_PER_CLIENT", default_value_t = 4)]
+    max_uploads_per_client: usize,
+    /// Slowest average an upload may arrive at, per second waited for it, after its first
+    /// 10 s (408 and nothing kept below it), e.g. 64KiB; 0: no minimum.
+    #[arg(long, env = "SNAPVIEW_MIN_UPLOAD_RATE", default_value = "64KiB", value_parser = size)]
+    min_upload_rate: u64,
+    /// Time a client has to send a request's headers; also how long a kept-alive
+    /// connection may sit idle. E.g. 30s, 500ms, 2m.
+    #[arg(long, env = "SNAPVIEW_HEADER_TIMEOUT", default_value = "30s", value_parser = timeout)]
+    header_timeout: Duration,
+    /// Longest wait for the next bytes of a request body (408 and nothing kept past it).
+    #[arg(long, env = "SNAPVIEW_BODY_TIMEOUT", default_value = "30s", value_parser = timeout)]
+    body_timeout: Duration,
+    /// Longest a response may wait for its client to accept any of its bytes; past it the
+    /// connection is dropped. E.g. 30s.
+    #[arg(long, env = "SNAPVIEW_SEND_TIMEOUT", default_value = "30s", value_parser = timeout)]
+    send_timeout: Duration,
+    /// Slowest a client may accept a response, per second it keeps the server waiting,
+    /// after its first 10 s of waiting (the connection is dropped below it), e.g. 16KiB;
+    /// 0: no minimum.
+    #[arg(long, env = "SNAPVIEW_MIN_SEND_RATE", default_value = "16KiB", value_parser = size)]
+    min_send_rate: u64,
+    /// On SIGTERM or Ctrl-C, how long requests in flight may take before the server exits.
+    #[arg(long, env = "SNAPVIEW_SHUTDOWN_GRACE", default_value = "5s", value_parser = timeout)]
+    shutdown_grace: Duration,
+}
+
+impl ConnectionFlags {
+    fn limits(self, parse_memory_bytes: u64, max_events: u64) -> ConnectionLimits {
+        ConnectionLimits {
+            max_connections: self.max_connections,
+            max_connections_per_client: self.max_connections_per_client,
+            max_uploads: self.max_uploads,
+            max_uploads_per_client: self.max_uploads_per_client,
+            min_upload_rate: self.min_upload_rate,
+            header_timeout: self.header_timeout,
+            body_timeout: self.body_timeout,
+            send_timeout: self.send_timeout,
+            min_send_rate: self.min_send_rate,
+            shutdown_grace: self.shutdown_grace,
+            parse_memory_bytes,
+            max_events,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -325,7 +371,7 @@ fn parse_device(text: &str) -> Result<DeviceArg, String> {
 
 /// What a validated command will do.
 #[derive(Debug)]
-pub(super) enum Config {
+pub(super) enum ValidatedCommand {
     Summary {
         file: PathBuf,
         json: bool,
@@ -363,7 +409,11 @@ pub(super) enum Config {
     },
     Upload {
         file: PathBuf,
+        /// Where the file is sent: `{server}/api/snapshots?filename=…`.
         url: String,
+        /// `--server`, where `--roles` go once the snapshot is stored.
+        server: String,
+        roles: Option<PathBuf>,
         token: Option<String>,
         max_redirects: usize,
     },
@@ -371,8 +421,7 @@ pub(super) enum Config {
         source: DiffSource,
         json: bool,
         max_peak_growth: Option<f64>,
-        ignore_lines: bool,
-        align: crate::analysis::diff::Align,
+        options: DiffOptions,
         top: usize,
     },
 }
@@ -388,20 +437,17 @@ pub(super) enum DiffSource {
     },
 }
 
-impl Config {
-    pub(super) fn from_cli(cli: Cli) -> Result<Self, String> {
+impl ValidatedCommand {
+    /// Checks what clap could not: the files are there, the server URLs are http(s), the
+    /// access settings hold together (flags with a value of their own type were checked by
+    /// their value parsers as clap read them).
+    pub(super) fn from_arguments(cli: Cli) -> Result<Self, String> {
         let max_events = cli.max_events;
-        let check = |file: &Path| -> Result<(), String> {
-            match std::fs::metadata(file) {
-                Ok(meta) if meta.is_file() => Ok(()),
-                Ok(_) => Err(format!("{} is not a file", file.display())),
-                Err(e) => Err(format!("cannot read {}: {e}", file.display())),
-            }
-        };
+
         Ok(match cli.command {
             Command::Summary { file, json, roles } => {
-                check(&file)?;
-                Config::Summary { file, json, roles }
+                check_file(&file)?;
+                ValidatedCommand::Summary { file, json, roles }
             }
             Command::Live {
                 file,
@@ -410,8 +456,8 @@ impl Config {
                 json,
                 roles,
             } => {
-                check(&file)?;
-                Config::Live {
+                check_file(&file)?;
+                ValidatedCommand::Live {
                     file,
                     device,
                     at,
@@ -420,8 +466,8 @@ impl Config {
                 }
             }
             Command::Stats { file } => {
-                check(&file)?;
-                Config::Stats { file }
+                check_file(&file)?;
+                ValidatedCommand::Stats { file }
             }
             Command::Export {
                 file,
@@ -430,216 +476,195 @@ impl Config {
                 roles,
                 device,
             } => {
-                check(&file)?;
+                check_file(&file)?;
                 let kind = match kind {
                     ExportKind::Segments => FoldedKind::Segments,
                     ExportKind::Memory => FoldedKind::Memory,
                     ExportKind::Roles => {
-                        return Ok(Config::ExportRoles {
+                        return Ok(ValidatedCommand::ExportRoles {
                             file,
                             output,
                             roles,
                         });
                     }
                 };
-                Config::Export {
+                ValidatedCommand::Export {
                     file,
                     kind,
                     output,
                     device,
                 }
             }
-            Command::Open { file, no_browser } => Config::Open { file, no_browser },
-            Command::Serve {
+            Command::Open { file, no_browser } => ValidatedCommand::Open { file, no_browser },
+            Command::Serve(arguments) => arguments.validate(max_events)?,
+            Command::Diff(arguments) => arguments.validate()?,
+            Command::Upload(arguments) => arguments.validate()?,
+        })
+    }
+}
+
+impl ServeArgs {
+    /// The checked command, or what is wrong with the arguments.
+    fn validate(self, max_events: u64) -> Result<ValidatedCommand, String> {
+        let ServeArgs {
+            addr,
+            data_dir,
+            max_upload,
+            cache,
+            parse_memory,
+            public_url,
+            trash_days,
+            roles,
+            reindex,
+            connections,
+            write_token,
+            tokens_file,
+            read_token,
+            max_token_failures,
+            user_header,
+            allowed_hosts,
+            trusted_proxies,
+            frame_ancestors,
+            files,
+        } = self;
+        let limits = connections.limits(parse_memory, max_events);
+        for file in &files {
+            check_file(file)?;
+        }
+        let data_dir = match data_dir {
+            Some(dir) => dir,
+            None => default_data_dir()?,
+        };
+        let public_url = public_url
+            .map(|u| u.trim_end_matches('/').to_owned())
+            .unwrap_or_else(|| default_public_url(addr));
+        Ok(ValidatedCommand::Serve {
+            config: Box::new(ServeConfig {
                 addr,
                 data_dir,
-                max_upload,
-                cache,
-                parse_memory,
+                max_upload_bytes: max_upload,
+                cache_budget_bytes: cache,
                 public_url,
                 trash_days,
-                roles,
                 reindex,
-                max_connections,
-                max_connections_per_client,
-                max_uploads,
-                max_uploads_per_client,
-                min_upload_rate,
-                header_timeout,
-                body_timeout,
-                send_timeout,
-                min_send_rate,
-                shutdown_grace,
-                write_token,
-                tokens_file,
-                read_token,
-                max_token_failures,
-                user_header,
-                allowed_hosts,
-                trusted_proxies,
-                frame_ancestors,
-                files,
-            } => {
-                if max_connections == 0 || max_uploads == 0 {
-                    return Err("--max-connections and --max-uploads must be at least 1".to_owned());
+                limits,
+                roles: std::sync::Arc::new(
+                    super::roles_commands::read_rules(roles.as_deref())
+                        .map_err(|e| format!("--roles: {e}"))?,
+                ),
+                access: AccessConfig {
+                    trusted_proxies: match trusted_proxies {
+                        Some(list) => crate::server::access::parse_trusted_proxies(&list)?,
+                        None => Vec::new(),
+                    },
+                    frame_ancestors: crate::server::framing::FrameAncestors::parse(
+                        frame_ancestors.as_deref().unwrap_or(""),
+                    )?,
+                    max_token_failures,
+                    ..access_config(
+                        write_token,
+                        tokens_file,
+                        read_token,
+                        user_header,
+                        allowed_hosts,
+                    )?
+                },
+            }),
+            files,
+        })
+    }
+}
+
+impl DiffArgs {
+    /// The checked command, or what is wrong with the arguments.
+    fn validate(self) -> Result<ValidatedCommand, String> {
+        let DiffArgs {
+            before,
+            after,
+            json,
+            max_peak_growth,
+            ignore_lines,
+            align,
+            server,
+            top,
+            token,
+        } = self;
+        let source = match server {
+            Some(server) => {
+                for id in [&before, &after] {
+                    if crate::server::store::SnapshotId::parse(id).is_none() {
+                        return Err(format!(
+                            "{id:?} is not a snapshot id (16 hex digits, as in its URL)"
+                        ));
+                    }
                 }
-                let limits = ConnectionLimits {
-                    max_connections,
-                    max_connections_per_client,
-                    max_uploads,
-                    max_uploads_per_client,
-                    min_upload_rate: parse_size(&min_upload_rate)
-                        .map_err(|e| format!("--min-upload-rate: {e}"))?,
-                    header_timeout: parse_duration(&header_timeout)
-                        .map_err(|e| format!("--header-timeout: {e}"))?,
-                    body_timeout: parse_duration(&body_timeout)
-                        .map_err(|e| format!("--body-timeout: {e}"))?,
-                    send_timeout: parse_duration(&send_timeout)
-                        .map_err(|e| format!("--send-timeout: {e}"))?,
-                    min_send_rate: parse_size(&min_send_rate)
-                        .map_err(|e| format!("--min-send-rate: {e}"))?,
-                    shutdown_grace: parse_duration(&shutdown_grace)
-                        .map_err(|e| format!("--shutdown-grace: {e}"))?,
-                    parse_memory_bytes: parse_size(&parse_memory)
-                        .map_err(|e| format!("--parse-memory: {e}"))?,
-                    max_events,
-                };
-                let addr: SocketAddr = addr.parse().map_err(|_| {
-                    format!("--addr {addr:?} is not an address like 127.0.0.1:7878")
-                })?;
-                for file in &files {
-                    check(file)?;
-                }
-                let data_dir = match data_dir {
-                    Some(dir) => dir,
-                    None => default_data_dir()?,
-                };
-                let public_url = public_url
-                    .map(|u| u.trim_end_matches('/').to_owned())
-                    .unwrap_or_else(|| default_public_url(addr));
-                Config::Serve {
-                    config: Box::new(ServeConfig {
-                        addr,
-                        data_dir,
-                        max_upload_bytes: parse_size(&max_upload)
-                            .map_err(|e| format!("--max-upload: {e}"))?,
-                        cache_budget_bytes: parse_size(&cache)
-                            .map_err(|e| format!("--cache: {e}"))?,
-                        public_url,
-                        trash_days,
-                        reindex,
-                        limits,
-                        roles: std::sync::Arc::new(
-                            super::roles_commands::read_rules(roles.as_deref())
-                                .map_err(|e| format!("--roles: {e}"))?,
-                        ),
-                        access: AccessConfig {
-                            trusted_proxies: match trusted_proxies {
-                                Some(list) => crate::server::access::parse_trusted_proxies(&list)?,
-                                None => Vec::new(),
-                            },
-                            frame_ancestors: crate::server::framing::FrameAncestors::parse(
-                                frame_ancestors.as_deref().unwrap_or(""),
-                            )?,
-                            max_token_failures,
-                            ..access_config(
-                                write_token,
-                                tokens_file,
-                                read_token,
-                                user_header,
-                                allowed_hosts,
-                            )?
-                        },
-                    }),
-                    files,
-                }
+                let url = format!(
+                    "{}/api/compare/{before}/{after}?ignore_lines={ignore_lines}&align={}",
+                    server.trim_end_matches('/'),
+                    align_query(align)
+                );
+                check_server_url(&server)?;
+                DiffSource::Server { url, token }
             }
-            Command::Diff {
-                before,
-                after,
-                json,
-                max_peak_growth,
+            None => {
+                let (before, after) = (PathBuf::from(before), PathBuf::from(after));
+                check_file(&before)?;
+                check_file(&after)?;
+                DiffSource::Files(before, after)
+            }
+        };
+        Ok(ValidatedCommand::Diff {
+            source,
+            json,
+            max_peak_growth,
+            options: DiffOptions {
                 ignore_lines,
                 align,
-                server,
-                top,
-                token,
-            } => {
-                let align_text = align.trim().to_owned();
-                let align = crate::analysis::diff::Align::parse(&align)
-                    .map_err(|e| format!("--align: {e}"))?;
-                if let Some(pct) = max_peak_growth
-                    && !(pct.is_finite() && pct >= 0.0)
-                {
-                    return Err(format!(
-                        "--max-peak-growth {pct} must be a percentage of 0 or more"
-                    ));
-                }
-                let source = match server {
-                    Some(server) => {
-                        for id in [&before, &after] {
-                            if crate::server::store::SnapshotId::parse(id).is_none() {
-                                return Err(format!(
-                                    "{id:?} is not a snapshot id (16 hex digits, as in its URL)"
-                                ));
-                            }
-                        }
-                        let url = format!(
-                            "{}/api/compare/{before}/{after}?ignore_lines={ignore_lines}&align={align_text}",
-                            server.trim_end_matches('/')
-                        );
-                        check_server_url(&server)?;
-                        DiffSource::Server { url, token }
-                    }
-                    None => {
-                        let (before, after) = (PathBuf::from(before), PathBuf::from(after));
-                        check(&before)?;
-                        check(&after)?;
-                        DiffSource::Files(before, after)
-                    }
-                };
-                Config::Diff {
-                    source,
-                    json,
-                    max_peak_growth,
-                    ignore_lines,
-                    align,
-                    top,
-                }
-            }
-            Command::Upload {
-                file,
-                server,
-                name,
-                group,
-                token,
-                max_redirects,
-            } => {
-                check(&file)?;
-                let filename = file
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                let mut url = format!(
-                    "{}/api/snapshots?filename={}",
-                    server.trim_end_matches('/'),
-                    query_escape(&filename)
-                );
-                if let Some(name) = name {
-                    url.push_str(&format!("&name={}", query_escape(&name)));
-                }
-                if let Some(group) = group {
-                    url.push_str(&format!("&group={}", query_escape(&group)));
-                }
-                check_server_url(&server)?;
-                Config::Upload {
-                    file,
-                    url,
-                    token,
-                    max_redirects,
-                }
-            }
+                ..DiffOptions::default()
+            },
+            top,
         })
+    }
+}
+
+impl UploadArgs {
+    /// The checked command, or what is wrong with the arguments.
+    fn validate(self) -> Result<ValidatedCommand, String> {
+        check_file(&self.file)?;
+        check_server_url(&self.server)?;
+        let server = self.server.trim_end_matches('/').to_owned();
+        let filename = self
+            .file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut url = format!(
+            "{server}/api/snapshots?filename={}",
+            query_escape(&filename)
+        );
+        if let Some(name) = &self.name {
+            url.push_str(&format!("&name={}", query_escape(name)));
+        }
+        if let Some(group) = &self.group {
+            url.push_str(&format!("&group={}", query_escape(group)));
+        }
+        Ok(ValidatedCommand::Upload {
+            file: self.file,
+            url,
+            server,
+            roles: self.roles,
+            token: self.token,
+            max_redirects: self.max_redirects,
+        })
+    }
+}
+
+/// A FILE argument: it must be a file this process can read.
+fn check_file(file: &Path) -> Result<(), String> {
+    match std::fs::metadata(file) {
+        Ok(meta) if meta.is_file() => Ok(()),
+        Ok(_) => Err(format!("{} is not a file", file.display())),
+        Err(e) => Err(format!("cannot read {}: {e}", file.display())),
     }
 }
 
@@ -726,68 +751,99 @@ fn default_data_dir() -> Result<PathBuf, String> {
     }
 }
 
-/// `8GiB`, `500MB`, `1.5G`, `1000000` → bytes (binary units for the `i` forms and for bare
-/// K/M/G, as people mean them for memory; decimal for kB/MB/GB).
-fn parse_size(text: &str) -> Result<u64, String> {
-    let trimmed = text.trim();
-    let split = trimmed
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(trimmed.len());
-    let (number, unit) = trimmed.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a size like 8GiB or 500MB"))?;
-    let multiplier: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kib" => 1024.0,
-        "m" | "mib" => 1024.0 * 1024.0,
-        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
-        "t" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        "tb" => 1e12,
-        other => return Err(format!("unknown unit {other:?} in {text:?}")),
-    };
-    Ok((value * multiplier) as u64)
+/// `--align` as `?align=` spells it.
+fn align_query(align: Align) -> String {
+    match align {
+        Align::Auto => "auto".to_owned(),
+        Align::Off => "off".to_owned(),
+        Align::DropOuter(frames) => frames.to_string(),
+    }
 }
 
-/// `30s`, `500ms`, `2m`, `1.5` (seconds) → a duration; zero is refused, since every timeout
-/// here bounds how long a client may hold something.
-fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+/// `--addr`: an IP address and a port.
+fn socket_address(text: &str) -> Result<SocketAddr, String> {
+    text.parse()
+        .map_err(|_| format!("{text:?} is not an address like 127.0.0.1:7878"))
+}
+
+/// A count that 0 would make useless (`--max-connections`, `--max-uploads`: nothing would be
+/// served).
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_owned()),
+        Ok(count) => Ok(count),
+        Err(_) => Err(format!("{text:?} is not a whole number")),
+    }
+}
+
+/// `--max-peak-growth`: a percentage of 0 or more.
+fn percentage(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(pct) if pct.is_finite() && pct >= 0.0 => Ok(pct),
+        _ => Err(format!("{text:?} is not a percentage of 0 or more")),
+    }
+}
+
+/// A size in bytes, as `bytesize` reads it: `8GiB`, `500MB`, `1.5GiB`, `1000000`. A bare
+/// `K`, `M`, `G` or `T` is binary (`4G` is 4 GiB), as people mean it for memory, where
+/// `bytesize` alone would read it as decimal.
+fn size(text: &str) -> Result<u64, String> {
     let trimmed = text.trim();
-    let split = trimmed
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(trimmed.len());
-    let (number, unit) = trimmed.split_at(split);
-    let wrong = || format!("{text:?} is not a duration like 30s, 500ms or 2m");
-    let value: f64 = number.parse().map_err(|_| wrong())?;
-    let seconds = match unit.trim() {
-        "" | "s" => value,
-        "ms" => value / 1000.0,
-        "m" | "min" => value * 60.0,
-        "h" => value * 3600.0,
-        _ => return Err(wrong()),
-    };
-    if !(seconds > 0.0 && seconds <= 86_400.0) {
+    let binary = trimmed
+        .strip_suffix(['k', 'K', 'm', 'M', 'g', 'G', 't', 'T'])
+        .filter(|number| number.ends_with(|c: char| c.is_ascii_digit() || c == ' '))
+        .map(|_| format!("{trimmed}i"));
+    binary
+        .as_deref()
+        .unwrap_or(trimmed)
+        .parse::<bytesize::ByteSize>()
+        .map(|size| size.as_u64())
+        .map_err(|_| format!("{text:?} is not a size like 8GiB, 500MB or 1000000"))
+}
+
+/// A duration, as `humantime` reads it: `30s`, `500ms`, `2m`, `1h 30m`; a bare number is
+/// seconds. Zero and more than a day are refused, since every timeout here bounds how long a
+/// client may hold something.
+fn timeout(text: &str) -> Result<Duration, String> {
+    let trimmed = text.trim();
+    let seconds = trimmed
+        .parse::<f64>()
+        .is_ok()
+        .then(|| format!("{trimmed}s"));
+    let duration = humantime::parse_duration(seconds.as_deref().unwrap_or(trimmed))
+        .map_err(|_| format!("{text:?} is not a duration like 30s, 500ms or 2m"))?;
+    if duration.is_zero() || duration > Duration::from_secs(86_400) {
         return Err(format!("{text:?} must be more than 0 and at most a day"));
     }
-    Ok(std::time::Duration::from_secs_f64(seconds))
+    Ok(duration)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn durations_read_as_people_write_them() {
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration(" 2m "), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(timeout("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(timeout("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(timeout(" 2m "), Ok(Duration::from_secs(120)));
+        assert_eq!(timeout("1.5"), Ok(Duration::from_millis(1500)));
         for bad in ["", "0", "0s", "-1s", "5 parsecs", "2d", "nan"] {
-            assert!(parse_duration(bad).is_err(), "{bad:?}");
+            assert!(timeout(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn sizes_read_as_people_write_them() {
+        assert_eq!(size("8GiB"), Ok(8 << 30));
+        assert_eq!(size("500MB"), Ok(500_000_000));
+        assert_eq!(size("64KiB"), Ok(64 << 10));
+        assert_eq!(size("1000000"), Ok(1_000_000));
+        assert_eq!(size(" 4G "), Ok(4 << 30));
+        assert_eq!(size("1.5M"), Ok(3 << 19));
+        assert_eq!(size("0"), Ok(0));
+        for bad in ["", "lots", "5 parsecs", "-1", "GiB"] {
+            assert!(size(bad).is_err(), "{bad:?}");
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The HTTP client side of the CLI: `upload` and `diff --server` talk to a running
 //! `snapview serve`.
 
+use super::{Failure, FailureKind};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use std::path::Path;
 use std::time::Duration;
@@ -46,16 +47,20 @@ fn http_agent_config() -> ureq::config::ConfigBuilder<ureq::typestate::AgentScop
         )
 }
 
-/// Why the server could not be reached, in words a user can act on.
-fn unreachable(error: ureq::Error) -> String {
+/// Why the server at `url` could not be reached, in words a user can act on.
+fn unreachable(url: &str, error: ureq::Error) -> Failure {
     let text = error.to_string();
-    if text.contains("certificate") {
+    let server = split_url(url).map_or(url.to_owned(), |(scheme, authority, _)| {
+        format!("{scheme}://{authority}")
+    });
+    let message = if text.contains("certificate") {
         format!(
-            "cannot reach the server: {text} (the server's HTTPS certificate is not one this machine trusts: add its authority to the system's trust store, or use http://)"
+            "cannot reach the snapview server at {server}: {text} (the server's HTTPS certificate is not one this machine trusts: add its authority to the system's trust store, or use http://)"
         )
     } else {
-        format!("cannot reach the server: {text}")
-    }
+        format!("cannot reach the snapview server at {server}: {text}")
+    };
+    Failure::new(FailureKind::Unreachable, message)
 }
 
 /// The `Authorization` header value for a token given with --token or SNAPVIEW_TOKEN.
@@ -66,17 +71,47 @@ fn bearer(token: Option<&str>) -> Option<String> {
         .map(|t| format!("Bearer {t}"))
 }
 
-pub(super) fn http_get_json(url: &str, token: Option<&str>) -> Result<serde_json::Value, String> {
+pub(super) fn http_get_json(url: &str, token: Option<&str>) -> Result<serde_json::Value, Failure> {
     let mut request = http_agent().get(url);
     if let Some(authorization) = bearer(token) {
         request = request.header("Authorization", authorization);
     }
-    let response = request.call().map_err(unreachable)?;
+    let response = request.call().map_err(|e| unreachable(url, e))?;
     json_answer(response, 256 << 20, bearer(token).is_some())
 }
 
-/// `snapview upload`: streams the file to the server and returns the line to print: the new
-/// snapshot's URL, once the answer says one was stored.
+/// `upload --roles`: gives the stored snapshot `id` on `server` the rules file `rules`
+/// (`PUT /api/snapshots/{id}/rules`); the server checks them, and its refusal is the error.
+pub(super) fn put_rules(
+    server: &str,
+    id: &str,
+    rules: Vec<u8>,
+    token: Option<&str>,
+) -> Result<(), Failure> {
+    // The id goes into the path: it must be one (16 hex digits), whatever the server answered.
+    if crate::server::store::SnapshotId::parse(id).is_none() {
+        return Err(Failure::new(
+            FailureKind::Refused,
+            format!("the server named the stored snapshot {id:?}, which is not a snapshot id"),
+        ));
+    }
+    let url = format!("{server}/api/snapshots/{id}/rules");
+    let mut request = http_agent().put(&url);
+    if let Some(authorization) = bearer(token) {
+        request = request.header("Authorization", authorization);
+    }
+    let response = request.send(rules).map_err(|e| unreachable(&url, e))?;
+    json_answer(response, 16 << 20, bearer(token).is_some()).map(|_| ())
+}
+
+/// A snapshot the server stored: its id and its page's URL.
+pub(super) struct Stored {
+    pub(super) id: String,
+    pub(super) url: String,
+}
+
+/// `snapview upload`: streams the file to the server and returns the new snapshot, once the
+/// answer says one was stored.
 ///
 /// Redirects are followed only when they keep the method and the body (307, 308), at most
 /// `max_redirects` of them, sending the file again from its start each time; a 301, 302 or
@@ -88,7 +123,7 @@ pub(super) fn upload(
     url: &str,
     token: Option<&str>,
     max_redirects: usize,
-) -> Result<String, String> {
+) -> Result<Stored, Failure> {
     // Every redirect comes back here, to be followed only when it keeps the body.
     let agent: ureq::Agent = http_agent_config().max_redirects(0).build().into();
     let mut target = url.to_owned();
@@ -113,7 +148,7 @@ pub(super) fn upload(
             // A file body is sent with its Content-Length, so a server refuses one over its
             // limit (413) before the body, instead of cutting the upload off mid-stream.
             .send(&reader)
-            .map_err(unreachable)?;
+            .map_err(|e| unreachable(&target, e))?;
         let status = response.status();
         if let Some(wait) = busy_retry(&response, waited_busy) {
             // Every slot is taken (`--max-uploads`, `--max-uploads-per-client`: the ranks of
@@ -129,40 +164,42 @@ pub(super) fn upload(
         }
         if !status.is_redirection() {
             let json = json_answer(response, 16 << 20, sent_token)?;
-            return stored_snapshot_url(&json, status);
+            return stored_snapshot(&json, status)
+                .map_err(|message| Failure::new(FailureKind::Refused, message));
         }
         let location = response
             .headers()
             .get("location")
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
+        let refused = |message: String| Failure::new(FailureKind::Refused, message);
         let Some(location) = location else {
-            return Err(format!(
+            return Err(refused(format!(
                 "the server at {target} answered {status} without a Location: nothing was stored"
-            ));
+            )));
         };
         match status.as_u16() {
             307 | 308 => {}
             301..=303 => {
-                return Err(format!(
+                return Err(refused(format!(
                     "the server at {target} answered {status} with Location: {location}; nothing was stored (a {} would resend the upload as a GET). Upload to the address it names instead (--server, SNAPVIEW_SERVER)",
                     status.as_u16()
-                ));
+                )));
             }
             _ => {
-                return Err(format!(
+                return Err(refused(format!(
                     "the server at {target} answered {status} with Location: {location}, which an upload cannot follow; nothing was stored"
-                ));
+                )));
             }
         }
         if redirects == max_redirects {
-            return Err(format!(
+            return Err(refused(format!(
                 "the server redirected the upload more than {max_redirects} times (--max-redirects), last to {location}; nothing was stored"
-            ));
+            )));
         }
         redirects += 1;
         target = resolve_location(&target, &location).ok_or_else(|| {
-            format!("the server at {target} answered {status} with a Location that is not an http:// or https:// address: {location:?}; nothing was stored")
+            refused(format!("the server at {target} answered {status} with a Location that is not an http:// or https:// address: {location:?}; nothing was stored"))
         })?;
     }
 }
@@ -191,18 +228,21 @@ fn busy_retry(response: &ureq::http::Response<ureq::Body>, waited: Duration) -> 
     (waited + wait <= BUSY_WAIT_LIMIT).then_some(wait)
 }
 
-/// The line `upload` prints, from the server's answer: it must name the stored snapshot (its
-/// `id` and `url`), else the server (or whatever answered in its place) did not store it.
-fn stored_snapshot_url(
+/// The stored snapshot the server's answer names: its `id` and `url`, else the server (or
+/// whatever answered in its place) did not store it.
+fn stored_snapshot(
     json: &serde_json::Value,
     status: ureq::http::StatusCode,
-) -> Result<String, String> {
+) -> Result<Stored, String> {
     let id = json["id"].as_str().filter(|id| !id.is_empty());
     let url = json["url"]
         .as_str()
         .filter(|url| url.starts_with("http://") || url.starts_with("https://"));
     match (id, url) {
-        (Some(_), Some(url)) => Ok(format!("{url}\n")),
+        (Some(id), Some(url)) => Ok(Stored {
+            id: id.to_owned(),
+            url: url.to_owned(),
+        }),
         _ => Err(format!(
             "the server answered {status} but named no stored snapshot (no id and url in its answer: {}); is --server a snapview server?",
             json.to_string().chars().take(200).collect::<String>()
@@ -278,23 +318,31 @@ fn json_answer(
     mut response: ureq::http::Response<ureq::Body>,
     limit: u64,
     sent_token: bool,
-) -> Result<serde_json::Value, String> {
+) -> Result<serde_json::Value, Failure> {
     let status = response.status();
+    let refused = |message: String| {
+        let kind = if status == ureq::http::StatusCode::NOT_FOUND {
+            FailureKind::NotFound
+        } else {
+            FailureKind::Refused
+        };
+        Failure::new(kind, message)
+    };
     let body = response
         .body_mut()
         .with_config()
         .limit(limit)
         .read_to_string()
-        .map_err(|e| format!("unreadable answer from the server: {e}"))?;
+        .map_err(|e| refused(format!("unreadable answer from the server: {e}")))?;
     let json: serde_json::Value = match serde_json::from_str(&body) {
         Ok(json) => json,
         // A proxy in front may answer 401 with its own page; the hint still applies.
         Err(_) if status == ureq::http::StatusCode::UNAUTHORIZED => serde_json::Value::Null,
         Err(_) => {
-            return Err(format!(
+            return Err(refused(format!(
                 "the server answered {status} without JSON: {}",
                 body.chars().take(200).collect::<String>()
-            ));
+            )));
         }
     };
     let message = json["error"]["message"]
@@ -303,15 +351,15 @@ fn json_answer(
     if status.is_success() {
         Ok(json)
     } else if status == ureq::http::StatusCode::UNAUTHORIZED && !sent_token {
-        Err(format!(
+        Err(refused(format!(
             "the server needs a token: set SNAPVIEW_TOKEN (or pass --token) ({message})"
-        ))
+        )))
     } else if status == ureq::http::StatusCode::UNAUTHORIZED {
-        Err(format!(
+        Err(refused(format!(
             "the server refused the token from SNAPVIEW_TOKEN / --token: {message}"
-        ))
+        )))
     } else {
-        Err(message)
+        Err(refused(message))
     }
 }
 

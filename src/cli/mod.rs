@@ -1,8 +1,10 @@
-//! The command line: clap parses, `Config` validates, the library does the work.
+//! The command line: clap parses, [`ValidatedCommand`](args::ValidatedCommand) checks what it
+//! parsed, the library does the work.
 //!
-//! Every command prints one clear error line and exits with status 2 on bad input.
+//! Every command prints one clear error line on failure, and its exit status says what kind of
+//! failure it was (see [`Failure`]), so a script need not read the message.
 //!
-//! - [`args`]: clap's structs and the validated `Config`;
+//! - [`args`]: clap's structs and the validated command;
 //! - [`reports`]: the text of `summary` and `diff`;
 //! - [`client`]: `upload` and `diff --server` over HTTP;
 //! - [`progress`]: loading with a progress bar.
@@ -19,9 +21,9 @@ use crate::analysis::{Analysis, Summary};
 use crate::server::{AppState, ServeConfig};
 use crate::snapshot::{Snapshot, load_path};
 use crate::torch_text;
-use args::{Cli, Config, DeviceArg, DiffSource, default_public_url};
+use args::{Cli, DeviceArg, DiffSource, ValidatedCommand, default_public_url};
 use clap::Parser;
-use client::{http_get_json, upload};
+use client::{http_get_json, put_rules, upload};
 use progress::load_with_progress;
 use reports::{diff_text, summary_text};
 use std::io::Write;
@@ -37,12 +39,15 @@ pub fn main() -> i32 {
     if cli.no_cache() {
         cache::disable();
     }
-    match Config::from_cli(cli).and_then(|config| run(config, max_events)) {
+    let outcome = ValidatedCommand::from_arguments(cli)
+        .map_err(Failure::from)
+        .and_then(|command| execute(command, max_events));
+    match outcome {
         Ok(Outcome::Done) => 0,
         Ok(Outcome::Regression) => 1,
-        Err(message) => {
-            eprintln!("snapview: error: {message}");
-            2
+        Err(failure) => {
+            eprintln!("snapview: error: {}", failure.message);
+            failure.kind.exit_status()
         }
     }
 }
@@ -54,40 +59,98 @@ enum Outcome {
     Regression,
 }
 
-/// Runs `config`; files are read with at most `max_events` trace events (`--max-events`).
-fn run(config: Config, max_events: u64) -> Result<Outcome, String> {
-    if let Config::Diff {
-        source,
-        json,
-        max_peak_growth,
-        ignore_lines,
-        align,
-        top,
-    } = config
-    {
-        let options = crate::analysis::diff::DiffOptions {
-            ignore_lines,
-            align,
-            ..Default::default()
-        };
-        return run_diff(source, json, max_peak_growth, options, top, max_events);
-    }
-    run_other(config, max_events).map(|()| Outcome::Done)
+/// Why a command failed: the message printed, and the kind of failure, which its exit status
+/// tells (the Python package raises on these, never on the message's words).
+#[derive(Debug)]
+pub(super) struct Failure {
+    kind: FailureKind,
+    message: String,
 }
 
-fn run_other(config: Config, max_events: u64) -> Result<(), String> {
-    let text = match config {
-        // Handled by `run`.
-        Config::Diff { .. } => String::new(),
-        Config::Serve { config, files } => return serve(*config, files),
-        Config::Open { file, no_browser } => return open::open(file, no_browser, max_events),
-        Config::Upload {
+/// The kinds of failure, each with its own exit status (documented in the README; 1 is
+/// `diff --max-peak-growth`'s regression).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum FailureKind {
+    /// Refused (2): a bad flag or file (clap's own usage errors are 2 as well), or a request
+    /// the server refused (no or a wrong token, a file it would not store, a redirect an upload
+    /// cannot follow).
+    Refused,
+    /// The server could not be reached: refused connection, DNS, TLS, timeout (3).
+    Unreachable,
+    /// The server has no such snapshot, or no such page (404) (4).
+    NotFound,
+}
+
+impl FailureKind {
+    fn exit_status(self) -> i32 {
+        match self {
+            FailureKind::Refused => 2,
+            FailureKind::Unreachable => 3,
+            FailureKind::NotFound => 4,
+        }
+    }
+}
+
+impl Failure {
+    pub(super) fn new(kind: FailureKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// The same failure, its message put in context.
+    fn context(self, describe: impl FnOnce(&str) -> String) -> Self {
+        Self {
+            message: describe(&self.message),
+            ..self
+        }
+    }
+}
+
+/// A message alone is a refusal (status 2): bad input, most often.
+impl From<String> for Failure {
+    fn from(message: String) -> Self {
+        Failure::new(FailureKind::Refused, message)
+    }
+}
+
+/// Does what `command` says; files are read with at most `max_events` trace events
+/// (`--max-events`).
+fn execute(command: ValidatedCommand, max_events: u64) -> Result<Outcome, Failure> {
+    let text = match command {
+        ValidatedCommand::Diff {
+            source,
+            json,
+            max_peak_growth,
+            options,
+            top,
+        } => return diff(source, json, max_peak_growth, options, top, max_events),
+        // These two print as they go, and return when the server stops.
+        ValidatedCommand::Serve { config, files } => {
+            serve(*config, files)?;
+            return Ok(Outcome::Done);
+        }
+        ValidatedCommand::Open { file, no_browser } => {
+            open::open(file, no_browser, max_events)?;
+            return Ok(Outcome::Done);
+        }
+        ValidatedCommand::Upload {
             file,
             url,
+            server,
+            roles,
             token,
             max_redirects,
-        } => upload(&file, &url, token.as_deref(), max_redirects)?,
-        Config::Summary { file, json, roles } => {
+        } => upload_with_rules(
+            &file,
+            &url,
+            &server,
+            roles.as_deref(),
+            token.as_deref(),
+            max_redirects,
+        )?,
+        ValidatedCommand::Summary { file, json, roles } => {
             let rules = roles_commands::read_rules(roles.as_deref())?;
             let (snapshot, summary) = cache::summary(&file, max_events, &rules)?;
             if json {
@@ -98,11 +161,11 @@ fn run_other(config: Config, max_events: u64) -> Result<(), String> {
                 summary_text(&file, &snapshot, &summary)
             }
         }
-        Config::Stats { file } => {
+        ValidatedCommand::Stats { file } => {
             torch_text::stats(&load_with_progress(&file, max_events, load_path)?)
                 .map_err(|e| format!("{}: {e}", file.display()))?
         }
-        Config::Live {
+        ValidatedCommand::Live {
             file,
             device,
             at,
@@ -116,7 +179,7 @@ fn run_other(config: Config, max_events: u64) -> Result<(), String> {
                 .transpose()?;
             roles_commands::live_command(&snapshot, device, &at, json, &rules)?
         }
-        Config::ExportRoles {
+        ValidatedCommand::ExportRoles {
             file,
             output,
             roles,
@@ -126,9 +189,10 @@ fn run_other(config: Config, max_events: u64) -> Result<(), String> {
                 &load_with_progress(&file, max_events, load_path)?,
                 &rules,
             );
-            return write_export(text, output);
+            write_output(text, output)?;
+            return Ok(Outcome::Done);
         }
-        Config::Export {
+        ValidatedCommand::Export {
             file,
             kind,
             output,
@@ -151,10 +215,45 @@ fn run_other(config: Config, max_events: u64) -> Result<(), String> {
             });
             let text = torch_text::folded(&snapshot, kind)
                 .map_err(|e| format!("{}: {e}", file.display()))?;
-            return write_export(text, output);
+            write_output(text, output)?;
+            return Ok(Outcome::Done);
         }
     };
-    write_export(text, None)
+    write_output(text, None)?;
+    Ok(Outcome::Done)
+}
+
+/// `snapview upload`: sends the file to `url`, then, with `--roles`, gives the stored snapshot
+/// those rules on `server`; returns the line to print, the snapshot's URL. The rules file is
+/// read before the upload, so a missing one stores nothing.
+fn upload_with_rules(
+    file: &Path,
+    url: &str,
+    server: &str,
+    roles: Option<&Path>,
+    token: Option<&str>,
+    max_redirects: usize,
+) -> Result<String, Failure> {
+    let rules = roles
+        .map(|path| {
+            std::fs::read(path)
+                .map(|bytes| (path, bytes))
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))
+        })
+        .transpose()?;
+    let stored = upload(file, url, token, max_redirects)?;
+    if let Some((path, bytes)) = rules {
+        put_rules(server, &stored.id, bytes, token).map_err(|failure| {
+            failure.context(|message| {
+                format!(
+                    "{} was stored, but the server refused the role rules {}: {message}",
+                    stored.url,
+                    path.display()
+                )
+            })
+        })?;
+    }
+    Ok(format!("{}\n", stored.url))
 }
 
 /// The ordinal `--device` names in `snapshot`: `host` is the pinned host memory's, refused with
@@ -173,7 +272,7 @@ fn device_ordinal(snapshot: &Snapshot, file: &Path, device: DeviceArg) -> Result
 
 /// A command's text, to `output` or to standard output (a closed pipe, `| head`, is not an
 /// error worth a message).
-fn write_export(text: String, output: Option<PathBuf>) -> Result<(), String> {
+fn write_output(text: String, output: Option<PathBuf>) -> Result<(), String> {
     match output {
         Some(output) => std::fs::write(&output, text)
             .map_err(|e| format!("cannot write {}: {e}", output.display())),
@@ -285,14 +384,16 @@ fn log_access(config: &ServeConfig) {
     }
 }
 
-fn run_diff(
+/// `snapview diff`: compares two files, or two snapshots on a server, and prints the
+/// comparison; a regression past `max_peak_growth` is [`Outcome::Regression`].
+fn diff(
     source: DiffSource,
     json: bool,
     max_peak_growth: Option<f64>,
     options: crate::analysis::diff::DiffOptions,
     top: usize,
     max_events: u64,
-) -> Result<Outcome, String> {
+) -> Result<Outcome, Failure> {
     let (names, diff) = match source {
         DiffSource::Files(before, after) => {
             let load = |file: &Path| -> Result<(Snapshot, Analysis, Summary), String> {
@@ -346,7 +447,7 @@ fn run_diff(
         ));
     }
     match std::io::stdout().lock().write_all(text.as_bytes()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => return Err(e.to_string()),
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => return Err(e.to_string().into()),
         _ => {}
     }
     Ok(if regressed.is_empty() {

@@ -3,7 +3,8 @@
 //! Nothing is held whole in memory and nothing is stored until the file parses: an over-limit
 //! body (413), a file that is not a snapshot (400, with the reader's message) or a client that
 //! disconnects mid-upload leaves the store exactly as it was, because the temporary file is
-//! removed by `TempFile`'s drop on every path that does not store it.
+//! a `tempfile` in the store's temp folder (the same filesystem as the blobs, so storing it is
+//! one atomic rename), removed when dropped on every path that does not store it.
 //!
 //! Slow clients cannot stop the server: at most `--max-uploads` are received at once, and at
 //! most `--max-uploads-per-client` from one client address (past either, 503 with Retry-After,
@@ -32,11 +33,12 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+use tempfile::TempPath;
 use tokio::io::AsyncWriteExt;
+use tokio_util::io::{StreamReader, SyncIoBridge};
 
 /// Waiting for an upload's bytes that is forgiven before `--min-upload-rate` applies (a client
 /// starting up, TCP's slow start, a pause on a busy laptop).
@@ -126,68 +128,14 @@ pub struct UploadParams {
     pub group: Option<String>,
 }
 
-/// A file in the store's temp folder, removed on drop unless [`TempFile::keep`] was called.
-struct TempFile {
-    path: PathBuf,
-    keep: bool,
-}
-
-impl TempFile {
-    fn new(dir: &Path) -> Self {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let unique = format!(
-            "upload-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        );
-        Self {
-            path: dir.join(unique),
-            keep: false,
-        }
-    }
-
-    fn keep(mut self) -> PathBuf {
-        self.keep = true;
-        self.path.clone()
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        if !self.keep {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
-}
-
 /// One upload: its bytes on disk, and the snapshot parsed from them as they arrived (unless the
 /// upload was likely a duplicate: then it is parsed only if its hash says it is new).
 struct Received {
-    file: TempFile,
+    /// Removed when dropped, unless the store took it.
+    file: TempPath,
     size: u64,
     digest: Vec<u8>,
     loaded: Option<AnalysedSnapshot>,
-}
-
-/// Chunks of the upload as they arrive, on a channel, as a `Read` for the parser thread.
-/// A closed channel is the end of the input.
-struct ChannelReader {
-    chunks: tokio::sync::mpsc::Receiver<Bytes>,
-    current: Bytes,
-}
-
-impl std::io::Read for ChannelReader {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        while self.current.is_empty() {
-            match self.chunks.blocking_recv() {
-                Some(chunk) => self.current = chunk,
-                None => return Ok(0),
-            }
-        }
-        let n = buf.len().min(self.current.len());
-        buf[..n].copy_from_slice(&self.current.split_to(n));
-        Ok(n)
-    }
 }
 
 type ParseResult = Result<AnalysedSnapshot, LoadError>;
@@ -252,13 +200,16 @@ fn spawn_parser(
     reading: Reading,
 ) -> Result<tokio::sync::oneshot::Receiver<ParseResult>, ApiError> {
     let (answer, result) = tokio::sync::oneshot::channel();
+    // The chunks as a blocking `Read` for the parser: a closed channel is the end of the input.
+    // The bridge is made here, on the runtime, whose handle it uses to wait for the next chunk.
+    let mut chunks = chunks;
+    let stream = futures_util::stream::poll_fn(move |cx| {
+        chunks.poll_recv(cx).map(|c| c.map(Ok::<_, std::io::Error>))
+    });
+    let reader = SyncIoBridge::new(StreamReader::new(stream));
     std::thread::Builder::new()
         .name("snapview-upload-parser".into())
         .spawn(move || {
-            let reader = ChannelReader {
-                chunks,
-                current: Bytes::new(),
-            };
             let parsed = reading.load(|options| crate::analysis::load_reader(reader, options));
             // The upload may have been dropped meanwhile; then nobody wants the answer.
             let _ = answer.send(parsed);
@@ -341,10 +292,12 @@ where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
     E: BodyError,
 {
-    let file = TempFile::new(dir);
-    let mut out = tokio::fs::File::create(&file.path)
-        .await
+    let dir = dir.to_owned();
+    let created = blocking(move || tempfile::Builder::new().prefix("upload-").tempfile_in(dir))
+        .await?
         .map_err(|e| ApiError::writing("cannot create a temporary file", e))?;
+    let (out, file) = created.into_parts();
+    let mut out = tokio::fs::File::from_std(out);
     let (chunks, mut parser) = if let Some(reading) = parse {
         let (chunks, receiver) = tokio::sync::mpsc::channel::<Bytes>(PARSE_QUEUE);
         (Some(chunks), Some(spawn_parser(receiver, reading)?))
@@ -590,7 +543,7 @@ async fn ingest(
         // Parsed while it arrived: analysed already, so opening its page right after is instant.
         Some(loaded) => loaded,
         None => {
-            let path = received.file.path.clone();
+            let path = received.file.to_path_buf();
             let reading = Reading::of(state);
             blocking(move || reading.load(|options| crate::analysis::load_path(&path, options)))
                 .await?
@@ -607,13 +560,16 @@ async fn ingest(
         group: labels.group,
         summary: SummaryRow::new(&loaded.summary).to_stored(),
     };
-    let temp_path = received.file.keep();
+    let temp_path = received.file;
     let store = state.store.clone();
     let stored = blocking(move || {
         let result = store.put(new, &temp_path, actor.as_deref());
-        if result.is_err() {
-            let _ = std::fs::remove_file(&temp_path);
+        if result.is_ok() {
+            // The store renamed the file into place (or removed it, as a duplicate): its old
+            // path must not be removed on drop, since a new upload's file may take the name.
+            let _ = temp_path.keep();
         }
+        // Else the temporary file is removed as `temp_path` drops.
         result
     })
     .await?;

@@ -32,9 +32,9 @@ def free_port() -> int:
 def start_server(data_dir: Path, extra: List[str]) -> Server:
     binary = shutil.which("snapview")
     assert binary, "the snapview binary is not on PATH: is the wheel installed in this environment?"
-    port = free_port()
+    # Port 0: the server binds a free port and names it on its "serving at" line.
     process = subprocess.Popen(
-        [binary, "serve", "--addr", f"127.0.0.1:{port}", "--data-dir", str(data_dir), *extra],
+        [binary, "serve", "--addr", "127.0.0.1:0", "--data-dir", str(data_dir), *extra],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

@@ -122,8 +122,9 @@ def test_upload_without_the_token_says_to_set_it(token_server) -> None:
         snapview.SnapviewError, match="the server needs a token: set SNAPVIEW_TOKEN"
     ):
         snapview.upload(SMALL, server=token_server.url)
-    with pytest.raises(snapview.SnapviewError, match="refused the token"):
+    with pytest.raises(snapview.SnapviewError, match="refused the token") as error:
         snapview.upload(SMALL, server=token_server.url, token="wrong-token-0123456789abcdef")
+    assert error.value.exit_status == snapview.EXIT_REFUSED
     # The right one, as an argument, goes through; nothing was stored by the refusals.
     assert snapview.upload(SMALL, server=token_server.url, token=WRITE_TOKEN)
     assert len(get_json(f"{token_server.url}/api/snapshots")["snapshots"]) == 1
@@ -131,8 +132,12 @@ def test_upload_without_the_token_says_to_set_it(token_server) -> None:
 
 def test_upload_to_a_server_that_is_down_says_so() -> None:
     down = f"http://127.0.0.1:{free_port()}"
-    with pytest.raises(snapview.SnapviewError, match=f"cannot reach the snapview server at {down}"):
+    with pytest.raises(
+        snapview.SnapviewError, match=f"cannot reach the snapview server at {down}"
+    ) as error:
         snapview.upload(SMALL, server=down)
+    # Told apart by the binary's exit status, not by its words.
+    assert error.value.exit_status == snapview.EXIT_UNREACHABLE
 
 
 def test_upload_of_a_file_that_is_not_a_snapshot_gives_the_server_s_reason(
@@ -324,8 +329,9 @@ def test_upload_with_role_rules_gives_the_snapshot_its_own(server, tmp_path) -> 
     with urllib.request.urlopen(f"{server.url}/api/snapshots/{snapshot_id(url)}/rules") as answer:
         assert answer.read().decode() == rules.read_text()
     rules.write_text('[[rule]]\nframe = "(unclosed"\nrole = "x"\n')
-    with pytest.raises(snapview.SnapviewError, match="rule 1"):
+    with pytest.raises(snapview.SnapviewError, match="rule 1") as error:
         snapview.upload(SMALL, server=server.url, roles=rules)
+    assert error.value.exit_status == snapview.EXIT_REFUSED
     # The refused file changed nothing: the first rules are still the snapshot's.
     with urllib.request.urlopen(f"{server.url}/api/snapshots/{snapshot_id(url)}/rules") as answer:
         assert "everything" in answer.read().decode()
