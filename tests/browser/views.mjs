@@ -284,7 +284,7 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
           zoomName: name(f.focus),
         };
       });
-    const at = await page.evaluate(() => window.snapviewTest.ctx.moment());
+    const at = await page.evaluate(() => window.snapviewTest.app.moment());
     // Tab from the last toolbar button reaches the canvas (the breadcrumb is hidden, unzoomed), and
     // the canvas shows that it has the focus.
     await page.locator("#flame-svg").focus();
@@ -327,7 +327,7 @@ await run(TOTAL_TIMEOUT_MS, async (browser) => {
     assert(await page.locator("#flame-breadcrumb").isHidden(), "the breadcrumb after Esc");
     await until(() => !new URL(page.url()).searchParams.has("zoom"), "Esc clears the zoom from the URL");
     // None of these keys moved the moment.
-    assertEqual(await page.evaluate(() => window.snapviewTest.ctx.moment()), at, "the moment after keys on the graph");
+    assertEqual(await page.evaluate(() => window.snapviewTest.app.moment()), at, "the moment after keys on the graph");
     // Leaving the canvas forgets the keyboard's frame.
     await page.keyboard.press("ArrowDown");
     await page.locator("#flame-total").click();
