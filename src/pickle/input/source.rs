@@ -14,8 +14,8 @@ const BUFFER: usize = 1 << 20;
 pub const CHUNK_HEADROOM: usize = 4096;
 
 /// A supplier of whole buffers, such as a file read ahead by another thread. The decoder
-/// ([`decode_chunks`](super::decode_chunks)) reads each buffer where it is instead of copying
-/// it out.
+/// ([`decode_chunks`](crate::pickle::decode_chunks)) reads each buffer where it is instead of
+/// copying it out.
 pub trait Chunks {
     /// The next buffer, its new bytes starting at [`CHUNK_HEADROOM`], or `None` at the end of
     /// input. `spent` is a buffer the source is done with, for reuse.
