@@ -40,7 +40,7 @@ pub struct CompareAnswer {
 }
 
 /// `?ignore_lines=1` and its spellings.
-pub fn flag(value: &Option<String>) -> bool {
+pub fn query_flag_on(value: &Option<String>) -> bool {
     matches!(value.as_deref(), Some("1" | "true" | "yes" | "on"))
 }
 
@@ -79,7 +79,7 @@ pub async fn compare(
     let align = align_param(query.align.as_deref())?;
     let (before, after) = both(&state, &a, &b).await?;
     let options = DiffOptions {
-        ignore_lines: flag(&query.ignore_lines),
+        ignore_lines: query_flag_on(&query.ignore_lines),
         align,
         at_before: diff_moment(query.at_a),
         at_after: diff_moment(query.at_b),

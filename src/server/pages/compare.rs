@@ -4,7 +4,7 @@ use super::index::Row;
 use super::loading::{LoadCard, not_ready, render_loads};
 use super::{Assets, CompareAssets, error_page, render};
 use crate::server::AppState;
-use crate::server::compare::{CompareQuery, flag};
+use crate::server::compare::{CompareQuery, query_flag_on};
 use crate::server::error::{ApiError, blocking};
 use crate::server::extract::StoredSnapshot;
 use crate::server::store::Record;
@@ -83,7 +83,7 @@ pub async fn compare(
             extra: CompareAssets::new(),
             before: Side::new(&before.record),
             after: Some(Side::new(&after.record)),
-            ignore_lines: flag(&query.ignore_lines),
+            ignore_lines: query_flag_on(&query.ignore_lines),
             candidates: Vec::new(),
             load_card,
         })
