@@ -32,6 +32,18 @@ pub(crate) struct Window {
     base: u64,
 }
 
+impl Window {
+    /// Moves the unread bytes to the buffer's start, so that a refill has the room after them.
+    fn move_unread_to_front(&mut self) {
+        if self.pos > 0 {
+            self.buf.copy_within(self.pos..self.end, 0);
+            self.base = self.base.wrapping_add(self.pos as u64);
+            self.end -= self.pos;
+            self.pos = 0;
+        }
+    }
+}
+
 /// Where a [`Source`] gets more bytes: a reader, or whole buffers.
 pub(crate) trait Supply {
     /// Makes `window` hold at least `n` unread bytes if the input has them; false if it ends
@@ -53,12 +65,7 @@ pub(crate) struct InMemory<'a> {
 
 impl Supply for InMemory<'_> {
     fn refill(&mut self, w: &mut Window, n: usize) -> Result<bool, PickleError> {
-        if w.pos > 0 {
-            w.buf.copy_within(w.pos..w.end, 0);
-            w.base = w.base.wrapping_add(w.pos as u64);
-            w.end -= w.pos;
-            w.pos = 0;
-        }
+        w.move_unread_to_front();
         let copied = (w.buf.len() - w.end).min(self.rest.len());
         w.buf[w.end..w.end + copied].copy_from_slice(&self.rest[..copied]);
         w.end += copied;
@@ -85,12 +92,7 @@ pub(crate) struct Reading<R> {
 
 impl<R: Read> Supply for Reading<R> {
     fn refill(&mut self, w: &mut Window, n: usize) -> Result<bool, PickleError> {
-        if w.pos > 0 {
-            w.buf.copy_within(w.pos..w.end, 0);
-            w.base = w.base.wrapping_add(w.pos as u64);
-            w.end -= w.pos;
-            w.pos = 0;
-        }
+        w.move_unread_to_front();
         while w.end < n && !self.eof {
             match self.reader.read(&mut w.buf[w.end..]) {
                 Ok(0) => self.eof = true,
@@ -131,10 +133,7 @@ impl<C: Chunks> Supply for Chunked<C> {
             } else {
                 // More unread bytes than the headroom holds (or a buffer without headroom, so
                 // without new bytes either): append what is new to the current buffer.
-                w.buf.copy_within(w.pos..w.end, 0);
-                w.base = w.base.wrapping_add(w.pos as u64);
-                w.end -= w.pos;
-                w.pos = 0;
+                w.move_unread_to_front();
                 w.buf.truncate(w.end);
                 w.buf
                     .extend_from_slice(chunk.get(CHUNK_HEADROOM..).unwrap_or(&[]));
