@@ -83,22 +83,7 @@ enum Command {
     },
     /// The allocations live at one moment, with their role (parameter, gradient, optimizer_state,
     /// activation, temporary, input, unknown), why, and their frames; and the bytes per role.
-    Live {
-        file: PathBuf,
-        /// The device: a number, or `host` for pinned host memory (default: the first with
-        /// memory).
-        #[arg(long, value_parser = parse_device)]
-        device: Option<DeviceArg>,
-        /// `peak`, `end`, or an event index.
-        #[arg(long, default_value = "end")]
-        at: String,
-        /// Print JSON instead of text.
-        #[arg(long)]
-        json: bool,
-        /// Your own role rules: a TOML or JSON file (docs/roles.md).
-        #[arg(long)]
-        roles: Option<PathBuf>,
-    },
+    Live(LiveArgs),
     /// The same text as torch's `python -m torch.cuda._memory_viz stats FILE`, byte for byte.
     Stats { file: PathBuf },
     /// Folded stacks for flamegraph.pl, inferno or speedscope: the same lines as torch's
@@ -136,6 +121,25 @@ enum Command {
     Diff(DiffArgs),
     /// Upload a snapshot to a snapview server and print its URL.
     Upload(UploadArgs),
+}
+
+// `snapview live`'s arguments: one type, so that checking them passes them on as they are.
+#[derive(Debug, Args)]
+pub(super) struct LiveArgs {
+    pub(super) file: PathBuf,
+    /// The device: a number, or `host` for pinned host memory (default: the first with
+    /// memory).
+    #[arg(long, value_parser = parse_device)]
+    pub(super) device: Option<DeviceArg>,
+    /// `peak`, `end`, or an event index.
+    #[arg(long, default_value = "end")]
+    pub(super) at: String,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub(super) json: bool,
+    /// Your own role rules: a TOML or JSON file (docs/roles.md).
+    #[arg(long)]
+    pub(super) roles: Option<PathBuf>,
 }
 
 /// `snapview serve`'s flags.
@@ -376,13 +380,7 @@ pub(super) enum ValidatedCommand {
     Stats {
         file: PathBuf,
     },
-    Live {
-        file: PathBuf,
-        device: Option<DeviceArg>,
-        at: String,
-        json: bool,
-        roles: Option<PathBuf>,
-    },
+    Live(LiveArgs),
     ExportRoles {
         file: PathBuf,
         output: Option<PathBuf>,

@@ -21,7 +21,7 @@ use crate::analysis::{Analysis, Summary};
 use crate::server::{AppState, ServeConfig};
 use crate::snapshot::{Snapshot, load_path};
 use crate::torch_text;
-use args::{Cli, DeviceArg, DiffSource, ValidatedCommand, default_public_url};
+use args::{Cli, DeviceArg, DiffSource, LiveArgs, ValidatedCommand, default_public_url};
 use clap::Parser;
 use client::{http_get_json, put_rules, upload};
 use progress::load_with_progress;
@@ -165,13 +165,13 @@ fn execute(command: ValidatedCommand, max_events: u64) -> Result<Outcome, Failur
             torch_text::stats(&load_with_progress(&file, max_events, load_path)?)
                 .map_err(|e| format!("{}: {e}", file.display()))?
         }
-        ValidatedCommand::Live {
+        ValidatedCommand::Live(LiveArgs {
             file,
             device,
             at,
             json,
             roles,
-        } => {
+        }) => {
             let rules = roles_commands::read_rules(roles.as_deref())?;
             let snapshot = load_with_progress(&file, max_events, load_path)?;
             let device = device

@@ -25,21 +25,9 @@ impl ValidatedCommand {
                 check_file(&file)?;
                 ValidatedCommand::Summary { file, json, roles }
             }
-            Command::Live {
-                file,
-                device,
-                at,
-                json,
-                roles,
-            } => {
-                check_file(&file)?;
-                ValidatedCommand::Live {
-                    file,
-                    device,
-                    at,
-                    json,
-                    roles,
-                }
+            Command::Live(live) => {
+                check_file(&live.file)?;
+                ValidatedCommand::Live(live)
             }
             Command::Stats { file } => {
                 check_file(&file)?;
