@@ -135,25 +135,33 @@ impl Heap {
         Value::of(Kind::Float, self.floats.len() - 1)
     }
 
+    /// The value of a LONG1/LONG4 integer's little-endian two's complement bytes when there are
+    /// at most 8 of them (none is 0), else `None`. Shared by the decoder and the parallel
+    /// pre-decoder, which must agree on which integers are stored inline.
+    #[inline]
+    pub fn long_within_i64(bytes: &[u8]) -> Option<i64> {
+        let n = bytes.len();
+        if n == 0 {
+            return Some(0);
+        }
+        if n > 8 {
+            return None;
+        }
+        // Assemble in a register (a copy through memory stalls on store forwarding), then shift
+        // to the top and back down: the arithmetic shift sign-extends.
+        let raw = bytes
+            .iter()
+            .rev()
+            .fold(0u64, |acc, &byte| (acc << 8) | u64::from(byte));
+        let unused = 64 - 8 * n as u32;
+        Some(((raw << unused) as i64) >> unused)
+    }
+
     /// An integer from its little-endian two's complement bytes (LONG1/LONG4).
     #[inline]
     pub fn push_long(&mut self, bytes: &[u8]) -> Value {
-        let n = bytes.len();
-        if n == 0 {
-            return Value::new(Kind::Int, 0);
-        }
-        if n <= 8 {
-            // Assemble in a register (a copy through memory stalls on store forwarding), then
-            // shift to the top and back down: the arithmetic shift sign-extends.
-            let raw = bytes
-                .iter()
-                .rev()
-                .fold(0u64, |acc, &byte| (acc << 8) | u64::from(byte));
-            let unused = 64 - 8 * n as u32;
-            let value = ((raw << unused) as i64) >> unused;
-            if let Some(value) = Value::small_int(value) {
-                return value;
-            }
+        if let Some(value) = Self::long_within_i64(bytes).and_then(Value::small_int) {
+            return value;
         }
         self.big_ints.push(bytes.into());
         Value::of(Kind::BigInt, self.big_ints.len() - 1)

@@ -730,22 +730,12 @@ impl<'a> Worker<'a> {
     /// A LONG1 integer as [`Heap::push_long`] keeps it, counting the bytes the heap would
     /// store for one beyond 60 bits.
     fn long(&mut self, bytes: &[u8]) -> W {
-        let n = bytes.len();
-        if n == 0 {
-            return W::Int(0);
+        if let Some(value) =
+            Heap::long_within_i64(bytes).filter(|&value| Value::small_int(value).is_some())
+        {
+            return W::Int(value);
         }
-        if n <= 8 {
-            let raw = bytes
-                .iter()
-                .rev()
-                .fold(0u64, |acc, &byte| (acc << 8) | u64::from(byte));
-            let unused = 64 - 8 * n as u32;
-            let value = ((raw << unused) as i64) >> unused;
-            if Value::small_int(value).is_some() {
-                return W::Int(value);
-            }
-        }
-        self.region.unstored_bytes += n as u64;
+        self.region.unstored_bytes += bytes.len() as u64;
         self.longs.push(Long::of(bytes));
         W::Big(self.longs.len() as u32 - 1)
     }
