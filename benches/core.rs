@@ -72,27 +72,8 @@ fn main() {
         if !path.exists() {
             continue;
         }
-        let mut times = Vec::new();
-        let mut peak_rss = 0u64;
-        for _ in 0..runs {
-            let output = Command::new(&args[0])
-                .args(["--one", &path.to_string_lossy()])
-                .output()
-                .expect("run the bench child");
-            let text = String::from_utf8_lossy(&output.stdout);
-            let mut fields = text.split_whitespace();
-            let seconds: f64 = fields
-                .next()
-                .and_then(|s| s.parse().ok())
-                .expect("child time");
-            let rss: u64 = fields
-                .next()
-                .and_then(|s| s.parse().ok())
-                .expect("child rss");
-            times.push(seconds);
-            peak_rss = peak_rss.max(rss);
-        }
-        times.sort_by(f64::total_cmp);
+        let (times, peak_rss) =
+            measure(&args[0], &path, snapview::snapshot::default_threads(), runs);
         let median = times[times.len() / 2];
         let peak_mb = peak_rss / 1024;
         println!(
@@ -128,9 +109,9 @@ fn main() {
     scaling(&args[0], &dir);
 }
 
-/// Median seconds and peak RSS (KiB) of `runs` loads of `path` with `threads`, each in a fresh
-/// process.
-fn measure(bench: &str, path: &Path, threads: usize, runs: usize) -> (f64, u64) {
+/// The seconds of `runs` loads of `path` with `threads`, each in a fresh process, sorted, and
+/// their peak RSS (KiB).
+fn measure(bench: &str, path: &Path, threads: usize, runs: usize) -> (Vec<f64>, u64) {
     let mut times = Vec::new();
     let mut peak_rss = 0u64;
     for _ in 0..runs {
@@ -157,7 +138,7 @@ fn measure(bench: &str, path: &Path, threads: usize, runs: usize) -> (f64, u64) 
         peak_rss = peak_rss.max(rss);
     }
     times.sort_by(f64::total_cmp);
-    (times[times.len() / 2], peak_rss)
+    (times, peak_rss)
 }
 
 /// The huge file (and the ten-times file, when asked for) with 1, 2 and all cores, beside
@@ -188,7 +169,8 @@ fn scaling(bench: &str, dir: &Path) {
             .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
         let mut one = None;
         for &threads in &counts {
-            let (median, rss) = measure(bench, path, threads, 5);
+            let (times, rss) = measure(bench, path, threads, 5);
+            let median = times[times.len() / 2];
             let base = *one.get_or_insert(median);
             println!(
                 "{name:<24} {threads:>8} {median:>8.3}s {:>7} MB {:>7.2}x",

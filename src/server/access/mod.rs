@@ -368,28 +368,27 @@ pub async fn check(State(access): State<Access>, mut request: Request, next: Nex
 impl Access {
     /// The Actor of a request let through, or why it is refused.
     fn decide(&self, request: &Request, peer: Option<IpAddr>) -> Result<Actor, Refusal> {
-        let access = self;
-        if let Err(message) = access.host_is_allowed(request.headers(), request.uri()) {
+        if let Err(message) = self.host_is_allowed(request.headers(), request.uri()) {
             return Err(Refusal::Error(ApiError::WrongHost(message)));
         }
-        if let Err(message) = access.user_header_is_trusted(request.headers(), peer) {
+        if let Err(message) = self.user_header_is_trusted(request.headers(), peer) {
             return Err(Refusal::Error(ApiError::UntrustedHeader(message)));
         }
         let method = request.method().clone();
         let write = is_write(&method);
-        if write && let Err(message) = access.cross_site_write(request.headers()) {
+        if write && let Err(message) = self.cross_site_write(request.headers()) {
             return Err(Refusal::Error(ApiError::Forbidden(message)));
         }
         let path = request.uri().path().to_owned();
         // A token is compared only while its client has tries left: the login form's, or a
         // Bearer header where it counts (public paths ignore a wrong one).
         let tries_token = if is_public(&method, &path) {
-            path == "/login" && method == Method::POST && access.reads_need_token()
+            path == "/login" && method == Method::POST && self.reads_need_token()
         } else {
             request.headers().contains_key(header::AUTHORIZATION)
         };
         if tries_token
-            && let Some(failures) = &access.failures
+            && let Some(failures) = &self.failures
             && let Err(wait) = failures.may_try(peer)
         {
             return Err(Refusal::Answer(Box::new(too_many_failures(
@@ -397,12 +396,12 @@ impl Access {
                 path == "/login",
             ))));
         }
-        let (grant, token_name) = match access.grant_of(request.headers()) {
+        let (grant, token_name) = match self.grant_of(request.headers()) {
             Ok(found) => found,
             // A wrong token is refused even where none is needed: a script with a stale token
             // should hear so, not succeed by luck on an open server.
             Err(error) if !is_public(&method, &path) => {
-                if let Some(failures) = &access.failures {
+                if let Some(failures) = &self.failures {
                     failures.failed(peer);
                 }
                 return Err(Refusal::Error(error));
@@ -410,7 +409,7 @@ impl Access {
             Err(_) => (Grant::Nothing, None),
         };
         if !is_public(&method, &path) {
-            if write && access.writes_need_token() && grant < Grant::Write {
+            if write && self.writes_need_token() && grant < Grant::Write {
                 let bearer = request.headers().contains_key(header::AUTHORIZATION);
                 let message = if bearer && grant == Grant::Read {
                     "this token may read but not change snapshots: send a write token as `Authorization: Bearer TOKEN`"
@@ -419,7 +418,7 @@ impl Access {
                 };
                 return Err(Refusal::Error(ApiError::Unauthorized(message.into())));
             }
-            if !write && access.reads_need_token() && grant < Grant::Read {
+            if !write && self.reads_need_token() && grant < Grant::Read {
                 if path.starts_with("/api/") {
                     return Err(Refusal::Error(ApiError::Unauthorized(
                         "this server needs a token to read: send `Authorization: Bearer TOKEN` (snapview diff reads it from SNAPVIEW_TOKEN or --token)".into(),
@@ -435,7 +434,7 @@ impl Access {
                 )));
             }
         }
-        Ok(access.actor(request.headers(), token_name))
+        Ok(self.actor(request.headers(), token_name))
     }
 }
 
