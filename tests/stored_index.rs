@@ -18,7 +18,10 @@ fn server_on(dir: &Path) -> TestServer {
 
 fn paths(state: &AppState, id: &str) -> (PathBuf, PathBuf) {
     let id = SnapshotId::parse(id).expect("id");
-    (state.store.blob_path(&id), state.store.index_path(&id))
+    (
+        state.store.blob_file(&id).expect("blob"),
+        state.store.index_path(&id),
+    )
 }
 
 /// Waits (the index is written after answering, on a blocking thread) until the index of `id`

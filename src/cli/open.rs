@@ -124,7 +124,10 @@ async fn serve_one(
 /// is from now on (a reload after the cache let it go, a download); a failure only leaves the
 /// copy, in the folder removed at exit.
 fn read_in_place(state: &AppState, id: &crate::server::store::SnapshotId, original: &Path) {
-    let blob = state.store.blob_path(id);
+    // `open`'s store is a local folder: its blob file is its own.
+    let Ok(blob) = state.store.blob_file(id) else {
+        return;
+    };
     let link = blob.with_extension("link");
     #[cfg(unix)]
     let linked =

@@ -136,7 +136,11 @@ pub async fn raw(
     State(state): State<AppState>,
     StoredSnapshot { id, record }: StoredSnapshot,
 ) -> Result<Response, ApiError> {
-    let file = tokio::fs::File::open(state.store.blob_path(&id))
+    let store = state.store.clone();
+    let target = id.clone();
+    // Remote blobs are fetched into the local cache first.
+    let path = super::error::blocking(move || store.blob_file(&target)).await??;
+    let file = tokio::fs::File::open(path)
         .await
         .map_err(|e| ApiError::internal(format!("opening the stored file of {id}"), e))?;
     let body = Body::from_stream(tokio_util::io::ReaderStream::new(file));

@@ -105,7 +105,9 @@ impl StoredSnapshot {
     /// status endpoint and the page show it): the cause with a server path goes to the log.
     fn loader(&self, state: &AppState) -> Result<impl Loader + use<>, ApiError> {
         let id = self.id.clone();
-        let path = state.store.blob_path(&id);
+        // Remote blobs are fetched into the local cache first. TODO(issue 21): inside the load,
+        // under the parse lease.
+        let path = state.store.blob_file(&id)?;
         let index = state.store.index_path(&id);
         // The snapshot's own rules (`PUT .../rules`) over the server's; they were checked when
         // stored, so failing here means the index was edited by hand.

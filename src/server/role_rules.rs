@@ -113,7 +113,7 @@ async fn reanalyse(
     id: &SnapshotId,
     rules: Arc<UserRules>,
 ) -> Result<AnalysedSnapshot, ApiError> {
-    let path = state.store.blob_path(id);
+    let path = state.store.blob_file(id)?;
     let index = state.store.index_path(id);
     let target = id.clone();
     let budget = state.parse_budget.clone();

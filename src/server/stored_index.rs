@@ -74,7 +74,7 @@ pub fn maintain_in_background(state: &AppState, id: &SnapshotId, loaded: &Arc<An
     if work == IndexWork::None {
         return;
     }
-    let blob = state.store.blob_path(id);
+    let store = state.store.clone();
     let index = state.store.index_path(id);
     // Counted before the thread starts, so a shutdown that begins now already waits for it.
     let running = (work == IndexWork::Write).then(|| state.index_writes.begin(id));
@@ -84,7 +84,12 @@ pub fn maintain_in_background(state: &AppState, id: &SnapshotId, loaded: &Arc<An
             let _running = running;
             #[cfg(feature = "test-hooks")]
             wait_at_test_gate();
-            if let Err(error) = write_now(&id, &blob, &index, &loaded) {
+            let written = store
+                .blob_file(&id)
+                .map_err(std::io::Error::other)
+                .and_then(|blob| write_now(&id, &blob, &index, &loaded))
+                .and_then(|()| store.publish_index(&id).map_err(std::io::Error::other));
+            if let Err(error) = written {
                 tracing::warn!(%id, %error, "writing the stored index failed; the next cold load reads the snapshot again");
             }
         }
@@ -96,7 +101,7 @@ pub fn maintain_in_background(state: &AppState, id: &SnapshotId, loaded: &Arc<An
                 }
                 Err(error) => {
                     tracing::warn!(%id, %error, "the stored index is corrupt: deleting it and reading the snapshot again on the next request");
-                    if let Err(error) = std::fs::remove_file(&index) {
+                    if let Err(error) = store.remove_index(&id) {
                         tracing::warn!(%id, %error, "deleting the corrupt stored index failed");
                     }
                     state.cache.remove(&id);

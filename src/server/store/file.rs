@@ -4,7 +4,7 @@
 //! in `audit.rs` and the start-up repairs in `start_up.rs`.
 
 use super::audit::{self, audit};
-use super::blobs::{BLOB_SUFFIX, INDEX_DIR, sync_dir};
+use super::file_blobs::{BLOB_SUFFIX, INDEX_DIR, sync_dir};
 use super::trash::TrashMove;
 use super::*;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -15,6 +15,8 @@ use std::sync::Mutex;
 pub struct FileStore {
     pub(super) dir: PathBuf,
     db: Mutex<Connection>,
+    /// Who this process is in the leases table.
+    holder: String,
 }
 
 impl FileStore {
@@ -54,7 +56,12 @@ impl FileStore {
                  detail TEXT NOT NULL DEFAULT '{}'
              );
              CREATE INDEX IF NOT EXISTS audit_snapshot ON audit (snapshot_id);
-             CREATE INDEX IF NOT EXISTS audit_action ON audit (action, seq);",
+             CREATE INDEX IF NOT EXISTS audit_action ON audit (action, seq);
+             CREATE TABLE IF NOT EXISTS leases (
+                 name TEXT PRIMARY KEY,
+                 holder TEXT NOT NULL,
+                 expires_at_ms INTEGER NOT NULL
+             );",
         )?;
         // Indexes written before the trash existed lack its column.
         let has_trash_column = db
@@ -73,6 +80,7 @@ impl FileStore {
         Ok(Self {
             dir: dir.to_owned(),
             db: Mutex::new(db),
+            holder: super::lease_holder(),
         })
     }
 
@@ -399,12 +407,8 @@ impl Store for FileStore {
         audit::write_refusals(&mut self.db(), row, actor, detail)
     }
 
-    fn blob_path(&self, id: &SnapshotId) -> PathBuf {
-        // Ids are validated hex, so joining them is safe.
-        self.dir
-            .join("blobs")
-            .join(&id.as_str()[..2])
-            .join(format!("{}{BLOB_SUFFIX}", id.as_str()))
+    fn blob_file(&self, id: &SnapshotId) -> Result<PathBuf, StoreError> {
+        Ok(self.blob_path(id))
     }
 
     fn index_path(&self, id: &SnapshotId) -> PathBuf {
@@ -414,8 +418,70 @@ impl Store for FileStore {
             .join(format!("{}{}", id.as_str(), crate::index::FILE_SUFFIX))
     }
 
+    fn fetch_index(&self, id: &SnapshotId) -> Result<bool, StoreError> {
+        Ok(self.index_path(id).is_file())
+    }
+
+    fn publish_index(&self, _id: &SnapshotId) -> Result<(), StoreError> {
+        // The index is written where every process on this folder reads it.
+        Ok(())
+    }
+
+    fn remove_index(&self, id: &SnapshotId) -> Result<(), StoreError> {
+        Ok(super::file_blobs::remove_if_there(&self.index_path(id))?)
+    }
+
     fn temp_dir(&self) -> PathBuf {
         self.dir.join("tmp")
+    }
+
+    fn try_lease(&self, name: &str, ttl: std::time::Duration) -> Result<bool, StoreError> {
+        let now = now_ms();
+        let expires = now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
+        let taken = self.db().execute(
+            "INSERT INTO leases (name, holder, expires_at_ms) VALUES (?1, ?2, ?3)
+             ON CONFLICT (name) DO UPDATE SET holder = excluded.holder,
+                 expires_at_ms = excluded.expires_at_ms
+             WHERE leases.holder = excluded.holder OR leases.expires_at_ms <= ?4",
+            params![name, self.holder, expires, now],
+        )?;
+        Ok(taken == 1)
+    }
+
+    fn release_lease(&self, name: &str) -> Result<(), StoreError> {
+        self.db().execute(
+            "DELETE FROM leases WHERE name = ?1 AND holder = ?2",
+            params![name, self.holder],
+        )?;
+        Ok(())
+    }
+
+    fn readiness(&self) -> Vec<(&'static str, Result<(), String>)> {
+        let database = self
+            .db()
+            .query_row("SELECT 1", [], |_| Ok(()))
+            .map_err(|e| e.to_string());
+        let blobs = match std::fs::metadata(self.dir.join("blobs")) {
+            Ok(meta) if meta.is_dir() => Ok(()),
+            Ok(_) => Err("the blobs folder is not a folder".to_owned()),
+            Err(e) => Err(format!("the blobs folder cannot be read: {e}")),
+        };
+        vec![("database", database), ("blobs", blobs)]
+    }
+
+    fn kinds(&self) -> (&'static str, &'static str) {
+        ("sqlite", "folder")
+    }
+}
+
+impl FileStore {
+    /// Where the bytes of a stored snapshot are.
+    pub fn blob_path(&self, id: &SnapshotId) -> PathBuf {
+        // Ids are validated hex, so joining them is safe.
+        self.dir
+            .join("blobs")
+            .join(&id.as_str()[..2])
+            .join(format!("{}{BLOB_SUFFIX}", id.as_str()))
     }
 }
 

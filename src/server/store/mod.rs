@@ -22,8 +22,11 @@
 //!   refused with 401/403 too, counted per client address and minute (`server::refusals`).
 
 mod audit;
-mod blobs;
+pub mod blobs;
 mod file;
+mod file_blobs;
+pub mod metadata;
+pub mod runtime;
 mod start_up;
 #[cfg(test)]
 mod tests;
@@ -42,6 +45,17 @@ pub fn now_ms() -> i64 {
         .map_or(0, |since| {
             i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
         })
+}
+
+/// This process's name in a leases table: host, process id and a random part, so a restarted
+/// process (whose pid may repeat) never inherits its predecessor's leases.
+pub(crate) fn lease_holder() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_default();
+    let mut random = [0u8; 4];
+    let _ = getrandom::fill(&mut random);
+    format!("{host}:{}:{}", std::process::id(), hex::encode(random))
 }
 
 /// A snapshot id: the first 16 hex digits of the SHA-256 of the file's bytes.
@@ -201,6 +215,13 @@ pub enum StoreError {
     Io(#[from] std::io::Error),
     #[error("stored summary is unreadable: {0}")]
     Json(#[from] serde_json::Error),
+    /// A remote backend (PostgreSQL, object storage) cannot be reached or refuses service now:
+    /// answered 503 with `what` and `reason`, and retried by the client later.
+    #[error("{what} is unavailable: {reason}")]
+    Unavailable { what: &'static str, reason: String },
+    /// Any other failure of a remote backend, in its own words.
+    #[error("{what} failed: {reason}")]
+    Remote { what: &'static str, reason: String },
 }
 
 /// Storage of snapshots, behind a trait so another backend (object storage, Postgres) can
@@ -277,14 +298,33 @@ pub trait Store: Send + Sync {
         actor: Option<&str>,
         detail: &serde_json::Value,
     ) -> Result<i64, StoreError>;
-    /// Where the bytes of a stored snapshot are.
-    fn blob_path(&self, id: &SnapshotId) -> PathBuf;
-    /// Where a snapshot's stored index (`crate::index`) is kept: a local file, derived from the
-    /// blob and rebuilt whenever it is missing or not to be trusted, so a store whose blobs are
-    /// remote (object storage) would point this at a local cache folder. Purging a snapshot
-    /// removes it; start-up removes those whose blob is gone.
+    /// A local file holding the bytes of a stored snapshot (fetched into the local cache first
+    /// when blobs are remote; see [`blobs::Blobs::local`]).
+    fn blob_file(&self, id: &SnapshotId) -> Result<PathBuf, StoreError>;
+    /// Where a snapshot's stored index (`crate::index`) is read from and written to: a local
+    /// file, derived from the blob and rebuilt whenever it is missing or not to be trusted.
+    /// Purging a snapshot removes it; start-up removes those whose blob is gone.
     fn index_path(&self, id: &SnapshotId) -> PathBuf;
-    /// A folder for uploads in progress, on the same filesystem as the blobs (so the final
-    /// rename is atomic).
+    /// Brings a stored index written by another replica to [`Store::index_path`] when there is
+    /// one; true when the local file is there afterwards.
+    fn fetch_index(&self, id: &SnapshotId) -> Result<bool, StoreError>;
+    /// Stores the index just written at [`Store::index_path`] beside the blob, for the other
+    /// replicas.
+    fn publish_index(&self, id: &SnapshotId) -> Result<(), StoreError>;
+    /// Removes a corrupt stored index, here and beside the blob.
+    fn remove_index(&self, id: &SnapshotId) -> Result<(), StoreError>;
+    /// A folder for uploads in progress, on the local filesystem the blobs backend moves them
+    /// from.
     fn temp_dir(&self) -> PathBuf;
+    /// Takes (or extends) the lease `name` for this process for `ttl`; true when this process
+    /// holds it now. Leases keep one replica at a time on a piece of work (parsing a snapshot,
+    /// emptying the trash); one whose holder died expires.
+    fn try_lease(&self, name: &str, ttl: std::time::Duration) -> Result<bool, StoreError>;
+    /// Gives up a lease this process holds.
+    fn release_lease(&self, name: &str) -> Result<(), StoreError>;
+    /// Whether the database and the blobs answer now, each by name (`database`, `blobs`), with
+    /// the reason when one does not (`/readyz`).
+    fn readiness(&self) -> Vec<(&'static str, Result<(), String>)>;
+    /// The backends' kinds, `(metadata, blobs)`: `("sqlite", "folder")`, `("postgres", "s3")`.
+    fn kinds(&self) -> (&'static str, &'static str);
 }

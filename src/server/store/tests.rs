@@ -1,7 +1,7 @@
 //! The [`FileStore`]'s tests: each write and its audit row, the trash, and the start-up repairs
 //! after a crash or a hand-edited folder.
 
-use super::blobs::BLOB_SUFFIX;
+use super::file_blobs::BLOB_SUFFIX;
 use super::*;
 use rusqlite::{Connection, params};
 

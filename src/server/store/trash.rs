@@ -3,8 +3,8 @@
 //! in the trash for the next purge).
 
 use super::audit::audit;
-use super::blobs::remove_if_there;
 use super::file::set_audited;
+use super::file_blobs::remove_if_there;
 use super::*;
 use rusqlite::params;
 
