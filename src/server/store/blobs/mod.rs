@@ -8,7 +8,7 @@
 use super::{SnapshotId, StoreError};
 use std::path::{Path, PathBuf};
 
-// pub mod folder; (the generic core: issue 21)
+pub mod folder;
 // pub mod object; (issue 21: object storage)
 
 /// One blob the backend holds, as a listing finds it.

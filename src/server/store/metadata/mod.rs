@@ -8,7 +8,7 @@
 
 use super::{AuditEntry, Record, SnapshotId, StoreError};
 
-// pub mod sqlite; (the generic core: issue 21)
+pub mod sqlite;
 // pub mod postgres; (issue 21: PostgreSQL)
 
 /// A row before its summary is parsed, so one unreadable summary is that row's problem, not
