@@ -12,7 +12,9 @@ use crate::analysis::diff::{Align, DiffOptions};
 use crate::server::{ConnectionLimits, ServeConfig};
 use crate::torch_text::FoldedKind;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use parse::{at_least_one, parse_device, percentage, size, socket_address, timeout};
+use parse::{
+    at_least_one, blobs_url, database_url, parse_device, percentage, size, socket_address, timeout,
+};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -153,6 +155,30 @@ struct ServeArgs {
     /// ~/.local/share/snapview].
     #[arg(long, env = "SNAPVIEW_DATA_DIR")]
     data_dir: Option<PathBuf>,
+    /// Keep the snapshots' records, the audit log and the leases in this PostgreSQL database
+    /// (postgres://USER:PASSWORD@HOST:PORT/DB) instead of SQLite in the data folder, so that
+    /// several servers share them. Prefer the environment variable: the URL holds a password.
+    #[arg(
+        long,
+        env = "SNAPVIEW_DATABASE_URL",
+        value_name = "URL",
+        hide_env_values = true,
+        value_parser = database_url
+    )]
+    database: Option<String>,
+    /// Keep the snapshot files and their stored indexes in S3-compatible object storage
+    /// (s3://BUCKET/PREFIX) instead of the data folder; the endpoint, region and keys come
+    /// from the AWS_* environment variables.
+    #[arg(long, env = "SNAPVIEW_BLOBS", value_name = "URL", value_parser = blobs_url)]
+    blobs: Option<String>,
+    /// Where copies of the files from --blobs are kept while they are read [default:
+    /// DATA_DIR/cache]. Only used with --blobs.
+    #[arg(long, env = "SNAPVIEW_CACHE_DIR", value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Disk the --cache-dir copies may fill; past it the least recently used go. Only used
+    /// with --blobs.
+    #[arg(long, env = "SNAPVIEW_CACHE_SIZE", default_value = "20GiB", value_parser = size)]
+    cache_size: u64,
     /// Largest upload accepted, e.g. 8GiB, 500MB, 1000000.
     #[arg(long, env = "SNAPVIEW_MAX_UPLOAD", default_value = "8GiB", value_parser = size)]
     max_upload: u64,

@@ -95,6 +95,11 @@ async fn serve_one(
         // Nothing outlives the process, so nothing waits in a trash.
         trash_days: 0,
         reindex: false,
+        // The data folder alone: `open` keeps nothing, and shares nothing.
+        database: None,
+        blobs: None,
+        cache_dir: None,
+        cache_size_bytes: crate::server::store::DEFAULT_CACHE_BYTES,
         limits: crate::server::ConnectionLimits::default(),
         // Loopback only, no tokens: the one user of this machine who started it.
         access: crate::server::access::AccessConfig::default(),

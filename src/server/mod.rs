@@ -55,6 +55,15 @@ pub struct ServeConfig {
     pub trash_days: u32,
     /// Rebuild the index from the stored blobs at start (`--reindex`).
     pub reindex: bool,
+    /// Metadata in PostgreSQL at this URL (`--database`); `None`: SQLite in the data folder.
+    pub database: Option<String>,
+    /// Blobs in object storage at this `s3://bucket/prefix` (`--blobs`); `None`: the data
+    /// folder.
+    pub blobs: Option<String>,
+    /// The local cache of remote blobs and indexes (`--cache-dir`); `None`: `DATA_DIR/cache`.
+    pub cache_dir: Option<PathBuf>,
+    /// Bytes that cache may hold (`--cache-size`).
+    pub cache_size_bytes: u64,
     /// What slow or idle clients may hold, and for how long.
     pub limits: ConnectionLimits,
     /// Tokens, the trusted user header and the accepted Host names (see `access`).
@@ -68,6 +77,17 @@ impl ServeConfig {
     /// The trash's retention in milliseconds.
     pub fn trash_ms(&self) -> i64 {
         i64::from(self.trash_days) * 86_400_000
+    }
+
+    /// Where the store's backends are.
+    pub fn store_options(&self) -> store::StoreOptions {
+        store::StoreOptions {
+            data_dir: self.data_dir.clone(),
+            database: self.database.clone(),
+            blobs: self.blobs.clone(),
+            cache_dir: self.cache_dir.clone(),
+            cache_bytes: self.cache_size_bytes,
+        }
     }
 }
 
@@ -154,9 +174,12 @@ pub struct AppState {
 
 impl AppState {
     pub fn open(config: ServeConfig) -> Result<Self, store::StoreError> {
-        let store = store::FileStore::open(&config.data_dir)?;
+        let store = store::open(&config.store_options())?;
         let report = store.start_up(config.reindex, config.trash_ms(), &summarize_blob)?;
+        let (metadata, blobs) = store::Store::kinds(&store);
         tracing::info!(
+            metadata,
+            blobs,
             reindexed = report.reindexed,
             unreadable_blobs = report.unreadable_blobs.len(),
             orphans_removed = report.orphans_removed,

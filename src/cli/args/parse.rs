@@ -38,6 +38,19 @@ pub(super) fn percentage(text: &str) -> Result<f64, String> {
     }
 }
 
+/// `--database`'s URL, its scheme checked now (a typo is a usage error, before anything
+/// starts).
+pub(super) fn database_url(text: &str) -> Result<String, String> {
+    crate::server::store::check_database_url(text.trim())?;
+    Ok(text.trim().to_owned())
+}
+
+/// `--blobs`' URL, its scheme and bucket checked now.
+pub(super) fn blobs_url(text: &str) -> Result<String, String> {
+    crate::server::store::check_blobs_url(text.trim())?;
+    Ok(text.trim().to_owned())
+}
+
 /// A size in bytes, as `bytesize` reads it: `8GiB`, `500MB`, `1.5GiB`, `1000000`. A bare
 /// `K`, `M`, `G` or `T` is binary (`4G` is 4 GiB), as people mean it for memory, where
 /// `bytesize` alone would read it as decimal.
@@ -99,5 +112,57 @@ mod tests {
         for bad in ["", "lots", "5 parsecs", "-1", "GiB"] {
             assert!(size(bad).is_err(), "{bad:?}");
         }
+    }
+
+    /// The storage flags of `serve`: their schemes checked as they are read (a usage error,
+    /// exit status 2), their defaults when left out.
+    #[test]
+    fn storage_urls_are_checked_as_they_are_read() {
+        use clap::Parser;
+        let serve = |flags: &[&str]| {
+            let mut args = vec!["snapview", "serve"];
+            args.extend_from_slice(flags);
+            super::super::Cli::try_parse_from(args)
+        };
+        for (flag, bad) in [
+            ("--database", "mysql://u:secret@db/snapview"),
+            ("--database", "/var/lib/snapview.db"),
+            ("--blobs", "gs://bucket/prefix"),
+            ("--blobs", "s3://"),
+        ] {
+            let error = serve(&[flag, bad]).expect_err(bad);
+            assert_eq!(error.exit_code(), 2, "{flag} {bad}");
+            // clap repeats the value as typed, to the person who typed it; the store's own
+            // message (tested in `store::open`) leaves the password out.
+            let text = error.to_string();
+            assert!(
+                text.contains("snapview knows: give"),
+                "the accepted form is named: {text}"
+            );
+        }
+        let cli = serve(&[
+            "--database",
+            "postgres://snapview@db:5432/snapview",
+            "--blobs",
+            "s3://bucket/snapview",
+            "--cache-size",
+            "1GiB",
+        ])
+        .expect("valid");
+        let text = format!("{cli:?}");
+        assert!(
+            text.contains("postgres://snapview@db:5432/snapview"),
+            "{text}"
+        );
+        assert!(text.contains("cache_size: 1073741824"), "{text}");
+        let defaults = format!("{:?}", serve(&[]).expect("defaults"));
+        assert!(
+            defaults.contains(&format!(
+                "cache_size: {}",
+                crate::server::store::DEFAULT_CACHE_BYTES
+            )),
+            "{defaults}"
+        );
+        assert!(defaults.contains("database: None") && defaults.contains("blobs: None"));
     }
 }

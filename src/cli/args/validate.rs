@@ -73,6 +73,10 @@ impl ServeArgs {
         let ServeArgs {
             addr,
             data_dir,
+            database,
+            blobs,
+            cache_dir,
+            cache_size,
             max_upload,
             cache,
             parse_memory,
@@ -111,6 +115,10 @@ impl ServeArgs {
                 public_url,
                 trash_days,
                 reindex,
+                database,
+                blobs,
+                cache_dir,
+                cache_size_bytes: cache_size,
                 limits,
                 roles: std::sync::Arc::new(
                     crate::cli::roles_commands::read_rules(roles.as_deref())

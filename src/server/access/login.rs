@@ -239,6 +239,10 @@ mod tests {
             public_url: "http://localhost:1".into(),
             trash_days: 7,
             reindex: false,
+            database: None,
+            blobs: None,
+            cache_dir: None,
+            cache_size_bytes: 0,
             limits: Default::default(),
             roles: Default::default(),
             access: AccessConfig {

@@ -1,19 +1,26 @@
-//! What is stored: snapshot files as content-addressed blobs, their metadata in SQLite, a trash
-//! for deleted ones, and an audit log of every write.
+//! What is stored: snapshot files as content-addressed blobs (a folder, or object storage), their
+//! metadata in a database (SQLite, or PostgreSQL), a trash for deleted ones, and an audit log of
+//! every write. [`Snapshots`] (`core.rs`) keeps the invariants below once, over any pair of
+//! backends ([`metadata::Metadata`], [`blobs::Blobs`]); [`open`] picks the pair from `serve`'s
+//! flags.
 //!
 //! The invariants, and the order of operations that keeps them through races and crashes:
 //!
 //! - **A listed snapshot is readable.** A blob is streamed to `tmp/`, parsed, fsync'd and only
-//!   then renamed into `blobs/` under its hash; the row that lists it is written after the
-//!   rename. A crash between the two leaves a blob without a row (an orphan), which the start-up
-//!   sweep removes and which never blocks an upload (the next upload of those bytes renames over
-//!   it). A row whose blob went missing anyway (a disk fault, a hand-removed file) is not listed,
-//!   answers 410 with what to do, and is repaired by uploading the same bytes again.
-//! - **One writer at a time.** Every write holds the connection's lock from its first read to its
-//!   commit, the blob rename included, so identical uploads racing each other all get the same
-//!   row (`INSERT … ON CONFLICT` makes that true even for another process on the same folder),
-//!   and an upload racing a delete of the same bytes ends either live or in the trash, never as a
-//!   row without its file.
+//!   then stored under its hash (renamed into `blobs/`, or uploaded); the row that lists it is
+//!   written after. A crash between the two leaves a blob without a row (an orphan), which the
+//!   start-up sweep removes and which never blocks an upload (the next upload of those bytes
+//!   stores over it). A row whose blob went missing anyway (a disk fault, a hand-removed file)
+//!   is not listed, answers 410 with what to do, and is repaired by uploading the same bytes
+//!   again.
+//! - **One writer at a time.** Every write runs in one transaction holding the database's write
+//!   lock ([`metadata::Metadata::write`]) from its first read to its commit, so identical
+//!   uploads racing each other all get the same row, even across processes and replicas. An
+//!   upload's blob is stored before the lock (it may be slow); holding it, the upload checks the
+//!   blob is still there and stores it again if a purge removed it meanwhile (see `core.rs`),
+//!   so an upload racing a delete or a purge of the same bytes ends either live or in the trash,
+//!   never as a row without its file. A blob whose row could not be written is removed, holding
+//!   the lock, when no row points at it.
 //! - **Nothing is lost to a mistaken click.** DELETE only sets `deleted_at_ms`: the row and the
 //!   blob stay, a restore clears it. The trash is emptied by age; a purge removes the blob inside
 //!   the transaction that removes the row, and rolls the row back when the blob cannot be
@@ -21,18 +28,21 @@
 //! - **Every write is in the audit log**, in the same transaction as the write itself; writes
 //!   refused with 401/403 too, counted per client address and minute (`server::refusals`).
 
-mod audit;
 pub mod blobs;
-mod file;
-mod file_blobs;
+mod core;
 pub mod metadata;
+mod open;
 pub mod runtime;
 mod start_up;
 #[cfg(test)]
 mod tests;
 mod trash;
 
-pub use file::FileStore;
+pub use self::core::Snapshots;
+pub use open::{
+    BLOBS_SCHEMES, DATABASE_SCHEMES, DEFAULT_CACHE_BYTES, StoreOptions, check_blobs_url,
+    check_database_url, open,
+};
 
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -222,6 +232,10 @@ pub enum StoreError {
     /// Any other failure of a remote backend, in its own words.
     #[error("{what} failed: {reason}")]
     Remote { what: &'static str, reason: String },
+    /// The store cannot be made as configured (a URL of an unknown scheme, a backend not
+    /// built in): a sentence for the person starting the server.
+    #[error("{0}")]
+    Config(String),
 }
 
 /// Storage of snapshots, behind a trait so another backend (object storage, Postgres) can

@@ -1,9 +1,25 @@
-//! The [`FileStore`]'s tests: each write and its audit row, the trash, and the start-up repairs
-//! after a crash or a hand-edited folder.
+//! The [`Snapshots`] core's tests, over SQLite and the folder: each write and its audit row, the
+//! trash, and the start-up repairs after a crash or a hand-edited folder.
 
-use super::file_blobs::BLOB_SUFFIX;
+use super::blobs::folder::{BLOB_SUFFIX, Folder};
+use super::metadata::sqlite::Sqlite;
 use super::*;
 use rusqlite::{Connection, params};
+
+/// The default store in `dir`: SQLite and the folder.
+fn open_in(dir: &Path) -> Snapshots {
+    open(&StoreOptions::local(dir)).expect("open")
+}
+
+/// A second connection to the store's database, to damage it as a disk fault or a hand edit
+/// would.
+fn database(dir: &Path) -> Connection {
+    Connection::open(dir.join("snapview.db")).expect("db")
+}
+
+fn blob_path(store: &Snapshots, id: &SnapshotId) -> PathBuf {
+    store.blob_file(id).expect("blob path")
+}
 
 #[test]
 fn ids_are_validated_before_touching_paths() {
@@ -30,7 +46,7 @@ fn new_snapshot(id: &SnapshotId, name: &str) -> NewSnapshot {
     }
 }
 
-fn put_bytes(store: &FileStore, id: &SnapshotId, name: &str) -> (Record, bool) {
+fn put_bytes(store: &Snapshots, id: &SnapshotId, name: &str) -> (Record, bool) {
     let temp = store.temp_dir().join(format!("upload-{name}"));
     std::fs::write(&temp, b"bytes").expect("write");
     store
@@ -38,7 +54,7 @@ fn put_bytes(store: &FileStore, id: &SnapshotId, name: &str) -> (Record, bool) {
         .expect("put")
 }
 
-fn actions(store: &FileStore) -> Vec<String> {
+fn actions(store: &Snapshots) -> Vec<String> {
     let mut log = store.audit_log(100, None).expect("audit");
     log.reverse();
     log.into_iter().map(|e| e.action).collect()
@@ -47,11 +63,11 @@ fn actions(store: &FileStore) -> Vec<String> {
 #[test]
 fn put_get_list_rename_delete_restore_purge() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = FileStore::open(dir.path()).expect("open");
+    let store = open_in(dir.path());
     let id = SnapshotId::from_digest(&[0xab; 32]);
     let (record, created) = put_bytes(&store, &id, "run1");
     assert!(created);
-    assert!(store.blob_path(&id).exists());
+    assert!(blob_path(&store, &id).exists());
     assert_eq!(std::fs::read_dir(store.temp_dir()).expect("tmp").count(), 0);
     let (again, created) = put_bytes(&store, &id, "other");
     assert!(!created);
@@ -68,7 +84,7 @@ fn put_get_list_rename_delete_restore_purge() {
         Lookup::Live(_)
     ));
     assert!(
-        store.blob_path(&id).exists(),
+        blob_path(&store, &id).exists(),
         "a deleted snapshot's file is kept in the trash"
     );
     assert!(store.get(&id).expect("get").is_none());
@@ -97,10 +113,10 @@ fn put_get_list_rename_delete_restore_purge() {
         store.purge_trashed_before(day_ago, None).expect("purge"),
         Purge::default()
     );
-    assert!(store.blob_path(&id).exists());
+    assert!(blob_path(&store, &id).exists());
     let purge = store.purge_trashed_before(now_ms(), None).expect("purge");
     assert_eq!(purge.purged, vec![id.clone()]);
-    assert!(!store.blob_path(&id).exists());
+    assert!(!blob_path(&store, &id).exists());
     assert_eq!(store.lookup(&id).expect("lookup"), Lookup::Absent);
     assert_eq!(
         actions(&store),
@@ -121,7 +137,7 @@ fn put_get_list_rename_delete_restore_purge() {
 #[test]
 fn uploading_trashed_bytes_makes_them_live_with_the_new_name() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = FileStore::open(dir.path()).expect("open");
+    let store = open_in(dir.path());
     let id = SnapshotId::from_digest(&[0x12; 32]);
     put_bytes(&store, &id, "first");
     store.delete(&id, None).expect("delete");
@@ -136,10 +152,10 @@ fn uploading_trashed_bytes_makes_them_live_with_the_new_name() {
 #[test]
 fn a_missing_blob_is_unlisted_and_repaired_by_the_same_bytes() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = FileStore::open(dir.path()).expect("open");
+    let store = open_in(dir.path());
     let id = SnapshotId::from_digest(&[0x34; 32]);
     put_bytes(&store, &id, "run");
-    std::fs::remove_file(store.blob_path(&id)).expect("remove");
+    std::fs::remove_file(blob_path(&store, &id)).expect("remove");
     let listing = store.listing().expect("listing");
     assert!(listing.records.is_empty());
     assert_eq!(listing.unlisted.len(), 1);
@@ -157,13 +173,12 @@ fn a_missing_blob_is_unlisted_and_repaired_by_the_same_bytes() {
 #[test]
 fn a_bad_summary_row_is_left_out_not_fatal() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = FileStore::open(dir.path()).expect("open");
+    let store = open_in(dir.path());
     let good = SnapshotId::from_digest(&[0x01; 32]);
     let bad = SnapshotId::from_digest(&[0x02; 32]);
     put_bytes(&store, &good, "good");
     put_bytes(&store, &bad, "bad");
-    store
-        .db()
+    database(dir.path())
         .execute(
             "UPDATE snapshots SET summary = '{not json' WHERE id = ?1",
             params![bad.as_str()],
@@ -190,26 +205,25 @@ fn start_up_sweeps_orphans_and_reindexes_an_empty_index() {
     let kept = SnapshotId::from_digest(&[0x56; 32]);
     let orphan = SnapshotId::from_digest(&[0x78; 32]);
     {
-        let store = FileStore::open(dir.path()).expect("open");
+        let store = open_in(dir.path());
         put_bytes(&store, &kept, "kept");
-        std::fs::create_dir_all(store.blob_path(&orphan).parent().expect("folder"))
+        std::fs::create_dir_all(blob_path(&store, &orphan).parent().expect("folder"))
             .expect("folder");
-        std::fs::write(store.blob_path(&orphan), b"half").expect("orphan");
+        std::fs::write(blob_path(&store, &orphan), b"half").expect("orphan");
         std::fs::write(store.temp_dir().join("upload-1-1"), b"partial").expect("temp");
     }
-    let store = FileStore::open(dir.path()).expect("open");
+    let store = open_in(dir.path());
     assert_eq!(std::fs::read_dir(store.temp_dir()).expect("tmp").count(), 0);
     let summarize = |_: &Path| Ok(serde_json::json!({"devices": []}));
     let report = store
         .start_up(false, 86_400_000, &summarize)
         .expect("start");
     assert_eq!(report.orphans_removed, 1);
-    assert!(!store.blob_path(&orphan).exists());
-    assert!(store.blob_path(&kept).exists());
+    assert!(!blob_path(&store, &orphan).exists());
+    assert!(blob_path(&store, &kept).exists());
 
     // The index lost: the blobs rebuild it, names from the audit log when it survived.
-    store
-        .db()
+    database(dir.path())
         .execute("DELETE FROM snapshots", [])
         .expect("lose rows");
     let report = store
@@ -218,11 +232,10 @@ fn start_up_sweeps_orphans_and_reindexes_an_empty_index() {
     assert_eq!(report.reindexed, 1);
     assert_eq!(store.get(&kept).expect("get").expect("back").name, "kept");
     // With the audit log gone too, the id names it; a blob that does not parse is kept.
-    store
-        .db()
+    database(dir.path())
         .execute_batch("DELETE FROM snapshots; DELETE FROM audit;")
         .expect("lose all");
-    std::fs::write(store.blob_path(&orphan), b"junk").expect("junk blob");
+    std::fs::write(blob_path(&store, &orphan), b"junk").expect("junk blob");
     let picky = |path: &Path| {
         if path.ends_with(format!("{orphan}{BLOB_SUFFIX}")) {
             Err("not a snapshot".to_owned())
@@ -234,7 +247,7 @@ fn start_up_sweeps_orphans_and_reindexes_an_empty_index() {
     assert_eq!(report.reindexed, 1);
     assert_eq!(report.unreadable_blobs.len(), 1);
     assert!(
-        store.blob_path(&orphan).exists(),
+        blob_path(&store, &orphan).exists(),
         "an unreadable blob is kept"
     );
     assert_eq!(
@@ -246,13 +259,16 @@ fn start_up_sweeps_orphans_and_reindexes_an_empty_index() {
 #[test]
 fn an_orphan_blob_cut_short_is_replaced_by_the_next_upload() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = FileStore::open(dir.path()).expect("open");
+    let store = open_in(dir.path());
     let id = SnapshotId::from_digest(&[0x9a; 32]);
-    std::fs::create_dir_all(store.blob_path(&id).parent().expect("folder")).expect("folder");
-    std::fs::write(store.blob_path(&id), b"by").expect("orphan");
+    std::fs::create_dir_all(blob_path(&store, &id).parent().expect("folder")).expect("folder");
+    std::fs::write(blob_path(&store, &id), b"by").expect("orphan");
     let (_, created) = put_bytes(&store, &id, "run");
     assert!(created);
-    assert_eq!(std::fs::read(store.blob_path(&id)).expect("blob"), b"bytes");
+    assert_eq!(
+        std::fs::read(blob_path(&store, &id)).expect("blob"),
+        b"bytes"
+    );
 }
 
 #[test]
@@ -269,7 +285,7 @@ fn an_index_without_the_trash_column_is_migrated() {
         )
         .expect("old schema");
     }
-    let store = FileStore::open(dir.path()).expect("open migrates");
+    let store = open_in(dir.path());
     let id = SnapshotId::parse("0123456789abcdef").expect("id");
     // Both later columns were added: not trashed, and no role rules of its own.
     assert!(matches!(
@@ -281,7 +297,7 @@ fn an_index_without_the_trash_column_is_migrated() {
 #[test]
 fn a_snapshots_role_rules_and_summary_change_together_and_are_audited() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = FileStore::open(dir.path()).expect("open");
+    let store = open_in(dir.path());
     let id = SnapshotId::parse("00000000000000aa").expect("id");
     put_bytes(&store, &id, "a");
     let summary = serde_json::json!({"devices": [], "notes": ["by rules"]});
@@ -311,4 +327,113 @@ fn a_snapshots_role_rules_and_summary_change_together_and_are_audited() {
             .expect("ok")
             .is_none()
     );
+}
+
+/// The folder, except that the first blob put is removed again at once: what a purge of the
+/// same bytes, or another replica's sweep, does between an upload's put and its row.
+struct LosesTheFirstPut {
+    folder: Folder,
+    lost: std::sync::atomic::AtomicBool,
+}
+
+impl blobs::Blobs for LosesTheFirstPut {
+    fn temp_dir(&self) -> PathBuf {
+        self.folder.temp_dir()
+    }
+    fn put(&self, id: &SnapshotId, temp_file: &Path) -> Result<(), StoreError> {
+        self.folder.put(id, temp_file)?;
+        if !self.lost.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            self.folder.remove(id)?;
+        }
+        Ok(())
+    }
+    fn exists(&self, id: &SnapshotId) -> Result<bool, StoreError> {
+        self.folder.exists(id)
+    }
+    fn entries(&self) -> Result<Vec<blobs::BlobEntry>, StoreError> {
+        self.folder.entries()
+    }
+    fn remove(&self, id: &SnapshotId) -> Result<(), StoreError> {
+        self.folder.remove(id)
+    }
+    fn local(&self, id: &SnapshotId) -> Result<PathBuf, StoreError> {
+        self.folder.local(id)
+    }
+    fn index_path(&self, id: &SnapshotId) -> PathBuf {
+        self.folder.index_path(id)
+    }
+    fn fetch_index(&self, id: &SnapshotId) -> Result<bool, StoreError> {
+        self.folder.fetch_index(id)
+    }
+    fn publish_index(&self, id: &SnapshotId) -> Result<(), StoreError> {
+        self.folder.publish_index(id)
+    }
+    fn remove_index(&self, id: &SnapshotId) -> Result<(), StoreError> {
+        self.folder.remove_index(id)
+    }
+    fn sweep(
+        &self,
+        orphan: &dyn Fn(&blobs::BlobEntry) -> bool,
+    ) -> Result<(usize, usize), StoreError> {
+        self.folder.sweep(orphan)
+    }
+    fn check(&self) -> Result<(), StoreError> {
+        self.folder.check()
+    }
+    fn kind(&self) -> &'static str {
+        "folder"
+    }
+}
+
+#[test]
+fn a_blob_removed_before_its_row_is_written_is_put_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Snapshots::new(
+        Box::new(Sqlite::open(&dir.path().join("snapview.db")).expect("db")),
+        Box::new(LosesTheFirstPut {
+            folder: Folder::open(dir.path()).expect("folder"),
+            lost: Default::default(),
+        }),
+    );
+    let id = SnapshotId::from_digest(&[0x5e; 32]);
+    let (record, created) = put_bytes(&store, &id, "run");
+    assert!(created);
+    assert_eq!(
+        store.get(&id).expect("get"),
+        Some(record),
+        "live, with its file"
+    );
+    assert_eq!(
+        std::fs::read(blob_path(&store, &id)).expect("blob"),
+        b"bytes"
+    );
+    assert_eq!(
+        std::fs::read_dir(store.temp_dir()).expect("tmp").count(),
+        0,
+        "the spare name is gone"
+    );
+}
+
+#[test]
+fn listing_finds_missing_files_in_one_listing_and_lookup_asks_per_id() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open_in(dir.path());
+    let kept = SnapshotId::from_digest(&[0x61; 32]);
+    let lost = SnapshotId::from_digest(&[0x62; 32]);
+    put_bytes(&store, &kept, "kept");
+    put_bytes(&store, &lost, "lost");
+    std::fs::remove_file(blob_path(&store, &lost)).expect("lose");
+    let listing = store.listing().expect("listing");
+    assert_eq!(
+        listing.records.iter().map(|r| &r.id).collect::<Vec<_>>(),
+        [&kept]
+    );
+    assert_eq!(listing.unlisted[0].id, lost);
+    assert!(listing.unlisted[0].reason.contains("missing"));
+    assert!(matches!(
+        store.lookup(&lost).expect("lookup"),
+        Lookup::FileMissing(_)
+    ));
+    assert_eq!(store.kinds(), ("sqlite", "folder"));
+    assert!(store.readiness().iter().all(|(_, ready)| ready.is_ok()));
 }

@@ -1,12 +1,10 @@
 //! The trash: a delete only marks the row, a restore clears the mark, and a purge by age removes
-//! the blob inside the transaction that removes the row (so a failing disk keeps the snapshot
-//! in the trash for the next purge).
+//! the blob inside the transaction that removes the row (so a failing disk or an unreachable
+//! bucket keeps the snapshot in the trash for the next purge).
 
-use super::audit::audit;
-use super::file::set_audited;
-use super::file_blobs::remove_if_there;
+use super::core::Snapshots;
+use super::metadata::Change;
 use super::*;
-use rusqlite::params;
 
 /// Which way a snapshot moves between the list and the trash.
 #[derive(Debug, Clone, Copy)]
@@ -17,7 +15,7 @@ pub(super) enum TrashMove {
     Restore,
 }
 
-impl FileStore {
+impl Snapshots {
     /// Moves `id` into the trash or out of it, audited, and answers: for a delete where it stood
     /// before; for a restore where it stands after (`FileMissing` when its file is gone, and
     /// nothing changes). A snapshot that is not where the move starts from is left as it is,
@@ -28,34 +26,38 @@ impl FileStore {
         actor: Option<&str>,
         move_: TrashMove,
     ) -> Result<Lookup, StoreError> {
-        let mut db = self.db();
-        let before = self.lookup_locked(&db, id)?;
-        let (action, deleted_at_ms, answer) = match (move_, before) {
-            (TrashMove::Delete, before @ (Lookup::Live(_) | Lookup::FileMissing(_))) => {
-                ("delete", Some(now_ms()), before)
-            }
-            (TrashMove::Restore, Lookup::Trashed { record, .. }) => {
-                if !self.blob_path(id).is_file() {
-                    return Ok(Lookup::FileMissing(record));
+        let mut answer = Lookup::Absent;
+        self.metadata.write(&mut |tx| {
+            let before = self.classify(tx.row(id)?)?;
+            let (action, deleted_at_ms, after) = match (move_, before) {
+                (TrashMove::Delete, before @ (Lookup::Live(_) | Lookup::FileMissing(_))) => {
+                    ("delete", Some(now_ms()), before)
                 }
-                ("restore", None, Lookup::Live(record))
+                (TrashMove::Restore, Lookup::Trashed { record, .. }) => {
+                    if !self.blobs.exists(id)? {
+                        answer = Lookup::FileMissing(record);
+                        return Ok(());
+                    }
+                    ("restore", None, Lookup::Live(record))
+                }
+                (_, unmoved) => {
+                    answer = unmoved;
+                    return Ok(());
+                }
+            };
+            // Both moves answer with the snapshot's record.
+            if let Lookup::Live(record) | Lookup::FileMissing(record) = &after {
+                tx.update(id, &Change::DeletedAt(deleted_at_ms))?;
+                tx.audit(
+                    actor,
+                    action,
+                    Some(id),
+                    &serde_json::json!({ "name": record.name }),
+                )?;
             }
-            (_, unmoved) => return Ok(unmoved),
-        };
-        // Both moves answer with the snapshot's record.
-        let (Lookup::Live(record) | Lookup::FileMissing(record)) = &answer else {
-            return Ok(answer);
-        };
-        let detail = serde_json::json!({ "name": record.name });
-        set_audited(
-            &mut db,
-            id,
-            "deleted_at_ms",
-            &deleted_at_ms,
-            actor,
-            action,
-            &detail,
-        )?;
+            answer = after;
+            Ok(())
+        })?;
         Ok(answer)
     }
 
@@ -64,35 +66,44 @@ impl FileStore {
         cutoff_ms: i64,
         actor: Option<&str>,
     ) -> Result<Purge, StoreError> {
-        let mut db = self.db();
-        let due: Vec<SnapshotId> = {
-            let mut statement = db.prepare(
-                "SELECT id FROM snapshots WHERE deleted_at_ms IS NOT NULL AND deleted_at_ms <= ?1",
-            )?;
-            let rows = statement.query_map(params![cutoff_ms], |row| row.get::<_, String>(0))?;
-            rows.map(|id| id.map(SnapshotId))
-                .collect::<Result<_, _>>()?
-        };
         let mut purge = Purge::default();
-        for id in due {
-            let tx = db.transaction()?;
-            tx.execute("DELETE FROM snapshots WHERE id = ?1", params![id.as_str()])?;
-            audit(&tx, actor, "purge", Some(&id), &serde_json::json!({}))?;
-            // The blob goes inside the transaction: if it cannot, the row is rolled back and the
-            // snapshot stays in the trash (listed nowhere, restorable) for the next purge.
-            match remove_if_there(&self.blob_path(&id)) {
-                Ok(()) => {
-                    tx.commit()?;
-                    // Derived from the blob just removed; a failure leaves it to start-up's sweep.
-                    let _ = remove_if_there(&self.index_path(&id));
+        for id in self.metadata.trashed_before(cutoff_ms)? {
+            let mut blob_error = None;
+            let mut purged = false;
+            let written = self.metadata.write(&mut |tx| {
+                (blob_error, purged) = (None, false);
+                // Restored, or purged by another replica, since the list was read: not due.
+                let due = tx
+                    .row(&id)?
+                    .and_then(|row| row.deleted_at_ms)
+                    .is_some_and(|deleted_at_ms| deleted_at_ms <= cutoff_ms);
+                if !due {
+                    return Ok(());
+                }
+                tx.remove(&id)?;
+                tx.audit(actor, "purge", Some(&id), &serde_json::json!({}))?;
+                // The blob goes inside the transaction: if it cannot, the row is rolled back
+                // and the snapshot stays in the trash (listed nowhere, restorable) for the next
+                // purge. Removing a blob already gone is fine, so a retried transaction, or a
+                // commit that failed after the blob went, is purged by the next one.
+                if let Err(error) = self.blobs.remove(&id) {
+                    blob_error = Some(error.to_string());
+                    return Err(error);
+                }
+                purged = true;
+                Ok(())
+            });
+            match (written, blob_error) {
+                (Err(_), Some(error)) => {
+                    tracing::warn!(%id, %error, "cannot remove a trashed snapshot's file: kept in the trash");
+                    purge.failed.push((id, error));
+                }
+                (Err(error), None) => return Err(error),
+                (Ok(()), _) if purged => {
                     tracing::info!(%id, "purged from the trash");
                     purge.purged.push(id);
                 }
-                Err(error) => {
-                    drop(tx);
-                    tracing::warn!(%id, %error, "cannot remove a trashed snapshot's file: kept in the trash");
-                    purge.failed.push((id, error.to_string()));
-                }
+                (Ok(()), _) => {}
             }
         }
         Ok(purge)

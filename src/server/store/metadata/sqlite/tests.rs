@@ -118,7 +118,10 @@ fn a_database_newer_than_this_build_is_refused() {
     let Err(error) = Sqlite::open(&path) else {
         panic!("a newer schema opened");
     };
-    assert!(error.to_string().contains("newer than this snapview"), "{error}");
+    assert!(
+        error.to_string().contains("newer than this snapview"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -129,7 +132,11 @@ fn leases_go_to_one_holder_until_they_expire_or_are_released() {
     assert!(!store.try_lease("parse:a", "two", 60_000).expect("held"));
     assert!(store.try_lease("parse:a", "one", 60_000).expect("extend"));
     store.release_lease("parse:a", "two").expect("not theirs");
-    assert!(!store.try_lease("parse:a", "two", 60_000).expect("still held"));
+    assert!(
+        !store
+            .try_lease("parse:a", "two", 60_000)
+            .expect("still held")
+    );
     store.release_lease("parse:a", "one").expect("release");
     assert!(store.try_lease("parse:a", "two", 0).expect("free"));
     // Expired at once (ttl 0): the next who asks takes it.
