@@ -9,7 +9,11 @@
 use super::{AuditEntry, Record, SnapshotId, StoreError};
 
 // pub mod sqlite; (the generic core: issue 21)
-// pub mod postgres; (issue 21: PostgreSQL)
+pub mod postgres;
+
+/// The behaviour every backend must show, checked against each (tests only).
+#[cfg(test)]
+pub(crate) mod contract;
 
 /// A row before its summary is parsed, so one unreadable summary is that row's problem, not
 /// the whole list's.
