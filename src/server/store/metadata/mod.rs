@@ -8,8 +8,12 @@
 
 use super::{AuditEntry, Record, SnapshotId, StoreError};
 
+pub mod postgres;
 pub mod sqlite;
-// pub mod postgres; (issue 21: PostgreSQL)
+
+/// The behaviour every backend must show, checked against each (tests only).
+#[cfg(test)]
+pub(crate) mod contract;
 
 /// A row before its summary is parsed, so one unreadable summary is that row's problem, not
 /// the whole list's.
