@@ -9,7 +9,8 @@ use super::{SnapshotId, StoreError};
 use std::path::{Path, PathBuf};
 
 // pub mod folder; (the generic core: issue 21)
-// pub mod object; (issue 21: object storage)
+mod cache;
+pub mod object;
 
 /// One blob the backend holds, as a listing finds it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
