@@ -8,8 +8,9 @@
 use super::{SnapshotId, StoreError};
 use std::path::{Path, PathBuf};
 
+mod cache;
 pub mod folder;
-// pub mod object; (issue 21: object storage)
+pub mod object;
 
 /// One blob the backend holds, as a listing finds it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
