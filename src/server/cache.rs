@@ -5,6 +5,11 @@
 //! that one parse (single flight) instead of starting its own. While it runs, its progress
 //! (bytes read, then analysing) is there for `GET /api/snapshots/{id}/status` and the page that
 //! shows it; a failure is remembered for a while, so nothing retries it in a loop.
+//!
+//! An entry is good only for the role rules it was analysed with: each request names the
+//! fingerprint of the rules its snapshot's record says apply now (`extract.rs`), and an entry
+//! made with other rules (changed through another replica since, see `extract.rs`) is loaded
+//! again as if absent.
 
 use super::analysed::AnalysedSnapshot;
 use super::store::SnapshotId;
@@ -37,6 +42,9 @@ pub enum LoadState {
     },
     /// The file is read; the replay and the summary are being computed.
     Analysing,
+    /// Another replica is reading this snapshot (it holds its parse lease): this one waits to
+    /// open the index it will write (`stored_index::ColdLoad`).
+    WaitingForAnotherServer,
     Ready,
     /// Why it failed, for a person (no server path in it).
     Failed(String),
@@ -55,6 +63,7 @@ impl LoadProgress {
     const QUEUED: u8 = 0;
     const READING: u8 = 1;
     const ANALYSING: u8 = 2;
+    const WAITING: u8 = 3;
 
     fn new(total: u64) -> Self {
         Self {
@@ -64,8 +73,14 @@ impl LoadProgress {
         }
     }
 
-    fn begin_reading(&self) {
+    /// Reading the stored file begins (again, after a wait for another replica).
+    pub fn begin_reading(&self) {
         self.stage.store(Self::READING, Ordering::Relaxed);
+    }
+
+    /// Another replica holds this snapshot's parse lease: the load waits for its index.
+    pub fn waiting_for_another_server(&self) {
+        self.stage.store(Self::WAITING, Ordering::Relaxed);
     }
 
     /// `bytes` of the file read so far (the loader's progress callback).
@@ -86,6 +101,7 @@ impl LoadProgress {
                 read: self.read.load(Ordering::Relaxed).min(self.total),
                 total: self.total,
             },
+            Self::WAITING => LoadState::WaitingForAnotherServer,
             _ => LoadState::Analysing,
         }
     }
@@ -101,6 +117,8 @@ enum Outcome {
 
 /// One snapshot in the cache: loading (no outcome yet), ready or failed.
 struct Entry {
+    /// The fingerprint of the role rules it is (being) analysed with.
+    rules_fingerprint: u64,
     progress: Arc<LoadProgress>,
     /// Set once, by the task that loads; waiters clone the receiver and wait for it.
     outcome: watch::Receiver<Option<Outcome>>,
@@ -136,10 +154,13 @@ impl Entry {
 /// What loads a snapshot: run on a blocking thread, it reports its progress into the
 /// [`LoadProgress`] and returns the loaded snapshot or why it failed (for a person).
 pub trait Loader:
-    FnOnce(&LoadProgress) -> Result<AnalysedSnapshot, String> + Send + 'static
+    FnOnce(&LoadProgress) -> Result<Arc<AnalysedSnapshot>, String> + Send + 'static
 {
 }
-impl<F: FnOnce(&LoadProgress) -> Result<AnalysedSnapshot, String> + Send + 'static> Loader for F {}
+impl<F: FnOnce(&LoadProgress) -> Result<Arc<AnalysedSnapshot>, String> + Send + 'static> Loader
+    for F
+{
+}
 
 pub struct AnalysisCache {
     budget_bytes: u64,
@@ -169,13 +190,15 @@ impl AnalysisCache {
         self.clock.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// The entry of `id`, starting its load with `load` when there is none (or only a failure
-    /// old enough to try again). Deciding and starting happen under the entries' lock, so two
-    /// requests never start two loads of one snapshot.
+    /// The entry of `id` analysed with the rules of `rules_fingerprint`, starting its load
+    /// with `load` when there is none (or only a failure old enough to try again, or one made
+    /// with other rules, which it replaces). Deciding and starting happen under the entries'
+    /// lock, so two requests never start two loads of one snapshot.
     fn entry_or_start(
         self: &Arc<Self>,
         id: &SnapshotId,
         total: u64,
+        rules_fingerprint: u64,
         load: impl Loader,
     ) -> Arc<Entry> {
         let tick = self.tick();
@@ -183,12 +206,18 @@ impl AnalysisCache {
         if let Some(entry) = entries.get(id)
             && !entry.stale_failure()
         {
-            entry.last_used.store(tick, Ordering::Relaxed);
-            return entry.clone();
+            if entry.rules_fingerprint == rules_fingerprint {
+                entry.last_used.store(tick, Ordering::Relaxed);
+                return entry.clone();
+            }
+            // Its rules were changed through another replica (this one replaces its entry as
+            // it changes them): what was analysed with the old ones is no answer now.
+            tracing::info!(%id, "the snapshot's role rules changed: analysing it again");
         }
         let progress = Arc::new(LoadProgress::new(total));
         let (sender, outcome) = watch::channel(None);
         let entry = Arc::new(Entry {
+            rules_fingerprint,
             progress: progress.clone(),
             outcome,
             last_used: AtomicU64::new(tick),
@@ -224,7 +253,7 @@ impl AnalysisCache {
                     })
                     .await;
                     match result {
-                        Ok(Ok(loaded)) => Outcome::Ready(Arc::new(loaded)),
+                        Ok(Ok(loaded)) => Outcome::Ready(loaded),
                         Ok(Err(why)) => Outcome::Failed(why, Instant::now()),
                         Err(e) => Outcome::Failed(format!("analysis failed: {e}"), Instant::now()),
                     }
@@ -251,23 +280,26 @@ impl AnalysisCache {
         self: &Arc<Self>,
         id: &SnapshotId,
         total: u64,
+        rules_fingerprint: u64,
         load: impl Loader,
     ) -> Result<Arc<AnalysedSnapshot>, LoadState> {
-        let entry = self.entry_or_start(id, total, load);
+        let entry = self.entry_or_start(id, total, rules_fingerprint, load);
         entry.ready().ok_or_else(|| entry.state())
     }
 
-    /// The loaded snapshot `id`, loading it with `load` on a blocking thread if it is not in
-    /// memory (`total`: the stored file's size, for the progress). Concurrent callers, and
-    /// those of [`Self::ready_or_start`], share one load. A failure is reported to every
-    /// caller for [`RETRY_FAILED_AFTER`], then the next caller tries again.
+    /// The loaded snapshot `id` analysed with the rules of `rules_fingerprint`, loading it
+    /// with `load` on a blocking thread if it is not in memory so (`total`: the stored file's
+    /// size, for the progress). Concurrent callers, and those of [`Self::ready_or_start`], share
+    /// one load. A failure is reported to every caller for [`RETRY_FAILED_AFTER`], then the
+    /// next caller tries again.
     pub async fn get_or_load(
         self: &Arc<Self>,
         id: &SnapshotId,
         total: u64,
+        rules_fingerprint: u64,
         load: impl Loader,
     ) -> Result<Arc<AnalysedSnapshot>, String> {
-        let entry = self.entry_or_start(id, total, load);
+        let entry = self.entry_or_start(id, total, rules_fingerprint, load);
         let mut outcome = entry.outcome.clone();
         match outcome.wait_for(Option::is_some).await {
             Ok(done) => match &*done {
@@ -283,8 +315,10 @@ impl AnalysisCache {
     /// Puts an already loaded snapshot in (the upload path parsed it to validate it). It
     /// replaces whatever was there; a load still running for `id` ends for its own waiters.
     pub fn insert(&self, id: &SnapshotId, loaded: Arc<AnalysedSnapshot>) {
+        let rules_fingerprint = loaded.rules_fingerprint;
         let (_, outcome) = watch::channel(Some(Outcome::Ready(loaded)));
         let entry = Arc::new(Entry {
+            rules_fingerprint,
             progress: Arc::new(LoadProgress::new(0)),
             outcome,
             last_used: AtomicU64::new(self.tick()),
@@ -333,6 +367,11 @@ mod tests {
     use std::sync::atomic::AtomicUsize;
     use std::sync::mpsc;
 
+    /// The fingerprint of the rules [`fixture`] analyses with.
+    fn rules() -> u64 {
+        crate::analysis::roles::UserRules::default().fingerprint()
+    }
+
     fn id(n: u8) -> SnapshotId {
         SnapshotId::parse(&format!("{n:016x}")).expect("id")
     }
@@ -353,7 +392,7 @@ mod tests {
             let _ = gate.recv();
             match fail {
                 Some(why) => Err(why),
-                None => Ok(fixture("mlp_small.pickle")),
+                None => Ok(Arc::new(fixture("mlp_small.pickle"))),
             }
         }
     }
@@ -380,7 +419,7 @@ mod tests {
         let cache = Arc::new(AnalysisCache::new(u64::MAX));
         let runs = Arc::new(AtomicUsize::new(0));
         let (open, gate) = mpsc::channel();
-        let first = cache.ready_or_start(&id(1), 1000, gated(&runs, gate, 400, None));
+        let first = cache.ready_or_start(&id(1), 1000, rules(), gated(&runs, gate, 400, None));
         // A free slot: reading from the first answer on (the loader may have reported already).
         assert!(
             matches!(first, Err(LoadState::Reading { total: 1000, .. })),
@@ -388,7 +427,9 @@ mod tests {
             first.err()
         );
         until("the loader reports its bytes", || {
-            cache.ready_or_start(&id(1), 1000, never(&runs)).err()
+            cache
+                .ready_or_start(&id(1), 1000, rules(), never(&runs))
+                .err()
                 == Some(LoadState::Reading {
                     read: 400,
                     total: 1000,
@@ -399,7 +440,9 @@ mod tests {
             .map(|_| {
                 let cache = cache.clone();
                 let runs = runs.clone();
-                tokio::spawn(async move { cache.get_or_load(&id(1), 1000, never(&runs)).await })
+                tokio::spawn(
+                    async move { cache.get_or_load(&id(1), 1000, rules(), never(&runs)).await },
+                )
             })
             .collect();
         open.send(()).expect("open the gate");
@@ -412,8 +455,29 @@ mod tests {
             "one load shared"
         );
         assert_eq!(runs.load(Ordering::SeqCst), 1, "the loader ran once");
-        let ready = cache.ready_or_start(&id(1), 1000, never(&runs));
+        let ready = cache.ready_or_start(&id(1), 1000, rules(), never(&runs));
         assert!(ready.is_ok_and(|l| Arc::ptr_eq(&l, &loaded[0])));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_entry_made_with_other_rules_is_loaded_again_and_then_kept() {
+        let cache = Arc::new(AnalysisCache::new(u64::MAX));
+        let runs = Arc::new(AtomicUsize::new(0));
+        cache.insert(&id(3), Arc::new(fixture("mlp_small.pickle")));
+        let kept = cache.get_or_load(&id(3), 10, rules(), never(&runs)).await;
+        assert!(kept.is_ok(), "the same rules: the entry as it is");
+        // The rules changed through another replica: the record names other rules.
+        let other = rules().wrapping_add(1);
+        let (open, gate) = mpsc::channel();
+        drop(open);
+        let again = cache
+            .get_or_load(&id(3), 10, other, gated(&runs, gate, 0, None))
+            .await;
+        assert!(again.is_ok());
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "loaded again");
+        let kept = cache.get_or_load(&id(3), 10, other, never(&runs)).await;
+        assert!(kept.is_ok(), "then kept for those rules");
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -423,15 +487,22 @@ mod tests {
         let (open, gate) = mpsc::channel();
         drop(open);
         let failed = cache
-            .get_or_load(&id(2), 10, gated(&runs, gate, 0, Some("not a snapshot")))
+            .get_or_load(
+                &id(2),
+                10,
+                rules(),
+                gated(&runs, gate, 0, Some("not a snapshot")),
+            )
             .await;
         assert_eq!(failed.err().as_deref(), Some("not a snapshot"));
         for _ in 0..5 {
             assert_eq!(
-                cache.ready_or_start(&id(2), 10, never(&runs)).err(),
+                cache
+                    .ready_or_start(&id(2), 10, rules(), never(&runs))
+                    .err(),
                 Some(LoadState::Failed("not a snapshot".into()))
             );
-            let again = cache.get_or_load(&id(2), 10, never(&runs)).await;
+            let again = cache.get_or_load(&id(2), 10, rules(), never(&runs)).await;
             assert_eq!(again.err().as_deref(), Some("not a snapshot"));
         }
         assert_eq!(
@@ -441,7 +512,11 @@ mod tests {
         );
         // A new upload of the same bytes repairs it at once.
         cache.insert(&id(2), Arc::new(fixture("mlp_small.pickle")));
-        assert!(cache.ready_or_start(&id(2), 10, never(&runs)).is_ok());
+        assert!(
+            cache
+                .ready_or_start(&id(2), 10, rules(), never(&runs))
+                .is_ok()
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -452,7 +527,7 @@ mod tests {
         for n in 0..=LOADS_AT_ONCE as u8 {
             let (open, gate) = mpsc::channel();
             gates.push(open);
-            let _ = cache.ready_or_start(&id(10 + n), 10, gated(&runs, gate, 1, None));
+            let _ = cache.ready_or_start(&id(10 + n), 10, rules(), gated(&runs, gate, 1, None));
         }
         let last = id(10 + LOADS_AT_ONCE as u8);
         until("the loads within the limit run", || {
@@ -460,20 +535,20 @@ mod tests {
         })
         .await;
         assert_eq!(
-            cache.ready_or_start(&last, 10, never(&runs)).err(),
+            cache.ready_or_start(&last, 10, rules(), never(&runs)).err(),
             Some(LoadState::Queued)
         );
         assert_eq!(runs.load(Ordering::SeqCst), LOADS_AT_ONCE, "no more run");
         let _ = gates.remove(0).send(());
         until("the queued load starts when one ends", || {
             matches!(
-                cache.ready_or_start(&last, 10, never(&runs)),
+                cache.ready_or_start(&last, 10, rules(), never(&runs)),
                 Err(LoadState::Reading { .. })
             )
         })
         .await;
         drop(gates);
-        let loaded = cache.get_or_load(&last, 10, never(&runs)).await;
+        let loaded = cache.get_or_load(&last, 10, rules(), never(&runs)).await;
         assert!(loaded.is_ok());
         assert_eq!(runs.load(Ordering::SeqCst), LOADS_AT_ONCE + 1);
     }

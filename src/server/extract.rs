@@ -1,12 +1,36 @@
 //! What handlers take from a request, parsed and checked once: the live snapshot a path names
 //! (id parsed, record looked up, analysis loaded from the cache), and the device and moment a
 //! view's query asks for, with the server's defaults applied here and nowhere else.
+//!
+//! # What a replica sees of writes made through another
+//!
+//! Replicas share the store (database and blobs) and nothing else; each keeps its own cache of
+//! analysed snapshots (`cache.rs`). Every request for a snapshot looks its record up in the
+//! store first ([`StoredSnapshot::find`]; the list and groups read the store too), so:
+//!
+//! - **delete, restore, purge**: seen by the next request, through any replica: a snapshot
+//!   deleted through B answers 410 through A at once (404 once purged), whatever A's cache
+//!   holds, and one restored through B is served by A again (from its cache when still there:
+//!   the bytes, and so the analysis, are the same);
+//! - **rename, group**: the name and group come from the record, never from the cache: seen at
+//!   once;
+//! - **role rules** (`PUT`/`DELETE .../rules`): the record names the rules that apply, and the
+//!   cache entry is good only for the rules it was analysed with (checked by their fingerprint
+//!   on every request), so A's next request after a change through B analyses again with B's
+//!   rules (from the stored index: the summary is made again, no parse);
+//! - **upload**: a new snapshot is in the store, so any replica lists and loads it; its index,
+//!   written by the replica that took the upload, is opened by the others when there, else
+//!   they parse it under the parse lease (`stored_index::ColdLoad`).
+//!
+//! A write that lands while a request is already past its look-up (an answer in flight) is
+//! seen by the next request, as on a single server.
 
 use super::AppState;
 use super::analysed::AnalysedSnapshot;
 use super::cache::{LoadProgress, LoadState, Loader};
 use super::error::{ApiError, blocking};
 use super::store::{Lookup, Record, SnapshotId};
+use super::stored_index::ColdLoad;
 use crate::analysis::DeviceAnalysis;
 use crate::analysis::moment::Moment;
 use crate::analysis::roles::UserRules;
@@ -99,28 +123,32 @@ impl StoredSnapshot {
         }
     }
 
-    /// What loads this snapshot for the cache: opens its stored index when it is
-    /// sound (`stored_index.rs`), else parses the stored file, reporting the bytes read, then
-    /// analyses it with the snapshot's role rules. Its error is for a person (the
-    /// status endpoint and the page show it): the cause with a server path goes to the log.
-    fn loader(&self, state: &AppState) -> Result<impl Loader + use<>, ApiError> {
+    /// The role rules this snapshot is analysed with, as its record says now: its own
+    /// (`PUT .../rules`), else the server's. They were checked when stored, so failing here
+    /// means the database was edited by hand.
+    pub fn rules(&self, state: &AppState) -> Result<Arc<UserRules>, ApiError> {
+        match self.record.roles.as_deref() {
+            Some(text) => Ok(Arc::new(UserRules::parse(text).map_err(|e| {
+                ApiError::internal(format!("snapshot {}: its stored role rules", self.id), e)
+            })?)),
+            None => Ok(state.config.roles.clone()),
+        }
+    }
+
+    /// What loads this snapshot for the cache with `rules`: a [`ColdLoad`] (its stored index
+    /// when there is a sound one, written by any replica; else parsed here under the parse
+    /// lease, or awaited while another replica parses it), reporting the bytes read. Its error
+    /// is for a person (the status endpoint and the page show it): the cause with a server
+    /// path goes to the log.
+    fn loader(&self, state: &AppState, rules: Arc<UserRules>) -> impl Loader + use<> {
         let id = self.id.clone();
-        // Remote blobs are fetched into the local cache first. TODO(issue 21): inside the load,
-        // under the parse lease.
-        let path = state.store.blob_file(&id)?;
-        let index = state.store.index_path(&id);
-        // The snapshot's own rules (`PUT .../rules`) over the server's; they were checked when
-        // stored, so failing here means the index was edited by hand.
-        let rules = match self.record.roles.as_deref() {
-            Some(text) => Arc::new(UserRules::parse(text).map_err(|e| {
-                ApiError::internal(format!("snapshot {id}: its stored role rules"), e)
-            })?),
-            None => state.config.roles.clone(),
-        };
+        let cold = ColdLoad::new(state, &self.record);
         let budget = state.parse_budget.clone();
         let max_events = state.config.limits.max_events;
-        Ok(move |progress: &LoadProgress| {
-            super::stored_index::load(&id, &path, &index, &rules, || {
+        move |progress: &LoadProgress| {
+            let waiting = || progress.waiting_for_another_server();
+            cold.run(&rules, waiting, |path| {
+                progress.begin_reading();
                 let report = |read: u64| progress.read(read);
                 // Charged to the server's parse memory as it reads, like an upload.
                 let charge = budget.charge("reading this snapshot");
@@ -130,31 +158,36 @@ impl StoredSnapshot {
                     events: Some(&charge),
                     ..LoadOptions::default()
                 };
-                let parsed = crate::analysis::load_path(&path, options).map_err(|e| match e {
-                LoadError::Open { source, .. } => {
-                    tracing::warn!(%id, path = %path.display(), error = %source, "a stored snapshot cannot be opened");
-                    format!("the server cannot open its stored file ({})", source.kind())
-                }
-                limit @ (LoadError::TooManyEvents { .. } | LoadError::Refused(_)) => limit.to_string(),
-                other => format!("its stored file does not read as a snapshot: {other}"),
-            })?;
+                let parsed = crate::analysis::load_path(path, options).map_err(|e| match e {
+                    LoadError::Open { source, .. } => {
+                        tracing::warn!(%id, path = %path.display(), error = %source, "a stored snapshot cannot be opened");
+                        format!("the server cannot open its stored file ({})", source.kind())
+                    }
+                    limit @ (LoadError::TooManyEvents { .. } | LoadError::Refused(_)) => {
+                        limit.to_string()
+                    }
+                    other => format!("its stored file does not read as a snapshot: {other}"),
+                })?;
                 progress.analysing();
                 Ok(AnalysedSnapshot::new(parsed, &rules))
             })
-        })
+        }
     }
 
-    /// Parsed and analysed, from the cache or now (waiting for a load another request started).
+    /// Parsed and analysed with the rules its record names now, from the cache or now
+    /// (waiting for a load another request started).
     pub async fn load(self, state: &AppState) -> Result<LoadedSnapshot, ApiError> {
-        let load = self.loader(state)?;
+        let rules = self.rules(state)?;
+        let fingerprint = rules.fingerprint();
+        let load = self.loader(state, rules);
         let loaded = state
             .cache
-            .get_or_load(&self.id, self.record.size_bytes, load)
+            .get_or_load(&self.id, self.record.size_bytes, fingerprint, load)
             .await
             // Every request that waited on a failed load gets a 500 (the page and the status
             // endpoint say why); the log says it once per request, with the snapshot.
             .map_err(|e| ApiError::internal(format!("loading snapshot {}", self.id), e))?;
-        // Parsed from its pickle: its stored index is written after answering.
+        // Opened from its stored index: its columns are checked after answering.
         super::stored_index::maintain_in_background(state, &self.id, &loaded);
         Ok(LoadedSnapshot {
             stored: self,
@@ -163,17 +196,20 @@ impl StoredSnapshot {
     }
 
     /// The parsed snapshot if it is in memory, else where its load stands, starting the load
-    /// in the background if none runs. Never waits for a parse.
+    /// in the background if none runs. Never waits.
     pub fn ready_or_start(
         &self,
         state: &AppState,
     ) -> Result<Result<Arc<AnalysedSnapshot>, LoadState>, ApiError> {
-        let load = self.loader(state)?;
-        let answer = state
-            .cache
-            .ready_or_start(&self.id, self.record.size_bytes, load);
+        let rules = self.rules(state)?;
+        let fingerprint = rules.fingerprint();
+        let load = self.loader(state, rules);
+        let answer =
+            state
+                .cache
+                .ready_or_start(&self.id, self.record.size_bytes, fingerprint, load);
         // A load followed by its status and pages alone (no view asked yet) gets its stored
-        // index written too, by the first request that finds it ready.
+        // index checked too, by the first request that finds it ready.
         if let Ok(loaded) = &answer {
             super::stored_index::maintain_in_background(state, &self.id, loaded);
         }

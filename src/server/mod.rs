@@ -17,6 +17,7 @@ pub mod error;
 pub mod extract;
 pub mod framing;
 pub mod groups;
+pub mod lease;
 pub mod oom;
 pub mod pages;
 pub mod refusals;
@@ -217,23 +218,89 @@ fn summarize_blob(path: &std::path::Path) -> Result<serde_json::Value, String> {
 /// How often the trash is checked for snapshots past `--trash-days` (also done at start).
 const TRASH_CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
 
-/// Empties the trash by age, forever (the task is aborted when the server stops).
+/// How long the lease of a periodic job lives unless renewed (it is renewed every third of
+/// it while the job runs, see `lease::HeldLease`): past anything one round of a job takes in
+/// one step, and the longest the jobs stop for after a replica running one dies.
+const PERIODIC_LEASE_TTL: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Empties the trash by age, forever (the task is aborted when the server stops), on one
+/// replica at a time: each round takes the lease `purge` and is skipped when another replica
+/// holds it. Snapshots purged leave this replica's cache; another replica's cache may keep one
+/// until it is evicted, but every request looks the record up first, so it answers 404 at once.
 async fn empty_trash_periodically(state: AppState) {
-    let mut ticks = tokio::time::interval(TRASH_CHECK_EVERY);
     // The first tick is immediate, and start-up has just emptied the trash.
-    ticks.tick().await;
-    loop {
-        ticks.tick().await;
-        let store = state.store.clone();
+    run_periodically(state, "purge", TRASH_CHECK_EVERY, false, |state| {
         let cutoff = store::now_ms() - state.config.trash_ms();
-        match error::blocking(move || store.purge_trashed_before(cutoff, None)).await {
-            Ok(Ok(purge)) => {
+        match state.store.purge_trashed_before(cutoff, None) {
+            Ok(purge) => {
                 for id in &purge.purged {
                     state.cache.remove(id);
                 }
+                for (id, error) in &purge.failed {
+                    tracing::warn!(%id, %error, "a trashed snapshot could not be purged; trying again next time");
+                }
             }
-            Ok(Err(error)) => tracing::warn!(%error, "emptying the trash failed"),
             Err(error) => tracing::warn!(%error, "emptying the trash failed"),
+        }
+    })
+    .await;
+}
+
+/// Runs `job` on a blocking thread every `every` (at once too when `at_start`), forever, each
+/// round under the lease `lease` (see [`under_lease`]): the store's background work runs on one
+/// replica at a time. A periodic job that calls store methods goes through here.
+async fn run_periodically(
+    state: AppState,
+    lease: &'static str,
+    every: Duration,
+    at_start: bool,
+    job: fn(&AppState),
+) {
+    let mut ticks = tokio::time::interval(every);
+    // A round that took long (or a suspended machine) does not make the next ones run back to
+    // back.
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    if !at_start {
+        ticks.tick().await;
+    }
+    loop {
+        ticks.tick().await;
+        let round = state.clone();
+        let store = state.store.clone();
+        let ran = error::blocking(move || {
+            under_lease(&store, lease, PERIODIC_LEASE_TTL, || job(&round));
+        })
+        .await;
+        if let Err(error) = ran {
+            tracing::warn!(lease, %error, "a periodic job failed");
+        }
+    }
+}
+
+/// Runs `job` holding the lease `name` (renewed while it runs, released after); skips it when
+/// another replica holds the lease, or the store cannot be asked (the next round tries again).
+/// True when it ran.
+fn under_lease(
+    store: &Arc<dyn store::Store>,
+    name: &str,
+    ttl: Duration,
+    job: impl FnOnce(),
+) -> bool {
+    match lease::HeldLease::try_take(store, name, ttl) {
+        Ok(Some(_held)) => {
+            job();
+            true
+        }
+        Ok(None) => {
+            tracing::debug!(
+                lease = name,
+                "another server is doing this periodic job now: skipped here"
+            );
+            false
+        }
+        Err(error) => {
+            tracing::warn!(lease = name, %error, "the lease of a periodic job cannot be taken: skipped this time");
+            false
         }
     }
 }
@@ -413,5 +480,27 @@ impl StopSignals {
         #[cfg(not(unix))]
         let _ = tokio::signal::ctrl_c().await;
         tracing::info!("shutting down");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_periodic_job_runs_on_one_replica_at_a_time() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let a: Arc<dyn store::Store> = Arc::new(store::FileStore::open(dir.path()).expect("a"));
+        let b: Arc<dyn store::Store> = Arc::new(store::FileStore::open(dir.path()).expect("b"));
+        let ttl = Duration::from_secs(60);
+        let mut ran_on_b = false;
+        // While a's round runs, b's is skipped.
+        let ran_on_a = under_lease(&a, "purge", ttl, || {
+            ran_on_b = under_lease(&b, "purge", ttl, || {});
+        });
+        assert!(ran_on_a);
+        assert!(!ran_on_b, "skipped while a holds the lease");
+        // Released after a's round: b's next round runs.
+        assert!(under_lease(&b, "purge", ttl, || {}));
     }
 }

@@ -11,7 +11,8 @@ use super::analysed::AnalysedSnapshot;
 use super::api::actor_name;
 use super::error::{ApiError, blocking};
 use super::extract::{StoredSnapshot, edit_refused, lookup, not_live};
-use super::store::{Lookup, SnapshotId};
+use super::store::{Lookup, Record, SnapshotId};
+use super::stored_index::ColdLoad;
 use super::wire::{SnapshotView, SummaryRow};
 use crate::analysis::roles::UserRules;
 use crate::snapshot::{LoadError, LoadOptions};
@@ -71,7 +72,7 @@ pub async fn delete_rules(
 async fn replace_rules(
     state: AppState,
     actor: Option<Extension<Actor>>,
-    StoredSnapshot { id, .. }: StoredSnapshot,
+    StoredSnapshot { id, record }: StoredSnapshot,
     text: Option<String>,
     rules: Arc<UserRules>,
 ) -> Result<Json<SnapshotView>, ApiError> {
@@ -85,7 +86,7 @@ async fn replace_rules(
             other => Err(not_live(&state, &id, other)),
         };
     }
-    let loaded = reanalyse(&state, &id, rules).await?;
+    let loaded = reanalyse(&state, &record, rules).await?;
     let summary = SummaryRow::new(&loaded.summary).to_stored();
     let store = state.store.clone();
     let target = id.clone();
@@ -99,23 +100,24 @@ async fn replace_rules(
     };
     // The analysis by the old rules goes; the new one is ready for the next view.
     state.cache.remove(&id);
-    state.cache.insert(&id, Arc::new(loaded));
+    state.cache.insert(&id, loaded);
     drop(turn);
     Ok(Json(SnapshotView::new(&updated, &state.config.public_url)))
 }
 
-/// The snapshot `id` analysed with `rules`: from its stored index when it is there (its
-/// summary made again with these rules), else parsed from its pickle. Holds a share of the
-/// server's parse memory while it runs: the index's size (what opening and summarising it
+/// The snapshot analysed with `rules`: from its stored index when it is there (its summary
+/// made again with these rules), else parsed from its pickle, under the parse lease like a cold
+/// load (`stored_index::ColdLoad`: a replica parsing it already is waited for). Holds a share of
+/// the server's parse memory while it runs: the index's size (what opening and summarising it
 /// touch) up front, or the events found as the pickle is parsed.
 async fn reanalyse(
     state: &AppState,
-    id: &SnapshotId,
+    record: &Record,
     rules: Arc<UserRules>,
-) -> Result<AnalysedSnapshot, ApiError> {
-    let path = state.store.blob_file(id)?;
-    let index = state.store.index_path(id);
-    let target = id.clone();
+) -> Result<Arc<AnalysedSnapshot>, ApiError> {
+    let cold = ColdLoad::new(state, record);
+    let index = state.store.index_path(&record.id);
+    let target = record.id.clone();
     let budget = state.parse_budget.clone();
     let max_events = state.config.limits.max_events;
     blocking(move || {
@@ -126,21 +128,25 @@ async fn reanalyse(
                 .map_err(|refusal| ApiError::unreadable(LoadError::Refused(refusal)))?;
         }
         let mut refused = None;
-        let loaded = super::stored_index::load(&target, &path, &index, &rules, || {
-            let options = LoadOptions {
-                max_events,
-                events: Some(&charge),
-                ..LoadOptions::default()
-            };
-            match crate::analysis::load_path(&path, options) {
-                Ok(parsed) => Ok(AnalysedSnapshot::new(parsed, &rules)),
-                Err(error) => {
-                    let message = error.to_string();
-                    refused = Some(error);
-                    Err(message)
+        let loaded = cold.run(
+            &rules,
+            || tracing::info!(id = %target, "another server is reading this snapshot: the rules change waits for it"),
+            |path| {
+                let options = LoadOptions {
+                    max_events,
+                    events: Some(&charge),
+                    ..LoadOptions::default()
+                };
+                match crate::analysis::load_path(path, options) {
+                    Ok(parsed) => Ok(AnalysedSnapshot::new(parsed, &rules)),
+                    Err(error) => {
+                        let message = error.to_string();
+                        refused = Some(error);
+                        Err(message)
+                    }
                 }
-            }
-        });
+            },
+        );
         loaded.map_err(|message| match refused {
             Some(error @ (LoadError::TooManyEvents { .. } | LoadError::Refused(_))) => {
                 ApiError::unreadable(error)

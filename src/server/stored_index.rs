@@ -7,7 +7,8 @@
 
 use super::AppState;
 use super::analysed::{AnalysedSnapshot, IndexWork};
-use super::store::SnapshotId;
+use super::lease::{HeldLease, LeaseTiming, Waited, find_or_lease};
+use super::store::{Record, SnapshotId};
 use crate::analysis::roles::UserRules;
 use crate::index::{BlobIdentity, IndexError, Verify};
 use std::path::Path;
@@ -23,44 +24,141 @@ use tokio::sync::watch;
 /// the disk's own corruption, which the pickle would suffer as well.
 const VERIFY_ON_LOAD: Verify = Verify::Structure;
 
-/// The snapshot `id`, from its stored index at `index` when that is sound, else by `parse`
-/// (which reads the blob at `blob`; what it loads is marked for its index to be written: see
-/// [`maintain_in_background`]). Runs on a blocking thread.
+/// The snapshot `id` (`blob_bytes` long, as its record says), from its stored index at `index`
+/// when that is sound, else by `parse` (what it loads is marked for its index to be written:
+/// see [`maintain_in_background`]). Runs on a blocking thread. Opening never needs the blob: a
+/// replica whose blobs are remote opens the index alone.
 pub fn load(
     id: &SnapshotId,
-    blob: &Path,
+    blob_bytes: u64,
     index: &Path,
     rules: &UserRules,
     parse: impl FnOnce() -> Result<AnalysedSnapshot, String>,
 ) -> Result<AnalysedSnapshot, String> {
-    // A blob that cannot be read is for `parse` to report, in its words.
-    let Ok(blob_bytes) = std::fs::metadata(blob).map(|m| m.len()) else {
-        return parse();
-    };
+    match open_sound(id, blob_bytes, index, rules) {
+        Some(loaded) => Ok(loaded),
+        None => parse(),
+    }
+}
+
+/// The snapshot opened from its stored index at `index`, when that is there and sound; `None`
+/// (saying why in the log) otherwise.
+fn open_sound(
+    id: &SnapshotId,
+    blob_bytes: u64,
+    index: &Path,
+    rules: &UserRules,
+) -> Option<AnalysedSnapshot> {
     let identity = BlobIdentity {
         id: id.as_str(),
         bytes: blob_bytes,
     };
     let started = std::time::Instant::now();
-    // SAFETY: `index` is in the data folder's `indexes/`, where this server writes only by
-    // temporary file and rename (`crate::index::write`), never in place, and the README tells
-    // operators never to edit or truncate those files (deleting them is fine). A file
-    // truncated in place anyway makes a read past its new end raise SIGBUS, which no check
-    // here can prevent; one edited in place changes, under the map, numbers already checked.
+    // SAFETY: `index` is in the data folder's `indexes/` (or the local cache's), where this
+    // server writes only by temporary file and rename (`crate::index::write`, and the store's
+    // fetch), never in place, and the README tells operators never to edit or truncate those
+    // files (deleting them is fine). A file truncated in place anyway makes a read past its new
+    // end raise SIGBUS, which no check here can prevent; one edited in place changes, under the
+    // map, numbers already checked.
     match unsafe { crate::index::open(index, identity, VERIFY_ON_LOAD) } {
         Ok(opened) => {
             let loaded = AnalysedSnapshot::from_index(opened, rules);
             tracing::info!(%id, ms = started.elapsed().as_millis() as u64, "opened from its stored index");
-            return Ok(loaded);
+            Some(loaded)
         }
         Err(IndexError::Missing) => {
             tracing::debug!(%id, "no stored index yet: reading the snapshot");
+            None
         }
         Err(error) => {
             tracing::warn!(%id, %error, "the stored index is not used: reading the snapshot, and writing it again");
+            None
         }
     }
-    parse()
+}
+
+/// A cold load of one snapshot, shared by every replica on one store: what a request's load
+/// (`extract.rs`) and a rules change (`role_rules.rs`) run on their blocking thread.
+///
+/// 1. The stored index, fetched from the store (`Store::fetch_index`) and opened when sound:
+///    a replica that never parsed the snapshot opens it from the index another wrote.
+/// 2. Else the lease `parse:<id>` ([`super::lease`]): the replica holding it fetches the blob
+///    (`Store::blob_file`, which may download), parses and analyses it, and writes and
+///    publishes the index afterwards, in the background, releasing the lease only once the
+///    index is published; the others wait, looking for the index every
+///    [`super::lease::PARSE_WAIT_POLL`], and open it when it appears, or take the lease over
+///    when it comes free without one (its holder failed) or expires (its holder died), or parse
+///    anyway past [`super::lease::PARSE_WAIT_LIMIT`].
+pub struct ColdLoad {
+    state: AppState,
+    id: SnapshotId,
+    blob_bytes: u64,
+    timing: LeaseTiming,
+}
+
+impl ColdLoad {
+    /// The cold load of `record`'s snapshot.
+    pub fn new(state: &AppState, record: &Record) -> Self {
+        Self {
+            state: state.clone(),
+            id: record.id.clone(),
+            blob_bytes: record.size_bytes,
+            timing: LeaseTiming::for_parse(),
+        }
+    }
+
+    /// The lease a parse of `id` holds.
+    pub fn lease_name(id: &SnapshotId) -> String {
+        format!("parse:{id}")
+    }
+
+    /// Loads the snapshot analysed with `rules` (see [`ColdLoad`]); `waiting` is called once
+    /// if another replica is reading it and this one waits; `parse` reads the blob at the path
+    /// it is given. Runs on a blocking thread. Its error is for a person.
+    pub fn run(
+        self,
+        rules: &UserRules,
+        waiting: impl FnOnce(),
+        parse: impl FnOnce(&Path) -> Result<AnalysedSnapshot, String>,
+    ) -> Result<Arc<AnalysedSnapshot>, String> {
+        let Self {
+            state,
+            id,
+            blob_bytes,
+            timing,
+        } = self;
+        let store = state.store.clone();
+        let index = store.index_path(&id);
+        let find = || {
+            match store.fetch_index(&id) {
+                Ok(true) => open_sound(&id, blob_bytes, &index, rules),
+                Ok(false) => None,
+                // Not fatal: the snapshot can still be parsed from its blob.
+                Err(error) => {
+                    tracing::warn!(%id, %error, "fetching the stored index failed");
+                    None
+                }
+            }
+        };
+        let lease = match find_or_lease(&store, &Self::lease_name(&id), timing, find, waiting) {
+            Waited::Found(loaded) => return Ok(Arc::new(loaded)),
+            Waited::Holding(lease) => Some(lease),
+            Waited::Without => None,
+        };
+        let blob = store.blob_file(&id).map_err(|error| {
+            tracing::warn!(%id, %error, "the stored file cannot be had");
+            format!("the server cannot read its stored file: {error}")
+        })?;
+        // The line tests/replicas_local.rs counts: one per parse, whichever replica.
+        tracing::info!(%id, leased = lease.is_some(), "parsing the stored file");
+        let loaded = Arc::new(parse(&blob)?);
+        // The lease goes with the write: released once the index is published (or the write
+        // failed), so a replica waiting meanwhile opens the index rather than parsing again.
+        if loaded.take_index_work() == IndexWork::Write {
+            start_write(&state, &id, Some(blob_bytes), &loaded, lease);
+        }
+        Ok(loaded)
+    }
 }
 
 /// After a load, on a blocking thread, what its stored index needs, if nobody has started it
@@ -70,46 +168,73 @@ pub fn load(
 /// so the next request reads the pickle and writes a sound index. A failed write is logged:
 /// the index is a cache, and the next cold load tries again.
 pub fn maintain_in_background(state: &AppState, id: &SnapshotId, loaded: &Arc<AnalysedSnapshot>) {
-    let work = loaded.take_index_work();
-    if work == IndexWork::None {
-        return;
-    }
-    let store = state.store.clone();
-    let index = state.store.index_path(id);
-    // Counted before the thread starts, so a shutdown that begins now already waits for it.
-    let running = (work == IndexWork::Write).then(|| state.index_writes.begin(id));
-    let (state, id, loaded) = (state.clone(), id.clone(), loaded.clone());
-    tokio::task::spawn_blocking(move || match work {
-        IndexWork::Write => {
-            let _running = running;
-            #[cfg(feature = "test-hooks")]
-            wait_at_test_gate();
-            let written = store
-                .blob_file(&id)
-                .map_err(std::io::Error::other)
-                .and_then(|blob| write_now(&id, &blob, &index, &loaded))
-                .and_then(|()| store.publish_index(&id).map_err(std::io::Error::other));
-            if let Err(error) = written {
-                tracing::warn!(%id, %error, "writing the stored index failed; the next cold load reads the snapshot again");
-            }
-        }
-        IndexWork::Check => {
-            let started = std::time::Instant::now();
-            match crate::index::verify_sections(&index) {
-                Ok(()) => {
-                    tracing::debug!(%id, ms = started.elapsed().as_millis() as u64, "stored index checked");
-                }
-                Err(error) => {
-                    tracing::warn!(%id, %error, "the stored index is corrupt: deleting it and reading the snapshot again on the next request");
-                    if let Err(error) = store.remove_index(&id) {
-                        tracing::warn!(%id, %error, "deleting the corrupt stored index failed");
-                    }
-                    state.cache.remove(&id);
-                }
-            }
-        }
+    match loaded.take_index_work() {
         IndexWork::None => {}
-    });
+        // The blob's size is read from its file (an upload's, on this machine).
+        IndexWork::Write => start_write(state, id, None, loaded, None),
+        IndexWork::Check => {
+            let (state, id) = (state.clone(), id.clone());
+            tokio::task::spawn_blocking(move || check_now(&state, &id));
+        }
+    }
+}
+
+/// Checks the columns of `id`'s stored index against their checksums; a corrupt index is
+/// removed (here and beside the blob) and the snapshot dropped from the cache.
+fn check_now(state: &AppState, id: &SnapshotId) {
+    let started = std::time::Instant::now();
+    match crate::index::verify_sections(&state.store.index_path(id)) {
+        Ok(()) => {
+            tracing::debug!(%id, ms = started.elapsed().as_millis() as u64, "stored index checked");
+        }
+        Err(error) => {
+            tracing::warn!(%id, %error, "the stored index is corrupt: deleting it and reading the snapshot again on the next request");
+            if let Err(error) = state.store.remove_index(id) {
+                tracing::warn!(%id, %error, "deleting the corrupt stored index failed");
+            }
+            state.cache.remove(id);
+        }
+    }
+}
+
+/// Writes `loaded`'s stored index and publishes it for the other replicas, on a blocking thread
+/// of its own, counted for a graceful shutdown, then drops `lease` (the parse lease, when the
+/// parse held one). `blob_bytes`: the blob's size, else read from its file.
+fn start_write(
+    state: &AppState,
+    id: &SnapshotId,
+    blob_bytes: Option<u64>,
+    loaded: &Arc<AnalysedSnapshot>,
+    lease: Option<HeldLease>,
+) {
+    let store = state.store.clone();
+    let index = store.index_path(id);
+    // Counted before the thread starts, so a shutdown that begins now already waits for it.
+    let running = state.index_writes.begin(id);
+    let (id, loaded) = (id.clone(), loaded.clone());
+    let write = move || {
+        let _running = running;
+        let _lease = lease;
+        #[cfg(feature = "test-hooks")]
+        wait_at_test_gate();
+        let written = match blob_bytes {
+            Some(bytes) => Ok(bytes),
+            None => store
+                .blob_file(&id)
+                .and_then(|blob| Ok(std::fs::metadata(blob)?.len()))
+                .map_err(std::io::Error::other),
+        }
+        .and_then(|bytes| write_now(&id, bytes, &index, &loaded))
+        .and_then(|()| store.publish_index(&id).map_err(std::io::Error::other));
+        if let Err(error) = written {
+            tracing::warn!(%id, %error, "writing the stored index failed; the next cold load reads the snapshot again");
+        }
+    };
+    // From a load's blocking thread or a request's task alike: both run inside the runtime.
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => drop(runtime.spawn_blocking(write)),
+        Err(_) => write(),
+    }
 }
 
 /// How long a graceful shutdown waits for the stored index writes in flight: a write is the
@@ -243,14 +368,14 @@ pub const INDEX_ALLOWANCE_BYTES: u64 = 64 << 20;
 /// [`INDEX_BYTES_PER_PICKLE_BYTE`]).
 pub fn write_now(
     id: &SnapshotId,
-    blob: &Path,
+    blob_bytes: u64,
     index: &Path,
     loaded: &AnalysedSnapshot,
 ) -> std::io::Result<()> {
     let started = std::time::Instant::now();
     let identity = BlobIdentity {
         id: id.as_str(),
-        bytes: std::fs::metadata(blob)?.len(),
+        bytes: blob_bytes,
     };
     // The index holds the columns and the analysis as they are in memory, so their size in
     // memory is the index's, known before a byte is written.

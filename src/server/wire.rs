@@ -193,6 +193,9 @@ pub enum LoadStatus {
     Reading { read: u64, total: u64 },
     /// Read; computing the replay and the summary.
     Analysing,
+    /// Another server (a replica on the same store) is reading this snapshot; this one opens
+    /// the index it writes when it is done.
+    Waiting,
     /// In memory: every view answers at once.
     Ready,
     /// The load failed, for the reason given (for a person); asked again within a minute, the
@@ -206,6 +209,7 @@ impl From<LoadState> for LoadStatus {
             LoadState::Queued => Self::Queued,
             LoadState::Reading { read, total } => Self::Reading { read, total },
             LoadState::Analysing => Self::Analysing,
+            LoadState::WaitingForAnotherServer => Self::Waiting,
             LoadState::Ready => Self::Ready,
             LoadState::Failed(error) => Self::Failed { error },
         }

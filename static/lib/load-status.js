@@ -1,6 +1,7 @@
 // @ts-check
 // What a page waiting for snapshots being read shows for each answer of
-// `GET /api/snapshots/{id}/status` ({state: queued | reading | analysing | ready | failed}),
+// `GET /api/snapshots/{id}/status` ({state: queued | waiting | reading | analysing | ready |
+// failed}),
 // and when it asks again. No DOM: static/views/loads.js draws it (on the snapshot page's
 // loading page and on the compare page).
 
@@ -22,6 +23,8 @@ export function describe(status, filename, size) {
   switch (status?.state) {
     case "queued":
       return { line: "Waiting for other snapshots to finish loading…", percent: null, stage: "Waiting for other snapshots to load", error: "", next: "poll" };
+    case "waiting":
+      return { line: "Waiting for another server to read this snapshot…", percent: null, stage: "Waiting for another server", error: "", next: "poll" };
     case "reading": {
       const total = Math.max(0, Number(status.total) || 0);
       const read = Math.min(Math.max(0, Number(status.read) || 0), total);

@@ -20,7 +20,8 @@ pub(crate) struct LoadView {
     pub(crate) name: String,
     pub(crate) filename: String,
     pub(crate) size_bytes: u64,
-    /// `queued`, `reading`, `analysing` or `failed` (as the status endpoint says it).
+    /// `queued`, `waiting`, `reading`, `analysing` or `failed` (as the status endpoint says
+    /// it).
     pub(crate) state: &'static str,
     pub(crate) read_bytes: u64,
     /// What the card says first, as the script words it on each poll.
@@ -37,6 +38,12 @@ impl LoadView {
                 "queued",
                 0,
                 "Waiting for other snapshots to finish loading…".to_owned(),
+                String::new(),
+            ),
+            LoadState::WaitingForAnotherServer => (
+                "waiting",
+                0,
+                "Waiting for another server to read this snapshot…".to_owned(),
                 String::new(),
             ),
             LoadState::Reading { read, total } => (
