@@ -184,8 +184,13 @@ impl AnalysisCache {
             && !entry.stale_failure()
         {
             entry.last_used.store(tick, Ordering::Relaxed);
+            // A load in flight is joined: neither a hit nor a second miss.
+            if entry.ready().is_some() {
+                super::ops::cache_lookup("analysis", true);
+            }
             return entry.clone();
         }
+        super::ops::cache_lookup("analysis", false);
         let progress = Arc::new(LoadProgress::new(total));
         let (sender, outcome) = watch::channel(None);
         let entry = Arc::new(Entry {
@@ -295,6 +300,8 @@ impl AnalysisCache {
 
     pub fn remove(&self, id: &SnapshotId) {
         self.entries().remove(id);
+        // What is left is counted again (`snapview_cache_bytes`).
+        self.evict(id);
     }
 
     /// Drops least recently used entries until the ready ones fit the budget, and failures old
@@ -320,7 +327,10 @@ impl AnalysisCache {
                     tracing::debug!(%id, used, budget = self.budget_bytes, "evicting from the analysis cache");
                     entries.remove(&id);
                 }
-                _ => break,
+                _ => {
+                    super::ops::cache_bytes("analysis", used);
+                    break;
+                }
             }
         }
     }
