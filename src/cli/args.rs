@@ -247,6 +247,15 @@ struct ServeArgs {
     /// [default: none, the pages cannot be framed].
     #[arg(long, env = "SNAPVIEW_FRAME_ANCESTORS", value_name = "ORIGINS")]
     frame_ancestors: Option<String>,
+    /// A token that opens only /metrics and /readyz (`Authorization: Bearer`), for a
+    /// Prometheus scraper or a readiness probe that must not read snapshots. Without it
+    /// they follow --read-token as every read does.
+    #[arg(long, env = "SNAPVIEW_METRICS_TOKEN", hide_env_values = true)]
+    metrics_token: Option<String>,
+    /// The log on stderr: `text` for a person, `json` for a log pipeline (one object per
+    /// line: timestamp, level, target, fields with the message, spans).
+    #[arg(long, env = "SNAPVIEW_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     /// Snapshot files to import at start; their URLs are printed.
     files: Vec<PathBuf>,
 }
@@ -380,6 +389,13 @@ impl ConnectionFlags {
     }
 }
 
+/// `serve --log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(super) enum LogFormat {
+    Text,
+    Json,
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum ExportKind {
     Segments,
@@ -426,6 +442,7 @@ pub(super) enum ValidatedCommand {
         // Boxed: the serve configuration is many times the size of the other commands'.
         config: Box<ServeConfig>,
         files: Vec<PathBuf>,
+        log_format: LogFormat,
     },
     Upload {
         file: PathBuf,

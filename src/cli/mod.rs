@@ -21,7 +21,7 @@ use crate::analysis::{Analysis, Summary};
 use crate::server::{AppState, ServeConfig};
 use crate::snapshot::{Snapshot, load_path};
 use crate::torch_text;
-use args::{Cli, DeviceArg, DiffSource, LiveArgs, ValidatedCommand, default_public_url};
+use args::{Cli, DeviceArg, DiffSource, LiveArgs, LogFormat, ValidatedCommand, default_public_url};
 use clap::Parser;
 use client::{http_get_json, put_rules, upload};
 use progress::load_with_progress;
@@ -127,8 +127,12 @@ fn execute(command: ValidatedCommand, max_events: u64) -> Result<Outcome, Failur
             top,
         } => return diff(source, json, max_peak_growth, options, top, max_events),
         // These two print as they go, and return when the server stops.
-        ValidatedCommand::Serve { config, files } => {
-            serve(*config, files)?;
+        ValidatedCommand::Serve {
+            config,
+            files,
+            log_format,
+        } => {
+            serve(*config, files, log_format)?;
             return Ok(Outcome::Done);
         }
         ValidatedCommand::Open { file, no_browser } => {
@@ -284,8 +288,8 @@ fn write_output(text: String, output: Option<PathBuf>) -> Result<(), String> {
 }
 
 /// `snapview serve`: opens the store, imports FILEs, prints the URL, serves until Ctrl-C.
-fn serve(config: ServeConfig, files: Vec<PathBuf>) -> Result<(), String> {
-    init_logging("snapview=info,tower_http=warn");
+fn serve(config: ServeConfig, files: Vec<PathBuf>, log_format: LogFormat) -> Result<(), String> {
+    init_logging("snapview=info,tower_http=warn", log_format);
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     let served = runtime.block_on(async move {
         let mut config = config;
@@ -329,17 +333,21 @@ fn serve(config: ServeConfig, files: Vec<PathBuf>) -> Result<(), String> {
 }
 
 /// The server's log on stderr, `default` unless `RUST_LOG` says otherwise; for `serve` and
-/// `open`.
-fn init_logging(default: &str) {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| default.into()),
-        )
-        .with_writer(std::io::stderr)
-        // Colour codes only for a person at a terminal, not in a log file or journald.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+/// `open`. `json`: one object per line (`timestamp`, `level`, `target`, `fields` with the
+/// `message`, and the request's `span`/`spans`), for a log pipeline.
+fn init_logging(default: &str, format: LogFormat) {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default.into());
+    let log = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => log
+            // Colour codes only for a person at a terminal, not in a log file or journald.
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => log.json().with_ansi(false).init(),
+    }
 }
 
 /// Says at start who may do what, and warns when a shared server lets anyone delete.

@@ -62,7 +62,7 @@ fn check_file(file: &Path) -> Result<PathBuf, String> {
 pub(super) fn open(file: PathBuf, no_browser: bool, max_events: u64) -> Result<(), String> {
     let path = check_file(&file)?;
     // Warnings only: the two lines printed are what a person at the terminal needs.
-    super::init_logging("snapview=warn");
+    super::init_logging("snapview=warn", super::args::LogFormat::Text);
     let folder = TempFolder::create()?;
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     let served = runtime.block_on(serve_one(&path, &file, &folder.0, no_browser, max_events));

@@ -208,12 +208,17 @@ impl AnalysisCache {
         {
             if entry.rules_fingerprint == rules_fingerprint {
                 entry.last_used.store(tick, Ordering::Relaxed);
+                // A load in flight is joined: neither a hit nor a second miss.
+                if entry.ready().is_some() {
+                    super::ops::cache_lookup("analysis", true);
+                }
                 return entry.clone();
             }
             // Its rules were changed through another replica (this one replaces its entry as
             // it changes them): what was analysed with the old ones is no answer now.
             tracing::info!(%id, "the snapshot's role rules changed: analysing it again");
         }
+        super::ops::cache_lookup("analysis", false);
         let progress = Arc::new(LoadProgress::new(total));
         let (sender, outcome) = watch::channel(None);
         let entry = Arc::new(Entry {
@@ -329,6 +334,8 @@ impl AnalysisCache {
 
     pub fn remove(&self, id: &SnapshotId) {
         self.entries().remove(id);
+        // What is left is counted again (`snapview_cache_bytes`).
+        self.evict(id);
     }
 
     /// Drops least recently used entries until the ready ones fit the budget, and failures old
@@ -354,7 +361,10 @@ impl AnalysisCache {
                     tracing::debug!(%id, used, budget = self.budget_bytes, "evicting from the analysis cache");
                     entries.remove(&id);
                 }
-                _ => break,
+                _ => {
+                    super::ops::cache_bytes("analysis", used);
+                    break;
+                }
             }
         }
     }

@@ -97,6 +97,10 @@ pub enum ApiError {
         "the server's disk is full, so the upload was not stored (nothing else changed); tell whoever runs this server"
     )]
     DiskFull,
+    /// A remote backend (the database, object storage) cannot be reached now: the client may
+    /// retry (503 with `Retry-After`); `/readyz` says the same to the load balancer.
+    #[error("{what} is unavailable: {reason}; try again shortly")]
+    StorageUnavailable { what: &'static str, reason: String },
     /// A failure on the server's side: what failed and why, for the log only (they may name
     /// server paths); the client is told only the reference (see [`ApiError::internal`]).
     #[error("{context}")]
@@ -165,9 +169,10 @@ impl ApiError {
             ApiError::BodyStalled(_) | ApiError::UploadTooSlow { .. } => {
                 StatusCode::REQUEST_TIMEOUT
             }
-            ApiError::Busy(_) | ApiError::ParseBusy(_) | ApiError::ClientBusy(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ApiError::Busy(_)
+            | ApiError::ParseBusy(_)
+            | ApiError::ClientBusy(_)
+            | ApiError::StorageUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) | ApiError::UntrustedHeader(_) => StatusCode::FORBIDDEN,
             ApiError::WrongHost(_) => StatusCode::MISDIRECTED_REQUEST,
@@ -199,6 +204,7 @@ impl ApiError {
             ApiError::UntrustedHeader(_) => "untrusted_header",
             ApiError::Conflict(_) => "conflict",
             ApiError::DiskFull => "disk_full",
+            ApiError::StorageUnavailable { .. } => "storage_unavailable",
             ApiError::Internal { .. } => "internal",
         }
     }
@@ -296,6 +302,7 @@ where
 impl From<super::store::StoreError> for ApiError {
     fn from(error: super::store::StoreError) -> Self {
         use super::store::StoreError;
+        super::ops::store_error(&error);
         let disk_full = match &error {
             StoreError::Io(io) => io.kind() == std::io::ErrorKind::StorageFull,
             StoreError::Database(rusqlite::Error::SqliteFailure(failure, _)) => {
@@ -306,6 +313,12 @@ impl From<super::store::StoreError> for ApiError {
         if disk_full {
             tracing::error!(%error, "the disk is full");
             return ApiError::DiskFull;
+        }
+        if let StoreError::Unavailable { what, reason } = error {
+            // Said to the client as it is (it names a service, not a server path), and logged
+            // here, as no internal error carries it to the log.
+            tracing::warn!(what, %reason, "a request failed: the store is unavailable");
+            return ApiError::StorageUnavailable { what, reason };
         }
         // Logged with its answer (`every_error_as_json`), not here: once per failure.
         ApiError::internal("storage failed", error)
@@ -351,7 +364,10 @@ impl IntoResponse for ApiError {
         let mut response = (public.status, Json(body)).into_response();
         if matches!(
             self,
-            ApiError::Busy(_) | ApiError::ParseBusy(_) | ApiError::ClientBusy(_)
+            ApiError::Busy(_)
+                | ApiError::ParseBusy(_)
+                | ApiError::ClientBusy(_)
+                | ApiError::StorageUnavailable { .. }
         ) {
             response
                 .headers_mut()
@@ -568,6 +584,26 @@ mod tests {
         assert!(group.contains("group \"job7\""), "{group}");
         let page = ApiError::PageNotFound("/nowhere".into()).to_string();
         assert!(!page.contains("snapshot"), "{page}");
+    }
+
+    #[test]
+    fn an_unavailable_store_answers_503_with_retry_after() {
+        let error = ApiError::from(crate::server::store::StoreError::Unavailable {
+            what: "object storage",
+            reason: "connection refused".into(),
+        });
+        let public = error.public();
+        assert_eq!(public.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(public.code, "storage_unavailable");
+        assert_eq!(
+            public.message,
+            "object storage is unavailable: connection refused; try again shortly"
+        );
+        let response = error.into_response();
+        assert_eq!(
+            response.headers().get(header::RETRY_AFTER),
+            Some(&HeaderValue::from(RETRY_AFTER_SECONDS))
+        );
     }
 
     #[test]

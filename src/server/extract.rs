@@ -152,6 +152,7 @@ impl StoredSnapshot {
                 let report = |read: u64| progress.read(read);
                 // Charged to the server's parse memory as it reads, like an upload.
                 let charge = budget.charge("reading this snapshot");
+                let _timed = super::ops::ParseTimer::start("stored");
                 let options = LoadOptions {
                     progress: Some(&report),
                     max_events,

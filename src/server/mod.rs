@@ -19,6 +19,7 @@ pub mod framing;
 pub mod groups;
 pub mod lease;
 pub mod oom;
+pub mod ops;
 pub mod pages;
 pub mod refusals;
 pub mod role_rules;
@@ -190,6 +191,9 @@ impl AppState {
             "the store is consistent"
         );
         let store: Arc<dyn store::Store> = Arc::new(store);
+        // Before anything is recorded (the files `serve` imports at start included).
+        ops::install();
+        ops::set_store_kinds(store.kinds());
         Ok(Self {
             refusals: Arc::new(refusals::RefusedWrites::new(store.clone())),
             store,
@@ -378,6 +382,8 @@ pub fn router(state: AppState) -> Router {
         .route("/login", get(access::login_form).post(access::login))
         .route("/static/{*path}", get(assets::serve))
         .merge(api)
+        // /healthz, /readyz, /metrics.
+        .merge(ops::routes())
         .fallback(pages::not_found)
         // Before any handler (and the fallback) runs: Host, cross-site writes, tokens, Actor.
         .layer(axum::middleware::from_fn_with_state(
@@ -413,6 +419,9 @@ pub fn router(state: AppState) -> Router {
         // A 5xx is logged once, with its details and reference, by `error::every_error_as_json`;
         // the trace layer's own failure line would only repeat it.
         .layer(TraceLayer::new_for_http().on_failure(()))
+        // Outermost, so a request is timed and counted with the status it left with. A
+        // `Router::layer` runs after routing: the route template (`MatchedPath`) is there.
+        .layer(axum::middleware::from_fn(ops::record_request))
         .with_state(state)
 }
 

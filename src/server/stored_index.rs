@@ -403,6 +403,7 @@ pub fn write_now(
         &loaded.summary,
         loaded.rules_fingerprint,
     )?;
+    super::ops::index_written(started.elapsed());
     tracing::info!(%id, bytes, ms = started.elapsed().as_millis() as u64, "stored index written");
     Ok(())
 }

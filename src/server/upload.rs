@@ -79,6 +79,7 @@ pub async fn upload(
         .clone()
         .try_acquire_owned()
         .map_err(|_| ApiError::Busy(state.config.limits.max_uploads))?;
+    let _in_flight = super::ops::UploadInFlight::begin();
     let declared = request
         .headers()
         .get(header::CONTENT_LENGTH)

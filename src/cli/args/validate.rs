@@ -93,9 +93,18 @@ impl ServeArgs {
             allowed_hosts,
             trusted_proxies,
             frame_ancestors,
+            metrics_token,
+            log_format,
             files,
         } = self;
         let limits = connections.limits(parse_memory, max_events);
+        let access = access_config(
+            write_token,
+            tokens_file,
+            read_token,
+            user_header,
+            allowed_hosts,
+        )?;
         for file in &files {
             check_file(file)?;
         }
@@ -133,18 +142,41 @@ impl ServeArgs {
                         frame_ancestors.as_deref().unwrap_or(""),
                     )?,
                     max_token_failures,
-                    ..access_config(
-                        write_token,
-                        tokens_file,
-                        read_token,
-                        user_header,
-                        allowed_hosts,
-                    )?
+                    metrics_token: metrics_token_of(metrics_token, &access)?,
+                    ..access
                 },
             }),
             files,
+            log_format,
         })
     }
+}
+
+/// `--metrics-token`, checked as the other tokens are, and distinct from them (it must never
+/// grant what they do).
+fn metrics_token_of(
+    token: Option<String>,
+    access: &AccessConfig,
+) -> Result<Option<NamedToken>, String> {
+    let Some(token) = token.filter(|t| !t.is_empty()) else {
+        return Ok(None);
+    };
+    AccessConfig::check_token("--metrics-token", &token)?;
+    let taken = access
+        .write_tokens
+        .iter()
+        .chain(access.read_token.as_ref())
+        .any(|t| t.token == token);
+    if taken {
+        return Err(
+            "--metrics-token is also a read or write token: give the scraper a token of its own"
+                .into(),
+        );
+    }
+    Ok(Some(NamedToken {
+        name: Some("metrics".into()),
+        token,
+    }))
 }
 
 impl DiffArgs {

@@ -64,6 +64,8 @@ pub struct Actor(pub Option<String>);
 pub struct Access {
     write: Vec<(Option<String>, [u8; 32])>,
     read: Option<[u8; 32]>,
+    /// `--metrics-token`: opens `/metrics` and `/readyz`, nothing else.
+    metrics: Option<[u8; 32]>,
     /// The cookie values the login page hands out: one per token that may read.
     sessions: Vec<[u8; 32]>,
     user_header: Option<HeaderName>,
@@ -138,6 +140,10 @@ impl Access {
         Self {
             write,
             read,
+            metrics: access
+                .metrics_token
+                .as_ref()
+                .map(|t| sha256(t.token.as_bytes())),
             sessions,
             user_header: access.user_header.clone(),
             trusted_proxies: if access.trusted_proxies.is_empty() {
@@ -262,6 +268,15 @@ fn is_write(method: &Method) -> bool {
     !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
 }
 
+/// The paths `--metrics-token` opens (with `GET`); each follows `--read-token` otherwise.
+const METRICS_TOKEN_PATHS: [&str; 2] = ["/metrics", "/readyz"];
+
+/// `/healthz`, the liveness probe: open to anyone, whatever the tokens and the Host (it says
+/// only that the process answers), so a load balancer's probe needs no secret.
+fn is_liveness(method: &Method, path: &str) -> bool {
+    path == "/healthz" && matches!(*method, Method::GET | Method::HEAD)
+}
+
 /// Public whatever the tokens: the app's own code and images, and the login page itself.
 fn is_public(method: &Method, path: &str) -> bool {
     path == "/login"
@@ -368,6 +383,9 @@ pub async fn check(State(access): State<Access>, mut request: Request, next: Nex
 impl Access {
     /// The Actor of a request let through, or why it is refused.
     fn decide(&self, request: &Request, peer: Option<IpAddr>) -> Result<Actor, Refusal> {
+        if is_liveness(request.method(), request.uri().path()) {
+            return Ok(Actor::default());
+        }
         if let Err(message) = self.host_is_allowed(request.headers(), request.uri()) {
             return Err(Refusal::Error(ApiError::WrongHost(message)));
         }
@@ -396,6 +414,19 @@ impl Access {
                 path == "/login",
             ))));
         }
+        if self.carries_metrics_token(request.headers()) {
+            // Never counted as a wrong token: it is a right one, sent to the wrong place.
+            return if matches!(method, Method::GET | Method::HEAD)
+                && METRICS_TOKEN_PATHS.contains(&path.as_str())
+            {
+                Ok(Actor::default())
+            } else {
+                Err(Refusal::Error(ApiError::Unauthorized(format!(
+                    "the metrics token opens only {} (--metrics-token): send the read or a write token for anything else",
+                    METRICS_TOKEN_PATHS.join(" and ")
+                ))))
+            };
+        }
         let (grant, token_name) = match self.grant_of(request.headers()) {
             Ok(found) => found,
             // A wrong token is refused even where none is needed: a script with a stale token
@@ -419,7 +450,8 @@ impl Access {
                 return Err(Refusal::Error(ApiError::Unauthorized(message.into())));
             }
             if !write && self.reads_need_token() && grant < Grant::Read {
-                if path.starts_with("/api/") {
+                // A scraper or a probe cannot follow a login form: 401 as for the API.
+                if path.starts_with("/api/") || METRICS_TOKEN_PATHS.contains(&path.as_str()) {
                     return Err(Refusal::Error(ApiError::Unauthorized(
                         "this server needs a token to read: send `Authorization: Bearer TOKEN` (snapview diff reads it from SNAPVIEW_TOKEN or --token)".into(),
                     )));

@@ -4,7 +4,7 @@
 
 use super::hosts::host_name;
 use super::{Access, Grant};
-use axum::http::HeaderName;
+use axum::http::{HeaderMap, HeaderName};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 use subtle::ConstantTimeEq;
@@ -39,6 +39,9 @@ pub struct AccessConfig {
     pub write_tokens: Vec<NamedToken>,
     /// The token that may read; `None`: reads are open.
     pub read_token: Option<NamedToken>,
+    /// The token that opens `/metrics` and `/readyz` only (`--metrics-token`), for a
+    /// scraper or a probe that must not read snapshots; `None`: none.
+    pub metrics_token: Option<NamedToken>,
     /// A header a trusted proxy sets to the signed-in user, e.g. `x-forwarded-user`.
     pub user_header: Option<HeaderName>,
     /// Host names (without port) accepted besides `localhost`, `127.0.0.1`, `[::1]` and the public
@@ -58,6 +61,7 @@ impl Default for AccessConfig {
         Self {
             write_tokens: Vec::new(),
             read_token: None,
+            metrics_token: None,
             user_header: None,
             allowed_hosts: Vec::new(),
             trusted_proxies: Vec::new(),
@@ -153,6 +157,22 @@ pub(super) fn same_digest(a: &[u8; 32], b: &[u8; 32]) -> bool {
 }
 
 impl Access {
+    /// Whether the request's Bearer token is the metrics token.
+    pub(super) fn carries_metrics_token(&self, headers: &HeaderMap) -> bool {
+        let Some(metrics) = &self.metrics else {
+            return false;
+        };
+        headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| {
+                value
+                    .strip_prefix("Bearer ")
+                    .or_else(|| value.strip_prefix("bearer "))
+            })
+            .is_some_and(|token| same_digest(&sha256(token.trim().as_bytes()), metrics))
+    }
+
     /// The grant of a raw token, and the name of the write token that matched.
     pub(super) fn grant_of_token(&self, token: &str) -> (Grant, Option<String>) {
         let digest = sha256(token.as_bytes());

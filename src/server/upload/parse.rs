@@ -58,6 +58,7 @@ impl Reading {
             -> Result<(crate::snapshot::Snapshot, crate::analysis::ReplaySeed), LoadError>,
     ) -> ParseResult {
         let charge = self.budget.charge("this upload");
+        let _timed = crate::server::ops::ParseTimer::start("upload");
         let parsed = read(upload_load_options(self, &charge))?;
         Ok(AnalysedSnapshot::new(parsed, &self.rules))
     }
