@@ -97,6 +97,14 @@ pub enum ApiError {
         "the server's disk is full, so the upload was not stored (nothing else changed); tell whoever runs this server"
     )]
     DiskFull,
+    /// An import (`POST /api/snapshots/import`) the server would not or could not fetch; its
+    /// status, code and message are the import's own (src/server/upload/import.rs).
+    #[error("{message}")]
+    Import {
+        status: StatusCode,
+        code: &'static str,
+        message: String,
+    },
     /// A failure on the server's side: what failed and why, for the log only (they may name
     /// server paths); the client is told only the reference (see [`ApiError::internal`]).
     #[error("{context}")]
@@ -173,6 +181,7 @@ impl ApiError {
             ApiError::WrongHost(_) => StatusCode::MISDIRECTED_REQUEST,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::DiskFull => StatusCode::INSUFFICIENT_STORAGE,
+            ApiError::Import { status, .. } => *status,
             ApiError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -199,6 +208,7 @@ impl ApiError {
             ApiError::UntrustedHeader(_) => "untrusted_header",
             ApiError::Conflict(_) => "conflict",
             ApiError::DiskFull => "disk_full",
+            ApiError::Import { code, .. } => *code,
             ApiError::Internal { .. } => "internal",
         }
     }

@@ -241,6 +241,7 @@ mod tests {
             reindex: false,
             limits: Default::default(),
             roles: Default::default(),
+            import: Default::default(),
             access: AccessConfig {
                 read_token: Some(NamedToken {
                     name: None,
