@@ -75,6 +75,11 @@ def upload(
 ) -> str:
     """Uploads the snapshot at `path` to a snapview server and returns its page's URL.
 
+    `path` may also be `s3://bucket/key`, or an `https://` URL under one of the server's
+    `--import-allow` prefixes: then the server fetches the snapshot itself, with its own
+    credentials and the same limits as an upload (`snapview upload s3://...`), so a training job
+    that wrote it to object storage hands over where it is instead of its bytes.
+
     `roles` names a role rules file (TOML or JSON, docs/roles.md) to give this snapshot in place
     of the server's; the binary sends it once the upload is stored (`upload --roles`).
 
@@ -84,7 +89,7 @@ def upload(
     its `exit_status` says which kind of failure it was (`EXIT_UNREACHABLE`, `EXIT_REFUSED`).
     """
     path = os.fspath(path)
-    if not os.path.isfile(path):
+    if not _is_remote(path) and not os.path.isfile(path):
         raise SnapviewError(f"cannot upload {path}: no such file")
     server = server or os.environ.get("SNAPVIEW_SERVER") or DEFAULT_SERVER
     args = ["upload", path, "--server", server]
@@ -103,6 +108,12 @@ def upload(
     if not url:
         raise SnapviewError(f"the server at {server} accepted {path} but sent no URL")
     return url
+
+
+def _is_remote(path: str) -> bool:
+    """Whether `upload`'s path is a URL for the server to import (http:// too, so that the
+    server's refusal says why) rather than a local file."""
+    return path.lower().startswith(("s3://", "https://", "http://"))
 
 
 def summary(path: PathLike) -> Dict[str, Any]:

@@ -256,6 +256,21 @@ struct ServeArgs {
     /// line: timestamp, level, target, fields with the message, spans).
     #[arg(long, env = "SNAPVIEW_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// An https:// URL prefix that `POST /api/snapshots/import` may fetch from (e.g.
+    /// https://artifacts.example.com/runs/), compared by host, port and whole path segments;
+    /// repeatable. Without it only s3:// imports are taken (with the server's AWS_*
+    /// credentials).
+    #[arg(
+        long,
+        env = "SNAPVIEW_IMPORT_ALLOW",
+        value_name = "URL_PREFIX",
+        value_delimiter = ','
+    )]
+    import_allow: Vec<String>,
+    /// Longest one import may take to fetch and read its snapshot (504 and nothing kept past
+    /// it), e.g. 1h, 20m.
+    #[arg(long, env = "SNAPVIEW_IMPORT_TIMEOUT", default_value = "1h", value_parser = timeout)]
+    import_timeout: Duration,
     /// Snapshot files to import at start; their URLs are printed.
     files: Vec<PathBuf>,
 }
@@ -297,6 +312,8 @@ struct DiffArgs {
 /// `snapview upload`'s arguments.
 #[derive(Debug, Args)]
 struct UploadArgs {
+    /// The snapshot file; or s3://bucket/key, or an https:// URL the server allows
+    /// (--import-allow), which the server fetches itself with its own credentials.
     file: PathBuf,
     /// The server's URL, http:// or https:// (certificates are checked against the
     /// system's trust store).
@@ -449,6 +466,17 @@ pub(super) enum ValidatedCommand {
         /// Where the file is sent: `{server}/api/snapshots?filename=…`.
         url: String,
         /// `--server`, where `--roles` go once the snapshot is stored.
+        server: String,
+        roles: Option<PathBuf>,
+        token: Option<String>,
+        max_redirects: usize,
+    },
+    /// `upload s3://…` (or `https://…`): the server fetches the snapshot itself.
+    Import {
+        /// `{server}/api/snapshots/import`.
+        url: String,
+        /// The JSON body: `url`, and `name` and `group` when given.
+        request: String,
         server: String,
         roles: Option<PathBuf>,
         token: Option<String>,

@@ -124,18 +124,56 @@ pub(super) fn upload(
     token: Option<&str>,
     max_redirects: usize,
 ) -> Result<Stored, Failure> {
+    post_for_snapshot(
+        url,
+        token,
+        max_redirects,
+        "application/octet-stream",
+        |request| {
+            // Opened for each request: a redirect sends the whole file again.
+            let reader = std::fs::File::open(file)
+                .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+            // A file body is sent with its Content-Length, so a server refuses one over its limit
+            // (413) before the body, instead of cutting the upload off mid-stream.
+            Ok(request.send(&reader))
+        },
+    )
+}
+
+/// `snapview upload s3://…` (or `https://…`): asks the server to fetch the snapshot itself
+/// (`POST /api/snapshots/import`, `request` its JSON body), as `upload` sends a file: the same
+/// redirects, waits for a busy server and answer.
+pub(super) fn import(
+    url: &str,
+    request: &str,
+    token: Option<&str>,
+    max_redirects: usize,
+) -> Result<Stored, Failure> {
+    post_for_snapshot(url, token, max_redirects, "application/json", |post| {
+        Ok(post.send(request.as_bytes()))
+    })
+}
+
+/// POSTs to `url` with the body `send` sends (again after each redirect) until the server
+/// answers with a stored snapshot or refuses (see [`upload`] for the redirects followed).
+fn post_for_snapshot(
+    url: &str,
+    token: Option<&str>,
+    max_redirects: usize,
+    content_type: &str,
+    send: impl Fn(
+        ureq::RequestBuilder<ureq::typestate::WithBody>,
+    ) -> Result<Result<ureq::http::Response<ureq::Body>, ureq::Error>, Failure>,
+) -> Result<Stored, Failure> {
     // Every redirect comes back here, to be followed only when it keeps the body.
     let agent: ureq::Agent = http_agent_config().max_redirects(0).build().into();
     let mut target = url.to_owned();
     let mut redirects = 0;
     let mut waited_busy = Duration::ZERO;
     loop {
-        // Opened for each request: a redirect sends the whole file again.
-        let reader = std::fs::File::open(file)
-            .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
         let mut request = agent
             .post(&target)
-            .header("Content-Type", "application/octet-stream")
+            .header("Content-Type", content_type)
             // The server answers a refusal (no token, say) before reading the body: without
             // this, the refusal is lost in a broken pipe while the file is still being sent.
             .header("Expect", "100-continue");
@@ -144,11 +182,7 @@ pub(super) fn upload(
         if let Some(authorization) = authorization {
             request = request.header("Authorization", authorization);
         }
-        let response = request
-            // A file body is sent with its Content-Length, so a server refuses one over its
-            // limit (413) before the body, instead of cutting the upload off mid-stream.
-            .send(&reader)
-            .map_err(|e| unreachable(&target, e))?;
+        let response = send(request)?.map_err(|e| unreachable(&target, e))?;
         let status = response.status();
         if let Some(wait) = busy_retry(&response, waited_busy) {
             // Every slot is taken (`--max-uploads`, `--max-uploads-per-client`: the ranks of

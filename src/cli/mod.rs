@@ -23,7 +23,7 @@ use crate::snapshot::{Snapshot, load_path};
 use crate::torch_text;
 use args::{Cli, DeviceArg, DiffSource, LiveArgs, LogFormat, ValidatedCommand, default_public_url};
 use clap::Parser;
-use client::{http_get_json, put_rules, upload};
+use client::{http_get_json, import, put_rules, upload};
 use progress::load_with_progress;
 use reports::{diff_text, summary_text};
 use std::io::Write;
@@ -147,12 +147,23 @@ fn execute(command: ValidatedCommand, max_events: u64) -> Result<Outcome, Failur
             token,
             max_redirects,
         } => upload_with_rules(
-            &file,
-            &url,
+            || upload(&file, &url, token.as_deref(), max_redirects),
             &server,
             roles.as_deref(),
             token.as_deref(),
+        )?,
+        ValidatedCommand::Import {
+            url,
+            request,
+            server,
+            roles,
+            token,
             max_redirects,
+        } => upload_with_rules(
+            || import(&url, &request, token.as_deref(), max_redirects),
+            &server,
+            roles.as_deref(),
+            token.as_deref(),
         )?,
         ValidatedCommand::Summary { file, json, roles } => {
             let rules = roles_commands::read_rules(roles.as_deref())?;
@@ -231,12 +242,10 @@ fn execute(command: ValidatedCommand, max_events: u64) -> Result<Outcome, Failur
 /// those rules on `server`; returns the line to print, the snapshot's URL. The rules file is
 /// read before the upload, so a missing one stores nothing.
 fn upload_with_rules(
-    file: &Path,
-    url: &str,
+    send: impl FnOnce() -> Result<client::Stored, Failure>,
     server: &str,
     roles: Option<&Path>,
     token: Option<&str>,
-    max_redirects: usize,
 ) -> Result<String, Failure> {
     let rules = roles
         .map(|path| {
@@ -245,7 +254,7 @@ fn upload_with_rules(
                 .map_err(|e| format!("cannot read {}: {e}", path.display()))
         })
         .transpose()?;
-    let stored = upload(file, url, token, max_redirects)?;
+    let stored = send()?;
     if let Some((path, bytes)) = rules {
         put_rules(server, &stored.id, bytes, token).map_err(|failure| {
             failure.context(|message| {

@@ -104,6 +104,8 @@ async fn serve_one(
         // Loopback only, no tokens: the one user of this machine who started it.
         access: crate::server::access::AccessConfig::default(),
         roles: std::sync::Arc::default(),
+        // Nothing is imported from elsewhere into a private viewer: no https:// prefix.
+        import: Default::default(),
     };
     config.limits.max_events = max_events;
     let state =

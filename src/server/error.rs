@@ -101,6 +101,14 @@ pub enum ApiError {
     /// retry (503 with `Retry-After`); `/readyz` says the same to the load balancer.
     #[error("{what} is unavailable: {reason}; try again shortly")]
     StorageUnavailable { what: &'static str, reason: String },
+    /// An import (`POST /api/snapshots/import`) the server would not or could not fetch; its
+    /// status, code and message are the import's own (src/server/upload/import.rs).
+    #[error("{message}")]
+    Import {
+        status: StatusCode,
+        code: &'static str,
+        message: String,
+    },
     /// A failure on the server's side: what failed and why, for the log only (they may name
     /// server paths); the client is told only the reference (see [`ApiError::internal`]).
     #[error("{context}")]
@@ -178,6 +186,7 @@ impl ApiError {
             ApiError::WrongHost(_) => StatusCode::MISDIRECTED_REQUEST,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::DiskFull => StatusCode::INSUFFICIENT_STORAGE,
+            ApiError::Import { status, .. } => *status,
             ApiError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -205,6 +214,7 @@ impl ApiError {
             ApiError::Conflict(_) => "conflict",
             ApiError::DiskFull => "disk_full",
             ApiError::StorageUnavailable { .. } => "storage_unavailable",
+            ApiError::Import { code, .. } => *code,
             ApiError::Internal { .. } => "internal",
         }
     }

@@ -73,6 +73,9 @@ pub struct ServeConfig {
     /// Role rules for every snapshot (`serve --roles`, docs/roles.md): shared by the threads
     /// that load snapshots, so behind an `Arc`.
     pub roles: std::sync::Arc<crate::analysis::roles::UserRules>,
+    /// What `POST /api/snapshots/import` may fetch, and for how long (`--import-allow`,
+    /// `--import-timeout`).
+    pub import: upload::import::ImportConfig,
 }
 
 impl ServeConfig {
@@ -322,6 +325,15 @@ pub fn router(state: AppState) -> Router {
                 .post(upload::upload)
                 // The upload streams to disk and enforces --max-upload itself.
                 .layer(DefaultBodyLimit::max(upload_limit)),
+        )
+        .route(
+            "/api/snapshots/import",
+            post(upload::import::import)
+                // The request is a small JSON body; the import's own bytes come from its source.
+                .layer::<_, std::convert::Infallible>(RequestBodyTimeoutLayer::new(body_timeout))
+                .layer(DefaultBodyLimit::max(
+                    upload::import::MAX_IMPORT_REQUEST_BYTES,
+                )),
         )
         .route(
             "/api/snapshots/{id}",

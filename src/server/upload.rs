@@ -19,6 +19,7 @@
 //! (the body onto disk, hashed, chunks handed to the parser), `parse` (the parser thread and
 //! the server's reading limits); this file is the handlers and the storing.
 
+pub mod import;
 mod limits;
 mod parse;
 mod receive;
@@ -61,24 +62,10 @@ pub async fn upload(
     let limit = state.config.max_upload_bytes;
     // Checked before a byte of the body is read, so a refused upload costs nothing.
     let labels = Labels::from_params(&params)?;
-    // Per client first, so that one client holding its share is told so, and costs no one a
-    // slot of the server's. Requests that did not come over TCP (the router in tests) have no
-    // address and only the server's limit.
-    let client = request
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(peer)| super::connections::client_of(peer.ip()));
-    let _client_slot = match client {
-        Some(client) => Some(state.client_upload_slots.take(client).ok_or(
-            ApiError::ClientBusy(state.config.limits.max_uploads_per_client),
-        )?),
-        None => None,
-    };
-    let _slot = state
-        .upload_slots
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| ApiError::Busy(state.config.limits.max_uploads))?;
+    let _slots = UploadSlots::take(
+        &state,
+        request.extensions().get::<ConnectInfo<SocketAddr>>(),
+    )?;
     let _in_flight = super::ops::UploadInFlight::begin();
     let declared = request
         .headers()
@@ -119,6 +106,37 @@ pub async fn upload(
         StatusCode::OK
     };
     Ok((status, Json(view)))
+}
+
+/// An upload's share of the server: one of its slots (`--max-uploads`) and one of its client
+/// address's (`--max-uploads-per-client`), given back on drop. Imports hold the same.
+struct UploadSlots {
+    _client: Option<limits::ClientSlot>,
+    _server: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl UploadSlots {
+    /// Per client first, so that one client holding its share is told so, and costs no one a
+    /// slot of the server's. Requests that did not come over TCP (the router in tests) have no
+    /// address and only the server's limit.
+    fn take(state: &AppState, peer: Option<&ConnectInfo<SocketAddr>>) -> Result<Self, ApiError> {
+        let client = peer.map(|ConnectInfo(peer)| super::connections::client_of(peer.ip()));
+        let client = match client {
+            Some(client) => Some(state.client_upload_slots.take(client).ok_or(
+                ApiError::ClientBusy(state.config.limits.max_uploads_per_client),
+            )?),
+            None => None,
+        };
+        let server = state
+            .upload_slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| ApiError::Busy(state.config.limits.max_uploads))?;
+        Ok(Self {
+            _client: client,
+            _server: server,
+        })
+    }
 }
 
 /// Imports a local file (the FILEs of `snapview serve FILE...`) exactly as an upload.

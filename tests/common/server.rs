@@ -27,6 +27,7 @@ pub fn config_in(data_dir: &Path) -> ServeConfig {
         limits: Default::default(),
         access: Default::default(),
         roles: Default::default(),
+        import: Default::default(),
     }
 }
 

@@ -95,6 +95,8 @@ impl ServeArgs {
             frame_ancestors,
             metrics_token,
             log_format,
+            import_allow,
+            import_timeout,
             files,
         } = self;
         let limits = connections.limits(parse_memory, max_events);
@@ -129,6 +131,13 @@ impl ServeArgs {
                 cache_dir,
                 cache_size_bytes: cache_size,
                 limits,
+                import: crate::server::upload::import::ImportConfig {
+                    allow: import_allow
+                        .iter()
+                        .map(|prefix| crate::server::upload::import::AllowedPrefix::parse(prefix))
+                        .collect::<Result<_, _>>()?,
+                    timeout: import_timeout,
+                },
                 roles: std::sync::Arc::new(
                     crate::cli::roles_commands::read_rules(roles.as_deref())
                         .map_err(|e| format!("--roles: {e}"))?,
@@ -234,9 +243,27 @@ impl DiffArgs {
 impl UploadArgs {
     /// The checked command, or what is wrong with the arguments.
     fn validate(self) -> Result<ValidatedCommand, String> {
-        check_file(&self.file)?;
         check_server_url(&self.server)?;
         let server = self.server.trim_end_matches('/').to_owned();
+        if let Some(source) = self.file.to_str().filter(|file| is_remote_source(file)) {
+            // The server fetches it (`POST /api/snapshots/import`) and says whether it may.
+            let mut request = serde_json::json!({ "url": source });
+            if let Some(name) = &self.name {
+                request["name"] = name.as_str().into();
+            }
+            if let Some(group) = &self.group {
+                request["group"] = group.as_str().into();
+            }
+            return Ok(ValidatedCommand::Import {
+                url: format!("{server}/api/snapshots/import"),
+                request: request.to_string(),
+                server,
+                roles: self.roles,
+                token: self.token,
+                max_redirects: self.max_redirects,
+            });
+        }
+        check_file(&self.file)?;
         let filename = self
             .file
             .file_name()
@@ -261,6 +288,15 @@ impl UploadArgs {
             max_redirects: self.max_redirects,
         })
     }
+}
+
+/// Whether `upload`'s FILE is a URL for the server to import (`s3://`, `https://`; `http://`
+/// too, so that the server's refusal says why) rather than a local file.
+fn is_remote_source(file: &str) -> bool {
+    ["s3://", "https://", "http://"].iter().any(|scheme| {
+        file.get(..scheme.len())
+            .is_some_and(|start| start.eq_ignore_ascii_case(scheme))
+    })
 }
 
 /// A FILE argument: it must be a file this process can read.

@@ -245,6 +245,7 @@ mod tests {
             cache_size_bytes: 0,
             limits: Default::default(),
             roles: Default::default(),
+            import: Default::default(),
             access: AccessConfig {
                 read_token: Some(NamedToken {
                     name: None,
