@@ -129,6 +129,49 @@ fn listed_ids(server: &Served) -> Vec<String> {
     ids
 }
 
+/// The harness itself (tests/common/backend.rs) against the real services: a fresh database
+/// and prefix of its own, objects written, listed, read and removed, and both gone after drop.
+#[test]
+fn each_shared_backend_is_fresh_and_removed_after() {
+    let admin = SharedBackend::fresh();
+    let (database, prefix_url) = {
+        let shared = SharedBackend::fresh();
+        assert_ne!(shared.database_url, admin.database_url);
+        assert_ne!(shared.blobs_url, admin.blobs_url);
+        assert_eq!(shared.count_rows("snapshots"), 0, "an empty database");
+        shared.execute("CREATE TABLE probe (id text); INSERT INTO probe VALUES ('a'), ('b')");
+        assert_eq!(shared.count_rows("probe"), 2);
+        assert!(shared.keys("").is_empty(), "an empty prefix");
+        shared.write_object("blobs/00000000000000aa.snapshot", b"bytes");
+        shared.write_object("uploads/x.json", b"{}");
+        assert!(shared.object_exists("blobs/00000000000000aa.snapshot"));
+        assert_eq!(shared.read_object("uploads/x.json"), b"{}");
+        assert_eq!(
+            shared.keys(""),
+            ["blobs/00000000000000aa.snapshot", "uploads/x.json"]
+        );
+        assert_eq!(shared.keys("blobs"), ["blobs/00000000000000aa.snapshot"]);
+        assert!(admin.keys("").is_empty(), "prefixes do not overlap");
+        shared.remove_object("uploads/x.json");
+        assert!(!shared.object_exists("uploads/x.json"));
+        let database = shared
+            .database_url
+            .rsplit('/')
+            .next()
+            .expect("name")
+            .to_owned();
+        (database, shared.blobs_url.clone())
+    };
+    let left = admin.query_texts(&format!(
+        "SELECT datname FROM pg_database WHERE datname = '{database}'"
+    ));
+    assert!(left.is_empty(), "{database} dropped with its backend");
+    assert!(
+        admin.keys_at(&prefix_url).is_empty(),
+        "{prefix_url} emptied with its backend"
+    );
+}
+
 #[test]
 fn upload_through_a_then_view_compare_and_group_through_b() {
     let shared = SharedBackend::fresh();
