@@ -1,7 +1,9 @@
-//! Load test (run explicitly: `cargo test --release --test load -- --ignored --nocapture`):
-//! 50 clients over the pages and the view queries of the largest snapshot at hand, while
-//! uploads arrive, against the real server over TCP. It asserts that every request succeeds
-//! and prints the latency per endpoint.
+//! Load test (run explicitly, one test at a time so the two do not load the machine together:
+//! `cargo test --release --test load -- --ignored --nocapture --test-threads=1`): 50 clients
+//! over the pages and the view queries of the largest snapshot at hand, while uploads arrive,
+//! against the real server over TCP. It asserts that every request succeeds and prints the
+//! latency per endpoint. The second test spreads the same mix over two replicas sharing one
+//! PostgreSQL database and S3 prefix (the services of `.ci/services up`, which it requires).
 //!
 //! The snapshot is `gpt2_huge_trace` from `SNAPVIEW_LARGE_DIR` (default /tmp/snapview-large),
 //! else the largest small fixture (with `SNAPVIEW_REQUIRE_LARGE` set, a missing file fails).
@@ -84,18 +86,76 @@ fn get(agent: &ureq::Agent, url: &str) -> Result<u16, String> {
     Ok(status)
 }
 
+fn load_seconds() -> u64 {
+    std::env::var("SNAPVIEW_LOAD_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(30)
+}
+
+/// What the readers walk: the snapshot's id, its first device and how many events it has.
+struct Target {
+    id: String,
+    device_index: u64,
+    entries: u64,
+}
+
 #[test]
 #[ignore = "a minute of load; run with --ignored"]
 fn fifty_clients_over_pages_views_and_uploads() {
     let (path, label) = snapshot_under_test();
-    let seconds: u64 = std::env::var("SNAPVIEW_LOAD_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(30);
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
     let started = Instant::now();
     let server = Served::start(&data, &[&path.to_string_lossy()]);
+    let target = imported(&server, &label, started);
+    run_mix(&[&server], &target, &label);
+}
+
+#[test]
+#[ignore = "a minute of load; run with --ignored"]
+fn fifty_clients_over_two_replicas_sharing_postgres_and_s3() {
+    let (path, label) = snapshot_under_test();
+    let shared = common::backend::SharedBackend::fresh();
+    let started = Instant::now();
+    // A imports the file at start (into the database and the bucket); B starts on the same
+    // ones with an empty cache of its own, and opens the snapshot from what A stored.
+    let a = Served::builder()
+        .args(shared.serve_args())
+        .arg(&path)
+        .start();
+    let target = imported(&a, &format!("{label} through replica A"), started);
+    let b = Served::builder().args(shared.serve_args()).start();
+    let first_view = Instant::now();
+    let (status, detail) = get_slowly(&b.url(&format!("/api/snapshots/{}", target.id)));
+    assert_eq!(status, 200, "replica B's first view: {detail}");
+    println!(
+        "replica B's first view of {label} (from the bucket, with an empty cache): {:.1} s",
+        first_view.elapsed().as_secs_f64()
+    );
+    run_mix(&[&a, &b], &target, &format!("{label}, two replicas"));
+}
+
+/// A GET with a limit long enough for a first view that fetches a large blob or index.
+fn get_slowly(url: &str) -> (u16, String) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(300)))
+        .build()
+        .into();
+    let mut response = agent.get(url).call().expect("answer");
+    let status = response.status().as_u16();
+    let text = response
+        .body_mut()
+        .with_config()
+        .limit(1 << 30)
+        .read_to_string()
+        .unwrap_or_default();
+    (status, text)
+}
+
+/// Waits until `server` lists the file it imported at start; returns what the readers walk.
+fn imported(server: &Served, label: &str, started: Instant) -> Target {
     // The file is imported before the server answers its first request.
     let mut stored = Vec::new();
     while stored.is_empty() {
@@ -122,14 +182,35 @@ fn fifty_clients_over_pages_views_and_uploads() {
         "{label}: {entries} events on device {device_index}; imported and answering after {:.1} s",
         started.elapsed().as_secs_f64()
     );
+    Target {
+        id,
+        device_index,
+        entries,
+    }
+}
 
-    let base = server.url("");
+/// The readers and uploaders over `servers` (client `n` on server `n % servers.len()`) for
+/// [`load_seconds`]; prints the latencies and fails on any failed request.
+fn run_mix(servers: &[&Served], target: &Target, label: &str) {
+    let seconds = load_seconds();
+    let Target {
+        id,
+        device_index,
+        entries,
+    } = target;
+    let (device_index, entries) = (*device_index, *entries);
+    let bases: Vec<String> = servers.iter().map(|server| server.url("")).collect();
     let tallies: Tallies = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let uploads = Arc::new(AtomicU64::new(0));
     let mut threads = Vec::new();
     for client in 0..READERS {
-        let (base, id, tallies, stop) = (base.clone(), id.clone(), tallies.clone(), stop.clone());
+        let (base, id, tallies, stop) = (
+            bases[client % bases.len()].clone(),
+            id.clone(),
+            tallies.clone(),
+            stop.clone(),
+        );
         threads.push(std::thread::spawn(move || {
             let agent = agent();
             let mut round = client as u64;
@@ -173,7 +254,7 @@ fn fifty_clients_over_pages_views_and_uploads() {
         .collect();
     for uploader in 0..UPLOADERS {
         let (base, tallies, stop, uploads, small) = (
-            base.clone(),
+            bases[uploader % bases.len()].clone(),
             tallies.clone(),
             stop.clone(),
             uploads.clone(),
@@ -239,6 +320,8 @@ fn fifty_clients_over_pages_views_and_uploads() {
         tallies.keys()
     );
     assert!(failures.is_empty(), "failed requests: {failures:#?}");
-    let (status, _) = server.call("GET", "/api/snapshots", None);
-    assert_eq!(status, 200);
+    for server in servers {
+        let (status, _) = server.call("GET", "/api/snapshots", None);
+        assert_eq!(status, 200);
+    }
 }

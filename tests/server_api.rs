@@ -11,10 +11,18 @@ fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(common::path_of(name)).expect("fixture")
 }
 
-/// Files in the data dir (blobs and temp files), to show refusals store nothing.
+/// Files in the data dir (blobs and temp files), to show refusals store nothing; on the
+/// shared backend, its blobs and uploads in flight, and the local temp files.
 fn stored_files(server: &Server) -> Vec<String> {
+    let data_dir = &server.state.config.data_dir;
+    if common::backend::shared_requested() {
+        let left = common::backend::leftovers(data_dir);
+        let mut files: Vec<String> = left.blobs.into_iter().chain(left.temps).collect();
+        files.sort();
+        return files;
+    }
     let mut files = Vec::new();
-    let mut stack = vec![server.state.config.data_dir.clone()];
+    let mut stack = vec![data_dir.clone()];
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir).expect("read dir").flatten() {
             let path = entry.path();

@@ -5,7 +5,8 @@
 
 mod common;
 
-use common::served::{Served, blobs_and_temps, wait_until};
+use common::backend::{index_exists, leftovers};
+use common::served::{Served, wait_until};
 use std::path::Path;
 use std::time::Duration;
 
@@ -116,12 +117,13 @@ fn a_cold_snapshot_answers_its_page_at_once_and_loads_once() {
     assert_eq!(code, 400);
 }
 
-/// Damages the one stored file under `data` on disk (it stays there, so its snapshot is live).
-fn cut_the_only_blob_in_half(data: &Path) {
-    let blobs = blobs_and_temps(data);
-    assert_eq!(blobs.len(), 1, "{blobs:?}");
-    let bytes = std::fs::read(&blobs[0]).expect("blob");
-    std::fs::write(&blobs[0], &bytes[..bytes.len() / 2]).expect("truncate");
+/// Damages the one stored file under `data`, `id`'s, where it is stored (it stays there, so
+/// its snapshot is live).
+fn cut_the_only_blob_in_half(data: &Path, id: &str) {
+    let left = leftovers(data);
+    assert_eq!(left.blobs.len(), 1, "{left:?}");
+    let bytes = common::backend::read_blob(data, id);
+    common::backend::overwrite_blob(data, id, &bytes[..bytes.len() / 2]);
 }
 
 #[test]
@@ -132,7 +134,7 @@ fn a_stored_file_that_does_not_parse_is_reported_and_not_parsed_again() {
     let id = upload(&server, "mlp_small.pickle");
     drop(server);
     // The stored file damaged on disk (it is there, so the snapshot is live).
-    cut_the_only_blob_in_half(&data);
+    cut_the_only_blob_in_half(&data, &id);
     let server = Served::start(&data, &[]);
 
     let mut answer = status(&server, &id);
@@ -234,7 +236,7 @@ fn a_compare_with_a_snapshot_that_does_not_parse_says_why() {
     let broken = upload(&server, "mlp_small.pickle");
     drop(server);
     // The stored file damaged on disk, before the second upload (so it is the only blob).
-    cut_the_only_blob_in_half(&data);
+    cut_the_only_blob_in_half(&data, &broken);
     let server = Served::start(&data, &[]);
     let sound = upload(&server, "oom.pickle");
 
@@ -286,8 +288,7 @@ fn a_graceful_shutdown_waits_for_the_stored_index_being_written() {
     wait_until("the index write starts", Duration::from_secs(20), || {
         waiting.exists()
     });
-    let index = data.join("indexes").join(format!("{id}.snapidx"));
-    assert!(!index.exists(), "held at the gate");
+    assert!(!index_exists(&data, &id), "held at the gate");
 
     let stopped = std::process::Command::new("kill")
         .args(["-TERM", &server.child.id().to_string()])
@@ -321,7 +322,7 @@ fn a_graceful_shutdown_waits_for_the_stored_index_being_written() {
         server.log_text()
     );
     assert!(
-        index.exists(),
+        index_exists(&data, &id),
         "the index was written before exiting:\n{}",
         server.log_text()
     );
@@ -330,11 +331,13 @@ fn a_graceful_shutdown_waits_for_the_stored_index_being_written() {
         "{}",
         server.log_text()
     );
-    let temps: Vec<_> = std::fs::read_dir(data.join("indexes"))
-        .expect("indexes")
-        .flatten()
-        .filter(|entry| entry.file_name().to_string_lossy().contains(".tmp-"))
+    // The folder writes an index beside its final name; the cache, in its tmp/.
+    let mut temps: Vec<String> = common::served::files_under(&data.join("indexes"))
+        .into_iter()
+        .filter(|file| file.to_string_lossy().contains(".tmp-"))
+        .map(|file| file.display().to_string())
         .collect();
+    temps.extend(leftovers(&data).temps);
     assert!(temps.is_empty(), "no temporary file left: {temps:?}");
 
     // The next start opens the snapshot from that index: it is whole and sound.

@@ -4,7 +4,8 @@
 
 mod common;
 
-use common::served::{Served, blobs_and_temps, wait_until};
+use common::backend::leftovers;
+use common::served::{Served, wait_until};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -221,9 +222,7 @@ fn six_hundred_slow_uploads_do_not_stop_the_server() {
     assert_eq!(stored.len(), 1, "{stored:?}");
     assert_eq!(stored[0]["name"], "new");
     wait_until("temp files are removed", Duration::from_secs(5), || {
-        blobs_and_temps(&data)
-            .iter()
-            .all(|p| p.starts_with(data.join("blobs")))
+        leftovers(&data).temps.is_empty()
     });
     drop(sockets);
 }
@@ -252,7 +251,7 @@ fn a_stalled_body_is_answered_408_and_leaves_nothing() {
         .expect("head");
         stream.write_all(&body[..body.len() / 2]).expect("half");
         wait_until("the upload starts", Duration::from_secs(5), || {
-            !blobs_and_temps(&data).is_empty()
+            !leftovers(&data).is_empty()
         });
         let started = Instant::now();
         stream
@@ -277,7 +276,7 @@ fn a_stalled_body_is_answered_408_and_leaves_nothing() {
         wait_until(
             "the partial upload is removed",
             Duration::from_secs(5),
-            || blobs_and_temps(&data).is_empty(),
+            || leftovers(&data).is_empty(),
         );
     }
     assert!(server.stored().is_empty());
@@ -339,7 +338,7 @@ fn sigterm_with_half_sent_requests_exits_within_the_grace_period() {
         .expect("half headers");
     let idle = TcpStream::connect(&server.address).expect("connect");
     wait_until("the upload starts", Duration::from_secs(5), || {
-        !blobs_and_temps(&data).is_empty()
+        !leftovers(&data).is_empty()
     });
 
     let started = Instant::now();
@@ -363,11 +362,8 @@ fn sigterm_with_half_sent_requests_exits_within_the_grace_period() {
     assert!(status.success(), "{status:?}\n{}", server.log_text());
     eprintln!("exited {:?} after SIGTERM", started.elapsed());
     // The interrupted upload is not left behind.
-    assert!(
-        blobs_and_temps(&data).is_empty(),
-        "{:?}",
-        blobs_and_temps(&data)
-    );
+    let left = leftovers(&data);
+    assert!(left.is_empty(), "{left:?}");
     drop((half_upload, half_headers, idle));
 }
 
@@ -416,7 +412,7 @@ fn over_limit_bodies_are_413_in_every_encoding_and_store_nothing() {
         wait_until(
             "the refused upload is removed",
             Duration::from_secs(5),
-            || blobs_and_temps(&data).is_empty(),
+            || leftovers(&data).is_empty(),
         );
     }
     assert!(server.stored().is_empty());
@@ -518,9 +514,7 @@ fn a_server_failure_answers_500_without_paths_and_logs_once() {
     // reading it fails on the server's side. (A file that is simply missing is 410, repairable
     // by uploading it again: see tests/server_store.rs.)
     drop(server);
-    for blob in blobs_and_temps(&data) {
-        std::fs::write(&blob, b"not a snapshot any more").expect("damage the blob");
-    }
+    common::backend::overwrite_blob(&data, &id, b"not a snapshot any more");
     // A restart, so the snapshot is read from its file rather than from memory.
     let server = Served::start(&data, &[]);
     let (status, body) = server.call("GET", &format!("/api/snapshots/{id}"), None);

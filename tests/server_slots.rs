@@ -9,7 +9,8 @@
 
 mod common;
 
-use common::served::{Served, blobs_and_temps, wait_until};
+use common::backend::leftovers;
+use common::served::{Served, wait_until};
 use socket2::{Domain, Socket, Type};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
@@ -402,9 +403,7 @@ fn uploads_sending_a_byte_now_and_then_do_not_hold_the_upload_slots() {
     drop(answers);
     // Nothing of the slow uploads is kept.
     wait_until("temp files are removed", Duration::from_secs(10), || {
-        blobs_and_temps(&data)
-            .iter()
-            .all(|p| p.starts_with(data.join("blobs")))
+        leftovers(&data).temps.is_empty()
     });
     let names: Vec<String> = server
         .stored()

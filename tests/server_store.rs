@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::served::blobs_and_temps;
+use common::backend::{blob_exists, blob_path, folder_only, leftovers};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -127,13 +127,6 @@ fn data_dir(root: &tempfile::TempDir) -> PathBuf {
     dir
 }
 
-fn blob_path(data_dir: &Path, id: &str) -> PathBuf {
-    data_dir
-        .join("blobs")
-        .join(&id[..2])
-        .join(format!("{id}.snapshot"))
-}
-
 #[test]
 fn identical_uploads_at_once_all_succeed_with_one_id() {
     let root = tempfile::tempdir().expect("tempdir");
@@ -177,13 +170,8 @@ fn identical_uploads_at_once_all_succeed_with_one_id() {
         .filter(|a| *a == "upload")
         .count();
     assert_eq!(uploads, ROUNDS, "one audit entry per stored snapshot");
-    assert!(
-        std::fs::read_dir(dir.join("tmp"))
-            .expect("tmp")
-            .next()
-            .is_none(),
-        "no temporary file left"
-    );
+    let left = leftovers(&dir);
+    assert!(left.temps.is_empty(), "no temporary file left: {left:?}");
 }
 
 #[test]
@@ -232,7 +220,7 @@ fn uploads_racing_deletes_never_leave_a_listed_snapshot_unreadable() {
         let (status, text) = server.get(&format!("/api/snapshots/{id}"));
         assert_eq!(status, 200, "round {round}: {text}");
         assert!(text.contains("84153548"), "MemoryViz's peak for mlp_small");
-        assert!(blob_path(&dir, &id).is_file());
+        assert!(blob_exists(&dir, &id));
     }
 }
 
@@ -245,7 +233,7 @@ fn a_lost_file_is_unlisted_answers_410_and_a_reupload_repairs_it() {
     let (status, json) = server.upload(&bytes, "?name=precious");
     assert_eq!(status, 201);
     let id = json["id"].as_str().expect("id").to_owned();
-    std::fs::remove_file(blob_path(&dir, &id)).expect("lose the file");
+    common::backend::remove_blob(&dir, &id);
 
     let list = server.json("/api/snapshots");
     assert_eq!(
@@ -288,12 +276,7 @@ fn a_bad_summary_row_is_skipped_and_rebuilt_at_start() {
             good["id"].as_str().expect("id").to_owned(),
             bad["id"].as_str().expect("id").to_owned(),
         );
-        let db = rusqlite::Connection::open(dir.join("snapview.db")).expect("db");
-        db.execute(
-            "UPDATE snapshots SET summary = '{\"devices\": [' WHERE id = ?1",
-            [&bad],
-        )
-        .expect("corrupt one row");
+        common::backend::set_summary(&dir, &bad, "{\"devices\": [");
         let (status, page) = server.get("/");
         assert_eq!(status, 200, "the list page survives a bad row: {page}");
         assert!(page.contains(&good) && !page.contains(&format!("/s/{bad}")));
@@ -332,11 +315,7 @@ fn a_lost_index_is_rebuilt_from_the_blobs_and_reindex_refreshes_it() {
         json["id"].as_str().expect("id").to_owned()
     };
     // A summary that parses but is wrong: only --reindex looks at the blob again.
-    {
-        let db = rusqlite::Connection::open(dir.join("snapview.db")).expect("db");
-        db.execute("UPDATE snapshots SET summary = '{}' WHERE id = ?1", [&id])
-            .expect("stale summary");
-    }
+    common::backend::set_summary(&dir, &id, "{}");
     {
         let server = Served::start(&dir, &["--reindex"]);
         let list = server.json("/api/snapshots");
@@ -351,6 +330,12 @@ fn a_lost_index_is_rebuilt_from_the_blobs_and_reindex_refreshes_it() {
             "{}",
             server.log_text()
         );
+    }
+    if folder_only(
+        "a lost SQLite file is rebuilt from the blobs folder at start; a PostgreSQL database \
+         is its operator's to back up, and nothing rebuilds it from the bucket",
+    ) {
+        return;
     }
     for file in ["snapview.db", "snapview.db-wal", "snapview.db-shm"] {
         let _ = std::fs::remove_file(dir.join(file));
@@ -386,7 +371,7 @@ fn the_trash_restores_reuploads_and_empties_by_age_with_an_audit_log() {
         let (status, _) = server.call("DELETE", &format!("/api/snapshots/{id}"), None);
         assert_eq!(status, 204);
         assert!(!server.listed_ids().contains(&id));
-        assert!(blob_path(&dir, &id).is_file(), "kept in the trash");
+        assert!(blob_exists(&dir, &id), "kept in the trash");
         for path in [
             format!("/api/snapshots/{id}"),
             format!("/api/snapshots/{id}/raw"),
@@ -424,16 +409,12 @@ fn the_trash_restores_reuploads_and_empties_by_age_with_an_audit_log() {
     // A week's trash keeps it over a restart; no trash days empties it at start.
     {
         let server = Served::start(&dir, &[]);
-        assert!(blob_path(&dir, &id).is_file());
+        assert!(blob_exists(&dir, &id));
         let (status, _) = server.get(&format!("/api/snapshots/{id}"));
         assert_eq!(status, 410);
     }
     let server = Served::start(&dir, &["--trash-days", "0"]);
-    assert!(
-        !blob_path(&dir, &id).exists(),
-        "purged: {}",
-        server.log_text()
-    );
+    assert!(!blob_exists(&dir, &id), "purged: {}", server.log_text());
     let (status, _) = server.get(&format!("/api/snapshots/{id}"));
     assert_eq!(status, 404);
     let (status, _) = server.call("POST", &format!("/api/snapshots/{id}/restore"), None);
@@ -553,6 +534,9 @@ impl Drop for ReadOnly {
 
 #[test]
 fn a_read_only_blobs_folder_loses_nothing() {
+    if folder_only("a blobs folder made read-only: object storage has no folder to make so") {
+        return;
+    }
     let root = tempfile::tempdir().expect("tempdir");
     let dir = data_dir(&root);
     let bytes = unique_snapshot("read-only");
@@ -625,6 +609,9 @@ impl Drop for Tmpfs {
 
 #[test]
 fn a_full_disk_refuses_an_upload_cleanly_and_blocks_nothing_after() {
+    if folder_only("a full disk under the data folder: object storage does not fill up so") {
+        return;
+    }
     let root = tempfile::tempdir().expect("tempdir");
     let dir = root.path().join("data");
     let Some(_disk) = or_skip(Tmpfs::mount(&dir, "512k")) else {
@@ -638,11 +625,8 @@ fn a_full_disk_refuses_an_upload_cleanly_and_blocks_nothing_after() {
         json["error"]["code"], "disk_full",
         "the error says why: {json}"
     );
-    assert!(
-        blobs_and_temps(&dir).is_empty(),
-        "nothing left behind: {:?}",
-        blobs_and_temps(&dir)
-    );
+    let left = leftovers(&dir);
+    assert!(left.is_empty(), "nothing left behind: {left:?}");
     assert!(server.listed_ids().is_empty());
     let (status, json) = server.upload(&unique_snapshot("small"), "?name=small");
     assert_eq!(status, 201, "{json}");
@@ -674,9 +658,13 @@ fn a_full_disk_refuses_an_upload_cleanly_and_blocks_nothing_after() {
     // The index's write fails after the blob's rename ("database or disk is full").
     assert_eq!(status, 507, "{json}");
     assert_eq!(json["error"]["code"], "disk_full", "{json}");
-    let blobs: Vec<PathBuf> = blobs_and_temps(&dir)
-        .into_iter()
-        .filter(|p| !p.ends_with(blob_path(&dir, id).strip_prefix(&dir).expect("inside")))
+    let left = leftovers(&dir);
+    let kept = blob_path(&dir, id).display().to_string();
+    let blobs: Vec<&String> = left
+        .blobs
+        .iter()
+        .chain(&left.temps)
+        .filter(|p| **p != kept)
         .collect();
     assert!(blobs.is_empty(), "an orphan left behind: {blobs:?}");
     assert_eq!(server.listed_ids(), [id], "the store is as it was");

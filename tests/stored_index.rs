@@ -348,6 +348,12 @@ async fn purging_a_snapshot_removes_its_index_and_start_up_sweeps_strays() {
         .purge_trashed_before(i64::MAX, None)
         .expect("purge");
     assert!(!index.exists(), "purged with its snapshot");
+    // Where it is published, too (the same file on the folder; the object beside the blobs on
+    // the shared backend, where `index` is the local cache's copy).
+    assert!(
+        !common::backend::index_exists(dir.path(), &id),
+        "purged from the store with its snapshot"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

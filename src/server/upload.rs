@@ -66,7 +66,6 @@ pub async fn upload(
         &state,
         request.extensions().get::<ConnectInfo<SocketAddr>>(),
     )?;
-    let _in_flight = super::ops::UploadInFlight::begin();
     let declared = request
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -113,6 +112,8 @@ pub async fn upload(
 struct UploadSlots {
     _client: Option<limits::ClientSlot>,
     _server: tokio::sync::OwnedSemaphorePermit,
+    /// Counted in `snapview_uploads_in_flight` while held.
+    _in_flight: super::ops::UploadInFlight,
 }
 
 impl UploadSlots {
@@ -135,6 +136,7 @@ impl UploadSlots {
         Ok(Self {
             _client: client,
             _server: server,
+            _in_flight: super::ops::UploadInFlight::begin(),
         })
     }
 }

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use snapview::snapshot::{LoadOptions, Snapshot, load_path};
+pub mod backend;
 pub mod counting_alloc;
 pub mod rng;
 pub mod served;

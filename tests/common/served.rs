@@ -114,11 +114,19 @@ impl ServeOptions {
                 .map_or_else(|| "data".into(), |n| n.to_string_lossy().into_owned());
             data_dir.with_file_name(format!("{name}.serve-{start}.log"))
         });
+        // On the shared backend (SNAPVIEW_TEST_BACKEND=shared) the server gets the database
+        // and prefix of its data folder, unless the test names a backend itself (the replica
+        // tests do).
+        let mut args = self.args;
+        let names_a_backend = args.iter().any(|a| a == "--database" || a == "--blobs");
+        if !names_a_backend && let Some(shared) = super::backend::shared_backend_for(&data_dir) {
+            args.extend(shared.serve_args().map(OsString::from));
+        }
         let mut command = Command::new(env!("CARGO_BIN_EXE_snapview"));
         command
             .args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
             .arg(&data_dir)
-            .args(&self.args)
+            .args(&args)
             // The "serving at" line names the public URL: it must be the address bound here.
             .env_remove("SNAPVIEW_PUBLIC_URL")
             .stdout(Stdio::piped())
@@ -244,6 +252,10 @@ impl Served {
                 .patch(&url)
                 .header("Content-Type", "application/json")
                 .send(body),
+            "PUT" => agent
+                .put(&url)
+                .header("Content-Type", "text/plain")
+                .send(body),
             "DELETE" => agent.delete(&url).call(),
             other => panic!("no {other} here"),
         }
@@ -305,8 +317,15 @@ impl Drop for Served {
     }
 }
 
-/// Every file under the data folder's blobs and tmp folders.
+/// Every file under the data folder's blobs and tmp folders: the folder backend's alone (use
+/// `backend::leftovers`, which knows both backends; this panics on the shared one rather than
+/// find nothing and let a test pass having checked nothing).
 pub fn blobs_and_temps(data_dir: &Path) -> Vec<PathBuf> {
+    assert!(
+        !super::backend::shared_requested(),
+        "blobs_and_temps looks at the data folder only: use common::backend::leftovers, which \
+         also lists the objects of the shared backend"
+    );
     ["blobs", "tmp"]
         .iter()
         .flat_map(|folder| files_under(&data_dir.join(folder)))
