@@ -437,6 +437,7 @@ pub fn store_error_labels(
         StoreError::Database(_) => (metadata, "query"),
         StoreError::Json(_) => (metadata, "decode"),
         StoreError::Io(_) => (blobs, "io"),
+        StoreError::Config(_) => ("store", "config"),
         StoreError::Unavailable { what, .. } => (
             if metadata_named(what) {
                 metadata

@@ -117,22 +117,18 @@ pub fn open(options: &StoreOptions) -> Result<Snapshots, StoreError> {
         None => Box::new(Sqlite::open(&options.data_dir.join("snapview.db"))?),
         Some(url) => {
             check_database_url(url).map_err(StoreError::Config)?;
-            // MERGE: `Box::new(super::metadata::postgres::Postgres::connect(url)?)`.
-            return Err(StoreError::Config(
-                "PostgreSQL support (--database) is not built in this branch".to_owned(),
-            ));
+            Box::new(super::metadata::postgres::Postgres::connect(url)?)
         }
     };
     let blobs: Box<dyn Blobs> = match &options.blobs {
         None => Box::new(Folder::open(&options.data_dir)?),
         Some(url) => {
             check_blobs_url(url).map_err(StoreError::Config)?;
-            let (_cache_dir, _cache_bytes) = (options.cache_dir(), options.cache_bytes);
-            // MERGE: `Box::new(super::blobs::object::ObjectBlobs::open(url, &_cache_dir,
-            // _cache_bytes)?)` (and drop the underscores).
-            return Err(StoreError::Config(
-                "object storage support (--blobs) is not built in this branch".to_owned(),
-            ));
+            Box::new(super::blobs::object::ObjectBlobs::open(
+                url,
+                &options.cache_dir(),
+                options.cache_bytes,
+            )?)
         }
     };
     Ok(Snapshots::new(metadata, blobs))
