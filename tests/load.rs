@@ -127,31 +127,19 @@ fn fifty_clients_over_two_replicas_sharing_postgres_and_s3() {
     let target = imported(&a, &format!("{label} through replica A"), started);
     let b = Served::builder().args(shared.serve_args()).start();
     let first_view = Instant::now();
-    let (status, detail) = get_slowly(&b.url(&format!("/api/snapshots/{}", target.id)));
+    // A limit long enough for a first view that fetches a large blob or index.
+    let (status, detail) = b.call_within(
+        "GET",
+        &format!("/api/snapshots/{}", target.id),
+        None,
+        Duration::from_secs(300),
+    );
     assert_eq!(status, 200, "replica B's first view: {detail}");
     println!(
         "replica B's first view of {label} (from the bucket, with an empty cache): {:.1} s",
         first_view.elapsed().as_secs_f64()
     );
     run_mix(&[&a, &b], &target, &format!("{label}, two replicas"));
-}
-
-/// A GET with a limit long enough for a first view that fetches a large blob or index.
-fn get_slowly(url: &str) -> (u16, String) {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(300)))
-        .build()
-        .into();
-    let mut response = agent.get(url).call().expect("answer");
-    let status = response.status().as_u16();
-    let text = response
-        .body_mut()
-        .with_config()
-        .limit(1 << 30)
-        .read_to_string()
-        .unwrap_or_default();
-    (status, text)
 }
 
 /// Waits until `server` lists the file it imported at start; returns what the readers walk.

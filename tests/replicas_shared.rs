@@ -46,48 +46,6 @@ fn replica_on(
     options.start()
 }
 
-/// A request with a limit of `limit` (the outage tests wait for answers longer than
-/// `Served::call`'s 20 s); a transport error comes back as status 0 and its text.
-fn call_within(
-    server: &Served,
-    method: &str,
-    path: &str,
-    body: Option<&[u8]>,
-    limit: Duration,
-) -> (u16, String) {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(limit))
-        .build()
-        .into();
-    let url = server.url(path);
-    let answer = match method {
-        "GET" => agent.get(&url).call(),
-        "POST" => agent
-            .post(&url)
-            .header("Content-Type", "application/octet-stream")
-            .send(body.unwrap_or_default()),
-        "PATCH" => agent
-            .patch(&url)
-            .header("Content-Type", "application/json")
-            .send(body.unwrap_or_default()),
-        other => panic!("no {other} here"),
-    };
-    match answer {
-        Ok(mut response) => {
-            let status = response.status().as_u16();
-            let text = response
-                .body_mut()
-                .with_config()
-                .limit(1 << 30)
-                .read_to_string()
-                .unwrap_or_default();
-            (status, text)
-        }
-        Err(error) => (0, error.to_string()),
-    }
-}
-
 fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|_| panic!("not JSON: {text}"))
 }
@@ -287,7 +245,7 @@ fn rename_rules_delete_and_restore_through_b_are_seen_at_once_through_a() {
     assert_eq!(status, 200, "{text}");
     let restored = get_json(&a, &path);
     assert_eq!(restored["name"], "after", "restored through B, through A");
-    assert_eq!(listed_ids(&a), [id.clone()]);
+    assert_eq!(listed_ids(&a), [id.as_str()]);
     let actions: Vec<String> = get_json(&a, "/api/audit")["entries"]
         .as_array()
         .expect("entries")
@@ -386,7 +344,12 @@ fn a_replica_killed_mid_upload_leaves_nothing_after_its_start_up_sweep() {
     assert_eq!(shared.count_rows("snapshots"), 0, "no row");
     assert!(shared.keys("blobs").is_empty(), "{:?}", shared.keys(""));
 
-    // A again, on its folder: its sweep at start removes what the killed upload left.
+    // A again, on its folder: its sweep at start removes what the killed upload left. Started
+    // after the short lease has run out, so a sweep that spares the uploads of live replicas
+    // (by their lease) knows this one's holder is gone.
+    std::thread::sleep(Duration::from_millis(
+        SHORT_LEASE_MS.parse::<u64>().expect("ms") + 500,
+    ));
     let a = replica_on(&shared, Some(&a_data), &[]);
     wait_until(
         "A's start-up sweep removes the interrupted upload",
@@ -416,8 +379,7 @@ fn a_replica_killed_while_parsing_hands_its_lease_to_the_other() {
     let id = {
         let first = replica(&shared, &[]);
         let bytes = std::fs::read(&large).expect("large file");
-        let (status, text) = call_within(
-            &first,
+        let (status, text) = first.call_within(
             "POST",
             "/api/snapshots?filename=gpt2_huge_trace.pickle",
             Some(&bytes),
@@ -460,7 +422,7 @@ fn a_replica_killed_while_parsing_hands_its_lease_to_the_other() {
     let _ = asking_a.join();
 
     let started = Instant::now();
-    let (status, text) = call_within(&b, "GET", &path, None, Duration::from_secs(600));
+    let (status, text) = b.call_within("GET", &path, None, Duration::from_secs(600));
     assert_eq!(
         status,
         200,
@@ -592,8 +554,7 @@ fn object_storage_down_answers_503_and_both_replicas_recover() {
     }
 
     s3.stop();
-    let (status, text) = call_within(
-        &b,
+    let (status, text) = b.call_within(
         "GET",
         &format!("/api/snapshots/{id}"),
         None,
@@ -604,8 +565,7 @@ fn object_storage_down_answers_503_and_both_replicas_recover() {
         text.to_lowercase().contains("object storage"),
         "the message says what is down: {text}"
     );
-    let (status, text) = call_within(
-        &a,
+    let (status, text) = a.call_within(
         "POST",
         "/api/snapshots?name=during",
         Some(&unique_snapshot("during the outage")),
@@ -614,7 +574,7 @@ fn object_storage_down_answers_503_and_both_replicas_recover() {
     assert_eq!(status, 503, "an upload: {text}");
     assert!(text.to_lowercase().contains("object storage"), "{text}");
     for server in [&a, &b] {
-        let (status, text) = call_within(server, "GET", "/readyz", None, OUTAGE_ANSWER_LIMIT);
+        let (status, text) = server.call_within("GET", "/readyz", None, OUTAGE_ANSWER_LIMIT);
         assert_eq!(status, 503, "not ready: {text}");
         assert!(
             text.to_lowercase().contains("object storage"),
@@ -767,7 +727,7 @@ fn a_postgres_restart_is_survived_without_restarting_snapview() {
     );
     let (a, b) = (replica(&shared, &[]), replica(&shared, &[]));
     let id = upload_fixture(&a, "mlp_small", "&name=before");
-    assert_eq!(listed_ids(&b), [id.clone()]);
+    assert_eq!(listed_ids(&b), [id.as_str()]);
 
     // Requests keep arriving while PostgreSQL restarts: during the outage they may be refused
     // with 503 (never anything else); after it, every one must succeed.
@@ -777,8 +737,7 @@ fn a_postgres_restart_is_survived_without_restarting_snapview() {
             let mut answers = Vec::new();
             while restarting.load(std::sync::atomic::Ordering::Relaxed) {
                 for server in [&a, &b] {
-                    answers.push(call_within(
-                        server,
+                    answers.push(server.call_within(
                         "GET",
                         "/api/snapshots",
                         None,
@@ -809,7 +768,7 @@ fn a_postgres_restart_is_survived_without_restarting_snapview() {
     for server in [&a, &b] {
         assert_eq!(
             listed_ids(server),
-            [id.clone()],
+            [id.as_str()],
             "through {}",
             server.address
         );

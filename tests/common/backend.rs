@@ -118,6 +118,19 @@ pub fn block_on<T: Send>(future: impl std::future::Future<Output = T> + Send) ->
     })
 }
 
+/// Every key under `under` in `store` (full keys).
+fn list_keys(store: AmazonS3, under: KeyPath) -> Vec<String> {
+    use futures_util::TryStreamExt;
+    block_on(async move {
+        store
+            .list(Some(&under))
+            .map_ok(|meta| meta.location.to_string())
+            .try_collect::<Vec<_>>()
+            .await
+            .unwrap_or_else(|e| panic!("listing {under}: {e}"))
+    })
+}
+
 /// A connection to `url`, its driver running on the current runtime.
 async fn connect(url: &str) -> tokio_postgres::Client {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
@@ -186,10 +199,15 @@ impl SharedBackend {
     }
 
     fn store(&self) -> AmazonS3 {
+        self.store_of(&self.bucket)
+    }
+
+    /// A client of `bucket` on this backend's S3 server (credentials from `AWS_*`).
+    fn store_of(&self, bucket: &str) -> AmazonS3 {
         AmazonS3Builder::from_env()
             .with_endpoint(&self.endpoint)
             .with_allow_http(true)
-            .with_bucket_name(&self.bucket)
+            .with_bucket_name(bucket)
             .build()
             .unwrap_or_else(|e| panic!("an S3 client for {}: {e} ({HOW_TO_START})", self.endpoint))
     }
@@ -198,59 +216,41 @@ impl SharedBackend {
         KeyPath::from(format!("{}/{relative}", self.prefix))
     }
 
+    /// Runs `op` on the S3 client and the full key of `relative` (under the prefix).
+    fn on_object<T: Send, F>(&self, relative: &str, op: impl FnOnce(AmazonS3, KeyPath) -> F) -> T
+    where
+        F: std::future::Future<Output = T> + Send,
+    {
+        block_on(op(self.store(), self.key(relative)))
+    }
+
     /// Every key under `folder` (`blobs`, `indexes`, `uploads`, or `""` for all), relative to
     /// this backend's prefix, sorted.
     pub fn keys(&self, folder: &str) -> Vec<String> {
-        use futures_util::TryStreamExt;
-        let store = self.store();
         let under = if folder.is_empty() {
             KeyPath::from(self.prefix.as_str())
         } else {
             self.key(folder)
         };
         let prefix = format!("{}/", self.prefix);
-        let mut keys: Vec<String> = block_on(async move {
-            store
-                .list(Some(&under))
-                .map_ok(|meta| meta.location.to_string())
-                .try_collect::<Vec<_>>()
-                .await
-                .unwrap_or_else(|e| panic!("listing {under}: {e}"))
-        })
-        .into_iter()
-        .map(|key| key.strip_prefix(&prefix).unwrap_or(&key).to_owned())
-        .collect();
+        let mut keys: Vec<String> = list_keys(self.store(), under)
+            .into_iter()
+            .map(|key| key.strip_prefix(&prefix).unwrap_or(&key).to_owned())
+            .collect();
         keys.sort();
         keys
     }
 
     /// Every key under another `s3://bucket/prefix` of the same S3 server (full keys).
     pub fn keys_at(&self, blobs_url: &str) -> Vec<String> {
-        use futures_util::TryStreamExt;
         let rest = blobs_url.strip_prefix("s3://").expect("an s3:// URL");
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-        let store = AmazonS3Builder::from_env()
-            .with_endpoint(&self.endpoint)
-            .with_allow_http(true)
-            .with_bucket_name(bucket)
-            .build()
-            .expect("an S3 client");
-        let under = KeyPath::from(prefix);
-        block_on(async move {
-            store
-                .list(Some(&under))
-                .map_ok(|meta| meta.location.to_string())
-                .try_collect::<Vec<_>>()
-                .await
-                .unwrap_or_else(|e| panic!("listing {under}: {e}"))
-        })
+        list_keys(self.store_of(bucket), KeyPath::from(prefix))
     }
 
     /// Whether the object `relative` (under the prefix) exists.
     pub fn object_exists(&self, relative: &str) -> bool {
-        let store = self.store();
-        let key = self.key(relative);
-        block_on(async move {
+        self.on_object(relative, |store, key| async move {
             match store.head(&key).await {
                 Ok(_) => true,
                 Err(object_store::Error::NotFound { .. }) => false,
@@ -261,15 +261,9 @@ impl SharedBackend {
 
     /// The object `relative`'s bytes.
     pub fn read_object(&self, relative: &str) -> Vec<u8> {
-        let store = self.store();
-        let key = self.key(relative);
-        block_on(async move {
-            let got = store
-                .get(&key)
-                .await
-                .unwrap_or_else(|e| panic!("GET {key}: {e}"));
-            got.bytes()
-                .await
+        self.on_object(relative, |store, key| async move {
+            let read = async { store.get(&key).await?.bytes().await };
+            read.await
                 .unwrap_or_else(|e| panic!("GET {key}: {e}"))
                 .to_vec()
         })
@@ -277,22 +271,17 @@ impl SharedBackend {
 
     /// Replaces (or makes) the object `relative`.
     pub fn write_object(&self, relative: &str, bytes: &[u8]) {
-        let store = self.store();
-        let key = self.key(relative);
         let payload = PutPayload::from(bytes.to_vec());
-        block_on(async move {
-            store
-                .put(&key, payload)
-                .await
-                .unwrap_or_else(|e| panic!("PUT {key}: {e}"));
+        self.on_object(relative, |store, key| async move {
+            if let Err(e) = store.put(&key, payload).await {
+                panic!("PUT {key}: {e}");
+            }
         });
     }
 
     /// Removes the object `relative` (nothing when it is not there).
     pub fn remove_object(&self, relative: &str) {
-        let store = self.store();
-        let key = self.key(relative);
-        block_on(async move {
+        self.on_object(relative, |store, key| async move {
             match store.delete(&key).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
                 Err(e) => panic!("DELETE {key}: {e}"),
@@ -302,18 +291,11 @@ impl SharedBackend {
 
     /// Runs `sql` (statements without parameters) on this backend's database.
     pub fn execute(&self, sql: &str) {
-        let url = self.database_url.clone();
-        let sql = sql.to_owned();
-        block_on(async move {
-            connect(&url)
-                .await
-                .batch_execute(&sql)
-                .await
-                .unwrap_or_else(|e| panic!("{sql}: {e}"));
-        });
+        self.query_texts(sql);
     }
 
-    /// The first column of every row `sql` returns, as text (`NULL` as `None`).
+    /// The first column of every row `sql` returns, as text (`NULL` as `None`); `sql` may be
+    /// several statements (PostgreSQL's simple query protocol).
     pub fn query_texts(&self, sql: &str) -> Vec<Option<String>> {
         let url = self.database_url.clone();
         let sql = sql.to_owned();
@@ -410,7 +392,9 @@ pub fn shared_backend_for(data_dir: &Path) -> Option<Arc<SharedBackend>> {
     let key = std::path::absolute(data_dir).unwrap_or_else(|_| data_dir.to_owned());
     let finished: Vec<Arc<SharedBackend>>;
     let backend = {
-        let mut registry = registry().lock().unwrap_or_else(|e| e.into_inner());
+        let mut registry = registry()
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(found) = registry.get(&key) {
             return Some(found.clone());
         }

@@ -235,9 +235,37 @@ impl Served {
         path: &str,
         body: Option<&[u8]>,
     ) -> (u16, ureq::http::HeaderMap, String) {
+        self.request(method, path, body, Duration::from_secs(20))
+            .unwrap_or_else(|error| panic!("{method} {path}: no answer: {error}"))
+    }
+
+    /// One request with a limit of `limit` (for answers that may take long: a first view
+    /// fetched from object storage, a request during an outage): the status and the body, or
+    /// status 0 and the transport error's words.
+    pub fn call_within(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+        limit: Duration,
+    ) -> (u16, String) {
+        match self.request(method, path, body, limit) {
+            Ok((status, _, text)) => (status, text),
+            Err(error) => (0, error),
+        }
+    }
+
+    /// One request: status, headers and body (up to 1 GiB), or the transport error.
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+        limit: Duration,
+    ) -> Result<(u16, ureq::http::HeaderMap, String), String> {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(20)))
+            .timeout_global(Some(limit))
             .build()
             .into();
         let url = self.url(path);
@@ -259,11 +287,16 @@ impl Served {
             "DELETE" => agent.delete(&url).call(),
             other => panic!("no {other} here"),
         }
-        .expect("answer");
+        .map_err(|error| error.to_string())?;
         let status = response.status().as_u16();
         let headers = response.headers().clone();
-        let text = response.body_mut().read_to_string().unwrap_or_default();
-        (status, headers, text)
+        let text = response
+            .body_mut()
+            .with_config()
+            .limit(1 << 30)
+            .read_to_string()
+            .unwrap_or_default();
+        Ok((status, headers, text))
     }
 
     pub fn stored(&self) -> Vec<serde_json::Value> {

@@ -15,9 +15,16 @@
 //! the blob stays as long as the row does.
 
 use super::blobs::Blobs;
-use super::metadata::{Change, Metadata, StoredRow};
+use super::metadata::{Change, Metadata, StoredRow, Tx};
 use super::*;
+use serde_json::Value as Json;
 use std::collections::HashSet;
+
+/// What the writes to one live snapshot answer: its record after, `None` when it is not live.
+type Answer = Result<Option<Record>, StoreError>;
+
+/// A write to a live snapshot's row: see [`Snapshots::write_live`].
+type LiveWork<'a> = &'a mut dyn FnMut(&mut dyn Tx, &mut Record) -> Result<(), StoreError>;
 
 /// The snapshots: rows in `metadata`, bytes in `blobs`.
 pub struct Snapshots {
@@ -74,6 +81,22 @@ impl Snapshots {
         Ok(removed)
     }
 
+    /// Runs `work` on a live snapshot's record in one write transaction, and answers the
+    /// record as `work` left it; `None`, with nothing written, when the snapshot is not live.
+    fn write_live(&self, id: &SnapshotId, work: LiveWork<'_>) -> Answer {
+        let mut after = None;
+        self.metadata.write(&mut |tx| {
+            after = None;
+            let Lookup::Live(mut record) = self.classify(tx.row(id)?)? else {
+                return Ok(());
+            };
+            work(tx, &mut record)?;
+            after = Some(record);
+            Ok(())
+        })?;
+        Ok(after)
+    }
+
     /// Sets a text field of a live snapshot (its name, its group) and logs the change.
     fn update_live(
         &self,
@@ -83,24 +106,17 @@ impl Snapshots {
         value: &str,
         field: fn(&mut Record) -> &mut String,
         change: fn(String) -> Change,
-    ) -> Result<Option<Record>, StoreError> {
-        let mut after = None;
-        self.metadata.write(&mut |tx| {
-            after = None;
-            let Lookup::Live(mut record) = self.classify(tx.row(id)?)? else {
-                return Ok(());
-            };
-            let slot = field(&mut record);
+    ) -> Answer {
+        self.write_live(id, &mut |tx, record| {
+            let slot = field(record);
             if slot != value {
                 let detail = serde_json::json!({"from": slot, "to": value});
                 tx.update(id, &change(value.to_owned()))?;
                 tx.audit(actor, action, Some(id), &detail)?;
                 *slot = value.to_owned();
             }
-            after = Some(record);
             Ok(())
-        })?;
-        Ok(after)
+        })
     }
 }
 
@@ -283,51 +299,24 @@ impl Store for Snapshots {
         self.move_in_trash(id, actor, trash::TrashMove::Restore)
     }
 
-    fn rename(
-        &self,
-        id: &SnapshotId,
-        name: &str,
-        actor: Option<&str>,
-    ) -> Result<Option<Record>, StoreError> {
-        self.update_live(
-            id,
-            actor,
-            "rename",
-            name,
-            |record| &mut record.name,
-            Change::Name,
-        )
+    fn rename(&self, id: &SnapshotId, name: &str, actor: Option<&str>) -> Answer {
+        let field: fn(&mut Record) -> &mut String = |record| &mut record.name;
+        self.update_live(id, actor, "rename", name, field, Change::Name)
     }
 
-    fn set_group(
-        &self,
-        id: &SnapshotId,
-        group: &str,
-        actor: Option<&str>,
-    ) -> Result<Option<Record>, StoreError> {
-        self.update_live(
-            id,
-            actor,
-            "group",
-            group,
-            |record| &mut record.group,
-            Change::Group,
-        )
+    fn set_group(&self, id: &SnapshotId, group: &str, actor: Option<&str>) -> Answer {
+        let field: fn(&mut Record) -> &mut String = |record| &mut record.group;
+        self.update_live(id, actor, "group", group, field, Change::Group)
     }
 
     fn set_roles(
         &self,
         id: &SnapshotId,
         roles: Option<&str>,
-        summary: &serde_json::Value,
+        summary: &Json,
         actor: Option<&str>,
-    ) -> Result<Option<Record>, StoreError> {
-        let mut after = None;
-        self.metadata.write(&mut |tx| {
-            after = None;
-            let Lookup::Live(mut record) = self.classify(tx.row(id)?)? else {
-                return Ok(());
-            };
+    ) -> Answer {
+        self.write_live(id, &mut |tx, record| {
             // The rules and the summary they made change together, so the list never shows
             // one snapshot's roles by rules it no longer has.
             let change = Change::Roles {
@@ -335,25 +324,20 @@ impl Store for Snapshots {
                 summary: summary.clone(),
             };
             tx.update(id, &change)?;
-            tx.audit(
-                actor,
-                if roles.is_some() {
-                    "set_roles"
-                } else {
-                    "remove_roles"
-                },
-                Some(id),
-                &serde_json::json!({
-                    "had_rules": record.roles.is_some(),
-                    "rules_bytes": roles.map(str::len),
-                }),
-            )?;
+            let action = if roles.is_some() {
+                "set_roles"
+            } else {
+                "remove_roles"
+            };
+            let detail = serde_json::json!({
+                "had_rules": record.roles.is_some(),
+                "rules_bytes": roles.map(str::len),
+            });
+            tx.audit(actor, action, Some(id), &detail)?;
             record.roles = roles.map(str::to_owned);
             record.summary = summary.clone();
-            after = Some(record);
             Ok(())
-        })?;
-        Ok(after)
+        })
     }
 
     fn purge_trashed_before(
@@ -372,7 +356,7 @@ impl Store for Snapshots {
         &self,
         row: Option<i64>,
         actor: Option<&str>,
-        detail: &serde_json::Value,
+        detail: &Json,
     ) -> Result<i64, StoreError> {
         self.metadata.record_refusals(row, actor, detail)
     }

@@ -359,29 +359,29 @@ impl blobs::Blobs for LosesTheFirstPut {
     fn local(&self, id: &SnapshotId) -> Result<PathBuf, StoreError> {
         self.folder.local(id)
     }
-    fn index_path(&self, id: &SnapshotId) -> PathBuf {
-        self.folder.index_path(id)
-    }
-    fn fetch_index(&self, id: &SnapshotId) -> Result<bool, StoreError> {
-        self.folder.fetch_index(id)
-    }
-    fn publish_index(&self, id: &SnapshotId) -> Result<(), StoreError> {
-        self.folder.publish_index(id)
-    }
-    fn remove_index(&self, id: &SnapshotId) -> Result<(), StoreError> {
-        self.folder.remove_index(id)
-    }
     fn sweep(
         &self,
         orphan: &dyn Fn(&blobs::BlobEntry) -> bool,
     ) -> Result<(usize, usize), StoreError> {
         self.folder.sweep(orphan)
     }
-    fn check(&self) -> Result<(), StoreError> {
-        self.folder.check()
+    fn index_path(&self, id: &SnapshotId) -> PathBuf {
+        self.folder.index_path(id)
     }
     fn kind(&self) -> &'static str {
         "folder"
+    }
+    fn fetch_index(&self, id: &SnapshotId) -> Result<bool, StoreError> {
+        self.folder.fetch_index(id)
+    }
+    fn check(&self) -> Result<(), StoreError> {
+        self.folder.check()
+    }
+    fn publish_index(&self, id: &SnapshotId) -> Result<(), StoreError> {
+        self.folder.publish_index(id)
+    }
+    fn remove_index(&self, id: &SnapshotId) -> Result<(), StoreError> {
+        self.folder.remove_index(id)
     }
 }
 
@@ -412,28 +412,4 @@ fn a_blob_removed_before_its_row_is_written_is_put_again() {
         0,
         "the spare name is gone"
     );
-}
-
-#[test]
-fn listing_finds_missing_files_in_one_listing_and_lookup_asks_per_id() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = open_in(dir.path());
-    let kept = SnapshotId::from_digest(&[0x61; 32]);
-    let lost = SnapshotId::from_digest(&[0x62; 32]);
-    put_bytes(&store, &kept, "kept");
-    put_bytes(&store, &lost, "lost");
-    std::fs::remove_file(blob_path(&store, &lost)).expect("lose");
-    let listing = store.listing().expect("listing");
-    assert_eq!(
-        listing.records.iter().map(|r| &r.id).collect::<Vec<_>>(),
-        [&kept]
-    );
-    assert_eq!(listing.unlisted[0].id, lost);
-    assert!(listing.unlisted[0].reason.contains("missing"));
-    assert!(matches!(
-        store.lookup(&lost).expect("lookup"),
-        Lookup::FileMissing(_)
-    ));
-    assert_eq!(store.kinds(), ("sqlite", "folder"));
-    assert!(store.readiness().iter().all(|(_, ready)| ready.is_ok()));
 }

@@ -9,6 +9,7 @@
 use super::{Change, Metadata, StoredRow, Tx, TxWork};
 use crate::server::store::{AuditEntry, MAX_REFUSED_ROWS, Record, SnapshotId, StoreError, now_ms};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use serde_json::Value as Json;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
@@ -16,6 +17,9 @@ use std::sync::{Mutex, MutexGuard};
 /// 1: `snapshots` and `audit`; 2: `snapshots.deleted_at_ms` (the trash); 3: `snapshots.roles`
 /// (per-snapshot role rules); 4: `leases`.
 pub const SCHEMA_VERSION: i64 = 4;
+
+/// What a call answers.
+type Answer<T> = Result<T, StoreError>;
 
 /// One step of the schema, numbered by its place in [`MIGRATIONS`] (from 1).
 type Migration = fn(&Connection) -> rusqlite::Result<()>;
@@ -227,6 +231,27 @@ fn append_audit(
     Ok(())
 }
 
+/// Inserts `record` as a live row with no rules of its own; on a row of the same id, sets what
+/// `on_conflict` says instead (SQL of this file's own, never a client's text).
+fn insert_row(db: &Connection, record: &Record, on_conflict: &str) -> Result<(), StoreError> {
+    db.execute(
+        &format!(
+            "INSERT INTO snapshots ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, NULL)
+             ON CONFLICT (id) DO UPDATE SET {on_conflict}"
+        ),
+        params![
+            record.id.as_str(),
+            record.name,
+            record.filename,
+            record.size_bytes as i64,
+            record.uploaded_at_ms,
+            record.group,
+            serde_json::to_string(&record.summary)?,
+        ],
+    )?;
+    Ok(())
+}
+
 /// One write transaction's view of the rows.
 struct SqliteTx<'a> {
     db: &'a Connection,
@@ -238,45 +263,23 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn upsert(&mut self, record: &Record) -> Result<(), StoreError> {
-        self.db.execute(
-            &format!(
-                "INSERT INTO snapshots ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, NULL)
-                 ON CONFLICT (id) DO UPDATE SET name = excluded.name,
-                     filename = excluded.filename, size_bytes = excluded.size_bytes,
-                     uploaded_at_ms = excluded.uploaded_at_ms, grp = excluded.grp,
-                     summary = excluded.summary, deleted_at_ms = NULL, roles = NULL"
-            ),
-            params![
-                record.id.as_str(),
-                record.name,
-                record.filename,
-                record.size_bytes as i64,
-                record.uploaded_at_ms,
-                record.group,
-                serde_json::to_string(&record.summary)?,
-            ],
-        )?;
-        Ok(())
+        // A trashed row, or one with rules of its own, comes back as this upload made it.
+        insert_row(
+            self.db,
+            record,
+            "name = excluded.name, filename = excluded.filename,
+             size_bytes = excluded.size_bytes, uploaded_at_ms = excluded.uploaded_at_ms,
+             grp = excluded.grp, summary = excluded.summary, deleted_at_ms = NULL, roles = NULL",
+        )
     }
 
     fn reindex(&mut self, record: &Record) -> Result<(), StoreError> {
-        self.db.execute(
-            &format!(
-                "INSERT INTO snapshots ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, NULL)
-                 ON CONFLICT (id) DO UPDATE SET summary = excluded.summary,
-                     size_bytes = excluded.size_bytes"
-            ),
-            params![
-                record.id.as_str(),
-                record.name,
-                record.filename,
-                record.size_bytes as i64,
-                record.uploaded_at_ms,
-                record.group,
-                serde_json::to_string(&record.summary)?,
-            ],
-        )?;
-        Ok(())
+        // Name, group, trash and rules are the row's own; the bytes give the rest.
+        insert_row(
+            self.db,
+            record,
+            "summary = excluded.summary, size_bytes = excluded.size_bytes",
+        )
     }
 
     fn update(&mut self, id: &SnapshotId, change: &Change) -> Result<bool, StoreError> {
@@ -317,7 +320,7 @@ impl Tx for SqliteTx<'_> {
         actor: Option<&str>,
         action: &str,
         id: Option<&SnapshotId>,
-        detail: &serde_json::Value,
+        detail: &Json,
     ) -> Result<(), StoreError> {
         append_audit(self.db, actor, action, id, detail)
     }
@@ -422,12 +425,7 @@ impl Metadata for Sqlite {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    fn record_refusals(
-        &self,
-        row: Option<i64>,
-        actor: Option<&str>,
-        detail: &serde_json::Value,
-    ) -> Result<i64, StoreError> {
+    fn record_refusals(&self, row: Option<i64>, actor: Option<&str>, detail: &Json) -> Answer<i64> {
         let detail = serde_json::to_string(detail)?;
         let mut db = self.lock();
         if let Some(seq) = row {
