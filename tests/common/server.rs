@@ -14,17 +14,7 @@ use tower::ServiceExt;
 /// (`SNAPVIEW_TEST_BACKEND=shared`), the database and prefix of `data_dir` (see
 /// `common::backend`: the same ones for every server on that folder).
 pub fn config_in(data_dir: &Path) -> ServeConfig {
-    if let Some(shared) = super::backend::shared_backend_for(data_dir) {
-        // Until ServeConfig has `database` and `blobs` (issue 21's backends), an in-process
-        // server cannot be put on them: stop rather than run on the folder and pass unseen.
-        // With the fields, this becomes
-        //   config.database = Some(shared.database_url.clone());
-        //   config.blobs = Some(shared.blobs_url.clone());
-        panic!(
-            "the shared backend ({}, {}) needs ServeConfig's database and blobs fields",
-            shared.database_url, shared.blobs_url
-        );
-    }
+    let shared = super::backend::shared_backend_for(data_dir);
     ServeConfig {
         addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         data_dir: data_dir.to_owned(),
@@ -33,8 +23,8 @@ pub fn config_in(data_dir: &Path) -> ServeConfig {
         public_url: "http://snapview.test".into(),
         trash_days: 7,
         reindex: false,
-        database: None,
-        blobs: None,
+        database: shared.as_ref().map(|shared| shared.database_url.clone()),
+        blobs: shared.as_ref().map(|shared| shared.blobs_url.clone()),
         cache_dir: None,
         cache_size_bytes: snapview::server::store::DEFAULT_CACHE_BYTES,
         limits: Default::default(),

@@ -168,27 +168,4 @@ mod tests {
         assert!(dir.path().join("new/snapview.db").is_file());
         assert!(dir.path().join("new/blobs").is_dir());
     }
-
-    // MERGE: drop this test once the PostgreSQL and object storage constructors are wired.
-    #[test]
-    fn a_remote_backend_not_built_in_says_so() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mut options = StoreOptions::local(dir.path());
-        options.database = Some("postgres://localhost/db".into());
-        let Err(error) = open(&options) else {
-            panic!("opened without PostgreSQL support");
-        };
-        assert!(error.to_string().contains("not built"), "{error}");
-        let mut options = StoreOptions::local(dir.path());
-        options.blobs = Some("s3://bucket/prefix".into());
-        let Err(error) = open(&options) else {
-            panic!("opened without object storage support");
-        };
-        assert!(error.to_string().contains("not built"), "{error}");
-        options.blobs = Some("ftp://host/x".into());
-        let Err(error) = open(&options) else {
-            panic!("opened an unknown scheme");
-        };
-        assert!(error.to_string().contains("s3://BUCKET"), "{error}");
-    }
 }
