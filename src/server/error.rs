@@ -208,7 +208,7 @@ impl ApiError {
             ApiError::UntrustedHeader(_) => "untrusted_header",
             ApiError::Conflict(_) => "conflict",
             ApiError::DiskFull => "disk_full",
-            ApiError::Import { code, .. } => *code,
+            ApiError::Import { code, .. } => code,
             ApiError::Internal { .. } => "internal",
         }
     }
