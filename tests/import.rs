@@ -567,3 +567,81 @@ fn https_imports_come_only_from_allowed_prefixes_and_within_their_limits() {
     assert!(!output.status.success());
     assert!(stderr.contains("not followed"), "{stderr}");
 }
+
+#[test]
+fn an_import_holds_an_upload_slot_and_is_audited_with_its_writer() {
+    let bucket = bucket();
+    let url = bucket.put("mlp_small.pickle", fixture("mlp_small.pickle"));
+    let slow = fixture("oom.pickle");
+    let source = TlsSource::start(move |_, _| {
+        Answer::unmeasured(slow.clone(), 1024, Duration::from_millis(100))
+    });
+    let dir = tempfile::tempdir().expect("dir").keep();
+    let tokens = dir.join("tokens");
+    std::fs::write(&tokens, "training-job:import-token-0123456789abcdef\n").expect("tokens");
+    let served = Arc::new(source.serve(
+        &dir.join("data"),
+        &[
+            "--import-allow",
+            &source.url("/"),
+            "--max-uploads",
+            "1",
+            "--tokens-file",
+            tokens.to_str().expect("utf-8"),
+        ],
+    ));
+    let post_with_token = |served: &Served, request: serde_json::Value| {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(60)))
+            .build()
+            .into();
+        let mut response = agent
+            .post(served.url("/api/snapshots/import"))
+            .header("Content-Type", "application/json")
+            .header("Authorization", "Bearer import-token-0123456789abcdef")
+            .send(request.to_string().as_bytes())
+            .expect("answer");
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().unwrap_or_default();
+        (
+            status,
+            serde_json::from_str::<serde_json::Value>(&text).unwrap_or_default(),
+        )
+    };
+    // An import is a write: without the token it is refused before anything is fetched.
+    let (status, answer) = import_url(&served, &url);
+    assert_eq!(status, 401, "{answer}");
+
+    // The slow source holds the server's one upload slot while its bytes trickle in (5 s).
+    let holder = {
+        let served = served.clone();
+        let slow_url = source.url("/slow.pickle");
+        std::thread::spawn(move || post_with_token(&served, serde_json::json!({ "url": slow_url })))
+    };
+    common::served::wait_until("the slow source is asked", Duration::from_secs(20), || {
+        !source.asked().is_empty()
+    });
+    let (status, answer) = post_with_token(&served, serde_json::json!({ "url": url }));
+    assert_eq!((status, code(&answer).as_str()), (503, "busy"), "{answer}");
+    let (status, held) = holder.join().expect("the slow import");
+    assert_eq!(status, 201, "{held}");
+
+    let (status, view) = post_with_token(&served, serde_json::json!({ "url": url }));
+    assert_eq!(status, 201, "{view}");
+    let (status, audit) = served.call("GET", "/api/audit", None);
+    assert_eq!(status, 200);
+    let audit: serde_json::Value = serde_json::from_str(&audit).expect("json");
+    let entry = audit["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .find(|e| e["snapshot_id"] == view["id"])
+        .unwrap_or_else(|| panic!("no audit entry for {view}: {audit}"))
+        .clone();
+    assert_eq!(
+        (entry["action"].as_str(), entry["actor"].as_str()),
+        (Some("upload"), Some("training-job")),
+        "{entry}"
+    );
+}
