@@ -77,16 +77,29 @@ fn fixture(name: &str) -> Vec<u8> {
 
 /// `POST path` with a body and content type; the status and the JSON answer.
 fn post(served: &Served, path: &str, content_type: &str, body: &[u8]) -> (u16, serde_json::Value) {
+    post_with(served, path, content_type, None, body)
+}
+
+/// `POST path` with a body, content type and maybe a Bearer token.
+fn post_with(
+    served: &Served,
+    path: &str,
+    content_type: &str,
+    token: Option<&str>,
+    body: &[u8],
+) -> (u16, serde_json::Value) {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(60)))
         .build()
         .into();
-    let mut response = agent
+    let mut request = agent
         .post(served.url(path))
-        .header("Content-Type", content_type)
-        .send(body)
-        .expect("answer");
+        .header("Content-Type", content_type);
+    if let Some(token) = token {
+        request = request.header("Authorization", format!("Bearer {token}"));
+    }
+    let mut response = request.send(body).expect("answer");
     let status = response.status().as_u16();
     let text = response.body_mut().read_to_string().unwrap_or_default();
     (
@@ -591,22 +604,12 @@ fn an_import_holds_an_upload_slot_and_is_audited_with_its_writer() {
         ],
     ));
     let post_with_token = |served: &Served, request: serde_json::Value| {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(60)))
-            .build()
-            .into();
-        let mut response = agent
-            .post(served.url("/api/snapshots/import"))
-            .header("Content-Type", "application/json")
-            .header("Authorization", "Bearer import-token-0123456789abcdef")
-            .send(request.to_string().as_bytes())
-            .expect("answer");
-        let status = response.status().as_u16();
-        let text = response.body_mut().read_to_string().unwrap_or_default();
-        (
-            status,
-            serde_json::from_str::<serde_json::Value>(&text).unwrap_or_default(),
+        post_with(
+            served,
+            "/api/snapshots/import",
+            "application/json",
+            Some("import-token-0123456789abcdef"),
+            request.to_string().as_bytes(),
         )
     };
     // An import is a write: without the token it is refused before anything is fetched.
