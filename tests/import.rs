@@ -77,16 +77,29 @@ fn fixture(name: &str) -> Vec<u8> {
 
 /// `POST path` with a body and content type; the status and the JSON answer.
 fn post(served: &Served, path: &str, content_type: &str, body: &[u8]) -> (u16, serde_json::Value) {
+    post_with(served, path, content_type, None, body)
+}
+
+/// `POST path` with a body, content type and maybe a Bearer token.
+fn post_with(
+    served: &Served,
+    path: &str,
+    content_type: &str,
+    token: Option<&str>,
+    body: &[u8],
+) -> (u16, serde_json::Value) {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(60)))
         .build()
         .into();
-    let mut response = agent
+    let mut request = agent
         .post(served.url(path))
-        .header("Content-Type", content_type)
-        .send(body)
-        .expect("answer");
+        .header("Content-Type", content_type);
+    if let Some(token) = token {
+        request = request.header("Authorization", format!("Bearer {token}"));
+    }
+    let mut response = request.send(body).expect("answer");
     let status = response.status().as_u16();
     let text = response.body_mut().read_to_string().unwrap_or_default();
     (
@@ -566,4 +579,72 @@ fn https_imports_come_only_from_allowed_prefixes_and_within_their_limits() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success());
     assert!(stderr.contains("not followed"), "{stderr}");
+}
+
+#[test]
+fn an_import_holds_an_upload_slot_and_is_audited_with_its_writer() {
+    let bucket = bucket();
+    let url = bucket.put("mlp_small.pickle", fixture("mlp_small.pickle"));
+    let slow = fixture("oom.pickle");
+    let source = TlsSource::start(move |_, _| {
+        Answer::unmeasured(slow.clone(), 1024, Duration::from_millis(100))
+    });
+    let dir = tempfile::tempdir().expect("dir").keep();
+    let tokens = dir.join("tokens");
+    std::fs::write(&tokens, "training-job:import-token-0123456789abcdef\n").expect("tokens");
+    let served = Arc::new(source.serve(
+        &dir.join("data"),
+        &[
+            "--import-allow",
+            &source.url("/"),
+            "--max-uploads",
+            "1",
+            "--tokens-file",
+            tokens.to_str().expect("utf-8"),
+        ],
+    ));
+    let post_with_token = |served: &Served, request: serde_json::Value| {
+        post_with(
+            served,
+            "/api/snapshots/import",
+            "application/json",
+            Some("import-token-0123456789abcdef"),
+            request.to_string().as_bytes(),
+        )
+    };
+    // An import is a write: without the token it is refused before anything is fetched.
+    let (status, answer) = import_url(&served, &url);
+    assert_eq!(status, 401, "{answer}");
+
+    // The slow source holds the server's one upload slot while its bytes trickle in (5 s).
+    let holder = {
+        let served = served.clone();
+        let slow_url = source.url("/slow.pickle");
+        std::thread::spawn(move || post_with_token(&served, serde_json::json!({ "url": slow_url })))
+    };
+    common::served::wait_until("the slow source is asked", Duration::from_secs(20), || {
+        !source.asked().is_empty()
+    });
+    let (status, answer) = post_with_token(&served, serde_json::json!({ "url": url }));
+    assert_eq!((status, code(&answer).as_str()), (503, "busy"), "{answer}");
+    let (status, held) = holder.join().expect("the slow import");
+    assert_eq!(status, 201, "{held}");
+
+    let (status, view) = post_with_token(&served, serde_json::json!({ "url": url }));
+    assert_eq!(status, 201, "{view}");
+    let (status, audit) = served.call("GET", "/api/audit", None);
+    assert_eq!(status, 200);
+    let audit: serde_json::Value = serde_json::from_str(&audit).expect("json");
+    let entry = audit["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .find(|e| e["snapshot_id"] == view["id"])
+        .unwrap_or_else(|| panic!("no audit entry for {view}: {audit}"))
+        .clone();
+    assert_eq!(
+        (entry["action"].as_str(), entry["actor"].as_str()),
+        (Some("upload"), Some("training-job")),
+        "{entry}"
+    );
 }

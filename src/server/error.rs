@@ -214,7 +214,7 @@ impl ApiError {
             ApiError::Conflict(_) => "conflict",
             ApiError::DiskFull => "disk_full",
             ApiError::StorageUnavailable { .. } => "storage_unavailable",
-            ApiError::Import { code, .. } => *code,
+            ApiError::Import { code, .. } => code,
             ApiError::Internal { .. } => "internal",
         }
     }

@@ -99,12 +99,17 @@ pub async fn upload(
     };
 
     let (view, created) = ingest(&state, received, params, labels, part_filename, actor).await?;
+    Ok(stored_answer(view, created))
+}
+
+/// An upload's answer: 201 when stored, 200 when the same bytes were stored already.
+fn stored_answer(view: SnapshotView, created: bool) -> (StatusCode, Json<SnapshotView>) {
     let status = if created {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(view)))
+    (status, Json(view))
 }
 
 /// An upload's share of the server: one of its slots (`--max-uploads`) and one of its client

@@ -31,7 +31,7 @@ def s3_put(name: str, body: bytes) -> str:
     4, path style as the server's AWS_ENDPOINT takes it) and returns its s3:// URL."""
     missing = [name for name in NEEDED if not os.environ.get(name)]
     assert not missing, (
-        f"{', '.join(missing)} not set: run `eval \"$(bash .ci/services up)\"` first "
+        f'{", ".join(missing)} not set: run `eval "$(bash .ci/services up)"` first '
         "(.ci/services up starts the S3 server these tests need)"
     )
     blobs = os.environ["SNAPVIEW_TEST_BLOBS"]

@@ -16,7 +16,7 @@
 use super::limits::Pace;
 use super::parse::Reading;
 use super::receive::{BodyError, Received, receive};
-use super::{Labels, UploadParams, UploadSlots, ingest, maybe_duplicate};
+use super::{Labels, UploadParams, UploadSlots, ingest, maybe_duplicate, stored_answer};
 use crate::server::AppState;
 use crate::server::access::Actor;
 use crate::server::error::ApiError;
@@ -182,12 +182,7 @@ pub async fn import(
         })??;
     let filename = Some(source.filename());
     let (view, created) = ingest(&state, received, params, labels, filename, actor).await?;
-    let status = if created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
-    Ok((status, Json(view)))
+    Ok(stored_answer(view, created))
 }
 
 fn refusal(status: StatusCode, code: &'static str, message: String) -> ApiError {
