@@ -24,6 +24,13 @@ role = "gpt2_model"
 /// enough that a dead holder's lease expires within seconds.
 const TEST_LEASE_TTL_MS: &str = "5000";
 
+/// A temporary folder for the replicas' logs, and the data folder in it they share.
+fn folder() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    (dir, data)
+}
+
 /// Two replicas on `data`, each with a log of its own in `dir`.
 fn replicas(dir: &Path, data: &Path) -> (Served, Served) {
     (replica(dir, data, "a"), replica(dir, data, "b"))
@@ -100,6 +107,15 @@ fn detail(server: &Served, id: &str) -> (u16, serde_json::Value) {
     (status, json)
 }
 
+/// The timeline view of `id` (its status and body): a view that needs the analysis.
+fn timeline(server: &Served, id: &str) -> (u16, String) {
+    server.call(
+        "GET",
+        &format!("/api/snapshots/{id}/timeline?width=50"),
+        None,
+    )
+}
+
 fn peak_roles(server: &Served, id: &str) -> serde_json::Value {
     let (status, detail) = detail(server, id);
     assert_eq!(status, 200, "{detail}");
@@ -148,8 +164,7 @@ fn stored_without_index(dir: &Path, data: &Path, path: &Path) -> String {
 
 #[test]
 fn a_snapshot_uploaded_through_one_replica_is_opened_by_the_other_from_its_index() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let data = dir.path().join("data");
+    let (dir, data) = folder();
     let (a, b) = replicas(dir.path(), &data);
     let id = upload(&a, "infer_grad");
     let other = upload(&a, "gpt2_adamw");
@@ -166,11 +181,7 @@ fn a_snapshot_uploaded_through_one_replica_is_opened_by_the_other_from_its_index
         listed.contains(&id) && listed.contains(&other),
         "{listed:?}"
     );
-    let (code, body) = b.call(
-        "GET",
-        &format!("/api/snapshots/{id}/timeline?width=50"),
-        None,
-    );
+    let (code, body) = timeline(&b, &id);
     assert_eq!(code, 200, "{body}");
     let (code, body) = b.call("GET", &format!("/api/compare/{id}/{other}"), None);
     assert_eq!(code, 200, "{body}");
@@ -197,8 +208,7 @@ fn a_snapshot_uploaded_through_one_replica_is_opened_by_the_other_from_its_index
 
 #[test]
 fn rules_renames_deletes_and_restores_through_one_replica_are_seen_by_the_other_at_once() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let data = dir.path().join("data");
+    let (dir, data) = folder();
     let (a, b) = replicas(dir.path(), &data);
     let id = upload(&a, "infer_grad");
     // A's cache holds the analysis with the built-in roles.
@@ -237,12 +247,7 @@ fn rules_renames_deletes_and_restores_through_one_replica_are_seen_by_the_other_
         code, 410,
         "deleted through B: gone through A at once: {answer}"
     );
-    let (code, _) = a.call(
-        "GET",
-        &format!("/api/snapshots/{id}/timeline?width=50"),
-        None,
-    );
-    assert_eq!(code, 410, "every view, not only the record");
+    assert_eq!(timeline(&a, &id).0, 410, "every view, not only the record");
     assert!(
         a.stored().iter().all(|s| s["id"] != id.as_str()),
         "nor listed"
@@ -255,18 +260,13 @@ fn rules_renames_deletes_and_restores_through_one_replica_are_seen_by_the_other_
         code, 200,
         "restored through B: served by A at once: {answer}"
     );
-    let (code, body) = a.call(
-        "GET",
-        &format!("/api/snapshots/{id}/timeline?width=50"),
-        None,
-    );
+    let (code, body) = timeline(&a, &id);
     assert_eq!(code, 200, "{body}");
 }
 
 #[test]
 fn two_cold_requests_one_to_each_replica_make_one_parse() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let data = dir.path().join("data");
+    let (dir, data) = folder();
     // The largest small fixture: its parse takes long enough for the requests to meet.
     let id = stored_without_index(dir.path(), &data, &common::path_of("compile"));
     let (a, b) = replicas(dir.path(), &data);
@@ -274,11 +274,7 @@ fn two_cold_requests_one_to_each_replica_make_one_parse() {
         for server in [&a, &b] {
             let id = &id;
             scope.spawn(move || {
-                let (code, body) = server.call(
-                    "GET",
-                    &format!("/api/snapshots/{id}/timeline?width=50"),
-                    None,
-                );
+                let (code, body) = timeline(server, id);
                 assert_eq!(code, 200, "{body}");
             });
         }
@@ -303,8 +299,7 @@ fn a_replica_killed_while_it_parses_hands_the_snapshot_over_once_its_lease_expir
         eprintln!("skipped: gpt2_huge_trace.pickle is not in the large corpus folder");
         return;
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let data = dir.path().join("data");
+    let (dir, data) = folder();
     let id = stored_without_index(dir.path(), &data, &large);
     let (mut a, b) = replicas(dir.path(), &data);
 
@@ -327,11 +322,7 @@ fn a_replica_killed_while_it_parses_hands_the_snapshot_over_once_its_lease_expir
         now["state"] == "ready"
     });
     assert!(seen_waiting, "B's status said it waits for another server");
-    let (code, body) = b.call(
-        "GET",
-        &format!("/api/snapshots/{id}/timeline?width=50"),
-        None,
-    );
+    let (code, body) = timeline(&b, &id);
     assert_eq!(code, 200, "{body}");
     let log = b.log_text();
     assert_eq!(parses_of(&b, &id), 1, "B parsed it, once:\n{log}");

@@ -100,7 +100,9 @@ async fn cached(
     server
         .state
         .cache
-        .get_or_load(&id, 0, |_: &_| Err("not cached".into()))
+        .get_or_load(&id, 0, server.state.config.roles.fingerprint(), |_: &_| {
+            Err("not cached".into())
+        })
         .await
         .expect("cached")
 }
@@ -275,7 +277,9 @@ async fn racing_cold_loads_and_writers_end_with_one_valid_index() {
     let loaded = a
         .state
         .cache
-        .get_or_load(&typed, 0, |_: &_| Err("cached".into()))
+        .get_or_load(&typed, 0, a.state.config.roles.fingerprint(), |_: &_| {
+            Err("cached".into())
+        })
         .await
         .expect("cached");
     let identity_bytes = std::fs::metadata(&blob).expect("blob").len();
@@ -302,8 +306,13 @@ async fn racing_cold_loads_and_writers_end_with_one_valid_index() {
                 scope.spawn(|| {
                     let target = SnapshotId::parse(&id).expect("id");
                     for _ in 0..5 {
-                        snapview::server::stored_index::write_now(&target, &blob, &index, &loaded)
-                            .expect("writes");
+                        snapview::server::stored_index::write_now(
+                            &target,
+                            identity_bytes,
+                            &index,
+                            &loaded,
+                        )
+                        .expect("writes");
                     }
                 })
             })

@@ -191,11 +191,7 @@ pub fn find_or_lease<T>(
     loop {
         if let Some(found) = find() {
             if waiting.is_none() {
-                tracing::info!(
-                    lease = name,
-                    ms = started.elapsed().as_millis() as u64,
-                    "another server finished the work waited for"
-                );
+                after_waiting(name, started, "another server finished the work waited for");
             }
             return Waited::Found(found);
         }
@@ -206,10 +202,10 @@ pub fn find_or_lease<T>(
                     return Waited::Found(found);
                 }
                 if waiting.is_none() {
-                    tracing::info!(
-                        lease = name,
-                        ms = started.elapsed().as_millis() as u64,
-                        "the lease came free (its holder finished without result, or died): doing the work here"
+                    after_waiting(
+                        name,
+                        started,
+                        "the lease came free (its holder finished without result, or died): doing the work here",
                     );
                 }
                 return Waited::Holding(held);
@@ -239,6 +235,15 @@ pub fn find_or_lease<T>(
     }
 }
 
+/// How a wait for the lease `name`, begun at `started`, ended, in the log.
+fn after_waiting(name: &str, started: Instant, how: &str) {
+    tracing::info!(
+        lease = name,
+        ms = started.elapsed().as_millis() as u64,
+        "{how}"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,6 +256,13 @@ mod tests {
         let a: Arc<dyn Store> = Arc::new(FileStore::open(dir.path()).expect("a"));
         let b: Arc<dyn Store> = Arc::new(FileStore::open(dir.path()).expect("b"));
         (dir, a, b)
+    }
+
+    /// The lease `parse:x`, taken by `store` for a minute.
+    fn held_by(store: &Arc<dyn Store>) -> HeldLease {
+        HeldLease::try_take(store, "parse:x", Duration::from_secs(60))
+            .expect("the store answers")
+            .expect("free")
     }
 
     fn timing(ttl_ms: u64, wait_limit_ms: u64) -> LeaseTiming {
@@ -289,9 +301,7 @@ mod tests {
     #[test]
     fn what_the_holder_makes_ends_the_wait_without_taking_the_lease() {
         let (_dir, a, b) = replicas();
-        let held = HeldLease::try_take(&a, "parse:x", Duration::from_secs(60))
-            .expect("a")
-            .expect("free");
+        let held = held_by(&a);
         let looks = AtomicUsize::new(0);
         let waits = AtomicUsize::new(0);
         // Found on the fourth look: the holder published meanwhile.
@@ -340,9 +350,7 @@ mod tests {
     #[test]
     fn past_the_wait_limit_the_work_is_done_without_the_lease() {
         let (_dir, a, b) = replicas();
-        let held = HeldLease::try_take(&a, "parse:x", Duration::from_secs(60))
-            .expect("a")
-            .expect("free");
+        let held = held_by(&a);
         let started = Instant::now();
         let got = find_or_lease(&b, "parse:x", timing(60_000, 200), || None::<()>, || {});
         assert!(matches!(got, Waited::Without), "{got:?}");
@@ -354,9 +362,7 @@ mod tests {
     #[test]
     fn a_lease_of_this_process_is_not_waited_for() {
         let (_dir, a, _b) = replicas();
-        let first = HeldLease::try_take(&a, "parse:x", Duration::from_secs(60))
-            .expect("a")
-            .expect("free");
+        let first = held_by(&a);
         let got = find_or_lease(
             &a,
             "parse:x",

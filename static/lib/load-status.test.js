@@ -35,6 +35,8 @@ test("analysing and queued slide the bar; ready reloads; failed stops with the r
     [null, null],
   );
   assert.equal(describe({ state: "analysing" }, "f").line, "Analysing…");
+  assert.equal(describe({ state: "waiting" }, "f").line, "Waiting for another server to read this snapshot…");
+  assert.equal(describe({ state: "waiting" }, "f").next, "poll");
   assert.equal(describe({ state: "ready" }, "f").next, "reload");
   const failed = describe({ state: "failed", error: "its stored file does not read as a snapshot: truncated" }, "s.pickle");
   assert.equal(failed.next, "stop");
