@@ -25,11 +25,13 @@ use crate::index::FILE_SUFFIX as INDEX_SUFFIX;
 use crate::server::store::runtime::BlockingRuntime;
 use crate::server::store::{SnapshotId, StoreError, now_ms};
 use futures_util::{StreamExt, TryStreamExt};
+use object_store::aws::AmazonS3ConfigKey;
 use object_store::client::{HttpError, HttpErrorKind};
 use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path as ObjectPath;
 use object_store::{
-    BackoffConfig, ClientOptions, MultipartId, ObjectMeta, ObjectStore, ObjectStoreExt, RetryConfig,
+    BackoffConfig, ClientConfigKey, MultipartId, ObjectMeta, ObjectStore, ObjectStoreExt,
+    RetryConfig,
 };
 use std::collections::HashSet;
 use std::os::unix::fs::FileExt;
@@ -158,10 +160,15 @@ impl ObjectBlobs {
         }
         let s3 = builder
             .with_bucket_name(bucket)
-            .with_client_options(
-                ClientOptions::new()
-                    .with_connect_timeout(CONNECT_TIMEOUT)
-                    .with_timeout(REQUEST_TIMEOUT),
+            // Set key by key: `with_client_options` would replace what the environment set
+            // (`AWS_ALLOW_HTTP`, say) with the defaults.
+            .with_config(
+                AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout),
+                format!("{}s", CONNECT_TIMEOUT.as_secs()),
+            )
+            .with_config(
+                AmazonS3ConfigKey::Client(ClientConfigKey::Timeout),
+                format!("{}s", REQUEST_TIMEOUT.as_secs()),
             )
             .with_retry(retry)
             .build()
