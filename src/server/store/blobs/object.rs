@@ -25,11 +25,13 @@ use crate::index::FILE_SUFFIX as INDEX_SUFFIX;
 use crate::server::store::runtime::BlockingRuntime;
 use crate::server::store::{SnapshotId, StoreError, now_ms};
 use futures_util::{StreamExt, TryStreamExt};
+use object_store::aws::AmazonS3ConfigKey;
 use object_store::client::{HttpError, HttpErrorKind};
 use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path as ObjectPath;
 use object_store::{
-    BackoffConfig, ClientOptions, MultipartId, ObjectMeta, ObjectStore, ObjectStoreExt, RetryConfig,
+    BackoffConfig, ClientConfigKey, MultipartId, ObjectMeta, ObjectStore, ObjectStoreExt,
+    RetryConfig,
 };
 use std::collections::HashSet;
 use std::os::unix::fs::FileExt;
@@ -158,10 +160,15 @@ impl ObjectBlobs {
         }
         let s3 = builder
             .with_bucket_name(bucket)
-            .with_client_options(
-                ClientOptions::new()
-                    .with_connect_timeout(CONNECT_TIMEOUT)
-                    .with_timeout(REQUEST_TIMEOUT),
+            // Set key by key: `with_client_options` would replace what the environment set
+            // (`AWS_ALLOW_HTTP`, say) with the defaults.
+            .with_config(
+                AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout),
+                format!("{}s", CONNECT_TIMEOUT.as_secs()),
+            )
+            .with_config(
+                AmazonS3ConfigKey::Client(ClientConfigKey::Timeout),
+                format!("{}s", REQUEST_TIMEOUT.as_secs()),
             )
             .with_retry(retry)
             .build()
@@ -394,19 +401,20 @@ impl Blobs for ObjectBlobs {
             Ok::<_, StoreError>((stale_indexes, orphans))
         })?;
         // Their cached copies go too, so this replica does not serve what is gone.
-        for key in stale_indexes.iter().chain(&orphans) {
-            let name = key.filename().unwrap_or_default();
-            let local = if let Some(id) = name.strip_suffix(BLOB_SUFFIX).and_then(SnapshotId::parse)
-            {
-                Some(self.cache.path(Kind::Blob, &id))
-            } else {
-                name.strip_suffix(INDEX_SUFFIX)
-                    .and_then(SnapshotId::parse)
-                    .map(|id| self.cache.path(Kind::Index, &id))
-            };
-            if let Some(local) = local {
-                remove_local(&local)?;
-            }
+        let id_in = |key: &ObjectPath, suffix: &str| {
+            key.filename()
+                .and_then(|name| name.strip_suffix(suffix))
+                .and_then(SnapshotId::parse)
+        };
+        for id in orphans.iter().filter_map(|key| id_in(key, BLOB_SUFFIX)) {
+            remove_local(&self.cache.path(Kind::Blob, &id))?;
+            remove_local(&self.cache.path(Kind::Index, &id))?;
+        }
+        for id in stale_indexes
+            .iter()
+            .filter_map(|key| id_in(key, INDEX_SUFFIX))
+        {
+            remove_local(&self.cache.path(Kind::Index, &id))?;
         }
         leftovers += self.cache.clear_tmp(ages.stale_temp);
         Ok((orphans_removed, leftovers))
@@ -530,10 +538,10 @@ impl Remote {
         let sent = self
             .upload_marked(&key, &multipart_id, &marker, body, file, size)
             .await;
-        if sent.is_err() {
-            if let Err(error) = self.multipart.abort_multipart(&key, &multipart_id).await {
-                tracing::warn!(%key, %error, "aborting a failed multipart upload failed; the next sweep aborts it");
-            }
+        if sent.is_err()
+            && let Err(error) = self.multipart.abort_multipart(&key, &multipart_id).await
+        {
+            tracing::warn!(%key, %error, "aborting a failed multipart upload failed; the next sweep aborts it");
         }
         // Gone once completed or aborted; a marker left by a failed delete names an upload
         // that is finished, and the sweep's abort of it is harmless.
