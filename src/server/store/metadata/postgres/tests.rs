@@ -140,7 +140,10 @@ fn test_urls_name_their_database() {
         with_database("postgres://u@h:1/snapview?sslmode=disable", "t_1"),
         "postgres://u@h:1/t_1?sslmode=disable"
     );
-    assert_eq!(with_database("postgres://u@h:1", "t_1"), "postgres://u@h:1/t_1");
+    assert_eq!(
+        with_database("postgres://u@h:1", "t_1"),
+        "postgres://u@h:1/t_1"
+    );
 }
 
 /// Rows as each older version could hold them, written straight in SQL.
@@ -173,7 +176,11 @@ fn rows_at_version(version: usize) -> &'static str {
 
 #[test]
 fn each_older_version_is_brought_up_with_its_rows() {
-    assert_eq!(MIGRATIONS.len(), 4, "a new migration: add its rows to rows_at_version");
+    assert_eq!(
+        MIGRATIONS.len(),
+        4,
+        "a new migration: add its rows to rows_at_version"
+    );
     for version in 0..MIGRATIONS.len() {
         let database = TestDatabase::create();
         let old = Postgres::open_pool(&database.url, &Limits::default()).expect("a pool");
@@ -203,7 +210,10 @@ fn each_older_version_is_brought_up_with_its_rows() {
             assert_eq!(row.record.group, "g");
             assert_eq!(row.summary, "{\"v\":1}");
             assert_eq!(row.deleted_at_ms, (version >= 2).then_some(5));
-            assert_eq!(row.record.roles.as_deref(), (version >= 3).then_some("rules"));
+            assert_eq!(
+                row.record.roles.as_deref(),
+                (version >= 3).then_some("rules")
+            );
             let log = meta.audit_log(10, None).expect("audit");
             assert_eq!(log.len(), 1, "the old audit row kept");
             assert_eq!(log[0].detail, json!({"size_bytes": 10}));
@@ -226,7 +236,10 @@ fn each_older_version_is_brought_up_with_its_rows() {
         assert!(log.windows(2).all(|pair| pair[0].seq > pair[1].seq));
         assert!(meta.try_lease("new", "me", 1000).expect("lease"));
         if version >= 4 {
-            assert!(!meta.try_lease("kept", "me", 1000).expect("lease"), "old lease kept");
+            assert!(
+                !meta.try_lease("kept", "me", 1000).expect("lease"),
+                "old lease kept"
+            );
         }
         // Opening again changes nothing.
         drop(meta);
@@ -240,7 +253,10 @@ fn a_newer_schema_is_refused() {
     drop(connect(&database.url));
     sql(
         &database.url,
-        &format!("UPDATE schema_version SET version = {}", MIGRATIONS.len() + 1),
+        &format!(
+            "UPDATE schema_version SET version = {}",
+            MIGRATIONS.len() + 1
+        ),
     )
     .expect("a newer version");
     let Err(error) = Postgres::connect(&database.url) else {
@@ -266,11 +282,17 @@ fn replicas_starting_together_migrate_once() {
             .map(|_| scope.spawn(|| Postgres::connect(&database.url).map(drop)))
             .collect();
         for replica in starting {
-            replica.join().expect("no panic").expect("every replica starts");
+            replica
+                .join()
+                .expect("no panic")
+                .expect("every replica starts");
         }
     });
     assert_eq!(
-        value(&database.url, "SELECT COUNT(*) || ':' || MAX(version) FROM schema_version"),
+        value(
+            &database.url,
+            "SELECT COUNT(*) || ':' || MAX(version) FROM schema_version"
+        ),
         format!("1:{}", MIGRATIONS.len())
     );
 }
@@ -316,7 +338,10 @@ fn connections_the_server_dropped_are_replaced() {
         })
         .filter(Result::is_err)
         .count();
-    assert!(failures <= 1, "{failures} calls failed after the connections ended");
+    assert!(
+        failures <= 1,
+        "{failures} calls failed after the connections ended"
+    );
     meta.check().expect("ready again");
     assert!(meta.count().expect("count") >= 2);
 }
@@ -340,7 +365,13 @@ fn a_hung_server_fails_within_the_connect_bound() {
     };
     let waited = started.elapsed();
     assert!(
-        matches!(error, StoreError::Unavailable { what: "the database", .. }),
+        matches!(
+            error,
+            StoreError::Unavailable {
+                what: "the database",
+                ..
+            }
+        ),
         "{error:?}"
     );
     let bound = Limits::default().connect;
@@ -363,7 +394,10 @@ fn a_dead_server_fails_at_once_and_check_is_bounded() {
         .expect("nothing listens");
     assert!(started.elapsed() < Duration::from_secs(2));
     assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
-    assert!(error.to_string().starts_with("the database is unavailable"), "{error}");
+    assert!(
+        error.to_string().starts_with("the database is unavailable"),
+        "{error}"
+    );
     // `check` on a hung server answers within its own bound.
     let (_listener, url) = hung_server();
     let limits = Limits {
@@ -464,7 +498,10 @@ fn a_hung_writer_loses_the_lock_and_its_changes() {
     hung.check().expect("ready again");
     hung.write(&mut |tx| tx.audit(None, "recovered", None, &json!({})))
         .expect("writes again");
-    assert_eq!(Limits::default().idle_in_transaction, Duration::from_secs(120));
+    assert_eq!(
+        Limits::default().idle_in_transaction,
+        Duration::from_secs(120)
+    );
 }
 
 #[test]
@@ -542,7 +579,16 @@ fn errors_of_the_database_itself_are_remote() {
     let meta = connect(&database.url);
     sql(&database.url, "DROP TABLE leases").expect("dropped");
     let error = meta.try_lease("x", "me", 1000).err().expect("no table");
-    assert!(matches!(error, StoreError::Remote { what: "the database", .. }), "{error:?}");
+    assert!(
+        matches!(
+            error,
+            StoreError::Remote {
+                what: "the database",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
     assert!(error.to_string().contains("leases"), "{error}");
 }
 
@@ -575,6 +621,9 @@ fn a_list_of_ten_thousand_rows_is_fast() {
     }
     times.sort();
     let median = times[times.len() / 2];
-    eprintln!("live_rows of 10,000 rows: median {median:?}, fastest {:?}", times[0]);
+    eprintln!(
+        "live_rows of 10,000 rows: median {median:?}, fastest {:?}",
+        times[0]
+    );
     assert!(median < Duration::from_millis(100), "{median:?}");
 }
