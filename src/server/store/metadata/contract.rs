@@ -213,7 +213,8 @@ fn reindex_keeps_what_people_set(fresh: &Fresh) {
 fn update_applies_each_change(fresh: &Fresh) {
     let meta = &*fresh.meta;
     upsert(meta, &record(1, 1000));
-    let cases: Vec<(Change, Box<dyn Fn(&StoredRow) -> bool>)> = vec![
+    type Holds = Box<dyn Fn(&StoredRow) -> bool>;
+    let cases: Vec<(Change, Holds)> = vec![
         (
             Change::Name("renamed".into()),
             Box::new(|r: &StoredRow| r.record.name == "renamed"),
@@ -385,8 +386,8 @@ fn audit_order_and_paging(fresh: &Fresh) {
     let started = now_ms();
     for n in 0..25u32 {
         write(meta, |tx| {
-            let actor = (n % 2 == 0).then_some("alice");
-            let snapshot = (n % 3 != 0).then(|| id(n));
+            let actor = n.is_multiple_of(2).then_some("alice");
+            let snapshot = (!n.is_multiple_of(3)).then(|| id(n));
             tx.audit(actor, "rename", snapshot.as_ref(), &json!({"n": n}))
         });
     }
@@ -397,10 +398,16 @@ fn audit_order_and_paging(fresh: &Fresh) {
         let n = 24 - i as u32;
         assert_eq!(entry.detail, json!({"n": n}));
         assert_eq!(entry.action, "rename");
-        assert_eq!(entry.actor.as_deref(), (n % 2 == 0).then_some("alice"));
+        assert_eq!(
+            entry.actor.as_deref(),
+            n.is_multiple_of(2).then_some("alice")
+        );
         assert_eq!(
             entry.snapshot_id.as_deref(),
-            (n % 3 != 0).then(|| id(n)).as_ref().map(SnapshotId::as_str)
+            (!n.is_multiple_of(3))
+                .then(|| id(n))
+                .as_ref()
+                .map(SnapshotId::as_str)
         );
         assert!(entry.at_ms >= started && entry.at_ms <= now_ms());
     }

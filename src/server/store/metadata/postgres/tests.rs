@@ -406,7 +406,7 @@ fn a_dead_server_fails_at_once_and_check_is_bounded() {
     };
     let meta = Postgres::open_pool(&url, &limits).expect("a pool (not connected yet)");
     let started = Instant::now();
-    let error = meta.check().err().expect("not ready");
+    let error = meta.check().expect_err("not ready");
     assert!(started.elapsed() < Duration::from_millis(1500));
     assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
     assert_eq!(Limits::default().check, Duration::from_secs(3));
@@ -446,8 +446,7 @@ fn waits_for_the_write_lock_are_bounded() {
         let started = Instant::now();
         let error = b
             .write(&mut |tx| tx.audit(None, "waiter", None, &json!({})))
-            .err()
-            .expect("b gives up waiting");
+            .expect_err("b gives up waiting");
         assert!(started.elapsed() < Duration::from_millis(1000), "bounded");
         assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
         assert!(error.to_string().contains("statement timeout"), "{error}");
@@ -479,8 +478,7 @@ fn a_hung_writer_loses_the_lock_and_its_changes() {
             std::thread::sleep(Duration::from_millis(900));
             Ok(())
         })
-        .err()
-        .expect("the server ended the idle transaction");
+        .expect_err("the server ended the idle transaction");
     assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
     let started = Instant::now();
     other
@@ -536,7 +534,7 @@ fn the_pool_is_bounded_and_its_wait_too() {
         held.recv().expect("one holds the lock");
         std::thread::sleep(Duration::from_millis(200));
         let started = Instant::now();
-        let error = meta.count().err().expect("no connection free");
+        let error = meta.count().expect_err("no connection free");
         let waited = started.elapsed();
         assert!(waited >= Duration::from_millis(250), "{waited:?}");
         assert!(waited < Duration::from_millis(900), "{waited:?}");
@@ -578,7 +576,7 @@ fn errors_of_the_database_itself_are_remote() {
     let database = TestDatabase::create();
     let meta = connect(&database.url);
     sql(&database.url, "DROP TABLE leases").expect("dropped");
-    let error = meta.try_lease("x", "me", 1000).err().expect("no table");
+    let error = meta.try_lease("x", "me", 1000).expect_err("no table");
     assert!(
         matches!(
             error,
