@@ -121,6 +121,12 @@ fn fresh() -> Fresh {
     }
 }
 
+/// The audit log's newest actions, newest first.
+fn actions(meta: &Postgres) -> Vec<String> {
+    let log = meta.audit_log(10, None).expect("audit");
+    log.into_iter().map(|entry| entry.action).collect()
+}
+
 fn id(n: u32) -> SnapshotId {
     SnapshotId::parse(&format!("{n:016x}")).expect("an id")
 }
@@ -453,13 +459,7 @@ fn waits_for_the_write_lock_are_bounded() {
     });
     b.write(&mut |tx| tx.audit(None, "waiter", None, &json!({})))
         .expect("free once a committed");
-    let actions: Vec<_> = b
-        .audit_log(10, None)
-        .expect("audit")
-        .into_iter()
-        .map(|e| e.action)
-        .collect();
-    assert_eq!(actions, ["waiter", "holder"]);
+    assert_eq!(actions(&b), ["waiter", "holder"]);
     assert_eq!(Limits::default().statement, Duration::from_secs(30));
 }
 
@@ -485,13 +485,7 @@ fn a_hung_writer_loses_the_lock_and_its_changes() {
         .write(&mut |tx| tx.audit(None, "next", None, &json!({})))
         .expect("the lock is free");
     assert!(started.elapsed() < Duration::from_secs(1));
-    let actions: Vec<_> = other
-        .audit_log(10, None)
-        .expect("audit")
-        .into_iter()
-        .map(|e| e.action)
-        .collect();
-    assert_eq!(actions, ["next"], "the hung write rolled back");
+    assert_eq!(actions(&other), ["next"], "the hung write rolled back");
     // The hung instance's pool replaces the connection the server ended.
     hung.check().expect("ready again");
     hung.write(&mut |tx| tx.audit(None, "recovered", None, &json!({})))
@@ -562,13 +556,7 @@ fn a_panicking_write_frees_the_lock() {
     assert!(started.elapsed() < Duration::from_secs(2));
     meta.write(&mut |tx| tx.audit(None, "same", None, &json!({})))
         .expect("the panicking instance writes again");
-    let actions: Vec<_> = other
-        .audit_log(10, None)
-        .expect("audit")
-        .into_iter()
-        .map(|e| e.action)
-        .collect();
-    assert_eq!(actions, ["same", "next"]);
+    assert_eq!(actions(&other), ["same", "next"]);
 }
 
 #[test]
