@@ -33,7 +33,10 @@ pub(crate) type Check = (&'static str, fn(&Fresh));
 pub(crate) const CHECKS: &[Check] = &[
     ("rows round trip", rows_round_trip),
     ("upsert brings a trashed row back", upsert_over_trashed_row),
-    ("reindex keeps name, group, trash, rules", reindex_keeps_what_people_set),
+    (
+        "reindex keeps name, group, trash, rules",
+        reindex_keeps_what_people_set,
+    ),
     ("update applies each change", update_applies_each_change),
     ("update of a missing row is false", update_of_missing_row),
     ("remove", remove),
@@ -46,7 +49,10 @@ pub(crate) const CHECKS: &[Check] = &[
     ("refusals rows", refusals_rows),
     ("refusals rows are pruned", refusals_pruned),
     ("leases", leases),
-    ("concurrent writers through two instances", concurrent_writers),
+    (
+        "concurrent writers through two instances",
+        concurrent_writers,
+    ),
 ];
 
 /// Runs every check, each against a database of its own from `fresh`.
@@ -118,7 +124,11 @@ fn rows_round_trip(fresh: &Fresh) {
     assert_eq!(meta.count().expect("count"), 1);
     assert!(meta.has_size(1001).expect("has_size"));
     assert!(!meta.has_size(1002).expect("has_size"));
-    assert!(!meta.has_size(u64::MAX).expect("has_size of a size no row can have"));
+    assert!(
+        !meta
+            .has_size(u64::MAX)
+            .expect("has_size of a size no row can have")
+    );
     let summaries = meta.all_summaries().expect("summaries");
     assert_eq!(summaries.len(), 1);
     assert_eq!(summaries[0].0, id(1));
@@ -153,7 +163,10 @@ fn upsert_over_trashed_row(fresh: &Fresh) {
     let stored = row(meta, 1);
     assert_eq!(stored.deleted_at_ms, None, "back out of the trash");
     let (decoded, _) = stored.decode();
-    assert_eq!(decoded, again, "as this upload made it, without the old rules");
+    assert_eq!(
+        decoded, again,
+        "as this upload made it, without the old rules"
+    );
     assert_eq!(decoded.roles, None);
     assert_eq!(meta.count().expect("count"), 1);
 }
@@ -190,13 +203,18 @@ fn reindex_keeps_what_people_set(fresh: &Fresh) {
     assert_eq!(decoded.roles.as_deref(), Some("kept rules"));
     assert_eq!(decoded.uploaded_at_ms, 1000);
     assert_eq!(decoded.size_bytes, 5555, "size replaced");
-    assert_eq!(decoded.summary, json!({"new": "summary"}), "summary replaced");
+    assert_eq!(
+        decoded.summary,
+        json!({"new": "summary"}),
+        "summary replaced"
+    );
 }
 
 fn update_applies_each_change(fresh: &Fresh) {
     let meta = &*fresh.meta;
     upsert(meta, &record(1, 1000));
-    let cases: Vec<(Change, Box<dyn Fn(&StoredRow) -> bool>)> = vec![
+    type Holds = Box<dyn Fn(&StoredRow) -> bool>;
+    let cases: Vec<(Change, Holds)> = vec![
         (
             Change::Name("renamed".into()),
             Box::new(|r: &StoredRow| r.record.name == "renamed"),
@@ -255,7 +273,11 @@ fn update_of_missing_row(fresh: &Fresh) {
         Ok(())
     });
     assert!(meta.row(&id(2)).expect("read").is_none(), "not inserted");
-    assert_eq!(row(meta, 1).record.name, "snapshot 1", "another row untouched");
+    assert_eq!(
+        row(meta, 1).record.name,
+        "snapshot 1",
+        "another row untouched"
+    );
 }
 
 fn remove(fresh: &Fresh) {
@@ -279,7 +301,9 @@ fn live_rows_order(fresh: &Fresh) {
     upsert(meta, &record(2, 3000));
     upsert(meta, &record(0xab, 2000));
     upsert(meta, &record(4, 5000));
-    write(meta, |tx| tx.update(&id(4), &Change::DeletedAt(Some(6000))).map(drop));
+    write(meta, |tx| {
+        tx.update(&id(4), &Change::DeletedAt(Some(6000))).map(drop)
+    });
     let order: Vec<SnapshotId> = meta
         .live_rows()
         .expect("live")
@@ -318,7 +342,9 @@ fn failed_write_leaves_nothing(fresh: &Fresh) {
         tx.upsert(&record(2, 2000))?;
         tx.update(&id(1), &Change::Name("half done".into()))?;
         tx.audit(None, "upload", Some(&id(2)), &json!({}))?;
-        Err(StoreError::Io(std::io::Error::other("the blob could not be moved")))
+        Err(StoreError::Io(std::io::Error::other(
+            "the blob could not be moved",
+        )))
     };
     let outcome = meta.write(&mut work);
     assert!(
@@ -327,7 +353,10 @@ fn failed_write_leaves_nothing(fresh: &Fresh) {
     );
     assert!(meta.row(&id(2)).expect("read").is_none(), "rolled back");
     assert_eq!(row(meta, 1).record.name, "snapshot 1", "rolled back");
-    assert_eq!(meta.audit_log(100, None).expect("audit").len(), audit_before);
+    assert_eq!(
+        meta.audit_log(100, None).expect("audit").len(),
+        audit_before
+    );
     // The backend is still usable after a rollback.
     upsert(meta, &record(3, 3000));
     assert_eq!(meta.count().expect("count"), 2);
@@ -343,7 +372,10 @@ fn write_sees_its_own_changes(fresh: &Fresh) {
         tx.update(&id(1), &Change::DeletedAt(Some(5)))?;
         assert_eq!(tx.row(&id(1))?.expect("row").deleted_at_ms, Some(5));
         tx.audit(Some("alice"), "upload", Some(&id(1)), &json!({"n": 1}))?;
-        assert_eq!(tx.last_upload_detail(&id(1))?.as_deref(), Some(r#"{"n":1}"#));
+        assert_eq!(
+            tx.last_upload_detail(&id(1))?.as_deref(),
+            Some(r#"{"n":1}"#)
+        );
         Ok(())
     });
 }
@@ -354,8 +386,8 @@ fn audit_order_and_paging(fresh: &Fresh) {
     let started = now_ms();
     for n in 0..25u32 {
         write(meta, |tx| {
-            let actor = (n % 2 == 0).then_some("alice");
-            let snapshot = (n % 3 != 0).then(|| id(n));
+            let actor = n.is_multiple_of(2).then_some("alice");
+            let snapshot = (!n.is_multiple_of(3)).then(|| id(n));
             tx.audit(actor, "rename", snapshot.as_ref(), &json!({"n": n}))
         });
     }
@@ -366,10 +398,16 @@ fn audit_order_and_paging(fresh: &Fresh) {
         let n = 24 - i as u32;
         assert_eq!(entry.detail, json!({"n": n}));
         assert_eq!(entry.action, "rename");
-        assert_eq!(entry.actor.as_deref(), (n % 2 == 0).then_some("alice"));
+        assert_eq!(
+            entry.actor.as_deref(),
+            n.is_multiple_of(2).then_some("alice")
+        );
         assert_eq!(
             entry.snapshot_id.as_deref(),
-            (n % 3 != 0).then(|| id(n)).as_ref().map(SnapshotId::as_str)
+            (!n.is_multiple_of(3))
+                .then(|| id(n))
+                .as_ref()
+                .map(SnapshotId::as_str)
         );
         assert!(entry.at_ms >= started && entry.at_ms <= now_ms());
     }
@@ -386,7 +424,10 @@ fn audit_order_and_paging(fresh: &Fresh) {
     }
     assert_eq!(paged, all);
     assert!(meta.audit_log(0, None).expect("audit").is_empty());
-    assert_eq!(meta.audit_log(3, Some(all[0].seq)).expect("audit"), all[1..4]);
+    assert_eq!(
+        meta.audit_log(3, Some(all[0].seq)).expect("audit"),
+        all[1..4]
+    );
     // Detail that is not JSON is not a failure of the log (a hand-edited row): none can be
     // written through the trait, so only well-formed detail is checked here.
 }
@@ -428,13 +469,22 @@ fn refusals_rows(fresh: &Fresh) {
     assert_eq!(log.len(), 1);
     assert_eq!(log[0].action, "refused");
     assert_eq!(log[0].detail, json!({"count": 2}));
-    assert_eq!(log[0].actor.as_deref(), Some("10.0.0.1"), "an actor filled in");
+    assert_eq!(
+        log[0].actor.as_deref(),
+        Some("10.0.0.1"),
+        "an actor filled in"
+    );
     // An actor once set stays.
     meta.record_refusals(Some(seq), Some("other"), &json!({"count": 3}))
         .expect("updated");
-    assert_eq!(meta.audit_log(1, None).expect("audit")[0].actor.as_deref(), Some("10.0.0.1"));
+    assert_eq!(
+        meta.audit_log(1, None).expect("audit")[0].actor.as_deref(),
+        Some("10.0.0.1")
+    );
     // A row that is not a refusals row is never written over; a new one is made.
-    write(meta, |tx| tx.audit(None, "upload", Some(&id(1)), &json!({"upload": 1})));
+    write(meta, |tx| {
+        tx.audit(None, "upload", Some(&id(1)), &json!({"upload": 1}))
+    });
     let upload_seq = meta.audit_log(1, None).expect("audit")[0].seq;
     let fresh_seq = meta
         .record_refusals(Some(upload_seq), None, &json!({"count": 1}))
@@ -442,7 +492,11 @@ fn refusals_rows(fresh: &Fresh) {
     assert!(fresh_seq > upload_seq);
     let log = meta.audit_log(10, None).expect("audit");
     assert_eq!(log.len(), 3);
-    assert_eq!(log[1].detail, json!({"upload": 1}), "the upload row untouched");
+    assert_eq!(
+        log[1].detail,
+        json!({"upload": 1}),
+        "the upload row untouched"
+    );
     // A row that is gone (pruned): a new one.
     let missing = meta
         .record_refusals(Some(fresh_seq + 1000), None, &json!({"count": 9}))
@@ -452,7 +506,9 @@ fn refusals_rows(fresh: &Fresh) {
 
 fn refusals_pruned(fresh: &Fresh) {
     let meta = &*fresh.meta;
-    write(meta, |tx| tx.audit(None, "upload", Some(&id(1)), &json!({"kept": true})));
+    write(meta, |tx| {
+        tx.audit(None, "upload", Some(&id(1)), &json!({"kept": true}))
+    });
     (fresh.add_refused_rows)(MAX_REFUSED_ROWS);
     let newest = meta
         .record_refusals(None, None, &json!({"newest": true}))
@@ -460,7 +516,11 @@ fn refusals_pruned(fresh: &Fresh) {
     let limit = usize::try_from(MAX_REFUSED_ROWS).expect("fits") + 10;
     let log = meta.audit_log(limit, None).expect("audit");
     let refused: Vec<_> = log.iter().filter(|e| e.action == "refused").collect();
-    assert_eq!(refused.len() as i64, MAX_REFUSED_ROWS, "the oldest refused row went");
+    assert_eq!(
+        refused.len() as i64,
+        MAX_REFUSED_ROWS,
+        "the oldest refused row went"
+    );
     assert_eq!(refused[0].seq, newest, "the newest kept");
     assert_eq!(refused[0].detail, json!({"newest": true}));
     assert!(
@@ -484,26 +544,56 @@ fn refusals_pruned(fresh: &Fresh) {
 
 fn leases(fresh: &Fresh) {
     let meta = &*fresh.meta;
-    assert!(meta.try_lease("parse:1", "a", 60_000).expect("lease"), "taken");
-    assert!(meta.try_lease("parse:1", "a", 60_000).expect("lease"), "extended by its holder");
-    assert!(!meta.try_lease("parse:1", "b", 60_000).expect("lease"), "refused to another");
-    assert!(meta.try_lease("parse:2", "b", 60_000).expect("lease"), "another name is free");
+    assert!(
+        meta.try_lease("parse:1", "a", 60_000).expect("lease"),
+        "taken"
+    );
+    assert!(
+        meta.try_lease("parse:1", "a", 60_000).expect("lease"),
+        "extended by its holder"
+    );
+    assert!(
+        !meta.try_lease("parse:1", "b", 60_000).expect("lease"),
+        "refused to another"
+    );
+    assert!(
+        meta.try_lease("parse:2", "b", 60_000).expect("lease"),
+        "another name is free"
+    );
     meta.release_lease("parse:1", "b").expect("release");
     assert!(
         !meta.try_lease("parse:1", "b", 60_000).expect("lease"),
         "only the holder gives a lease up"
     );
     meta.release_lease("parse:1", "a").expect("release");
-    assert!(meta.try_lease("parse:1", "b", 300).expect("lease"), "free after release");
-    assert!(!meta.try_lease("parse:1", "a", 60_000).expect("lease"), "b's until it expires");
+    assert!(
+        meta.try_lease("parse:1", "b", 300).expect("lease"),
+        "free after release"
+    );
+    assert!(
+        !meta.try_lease("parse:1", "a", 60_000).expect("lease"),
+        "b's until it expires"
+    );
     // Extending moves the expiry on: b keeps it past the first 300 ms.
     std::thread::sleep(Duration::from_millis(150));
-    assert!(meta.try_lease("parse:1", "b", 400).expect("lease"), "extended");
+    assert!(
+        meta.try_lease("parse:1", "b", 400).expect("lease"),
+        "extended"
+    );
     std::thread::sleep(Duration::from_millis(200));
-    assert!(!meta.try_lease("parse:1", "a", 60_000).expect("lease"), "still b's");
+    assert!(
+        !meta.try_lease("parse:1", "a", 60_000).expect("lease"),
+        "still b's"
+    );
     std::thread::sleep(Duration::from_millis(300));
-    assert!(meta.try_lease("parse:1", "a", 60_000).expect("lease"), "taken after expiry");
-    assert!(!meta.try_lease("parse:1", "b", 60_000).expect("lease"), "the old holder lost it");
+    assert!(
+        meta.try_lease("parse:1", "a", 60_000).expect("lease"),
+        "taken after expiry"
+    );
+    assert!(
+        !meta.try_lease("parse:1", "b", 60_000).expect("lease"),
+        "the old holder lost it"
+    );
     // A second instance (another replica) sees the same leases.
     let other = (fresh.open_again)();
     assert!(!other.try_lease("parse:1", "c", 60_000).expect("lease"));
@@ -528,14 +618,23 @@ fn concurrent_writers(fresh: &Fresh) {
                         let row = tx.row(&id(1))?.expect("the counter row");
                         let count: u32 = row.record.name.parse().unwrap_or(0) + 1;
                         tx.update(&id(1), &Change::Name(count.to_string()))?;
-                        tx.audit(Some("writer"), "rename", Some(&id(1)), &json!({"count": count}))
+                        tx.audit(
+                            Some("writer"),
+                            "rename",
+                            Some(&id(1)),
+                            &json!({"count": count}),
+                        )
                     });
                 }
             });
         }
     });
     let total = THREADS * WRITES;
-    assert_eq!(row(&*fresh.meta, 1).record.name, total.to_string(), "no lost update");
+    assert_eq!(
+        row(&*fresh.meta, 1).record.name,
+        total.to_string(),
+        "no lost update"
+    );
     let log = fresh.meta.audit_log(1000, None).expect("audit");
     let renames: Vec<_> = log.iter().filter(|e| e.action == "rename").collect();
     assert_eq!(renames.len(), total as usize, "every audit row is there");

@@ -154,11 +154,14 @@ impl Postgres {
 
     /// The pool, without touching the database yet.
     fn open_pool(url: &str, limits: &Limits) -> Result<Postgres, StoreError> {
-        let mut config: tokio_postgres::Config = url.parse().map_err(|error| StoreError::Remote {
-            what: DATABASE,
-            // The URL itself is not repeated: it may hold a password.
-            reason: format!("its URL is not a PostgreSQL URL (postgres://user@host/dbname): {error}"),
-        })?;
+        let mut config: tokio_postgres::Config =
+            url.parse().map_err(|error| StoreError::Remote {
+                what: DATABASE,
+                // The URL itself is not repeated: it may hold a password.
+                reason: format!(
+                    "its URL is not a PostgreSQL URL (postgres://user@host/dbname): {error}"
+                ),
+            })?;
         config.connect_timeout(limits.connect);
         // A server that vanished without closing the connection (a host gone) is noticed
         // within about a minute instead of the system's two hours.
@@ -196,12 +199,11 @@ impl Postgres {
                 what: DATABASE,
                 reason: format!("its connection pool could not be made: {error}"),
             })?;
-        let runtime = BlockingRuntime::new("snapview-postgres", 2).map_err(|error| {
-            StoreError::Remote {
+        let runtime =
+            BlockingRuntime::new("snapview-postgres", 2).map_err(|error| StoreError::Remote {
                 what: DATABASE,
                 reason: format!("its driver's threads could not be started: {error}"),
-            }
-        })?;
+            })?;
         Ok(Postgres {
             pool,
             check_timeout: limits.check,
@@ -233,14 +235,16 @@ impl Postgres {
                 return Ok(current);
             }
             for (step, sql) in MIGRATIONS.iter().enumerate().take(upto).skip(current) {
-                tx.batch_execute(sql).await.map_err(|error| StoreError::Remote {
-                    what: DATABASE,
-                    reason: format!(
-                        "its schema could not be brought to version {}: {}",
-                        step + 1,
-                        describe(&error)
-                    ),
-                })?;
+                tx.batch_execute(sql)
+                    .await
+                    .map_err(|error| StoreError::Remote {
+                        what: DATABASE,
+                        reason: format!(
+                            "its schema could not be brought to version {}: {}",
+                            step + 1,
+                            describe(&error)
+                        ),
+                    })?;
             }
             if upto > current {
                 tx.batch_execute("DELETE FROM schema_version")
@@ -332,7 +336,10 @@ impl Postgres {
             .map_err(|error| (error, true))?;
         tx.open = true;
         let done = tx
-            .statement("SELECT pg_advisory_xact_lock($1)", vec![Param::Int(WRITE_LOCK)])
+            .statement(
+                "SELECT pg_advisory_xact_lock($1)",
+                vec![Param::Int(WRITE_LOCK)],
+            )
             .and_then(|_| work(&mut tx));
         match done {
             Ok(()) => {
@@ -622,7 +629,10 @@ impl Metadata for Postgres {
             " FROM snapshots WHERE deleted_at_ms IS NULL
               ORDER BY uploaded_at_ms DESC, id COLLATE \"C\""
         );
-        self.query(SQL, Vec::new())?.iter().map(stored_row).collect()
+        self.query(SQL, Vec::new())?
+            .iter()
+            .map(stored_row)
+            .collect()
     }
 
     fn all_summaries(&self) -> Result<Vec<(SnapshotId, String)>, StoreError> {
@@ -635,7 +645,10 @@ impl Metadata for Postgres {
 
     fn count(&self) -> Result<u64, StoreError> {
         let rows = self.query("SELECT COUNT(*) FROM snapshots", Vec::new())?;
-        let count: i64 = rows.first().map_or(Ok(0), |row| row.try_get(0)).map_err(db_error)?;
+        let count: i64 = rows
+            .first()
+            .map_or(Ok(0), |row| row.try_get(0))
+            .map_err(db_error)?;
         Ok(count.max(0) as u64)
     }
 
@@ -681,8 +694,7 @@ impl Metadata for Postgres {
                 actor: row.try_get(2)?,
                 action: row.try_get(3)?,
                 snapshot_id: row.try_get(4)?,
-                detail: serde_json::from_str(&detail)
-                    .unwrap_or(serde_json::Value::String(detail)),
+                detail: serde_json::from_str(&detail).unwrap_or(serde_json::Value::String(detail)),
             })
         })
         .collect::<Result<_, tokio_postgres::Error>>()
@@ -818,7 +830,9 @@ fn is_unavailable(error: &tokio_postgres::Error) -> bool {
             // 08: connection exceptions; 53: out of resources (connections, memory, disk);
             // 57P: the server shutting down or starting; 57014: a statement cancelled by
             // `statement_timeout` (the database is overloaded, or the write lock held too long).
-            code.starts_with("08") || code.starts_with("53") || code.starts_with("57P")
+            code.starts_with("08")
+                || code.starts_with("53")
+                || code.starts_with("57P")
                 || code == "57014"
         }
         // No SQLSTATE: the driver's own failures. Those of the connection (connecting, I/O,

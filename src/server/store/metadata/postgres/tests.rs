@@ -121,6 +121,12 @@ fn fresh() -> Fresh {
     }
 }
 
+/// The audit log's newest actions, newest first.
+fn actions(meta: &Postgres) -> Vec<String> {
+    let log = meta.audit_log(10, None).expect("audit");
+    log.into_iter().map(|entry| entry.action).collect()
+}
+
 fn id(n: u32) -> SnapshotId {
     SnapshotId::parse(&format!("{n:016x}")).expect("an id")
 }
@@ -140,7 +146,10 @@ fn test_urls_name_their_database() {
         with_database("postgres://u@h:1/snapview?sslmode=disable", "t_1"),
         "postgres://u@h:1/t_1?sslmode=disable"
     );
-    assert_eq!(with_database("postgres://u@h:1", "t_1"), "postgres://u@h:1/t_1");
+    assert_eq!(
+        with_database("postgres://u@h:1", "t_1"),
+        "postgres://u@h:1/t_1"
+    );
 }
 
 /// Rows as each older version could hold them, written straight in SQL.
@@ -173,7 +182,11 @@ fn rows_at_version(version: usize) -> &'static str {
 
 #[test]
 fn each_older_version_is_brought_up_with_its_rows() {
-    assert_eq!(MIGRATIONS.len(), 4, "a new migration: add its rows to rows_at_version");
+    assert_eq!(
+        MIGRATIONS.len(),
+        4,
+        "a new migration: add its rows to rows_at_version"
+    );
     for version in 0..MIGRATIONS.len() {
         let database = TestDatabase::create();
         let old = Postgres::open_pool(&database.url, &Limits::default()).expect("a pool");
@@ -203,7 +216,10 @@ fn each_older_version_is_brought_up_with_its_rows() {
             assert_eq!(row.record.group, "g");
             assert_eq!(row.summary, "{\"v\":1}");
             assert_eq!(row.deleted_at_ms, (version >= 2).then_some(5));
-            assert_eq!(row.record.roles.as_deref(), (version >= 3).then_some("rules"));
+            assert_eq!(
+                row.record.roles.as_deref(),
+                (version >= 3).then_some("rules")
+            );
             let log = meta.audit_log(10, None).expect("audit");
             assert_eq!(log.len(), 1, "the old audit row kept");
             assert_eq!(log[0].detail, json!({"size_bytes": 10}));
@@ -226,7 +242,10 @@ fn each_older_version_is_brought_up_with_its_rows() {
         assert!(log.windows(2).all(|pair| pair[0].seq > pair[1].seq));
         assert!(meta.try_lease("new", "me", 1000).expect("lease"));
         if version >= 4 {
-            assert!(!meta.try_lease("kept", "me", 1000).expect("lease"), "old lease kept");
+            assert!(
+                !meta.try_lease("kept", "me", 1000).expect("lease"),
+                "old lease kept"
+            );
         }
         // Opening again changes nothing.
         drop(meta);
@@ -240,7 +259,10 @@ fn a_newer_schema_is_refused() {
     drop(connect(&database.url));
     sql(
         &database.url,
-        &format!("UPDATE schema_version SET version = {}", MIGRATIONS.len() + 1),
+        &format!(
+            "UPDATE schema_version SET version = {}",
+            MIGRATIONS.len() + 1
+        ),
     )
     .expect("a newer version");
     let Err(error) = Postgres::connect(&database.url) else {
@@ -266,11 +288,17 @@ fn replicas_starting_together_migrate_once() {
             .map(|_| scope.spawn(|| Postgres::connect(&database.url).map(drop)))
             .collect();
         for replica in starting {
-            replica.join().expect("no panic").expect("every replica starts");
+            replica
+                .join()
+                .expect("no panic")
+                .expect("every replica starts");
         }
     });
     assert_eq!(
-        value(&database.url, "SELECT COUNT(*) || ':' || MAX(version) FROM schema_version"),
+        value(
+            &database.url,
+            "SELECT COUNT(*) || ':' || MAX(version) FROM schema_version"
+        ),
         format!("1:{}", MIGRATIONS.len())
     );
 }
@@ -316,7 +344,10 @@ fn connections_the_server_dropped_are_replaced() {
         })
         .filter(Result::is_err)
         .count();
-    assert!(failures <= 1, "{failures} calls failed after the connections ended");
+    assert!(
+        failures <= 1,
+        "{failures} calls failed after the connections ended"
+    );
     meta.check().expect("ready again");
     assert!(meta.count().expect("count") >= 2);
 }
@@ -340,7 +371,13 @@ fn a_hung_server_fails_within_the_connect_bound() {
     };
     let waited = started.elapsed();
     assert!(
-        matches!(error, StoreError::Unavailable { what: "the database", .. }),
+        matches!(
+            error,
+            StoreError::Unavailable {
+                what: "the database",
+                ..
+            }
+        ),
         "{error:?}"
     );
     let bound = Limits::default().connect;
@@ -363,7 +400,10 @@ fn a_dead_server_fails_at_once_and_check_is_bounded() {
         .expect("nothing listens");
     assert!(started.elapsed() < Duration::from_secs(2));
     assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
-    assert!(error.to_string().starts_with("the database is unavailable"), "{error}");
+    assert!(
+        error.to_string().starts_with("the database is unavailable"),
+        "{error}"
+    );
     // `check` on a hung server answers within its own bound.
     let (_listener, url) = hung_server();
     let limits = Limits {
@@ -372,7 +412,7 @@ fn a_dead_server_fails_at_once_and_check_is_bounded() {
     };
     let meta = Postgres::open_pool(&url, &limits).expect("a pool (not connected yet)");
     let started = Instant::now();
-    let error = meta.check().err().expect("not ready");
+    let error = meta.check().expect_err("not ready");
     assert!(started.elapsed() < Duration::from_millis(1500));
     assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
     assert_eq!(Limits::default().check, Duration::from_secs(3));
@@ -412,21 +452,14 @@ fn waits_for_the_write_lock_are_bounded() {
         let started = Instant::now();
         let error = b
             .write(&mut |tx| tx.audit(None, "waiter", None, &json!({})))
-            .err()
-            .expect("b gives up waiting");
+            .expect_err("b gives up waiting");
         assert!(started.elapsed() < Duration::from_millis(1000), "bounded");
         assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
         assert!(error.to_string().contains("statement timeout"), "{error}");
     });
     b.write(&mut |tx| tx.audit(None, "waiter", None, &json!({})))
         .expect("free once a committed");
-    let actions: Vec<_> = b
-        .audit_log(10, None)
-        .expect("audit")
-        .into_iter()
-        .map(|e| e.action)
-        .collect();
-    assert_eq!(actions, ["waiter", "holder"]);
+    assert_eq!(actions(&b), ["waiter", "holder"]);
     assert_eq!(Limits::default().statement, Duration::from_secs(30));
 }
 
@@ -445,26 +478,22 @@ fn a_hung_writer_loses_the_lock_and_its_changes() {
             std::thread::sleep(Duration::from_millis(900));
             Ok(())
         })
-        .err()
-        .expect("the server ended the idle transaction");
+        .expect_err("the server ended the idle transaction");
     assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
     let started = Instant::now();
     other
         .write(&mut |tx| tx.audit(None, "next", None, &json!({})))
         .expect("the lock is free");
     assert!(started.elapsed() < Duration::from_secs(1));
-    let actions: Vec<_> = other
-        .audit_log(10, None)
-        .expect("audit")
-        .into_iter()
-        .map(|e| e.action)
-        .collect();
-    assert_eq!(actions, ["next"], "the hung write rolled back");
+    assert_eq!(actions(&other), ["next"], "the hung write rolled back");
     // The hung instance's pool replaces the connection the server ended.
     hung.check().expect("ready again");
     hung.write(&mut |tx| tx.audit(None, "recovered", None, &json!({})))
         .expect("writes again");
-    assert_eq!(Limits::default().idle_in_transaction, Duration::from_secs(120));
+    assert_eq!(
+        Limits::default().idle_in_transaction,
+        Duration::from_secs(120)
+    );
 }
 
 #[test]
@@ -499,7 +528,7 @@ fn the_pool_is_bounded_and_its_wait_too() {
         held.recv().expect("one holds the lock");
         std::thread::sleep(Duration::from_millis(200));
         let started = Instant::now();
-        let error = meta.count().err().expect("no connection free");
+        let error = meta.count().expect_err("no connection free");
         let waited = started.elapsed();
         assert!(waited >= Duration::from_millis(250), "{waited:?}");
         assert!(waited < Duration::from_millis(900), "{waited:?}");
@@ -527,13 +556,7 @@ fn a_panicking_write_frees_the_lock() {
     assert!(started.elapsed() < Duration::from_secs(2));
     meta.write(&mut |tx| tx.audit(None, "same", None, &json!({})))
         .expect("the panicking instance writes again");
-    let actions: Vec<_> = other
-        .audit_log(10, None)
-        .expect("audit")
-        .into_iter()
-        .map(|e| e.action)
-        .collect();
-    assert_eq!(actions, ["same", "next"]);
+    assert_eq!(actions(&other), ["same", "next"]);
 }
 
 #[test]
@@ -541,8 +564,17 @@ fn errors_of_the_database_itself_are_remote() {
     let database = TestDatabase::create();
     let meta = connect(&database.url);
     sql(&database.url, "DROP TABLE leases").expect("dropped");
-    let error = meta.try_lease("x", "me", 1000).err().expect("no table");
-    assert!(matches!(error, StoreError::Remote { what: "the database", .. }), "{error:?}");
+    let error = meta.try_lease("x", "me", 1000).expect_err("no table");
+    assert!(
+        matches!(
+            error,
+            StoreError::Remote {
+                what: "the database",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
     assert!(error.to_string().contains("leases"), "{error}");
 }
 
@@ -575,6 +607,9 @@ fn a_list_of_ten_thousand_rows_is_fast() {
     }
     times.sort();
     let median = times[times.len() / 2];
-    eprintln!("live_rows of 10,000 rows: median {median:?}, fastest {:?}", times[0]);
+    eprintln!(
+        "live_rows of 10,000 rows: median {median:?}, fastest {:?}",
+        times[0]
+    );
     assert!(median < Duration::from_millis(100), "{median:?}");
 }
