@@ -427,33 +427,20 @@ pub fn store_error_labels(
 ) -> (&'static str, &'static str) {
     let (metadata, blobs) = kinds.unwrap_or(("store", "store"));
     // A remote failure names what failed in words (`PostgreSQL`, `object storage`...).
-    let metadata_named = |what: &str| {
+    let backend_of = |what: &str| {
         let what = what.to_ascii_lowercase();
-        ["database", "postgres", "sqlite", "metadata"]
+        let names_metadata = ["database", "postgres", "sqlite", "metadata"]
             .iter()
-            .any(|word| what.contains(word))
+            .any(|word| what.contains(word));
+        if names_metadata { metadata } else { blobs }
     };
     match error {
         StoreError::Database(_) => (metadata, "query"),
         StoreError::Json(_) => (metadata, "decode"),
         StoreError::Io(_) => (blobs, "io"),
         StoreError::Config(_) => ("store", "config"),
-        StoreError::Unavailable { what, .. } => (
-            if metadata_named(what) {
-                metadata
-            } else {
-                blobs
-            },
-            "unavailable",
-        ),
-        StoreError::Remote { what, .. } => (
-            if metadata_named(what) {
-                metadata
-            } else {
-                blobs
-            },
-            "remote",
-        ),
+        StoreError::Unavailable { what, .. } => (backend_of(what), "unavailable"),
+        StoreError::Remote { what, .. } => (backend_of(what), "remote"),
     }
 }
 
