@@ -247,14 +247,14 @@ fn after_waiting(name: &str, started: Instant, how: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::store::FileStore;
+    use crate::server::store::{StoreOptions, open};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// Two replicas: two stores (two lease holders) on one folder.
     fn replicas() -> (tempfile::TempDir, Arc<dyn Store>, Arc<dyn Store>) {
         let dir = tempfile::tempdir().expect("tempdir");
-        let a: Arc<dyn Store> = Arc::new(FileStore::open(dir.path()).expect("a"));
-        let b: Arc<dyn Store> = Arc::new(FileStore::open(dir.path()).expect("b"));
+        let a: Arc<dyn Store> = Arc::new(open(&StoreOptions::local(dir.path())).expect("a"));
+        let b: Arc<dyn Store> = Arc::new(open(&StoreOptions::local(dir.path())).expect("b"));
         (dir, a, b)
     }
 

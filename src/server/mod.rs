@@ -511,8 +511,10 @@ mod tests {
     #[test]
     fn a_periodic_job_runs_on_one_replica_at_a_time() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let a: Arc<dyn store::Store> = Arc::new(store::FileStore::open(dir.path()).expect("a"));
-        let b: Arc<dyn store::Store> = Arc::new(store::FileStore::open(dir.path()).expect("b"));
+        let a: Arc<dyn store::Store> =
+            Arc::new(store::open(&store::StoreOptions::local(dir.path())).expect("a"));
+        let b: Arc<dyn store::Store> =
+            Arc::new(store::open(&store::StoreOptions::local(dir.path())).expect("b"));
         let ttl = Duration::from_secs(60);
         let mut ran_on_b = false;
         // While a's round runs, b's is skipped.
