@@ -92,7 +92,7 @@ fn healthz_is_open_and_readyz_says_what_fails() {
     assert_eq!(answer["checks"]["database"], "ok", "{answer}");
     let reason = answer["checks"]["blobs"].as_str().expect("a reason");
     assert!(
-        reason.contains("the blobs folder cannot be read"),
+        reason.contains("the blobs folder is unavailable: it cannot be read"),
         "{reason}"
     );
 
@@ -102,7 +102,7 @@ fn healthz_is_open_and_readyz_says_what_fails() {
     assert_eq!(status, 503, "{body}");
     assert_eq!(
         json(&body)["checks"]["blobs"],
-        "the blobs folder is not a folder"
+        "the blobs folder is unavailable: it is not a folder"
     );
 
     // Back in place: ready again, with no restart.
