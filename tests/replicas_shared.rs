@@ -313,8 +313,11 @@ fn a_replica_killed_mid_upload_leaves_nothing_after_its_start_up_sweep() {
     let a_data = root.path().join("a");
     let mut a = replica_on(&shared, Some(&a_data), &[]);
     let b = replica(&shared, &[]);
-    // 64 MiB announced, 24 MiB sent in pieces with pauses (more than one multipart part), then
-    // A is killed with the rest unsent.
+    // 64 MiB announced, 24 MiB sent in pieces with pauses, then A is killed with the rest
+    // unsent. An upload is received into A's local cache (`cache/tmp`) while it is parsed, and
+    // goes to object storage only once whole and parsed, so this is the kill that leaves
+    // something behind: a local temporary file. (A kill during the multipart upload to object
+    // storage, which leaves unfinished parts, is the object backend's sweep test.)
     const ANNOUNCED: usize = 64 << 20;
     const SENT: usize = 24 << 20;
     let mut body = std::fs::read(common::path_of("gpt2_adamw")).expect("fixture");
@@ -331,9 +334,9 @@ fn a_replica_killed_mid_upload_leaves_nothing_after_its_start_up_sweep() {
         std::thread::sleep(Duration::from_millis(50));
     }
     wait_until(
-        "the upload is in flight in the store (a marker under uploads/)",
+        "the upload is in flight (a temporary file in A's cache)",
         Duration::from_secs(30),
-        || !shared.keys("uploads").is_empty(),
+        || !common::served::files_under(&a_data.join("cache").join("tmp")).is_empty(),
     );
     a.child.kill().expect("kill -9 A");
     a.child.wait().expect("reap A");
@@ -698,9 +701,13 @@ impl OwnPostgres {
     /// `pg_ctl restart`: every connection is dropped, and the server is back when it returns.
     fn restart(&self) {
         run_ok(
+            // `-l`: the new server's output goes to its log, not to this test's pipes, which
+            // `output()` would otherwise wait on for as long as the server runs.
             pg_command("pg_ctl")
                 .arg("-D")
                 .arg(&self.folder)
+                .arg("-l")
+                .arg(self.folder.join("log"))
                 .args(["-m", "fast", "-w", "restart"]),
             "pg_ctl restart",
         );

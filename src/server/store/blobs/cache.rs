@@ -43,10 +43,16 @@ pub(super) struct Cache {
 }
 
 impl Cache {
-    /// Opens (creating) the cache folder with its three subfolders.
+    /// Opens (creating) the cache folder with its three subfolders, and removes what uploads
+    /// and downloads a crash or a kill interrupted left in `tmp/`: the cache folder is this
+    /// process's own (as the data folder's `tmp/` is, see `Folder::open`), so nothing there is
+    /// another's work in flight.
     pub(super) fn open(root: &Path, limit_bytes: u64) -> std::io::Result<Self> {
         for sub in ["blobs", "indexes", "tmp"] {
             std::fs::create_dir_all(root.join(sub))?;
+        }
+        for entry in std::fs::read_dir(root.join("tmp"))?.flatten() {
+            let _ = std::fs::remove_file(entry.path());
         }
         Ok(Self {
             root: root.to_path_buf(),
