@@ -142,3 +142,31 @@ fn leases_go_to_one_holder_until_they_expire_or_are_released() {
     // Expired at once (ttl 0): the next who asks takes it.
     assert!(store.try_lease("parse:a", "one", 60_000).expect("expired"));
 }
+
+/// The behaviour every metadata backend must show (`contract.rs`), on SQLite: each check on a
+/// file of its own, a second instance being another process on the same file.
+#[test]
+fn sqlite_passes_the_contract() {
+    super::super::contract::run_all(&|| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("snapview.db");
+        let meta: Box<dyn Metadata> = Box::new(Sqlite::open(&path).expect("open"));
+        let again = path.clone();
+        let refused = path.clone();
+        super::super::contract::Fresh {
+            meta,
+            open_again: Box::new(move || Box::new(Sqlite::open(&again).expect("open again"))),
+            add_refused_rows: Box::new(move |count| {
+                let db = rusqlite::Connection::open(&refused).expect("connection");
+                db.execute(
+                    "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
+                     INSERT INTO audit (at_ms, actor, action, snapshot_id, detail)
+                     SELECT 0, NULL, 'refused', NULL, '{}' FROM n",
+                    rusqlite::params![count],
+                )
+                .expect("refused rows");
+            }),
+            cleanup: Box::new(dir),
+        }
+    });
+}
