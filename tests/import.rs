@@ -147,7 +147,7 @@ fn code(answer: &serde_json::Value) -> String {
 /// Nothing in the store: no snapshot listed, no blob and no temporary file left.
 fn assert_nothing_stored(served: &Served) {
     assert!(served.stored().is_empty(), "{:?}", served.stored());
-    let left = common::served::blobs_and_temps(&served.data_dir);
+    let left = common::backend::leftovers(&served.data_dir);
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
@@ -563,8 +563,11 @@ fn https_imports_come_only_from_allowed_prefixes_and_within_their_limits() {
     );
     assert!(message(&answer).contains("--import-timeout"), "{answer}");
     assert_eq!(served.stored().len(), 1, "{:?}", served.stored());
-    let temps = common::served::blobs_and_temps(&served.data_dir);
-    assert_eq!(temps.len(), 1, "one blob and no temporary file: {temps:?}");
+    let left = common::backend::leftovers(&served.data_dir);
+    assert!(
+        left.blobs.len() == 1 && left.temps.is_empty(),
+        "one blob and no temporary file: {left:?}"
+    );
 
     // `snapview upload https://…` asks the server for the same import.
     let output = Command::new(env!("CARGO_BIN_EXE_snapview"))

@@ -130,16 +130,45 @@ fn probed_during(
 
 /// Sockets the server process holds open (its listener included).
 fn server_sockets(server: &Served) -> usize {
-    std::fs::read_dir(format!("/proc/{}/fd", server.child.id()))
-        .map(|fds| {
-            fds.filter_map(Result::ok)
-                .filter(|fd| {
-                    std::fs::read_link(fd.path())
-                        .is_ok_and(|target| target.to_string_lossy().starts_with("socket:"))
+    // The process's socket inodes…
+    let inodes: std::collections::HashSet<String> =
+        std::fs::read_dir(format!("/proc/{}/fd", server.child.id()))
+            .map(|fds| {
+                fds.filter_map(Result::ok)
+                    .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                    .filter_map(|target| {
+                        let target = target.to_string_lossy().into_owned();
+                        Some(
+                            target
+                                .strip_prefix("socket:[")?
+                                .strip_suffix(']')?
+                                .to_owned(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+    // …of those, the ones on the server's own port: its clients' connections and its listener,
+    // not its own connections out to a database or object storage (the shared backend's pool
+    // grows and shrinks with the load, whatever the clients hold).
+    let port = format!(":{:04X}", server.port);
+    ["tcp", "tcp6"]
+        .iter()
+        .filter_map(|table| {
+            std::fs::read_to_string(format!("/proc/{}/net/{table}", server.child.id())).ok()
+        })
+        .map(|text| {
+            text.lines()
+                .skip(1)
+                .filter_map(|line| {
+                    let fields: Vec<&str> = line.split_whitespace().collect();
+                    let local = fields.get(1)?;
+                    let inode = fields.get(9)?;
+                    (local.ends_with(&port) && inodes.contains(*inode)).then_some(())
                 })
                 .count()
         })
-        .unwrap_or(0)
+        .sum()
 }
 
 /// A real snapshot followed by `extra` bytes (readers stop at the pickle's STOP, as Python's

@@ -176,6 +176,27 @@ impl Cache {
         files
     }
 
+    /// Removes the cached blobs and indexes whose snapshot `stored` says is no longer in the
+    /// store (purged through another replica, or while this one was down): they would only
+    /// take room, or be mistaken for the snapshot of the same id uploaded again. Returns how
+    /// many went. A file cached after `stored` was listed may go too; it is fetched again.
+    pub(super) fn drop_unstored(&self, stored: &dyn Fn(&str) -> bool) -> usize {
+        let mut removed = 0;
+        for file in self.cached_files() {
+            let id = file
+                .path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.split('.').next())
+                .unwrap_or_default();
+            if !stored(id) && std::fs::remove_file(&file.path).is_ok() {
+                tracing::info!(path = %file.path.display(), "sweep: removed a cached file whose snapshot is no longer stored");
+                removed += 1;
+            }
+        }
+        removed
+    }
+
     /// Removes files in `tmp/` not written to for `stale` (their writer died); returns how
     /// many went. Files still being written keep a fresh modification time.
     pub(super) fn clear_tmp(&self, stale: Duration) -> usize {

@@ -417,6 +417,8 @@ impl Blobs for ObjectBlobs {
             remove_local(&self.cache.path(Kind::Index, &id))?;
         }
         leftovers += self.cache.clear_tmp(ages.stale_temp);
+        // (The orphans' cached copies went above.)
+        leftovers += self.cache.drop_unstored(&|id| stored.contains(id));
         Ok((orphans_removed, leftovers))
     }
 
