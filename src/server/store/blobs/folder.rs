@@ -150,7 +150,9 @@ impl Blobs for Folder {
     }
 
     fn fetch_index(&self, id: &SnapshotId) -> Result<bool, StoreError> {
-        Ok(self.index_path(id).is_file())
+        // Anything at the path is for the opener to judge, and to say why it is refused (a FIFO
+        // or a symlink there is logged and the index rebuilt: `crate::index::open_regular`).
+        Ok(std::fs::symlink_metadata(self.index_path(id)).is_ok())
     }
 
     fn publish_index(&self, _id: &SnapshotId) -> Result<(), StoreError> {
