@@ -27,7 +27,8 @@
 //! - [`server`] is `snapview serve`: a store (blobs + SQLite), uploads parsed as they stream in,
 //!   an analysis cache, the JSON API and the pages (`templates/`, `static/`).
 //! - [`cli`] is the command line; it only parses arguments and calls the library; [`format`](mod@format)
-//!   writes numbers for people.
+//!   writes numbers for people; [`threads`] shares a stage's work out to the cores `--threads`
+//!   allows.
 
 // `pub` only for the library's API (what tests, benches and the binary use); the rest is
 // pub(crate), so the compiler sees what is dead.
@@ -40,4 +41,5 @@ pub mod index;
 pub mod pickle;
 pub mod server;
 pub mod snapshot;
+pub mod threads;
 pub mod torch_text;

@@ -79,34 +79,45 @@ pub fn opcode_len(data: &[u8], at: usize) -> Option<usize> {
 
 /// Where the frames of `data` start, in order, from the first frame after the PROTO opcode.
 /// Stops at the first place it cannot follow (an unframed stretch it cannot walk, or the end).
-pub fn frame_starts(data: &[u8]) -> Vec<usize> {
-    let mut starts = Vec::new();
+pub fn frame_starts(data: &[u8]) -> FrameStarts<'_> {
     // PROTO and its argument.
-    let mut at = 2;
-    while at < data.len() {
-        if data[at] == FRAME {
-            let Some(header) = data.get(at + 1..at + 9) else {
-                break;
-            };
-            let mut len = [0u8; 8];
-            len.copy_from_slice(header);
-            let Some(next) = usize::try_from(u64::from_le_bytes(len))
-                .ok()
-                .and_then(|len| at.checked_add(9)?.checked_add(len))
-            else {
-                break;
-            };
-            starts.push(at);
-            at = next;
-        } else {
+    FrameStarts { data, at: 2 }
+}
+
+/// The iterator [`frame_starts`] returns: it reads only the frame headers (and the opcodes of
+/// unframed stretches), so a caller can hand back the pages of a mapped file as it goes.
+pub struct FrameStarts<'a> {
+    data: &'a [u8],
+    at: usize,
+}
+
+impl Iterator for FrameStarts<'_> {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        let data = self.data;
+        while self.at < data.len() {
+            let at = self.at;
+            if data[at] == FRAME {
+                let header = data.get(at + 1..at + 9)?;
+                let mut len = [0u8; 8];
+                len.copy_from_slice(header);
+                let next = usize::try_from(u64::from_le_bytes(len))
+                    .ok()
+                    .and_then(|len| at.checked_add(9)?.checked_add(len))?;
+                self.at = next;
+                return Some(at);
+            }
             // CPython writes objects larger than a frame outside of frames: step over them.
             match opcode_len(data, at) {
-                Some(len) if data[at] != b'.' => at += len,
+                Some(len) if data[at] != b'.' => self.at += len,
                 _ => break,
             }
         }
+        // Nothing more to follow: later calls end at once too.
+        self.at = data.len();
+        None
     }
-    starts
 }
 
 /// Memo puts (MEMOIZE) in `data[start..end]`, walking its opcodes; `None` when the walk does not
@@ -135,7 +146,7 @@ mod tests {
         let mut data = vec![0x80, 4];
         data.extend([FRAME, 1, 0, 0, 0, 0, 0, 0, 0, b'}']);
         data.extend([FRAME, 1, 0, 0, 0, 0, 0, 0, 0, b'.']);
-        assert_eq!(frame_starts(&data), [2, 12]);
+        assert_eq!(frame_starts(&data).collect::<Vec<_>>(), [2, 12]);
         assert_eq!(count_memo_puts(&data, 2, 12), Some(0));
     }
 

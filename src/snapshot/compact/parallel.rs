@@ -86,12 +86,21 @@ pub(crate) fn plan_chunks(
     if data.len() < 2 || data[0] != 0x80 || data[1] < 4 {
         return None;
     }
-    let starts = frame_starts(data);
-    let first = *starts.first()?;
+    let mut starts = frame_starts(data);
+    let first = starts.next()?;
     let mut bounds = vec![first];
-    for &start in &starts[1..] {
+    // Reading a frame header faults in the pages around it too, so the walk would leave most
+    // of a large file resident: its pages are handed back as it goes.
+    let mut released = 0;
+    for start in starts {
         if start - bounds[bounds.len() - 1] >= parallel.chunk_bytes.max(1) {
             bounds.push(start);
+        }
+        if let Some(map) = map
+            && start - released >= RELEASE_STEP
+        {
+            release_pages(map, released, start);
+            released = start;
         }
     }
     if bounds.len() < 2 {
@@ -102,7 +111,7 @@ pub(crate) fn plan_chunks(
     bounds.push(data.len());
     let ranges: Vec<(usize, usize)> = bounds.windows(2).map(|w| (w[0], w[1])).collect();
     let last = ranges.len() - 1;
-    let counts = run_on_threads(parallel.threads, ranges.len(), |i| {
+    let counts = crate::threads::map_on_threads(parallel.threads, ranges.len(), |i| {
         let (start, end) = ranges[i];
         if i == last {
             // The tail may end in STOP and trailing bytes; its count is not needed.
@@ -128,34 +137,6 @@ pub(crate) fn plan_chunks(
         memo_base = memo_base.checked_add(count?)?;
     }
     Some(chunks)
-}
-
-/// `work(0..n)` on up to `threads` threads, results in order.
-fn run_on_threads<T: Send>(threads: usize, n: usize, work: impl Fn(usize) -> T + Sync) -> Vec<T> {
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<T>>> = Mutex::new((0..n).map(|_| None).collect());
-    std::thread::scope(|scope| {
-        for _ in 0..threads.clamp(1, n.max(1)) {
-            scope.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= n {
-                        break;
-                    }
-                    let result = work(i);
-                    if let Ok(mut results) = results.lock() {
-                        results[i] = Some(result);
-                    }
-                }
-            });
-        }
-    });
-    results
-        .into_inner()
-        .unwrap_or_default()
-        .into_iter()
-        .flatten()
-        .collect()
 }
 
 /// A string as a worker knows it: an id in the region's own string table, or the memo index of

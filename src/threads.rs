@@ -1,0 +1,67 @@
+//! Work shared out to a few threads of this process: the parallel decoder's pre-scan and the
+//! analysis after it. `--threads` (see [`crate::snapshot::default_threads`]) bounds them.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// `work(0..n)` on up to `threads` threads (the caller's among them when there is one item),
+/// results in order. A panic in `work` is raised again here.
+pub fn map_on_threads<T: Send>(
+    threads: usize,
+    n: usize,
+    work: impl Fn(usize) -> T + Sync,
+) -> Vec<T> {
+    if n <= 1 || threads <= 1 {
+        return (0..n).map(work).collect();
+    }
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<T>>> = Mutex::new((0..n).map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..threads.min(n) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= n {
+                        break;
+                    }
+                    let result = work(i);
+                    let mut results = results
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    results[i] = Some(result);
+                }
+            });
+        }
+    });
+    results
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// What a scoped thread returned, or its panic raised again on this thread.
+pub fn joined<T>(result: std::thread::Result<T>) -> T {
+    result.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_come_back_in_order_whatever_the_threads() {
+        for threads in [1, 2, 7] {
+            let squares = map_on_threads(threads, 50, |i| i * i);
+            assert_eq!(squares, (0..50).map(|i| i * i).collect::<Vec<_>>());
+        }
+        assert!(map_on_threads(4, 0, |i| i).is_empty());
+    }
+
+    #[test]
+    fn a_panic_in_the_work_reaches_the_caller() {
+        let caught = std::panic::catch_unwind(|| map_on_threads(3, 10, |i| assert_ne!(i, 6)));
+        assert!(caught.is_err());
+    }
+}
