@@ -257,9 +257,12 @@ fn is_setup_frame(file: &str, name: &str) -> bool {
 #[derive(Debug, Default)]
 pub struct AnnotatedPhases {
     /// `(from_us, phase)` by time: from each moment on (until the next), the innermost open
-    /// range's phase. Flattened once, so a lookup is one binary search however many steps the
+    /// range's phase. Flattened once, so a lookup is at most one binary search however many steps the
     /// trace annotates (a scan of the ranges per allocation was quadratic on long traces).
     changes: Vec<(i64, Option<StackKind>)>,
+    /// Where the last lookup landed: the role pass asks in time order, so the next answer is
+    /// nearly always there or one further (see [`super::partition_point_near`]).
+    hint: std::cell::Cell<usize>,
 }
 
 impl AnnotatedPhases {
@@ -316,7 +319,10 @@ impl AnnotatedPhases {
                 _ => changes.push((time, phase)),
             }
         }
-        Self { changes }
+        Self {
+            changes,
+            hint: std::cell::Cell::new(0),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -325,7 +331,10 @@ impl AnnotatedPhases {
 
     /// The innermost annotated phase covering `time_us`, if any.
     pub fn at(&self, time_us: i64) -> Option<StackKind> {
-        let after = self.changes.partition_point(|&(from, _)| from <= time_us);
+        let after = super::partition_point_near(&self.changes, self.hint.get(), |&(from, _)| {
+            from <= time_us
+        });
+        self.hint.set(after);
         after.checked_sub(1).and_then(|i| self.changes[i].1)
     }
     /// `kind` refined by the annotated phase at `time_us` where the frames could not tell

@@ -5,7 +5,7 @@
 //! rule and why.
 
 use super::phases::{StackKind, StackKinds, StackTag};
-use super::{Role, Rule, backward_between};
+use super::{BackwardStarts, Role, Rule};
 use crate::analysis::replay::{Allocations, Origin, Replay};
 use crate::snapshot::{ActionCode, Snapshot, StackId, Trace};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -178,12 +178,13 @@ fn libraries(facts: &Facts<'_>, kinds: &mut StackKinds<'_>, role: &mut [u8], rul
         })
         .map(|(_, a)| (a.start.unwrap_or(0), a.end.unwrap_or(u32::MAX)))
         .collect();
+    let mut backward = BackwardStarts::default();
     for (id, allocation) in allocations.iter().enumerate() {
         if allocation.origin != Origin::Traced {
             continue;
         }
         let kept_past_backward = allocation.end.is_none()
-            || backward_between(facts.backward_starts, allocation.start, allocation.end);
+            || backward.between(facts.backward_starts, allocation.start, allocation.end);
         match kinds.tag(allocation.stack) {
             StackTag::None => {}
             StackTag::DdpReducer if kept_past_backward => {
