@@ -8,8 +8,10 @@
 //!
 //! Then the scaling curve (issue 23): the huge file, and the ten-times file when
 //! `SNAPVIEW_SCALE_FILE` names one (made on demand with `/work/shared/corpus/scale_snapshot.py`
-//! if it names a missing file), read and analysed with 1, 2 and all cores (`--threads`), beside
-//! Python's `pickle.load` of the same file.
+//! if it names a missing file), read and analysed with 1, 2, 4, ... and all cores
+//! (`--threads`), beside Python's `pickle.load` of the same file. "Read and analysed" is what an
+//! upload costs before its first view: decoding, the replay, the summary with every role, and
+//! the views' index.
 
 mod common;
 
@@ -152,8 +154,11 @@ fn scaling(bench: &str, dir: &Path) {
         files.push(scale);
     }
     let all = snapview::snapshot::default_threads();
-    let mut counts = vec![1, 2, all];
-    counts.sort_unstable();
+    // 1, 2, 4, ... and all: the scaling curve.
+    let mut counts: Vec<usize> = std::iter::successors(Some(1), |&n| Some(n * 2))
+        .take_while(|&n| n < all)
+        .chain([all])
+        .collect();
     counts.dedup();
     println!();
     println!(
@@ -218,9 +223,12 @@ fn one_run(path: &Path, threads: usize) {
         ..Default::default()
     };
     let (snapshot, seed) = snapview::analysis::load_path(path, options).expect("load");
-    let analysis = snapview::analysis::Analysis::seeded(&snapshot, seed);
+    // What an upload costs before its first view: the replay, the summary with every role, the
+    // views' index.
+    let rules = snapview::analysis::roles::UserRules::default();
+    let (analysis, summary) = snapview::analysis::analyse(&snapshot, seed, &rules);
     let elapsed = started.elapsed().as_secs_f64();
-    assert!(!analysis.devices.is_empty());
+    assert!(!analysis.devices.is_empty() && !summary.devices.is_empty());
     println!(
         "{elapsed} {}",
         common::peak_rss_kib(std::process::id()).unwrap_or(0)

@@ -60,6 +60,32 @@ pub fn load_reader(
         .map(|(snapshot, followed)| (snapshot, ReplaySeed::new(followed)))
 }
 
+/// Everything a server computes for a freshly read snapshot before its first view: the
+/// replay, the summary under `rules` (each device, and its role pass, on threads of their own)
+/// and, beside the summary, the views' index.
+pub fn analyse(
+    snapshot: &Snapshot,
+    seed: ReplaySeed,
+    rules: &roles::UserRules,
+) -> (Analysis, Summary) {
+    let analysis = Analysis::seeded(snapshot, seed);
+    let summary = summarise_indexing_views(snapshot, &analysis, rules);
+    (analysis, summary)
+}
+
+/// The summary under `rules`, with the views' index built beside it on a thread of its own, so
+/// the first view of the snapshot finds it ready.
+pub fn summarise_indexing_views(
+    snapshot: &Snapshot,
+    analysis: &Analysis,
+    rules: &roles::UserRules,
+) -> Summary {
+    std::thread::scope(|scope| {
+        scope.spawn(|| analysis.index_views());
+        Summary::with_rules(snapshot, analysis, rules)
+    })
+}
+
 /// Reads a text that the program writes as a `&'static str` (a note's or finding's code, a
 /// severity) back from a stored summary, interned: those texts are a handful of constants, so
 /// each distinct one is kept once for the life of the process; past [`MAX_INTERNED_CODES`] of
@@ -106,31 +132,31 @@ pub struct Analysis {
 pub struct DeviceAnalysis {
     pub device: usize,
     pub replay: Replay,
-    /// What the views read instead of the trace (built with the replay, so the first request
-    /// is as fast as the rest).
-    views: view_index::ViewIndex,
+    /// What the views read instead of the trace, built on first use (the server builds it
+    /// beside the summary with [`Analysis::index_views`], so its first request is as fast as
+    /// the rest; the command line's summary never needs it).
+    views: std::sync::OnceLock<view_index::ViewIndex>,
     /// Every allocation's role, decided on first use (by [`Analysis::roles`]).
     roles: std::sync::OnceLock<roles::DeviceRoles>,
 }
 
 impl DeviceAnalysis {
     fn new(snapshot: &Snapshot, device: usize, pass: Option<EventPass>) -> Self {
-        let replay = Replay::seeded(snapshot, device, pass);
-        Self {
-            device,
-            views: view_index::ViewIndex::new(&replay),
-            replay,
-            roles: std::sync::OnceLock::new(),
-        }
+        Self::from_replay(device, Replay::seeded(snapshot, device, pass))
     }
 
     /// A device as a stored index keeps it: its replay (mapped), with the views' index built
-    /// again in memory (a tenth of a second on 32 million events; not worth a format).
+    /// again in memory on first use (a tenth of a second on 32 million events; not worth a
+    /// format).
     pub(crate) fn from_stored(device: usize, replay: Replay) -> Self {
+        Self::from_replay(device, replay)
+    }
+
+    fn from_replay(device: usize, replay: Replay) -> Self {
         Self {
             device,
-            views: view_index::ViewIndex::new(&replay),
             replay,
+            views: std::sync::OnceLock::new(),
             roles: std::sync::OnceLock::new(),
         }
     }
@@ -141,13 +167,17 @@ impl DeviceAnalysis {
         let roles = self.roles.get().map_or(0, roles::DeviceRoles::heap_bytes);
         self.replay.heap_bytes()
             + self.replay.event_matches.heap_bytes()
-            + self.views.heap_bytes()
+            + self
+                .views
+                .get()
+                .map_or(0, view_index::ViewIndex::heap_bytes)
             + roles
     }
 
-    /// The indexes the views read (built with the replay).
+    /// The indexes the views read (built on the first call).
     pub fn views(&self) -> &view_index::ViewIndex {
-        &self.views
+        self.views
+            .get_or_init(|| view_index::ViewIndex::new(&self.replay))
     }
 
     /// Every allocation's role, decided on the first call with these `rules` (later calls get
@@ -175,6 +205,13 @@ impl Analysis {
             })
             .collect();
         Self { devices }
+    }
+
+    /// Builds every device's views' index now (see [`DeviceAnalysis::views`]).
+    pub fn index_views(&self) {
+        for device in &self.devices {
+            device.views();
+        }
     }
 
     /// Heap bytes held by every device's replay and indexes.

@@ -2,7 +2,9 @@
 
 use super::findings::{Finding, device_findings};
 use super::roles::UserRules;
-use super::{Analysis, Note, Peak, SegmentStats, StackBytes, notes, segments, top_stacks};
+use super::{
+    Analysis, DeviceAnalysis, Note, Peak, SegmentStats, StackBytes, notes, segments, top_stacks,
+};
 use crate::snapshot::{ActionCode, Snapshot, SourceInfo};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -80,89 +82,108 @@ impl Summary {
         Self::with_rules(snapshot, analysis, &UserRules::default())
     }
 
-    /// The summary with roles decided by `rules` as well as the built-in ones.
+    /// The summary with roles decided by `rules` as well as the built-in ones. Devices are
+    /// summarised on threads of their own (up to [`crate::snapshot::default_threads`] at once),
+    /// and the notes beside them.
     pub fn with_rules(snapshot: &Snapshot, analysis: &Analysis, rules: &UserRules) -> Self {
-        let devices = analysis
-            .devices
-            .iter()
-            .map(|device| {
-                let trace = snapshot.trace(device.device);
-                let replay = &device.replay;
-                let mut actions = BTreeMap::new();
-                for &code in &trace.action {
-                    *actions
-                        .entry(trace.action_name(code).to_owned())
-                        .or_default() += 1;
-                }
-                let peak: Peak = replay.peak_allocated(trace);
-                let peak_reserved = replay.peak_reserved(trace);
-                let live = replay.live_after(peak.event_index);
-                let roles = device.roles(snapshot, rules);
-                let last = replay.len().checked_sub(1);
-                let at_snapshot = replay.live_after(last);
-                // Pending frees are said once, as pending, not also under their role.
-                let held = |live: &[u32], at: Option<usize>| -> Vec<u32> {
-                    let pending: std::collections::BTreeSet<u32> = replay
-                        .pending_frees_after(at)
-                        .into_iter()
-                        .map(|(_, id)| id)
-                        .collect();
-                    live.iter()
-                        .copied()
-                        .filter(|id| !pending.contains(id))
-                        .collect()
-                };
-                let stats = segments::totals(snapshot.device_segments(device.device));
-                let oom_events = trace
-                    .action
-                    .iter()
-                    .enumerate()
-                    .filter(|&(_, &a)| a == ActionCode::OOM)
-                    .map(|(i, _)| OomEvent {
-                        event_index: i,
-                        requested_bytes: trace.size.get(i),
-                        device_free_bytes: trace.device_free.get(&i).copied(),
-                        stream: trace.stream(i),
-                        time_us: trace.has_time.then_some(trace.time_us.get(i)),
-                    })
-                    .collect();
-                DeviceSummary {
-                    device: device.device,
-                    trace_entries: trace.len(),
-                    actions,
-                    allocations: replay.allocations.len(),
-                    peak_allocated_bytes: peak.bytes,
-                    peak_event_index: peak.event_index,
-                    peak_time_us: peak.time_us,
-                    peak_reserved_bytes: peak_reserved.bytes,
-                    peak_reserved_event_index: peak_reserved.event_index,
-                    allocated_bytes_at_snapshot: stats.allocated,
-                    reserved_bytes_at_snapshot: stats.reserved,
-                    segment_stats: stats,
-                    segments: snapshot.device_segments(device.device).count(),
-                    blocks: stats.blocks,
-                    oom_events,
-                    top_stacks_at_peak: top_stacks(
-                        snapshot,
-                        &replay.allocations,
-                        &live,
-                        TOP_STACKS,
-                    ),
-                    roles_at_peak: roles.bytes_by_role(replay, &held(&live, peak.event_index)),
-                    roles_at_snapshot: roles.bytes_by_role(replay, &held(&at_snapshot, last)),
-                    pending_at_peak_bytes: replay.pending_after(peak.event_index),
-                    pending_bytes_at_snapshot: replay.pending_after(last),
-                    findings: device_findings(snapshot, device, roles),
-                }
-            })
-            .collect();
+        let (devices, notes) = std::thread::scope(|scope| {
+            let notes = scope.spawn(|| notes(snapshot, analysis));
+            let devices = crate::threads::map_on_threads(
+                crate::snapshot::default_threads(),
+                analysis.devices.len(),
+                |i| device_summary(snapshot, &analysis.devices[i], rules),
+            );
+            (devices, crate::threads::joined(notes.join()))
+        });
         Self {
             devices,
             segments: snapshot.segments.len(),
             blocks: snapshot.segments.iter().map(|s| s.blocks.len()).sum(),
-            notes: notes(snapshot, analysis),
+            notes,
             source: snapshot.source.clone(),
             findings: Vec::new(),
         }
+    }
+}
+
+/// One device's summary. The role pass is the longest step after decoding, so it runs on a
+/// thread of its own while this one counts actions, finds the peaks and ranks the stacks.
+fn device_summary(
+    snapshot: &Snapshot,
+    device: &DeviceAnalysis,
+    rules: &UserRules,
+) -> DeviceSummary {
+    let trace = snapshot.trace(device.device);
+    let replay = &device.replay;
+    let (summary, live_at_peak, roles) = std::thread::scope(|scope| {
+        let deciding = scope.spawn(|| device.roles(snapshot, rules));
+        // Counted by code first: a name per event would be 32 million strings.
+        let mut by_code = [0usize; 256];
+        for &code in &trace.action {
+            by_code[usize::from(code.0)] += 1;
+        }
+        let mut actions = BTreeMap::new();
+        for (code, &n) in by_code.iter().enumerate().filter(|&(_, &n)| n > 0) {
+            let name = trace.action_name(ActionCode(code as u8));
+            *actions.entry(name.to_owned()).or_default() += n;
+        }
+        let peak: Peak = replay.peak_allocated(trace);
+        let peak_reserved = replay.peak_reserved(trace);
+        let stats = segments::totals(snapshot.device_segments(device.device));
+        let oom_events = trace
+            .action
+            .iter()
+            .enumerate()
+            .filter(|&(_, &a)| a == ActionCode::OOM)
+            .map(|(i, _)| OomEvent {
+                event_index: i,
+                requested_bytes: trace.size.get(i),
+                device_free_bytes: trace.device_free.get(&i).copied(),
+                stream: trace.stream(i),
+                time_us: trace.has_time.then_some(trace.time_us.get(i)),
+            })
+            .collect();
+        let live = replay.live_after(peak.event_index);
+        let summary = DeviceSummary {
+            device: device.device,
+            trace_entries: trace.len(),
+            actions,
+            allocations: replay.allocations.len(),
+            peak_allocated_bytes: peak.bytes,
+            peak_event_index: peak.event_index,
+            peak_time_us: peak.time_us,
+            peak_reserved_bytes: peak_reserved.bytes,
+            peak_reserved_event_index: peak_reserved.event_index,
+            allocated_bytes_at_snapshot: stats.allocated,
+            reserved_bytes_at_snapshot: stats.reserved,
+            segment_stats: stats,
+            segments: snapshot.device_segments(device.device).count(),
+            blocks: stats.blocks,
+            oom_events,
+            top_stacks_at_peak: top_stacks(snapshot, &replay.allocations, &live, TOP_STACKS),
+            roles_at_peak: BTreeMap::new(),
+            roles_at_snapshot: BTreeMap::new(),
+            pending_at_peak_bytes: replay.pending_after(peak.event_index),
+            pending_bytes_at_snapshot: replay.pending_after(replay.len().checked_sub(1)),
+            findings: Vec::new(),
+        };
+        (summary, live, crate::threads::joined(deciding.join()))
+    });
+    let last = replay.len().checked_sub(1);
+    // Pending frees are said once, as pending, not also under their role.
+    let held = |mut live: Vec<u32>, at: Option<usize>| -> Vec<u32> {
+        let pending: std::collections::BTreeSet<u32> = replay
+            .pending_frees_after(at)
+            .into_iter()
+            .map(|(_, id)| id)
+            .collect();
+        live.retain(|id| !pending.contains(id));
+        live
+    };
+    DeviceSummary {
+        roles_at_peak: roles.bytes_by_role(replay, &held(live_at_peak, summary.peak_event_index)),
+        roles_at_snapshot: roles.bytes_by_role(replay, &held(replay.live_after(last), last)),
+        findings: device_findings(snapshot, device, roles),
+        ..summary
     }
 }

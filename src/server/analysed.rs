@@ -62,8 +62,7 @@ impl AnalysedSnapshot {
     /// Analyses `snapshot`, starting from the replay's first pass that loading made alongside
     /// the parse (see [`crate::analysis::load_path`]); `rules` are the server's role rules.
     pub fn new((snapshot, seed): (Snapshot, ReplaySeed), rules: &UserRules) -> Self {
-        let analysis = Analysis::seeded(&snapshot, seed);
-        let summary = Summary::with_rules(&snapshot, &analysis, rules);
+        let (analysis, summary) = crate::analysis::analyse(&snapshot, seed, rules);
         // Parsed from its pickle: its stored index is still to be written.
         Self::assemble(snapshot, analysis, summary, rules, IndexWork::Write)
     }
@@ -77,11 +76,14 @@ impl AnalysedSnapshot {
             summary,
             rules_fingerprint,
         } = opened;
+        // The views' index is built again in memory (not worth a format): now, so the first
+        // view is as fast as the rest.
         let summary = if rules_fingerprint == rules.fingerprint() {
+            analysis.index_views();
             summary
         } else {
             tracing::info!("the stored summary was made with other role rules: summarising again");
-            Summary::with_rules(&snapshot, &analysis, rules)
+            crate::analysis::summarise_indexing_views(&snapshot, &analysis, rules)
         };
         // Opened with its columns' checksums unread: they are checked in the background.
         Self::assemble(snapshot, analysis, summary, rules, IndexWork::Check)
