@@ -79,43 +79,71 @@ pub fn opcode_len(data: &[u8], at: usize) -> Option<usize> {
 
 /// Where the frames of `data` start, in order, from the first frame after the PROTO opcode.
 /// Stops at the first place it cannot follow (an unframed stretch it cannot walk, or the end).
-pub fn frame_starts(data: &[u8]) -> FrameStarts<'_> {
+/// With `file` (the file `data` maps), frame headers are read from the file rather than from
+/// `data`, so the walk maps no page (only an unframed stretch is walked in `data`).
+pub fn frame_starts<'a>(data: &'a [u8], file: Option<&'a std::fs::File>) -> FrameStarts<'a> {
     // PROTO and its argument.
-    FrameStarts { data, at: 2 }
+    FrameStarts { data, file, at: 2 }
 }
 
-/// The iterator [`frame_starts`] returns: it reads only the frame headers (and the opcodes of
-/// unframed stretches), so a caller can hand back the pages of a mapped file as it goes.
+/// The iterator [`frame_starts`] returns: it reads only frame headers (and the opcodes of
+/// unframed stretches).
 pub struct FrameStarts<'a> {
     data: &'a [u8],
+    file: Option<&'a std::fs::File>,
     at: usize,
+}
+
+impl FrameStarts<'_> {
+    /// The opcode at `at` and, when it is a FRAME, the frame's length.
+    fn header(&self, at: usize) -> Option<(u8, Option<u64>)> {
+        let mut header = [0u8; 9];
+        let header: &[u8] = match self.file {
+            Some(file) => {
+                use std::os::unix::fs::FileExt as _;
+                let available = self.data.len().checked_sub(at)?.min(9);
+                file.read_exact_at(&mut header[..available], at as u64)
+                    .ok()?;
+                &header[..available]
+            }
+            None => self.data.get(at..self.data.len().min(at + 9))?,
+        };
+        let (&opcode, length) = header.split_first()?;
+        if opcode != FRAME {
+            return Some((opcode, None));
+        }
+        let length: [u8; 8] = length.try_into().ok()?;
+        Some((opcode, Some(u64::from_le_bytes(length))))
+    }
 }
 
 impl Iterator for FrameStarts<'_> {
     type Item = usize;
 
     fn next(&mut self) -> Option<usize> {
-        let data = self.data;
-        while self.at < data.len() {
+        while self.at < self.data.len() {
             let at = self.at;
-            if data[at] == FRAME {
-                let header = data.get(at + 1..at + 9)?;
-                let mut len = [0u8; 8];
-                len.copy_from_slice(header);
-                let next = usize::try_from(u64::from_le_bytes(len))
-                    .ok()
-                    .and_then(|len| at.checked_add(9)?.checked_add(len))?;
+            let Some((opcode, frame)) = self.header(at) else {
+                break;
+            };
+            if opcode == FRAME {
+                let Some(next) = frame
+                    .and_then(|len| usize::try_from(len).ok())
+                    .and_then(|len| at.checked_add(9)?.checked_add(len))
+                else {
+                    break;
+                };
                 self.at = next;
                 return Some(at);
             }
             // CPython writes objects larger than a frame outside of frames: step over them.
-            match opcode_len(data, at) {
-                Some(len) if data[at] != b'.' => self.at += len,
+            match opcode_len(self.data, at) {
+                Some(len) if opcode != b'.' => self.at += len,
                 _ => break,
             }
         }
         // Nothing more to follow: later calls end at once too.
-        self.at = data.len();
+        self.at = self.data.len();
         None
     }
 }
@@ -146,8 +174,28 @@ mod tests {
         let mut data = vec![0x80, 4];
         data.extend([FRAME, 1, 0, 0, 0, 0, 0, 0, 0, b'}']);
         data.extend([FRAME, 1, 0, 0, 0, 0, 0, 0, 0, b'.']);
-        assert_eq!(frame_starts(&data).collect::<Vec<_>>(), [2, 12]);
+        assert_eq!(frame_starts(&data, None).collect::<Vec<_>>(), [2, 12]);
         assert_eq!(count_memo_puts(&data, 2, 12), Some(0));
+    }
+
+    #[test]
+    fn headers_read_from_the_file_give_the_same_starts() {
+        // Frames, an unframed string between them (walked in the data), and every truncation
+        // (a header cut short, a frame running past the end).
+        let mut data = vec![0x80, 4];
+        data.extend([FRAME, 2, 0, 0, 0, 0, 0, 0, 0, b'}', MEMOIZE]);
+        data.extend([0x8c, 3, b'a', b'b', b'c']);
+        data.extend([FRAME, 1, 0, 0, 0, 0, 0, 0, 0, b'.']);
+        for len in 0..=data.len() {
+            let data = &data[..len];
+            let mut file = tempfile::tempfile().unwrap();
+            std::io::Write::write_all(&mut file, data).unwrap();
+            let from_memory: Vec<usize> = frame_starts(data, None).collect();
+            let from_file: Vec<usize> = frame_starts(data, Some(&file)).collect();
+            assert_eq!(from_file, from_memory, "{len} bytes");
+        }
+        let whole: Vec<usize> = frame_starts(&data, None).collect();
+        assert_eq!(whole, [2, 18]);
     }
 
     #[test]

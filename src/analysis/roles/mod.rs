@@ -629,3 +629,57 @@ fn role_index(names: &mut Vec<String>, name: &str) -> u8 {
     names.push(name.to_owned());
     (names.len() - 1) as u8
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_search_near_a_hint_finds_the_partition_point_whatever_the_hint() {
+        // Sorted values with repeats, every threshold and every hint (right, off by one, far
+        // off, past the end): the answer is always the binary search's.
+        let sorted = [1u32, 3, 3, 3, 7, 9, 12, 12, 20];
+        for threshold in 0..=21 {
+            let is_before = |&b: &u32| b < threshold;
+            let expected = sorted.partition_point(is_before);
+            for hint in 0..=sorted.len() + 2 {
+                assert_eq!(
+                    partition_point_near(&sorted, hint, is_before),
+                    expected,
+                    "threshold {threshold}, hint {hint}"
+                );
+            }
+        }
+        assert_eq!(partition_point_near(&[] as &[u32], 3, |_| true), 0);
+    }
+
+    #[test]
+    fn backward_starts_answer_as_a_fresh_search_in_any_order() {
+        let starts = [10u32, 40, 41, 90];
+        let mut remembered = BackwardStarts::default();
+        let questions = [
+            (Some(5), Some(9)),
+            (Some(5), Some(10)),
+            (Some(39), Some(41)),
+            (Some(40), None),
+            (Some(3), Some(95)),
+            (Some(91), None),
+            (None, Some(10)),
+            (Some(89), Some(90)),
+            (Some(10), Some(39)),
+        ];
+        for (start, end) in questions {
+            let fresh = BackwardStarts::default().between(&starts, start, end);
+            assert_eq!(remembered.between(&starts, start, end), fresh, "{start:?}..{end:?}");
+        }
+        // Expected answers, so the two cannot agree on a wrong one.
+        let answers: Vec<bool> = questions
+            .iter()
+            .map(|&(s, e)| BackwardStarts::default().between(&starts, s, e))
+            .collect();
+        assert_eq!(
+            answers,
+            [false, true, true, true, true, false, true, true, false]
+        );
+    }
+}

@@ -80,27 +80,21 @@ pub(crate) struct Chunk {
 /// text opcodes, an opcode cut by a frame boundary).
 pub(crate) fn plan_chunks(
     data: &[u8],
-    map: Option<&memmap2::Mmap>,
+    mapped: Option<MappedFile<'_>>,
     parallel: Parallel,
 ) -> Option<Vec<Chunk>> {
     if data.len() < 2 || data[0] != 0x80 || data[1] < 4 {
         return None;
     }
-    let mut starts = frame_starts(data);
+    // A mapped file's frame headers are read from the file: through the map, each read
+    // faults in the pages around it (a second on the 2.5 GB file, on one thread, and the
+    // whole file resident).
+    let mut starts = frame_starts(data, mapped.map(|mapped| mapped.file));
     let first = starts.next()?;
     let mut bounds = vec![first];
-    // Reading a frame header faults in the pages around it too, so the walk would leave most
-    // of a large file resident: its pages are handed back as it goes.
-    let mut released = 0;
     for start in starts {
         if start - bounds[bounds.len() - 1] >= parallel.chunk_bytes.max(1) {
             bounds.push(start);
-        }
-        if let Some(map) = map
-            && start - released >= RELEASE_STEP
-        {
-            release_pages(map, released, start);
-            released = start;
         }
     }
     if bounds.len() < 2 {
@@ -120,8 +114,8 @@ pub(crate) fn plan_chunks(
         let count = count_memo_puts(data, start, end);
         // The count reads every page; handing them back now keeps a large file from being
         // resident all at once (the decode reads them again from the page cache).
-        if let Some(map) = map {
-            release_pages(map, start, end);
+        if let Some(mapped) = mapped {
+            release_pages(mapped.map, start, end);
         }
         count
     });
@@ -1261,6 +1255,14 @@ pub(crate) struct Splicer<'scope, 'env> {
     map: Option<&'env memmap2::Mmap>,
     /// Bytes of the map before this were handed back.
     released: usize,
+}
+
+/// A pickle file mapped into memory, and the file itself (for reads that should not go
+/// through the map).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MappedFile<'a> {
+    pub(crate) map: &'a memmap2::Mmap,
+    pub(crate) file: &'a std::fs::File,
 }
 
 /// Hands the whole pages of `map[start..end]` back to the kernel.

@@ -4,7 +4,7 @@
 mod readers;
 
 use super::build::{ShapeError, TraceCompactor, build};
-use super::compact::parallel::{Parallel, Splicer, Splicing, plan_chunks};
+use super::compact::parallel::{MappedFile, Parallel, Splicer, Splicing, plan_chunks};
 use super::follow::{FollowerOutcome, TraceFollower};
 use super::{Compression, Snapshot, json};
 use crate::pickle::{self, Chunks, Compactor, Decoded, Encoding, Limits, PickleError};
@@ -132,7 +132,11 @@ pub fn load_path_following<F: TraceFollower>(
         if let Ok(map) = unsafe { memmap2::Mmap::map(&file) }
             && matches!(map.get(..2), Some([0x80, 4..=5]))
         {
-            return load_map_following(&map, options, Parallel::with_threads(options.threads));
+            let mapped = MappedFile {
+                map: &map,
+                file: &file,
+            };
+            return load_map_following(mapped, options, Parallel::with_threads(options.threads));
         }
     }
     if size < READ_AHEAD_FROM {
@@ -176,16 +180,16 @@ pub fn load_slice_following<F: TraceFollower>(
 
 /// [`load_slice_following`] of a mapped file, whose pages are handed back as they are passed.
 fn load_map_following<F: TraceFollower>(
-    map: &memmap2::Mmap,
+    mapped: MappedFile<'_>,
     options: LoadOptions<'_>,
     parallel: Parallel,
 ) -> Result<WithFollowerOutcome<F>, LoadError> {
-    load_in_memory(map, Some(map), options, parallel)
+    load_in_memory(mapped.map, Some(mapped), options, parallel)
 }
 
 fn load_in_memory<F: TraceFollower>(
     data: &[u8],
-    map: Option<&memmap2::Mmap>,
+    mapped: Option<MappedFile<'_>>,
     options: LoadOptions<'_>,
     parallel: Parallel,
 ) -> Result<WithFollowerOutcome<F>, LoadError> {
@@ -194,7 +198,7 @@ fn load_in_memory<F: TraceFollower>(
         return load_reader_following(data, options);
     }
     let chunks = if parallel.threads > 1 {
-        plan_chunks(data, map, parallel)
+        plan_chunks(data, mapped, parallel)
     } else {
         None
     };
@@ -206,8 +210,8 @@ fn load_in_memory<F: TraceFollower>(
         let decoded = match chunks {
             Some(chunks) => {
                 let mut splicer = Splicer::new(scope, data, chunks, parallel.threads, limits);
-                if let Some(map) = map {
-                    splicer = splicer.releasing(map);
+                if let Some(mapped) = mapped {
+                    splicer = splicer.releasing(mapped.map);
                 }
                 let mut splicing = Splicing {
                     compactor: &mut compactor,
