@@ -68,8 +68,15 @@ pub fn analyse(
     seed: ReplaySeed,
     rules: &roles::UserRules,
 ) -> (Analysis, Summary) {
+    let started = std::time::Instant::now();
     let analysis = Analysis::seeded(snapshot, seed);
+    let replayed_ms = started.elapsed().as_millis() as u64;
     let summary = summarise_indexing_views(snapshot, &analysis, rules);
+    tracing::debug!(
+        replayed_ms,
+        ms = started.elapsed().as_millis() as u64,
+        "analysed"
+    );
     (analysis, summary)
 }
 

@@ -65,6 +65,11 @@ impl Cli {
     pub(super) fn max_events(&self) -> u64 {
         self.max_events
     }
+
+    /// Whether the command sets up its own log (`serve` and `open`, which run a server).
+    pub(super) fn logs_itself(&self) -> bool {
+        matches!(self.command, Command::Serve(_) | Command::Open { .. })
+    }
 }
 
 // `serve` has many more flags than the other commands; clap parses this once, so its size is moot.

@@ -85,9 +85,12 @@ pub(super) fn summary(
             }
         }
     }
+    let started = std::time::Instant::now();
     let (snapshot, seed) = load_with_progress(file, max_events, crate::analysis::load_path)?;
+    tracing::debug!(ms = started.elapsed().as_millis() as u64, "read");
     let analysis = Analysis::seeded(&snapshot, seed);
     let summary = Summary::with_rules(&snapshot, &analysis, rules);
+    tracing::debug!(ms = started.elapsed().as_millis() as u64, "summarised");
     if let Some((index, id, bytes)) = entry {
         let identity = BlobIdentity { id: &id, bytes };
         // A failed write costs only this: the next run reads the file again.

@@ -39,6 +39,11 @@ pub fn main() -> i32 {
     if cli.no_cache() {
         cache::disable();
     }
+    // A command that reads a file logs only when asked (`RUST_LOG=snapview=debug` says where a
+    // read's time goes); `serve` and `open` set up their own log.
+    if std::env::var_os("RUST_LOG").is_some() && !cli.logs_itself() {
+        init_logging("warn", LogFormat::Text);
+    }
     let outcome = ValidatedCommand::from_arguments(cli)
         .map_err(Failure::from)
         .and_then(|command| execute(command, max_events));

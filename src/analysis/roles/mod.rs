@@ -670,7 +670,11 @@ mod tests {
         ];
         for (start, end) in questions {
             let fresh = BackwardStarts::default().between(&starts, start, end);
-            assert_eq!(remembered.between(&starts, start, end), fresh, "{start:?}..{end:?}");
+            assert_eq!(
+                remembered.between(&starts, start, end),
+                fresh,
+                "{start:?}..{end:?}"
+            );
         }
         // Expected answers, so the two cannot agree on a wrong one.
         let answers: Vec<bool> = questions

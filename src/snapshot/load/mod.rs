@@ -197,11 +197,19 @@ fn load_in_memory<F: TraceFollower>(
     if pickle::detect_encoding(head)? != Encoding::Pickle {
         return load_reader_following(data, options);
     }
+    let started = std::time::Instant::now();
     let chunks = if parallel.threads > 1 {
         plan_chunks(data, mapped, parallel)
     } else {
         None
     };
+    if parallel.threads > 1 {
+        tracing::debug!(
+            chunks = chunks.as_ref().map_or(0, Vec::len),
+            ms = started.elapsed().as_millis() as u64,
+            "parallel decode planned (0 chunks: the file is decoded on one thread)"
+        );
+    }
     std::thread::scope(|scope| {
         let mut compactor = TraceCompactor::<F>::pipelined(scope)
             .expecting_bytes(Some(data.len() as u64))
@@ -229,7 +237,13 @@ fn load_in_memory<F: TraceFollower>(
             Ok(decoded) => decoded,
             Err(error) => return Err(compactor.take_stop().unwrap_or(error.into())),
         };
+        tracing::debug!(
+            ms = started.elapsed().as_millis() as u64,
+            threads = parallel.threads,
+            "pickle decoded"
+        );
         let (mut snapshot, followed) = build(decoded.root, decoded.heap, compactor)?;
+        tracing::debug!(ms = started.elapsed().as_millis() as u64, "snapshot built");
         snapshot.source.pickle_protocol = Some(decoded.protocol);
         snapshot.source.decoded_bytes = decoded.bytes;
         snapshot.source.compression = Compression::None;
