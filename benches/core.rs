@@ -74,8 +74,13 @@ fn main() {
         if !path.exists() {
             continue;
         }
-        let (times, peak_rss) =
-            measure(&args[0], &path, snapview::snapshot::default_threads(), runs, false);
+        let (times, peak_rss) = measure(
+            &args[0],
+            &path,
+            snapview::snapshot::default_threads(),
+            runs,
+            false,
+        );
         let median = times[times.len() / 2];
         let peak_mb = peak_rss / 1024;
         println!(
