@@ -237,3 +237,48 @@ fn the_cli_caches_what_a_read_computed() {
     assert_eq!(run(&["summary"]), run(&["--no-cache", "summary"]));
     let _ = std::fs::remove_dir_all(&cache);
 }
+
+/// The hostile-input limits hold with every thread busy: a trace with more events than
+/// `--max-events` allows is refused by the parallel decoder with the single-thread one's
+/// error, however far ahead its workers decoded, and one within the limit loads the same.
+#[test]
+fn the_event_limit_refuses_the_same_on_every_thread() {
+    for source in ["mlp_small", "gpt2_adamw"] {
+        let data = std::fs::read(common::path_of(source)).expect("fixture");
+        let framed = reframe(&data, 2).expect("re-framed");
+        let read = |parallel: Parallel, max_events: u64| {
+            let options = LoadOptions {
+                threads: parallel.threads,
+                max_events,
+                ..LoadOptions::default()
+            };
+            match load_slice_following::<()>(&framed, options, parallel) {
+                Ok((snapshot, _)) => format!("{snapshot:?}"),
+                Err(error) => format!("error: {error}"),
+            }
+        };
+        let (snapshot, _) = load_slice_following::<()>(&framed, LoadOptions::default(), SEQUENTIAL)
+            .expect("the fixture loads");
+        let events: u64 = snapshot.device_traces.iter().map(|t| t.len() as u64).sum();
+        assert!(events > 100, "{source}: {events} events");
+        for max_events in [1, events / 2, events - 1, events] {
+            let expected = read(SEQUENTIAL, max_events);
+            assert_eq!(
+                expected.contains("(--max-events)"),
+                max_events < events,
+                "{source}, --max-events {max_events}: {}",
+                &expected[..expected.len().min(200)]
+            );
+            for threads in [2, 8] {
+                let parallel = Parallel {
+                    threads,
+                    chunk_bytes: 1,
+                };
+                assert!(
+                    read(parallel, max_events) == expected,
+                    "{source}, --max-events {max_events}, {threads} threads: not the same"
+                );
+            }
+        }
+    }
+}
