@@ -82,9 +82,20 @@ pub fn opcode_len(data: &[u8], at: usize) -> Option<usize> {
 /// With `file` (the file `data` maps), frame headers are read from the file rather than from
 /// `data`, so the walk maps no page (only an unframed stretch is walked in `data`).
 pub fn frame_starts<'a>(data: &'a [u8], file: Option<&'a std::fs::File>) -> FrameStarts<'a> {
-    // PROTO and its argument.
-    FrameStarts { data, file, at: 2 }
+    FrameStarts {
+        data,
+        file,
+        // PROTO and its argument.
+        at: 2,
+        window: Vec::new(),
+        window_at: 0,
+    }
 }
+
+/// Bytes of the file read at once for frame headers: one page. A header per 64 KiB frame costs
+/// one read of it; a file of tiny frames (9 bytes each, hostile) costs one read per page, not
+/// one per frame.
+const HEADER_WINDOW: usize = 4096;
 
 /// The iterator [`frame_starts`] returns: it reads only frame headers (and the opcodes of
 /// unframed stretches).
@@ -92,21 +103,27 @@ pub struct FrameStarts<'a> {
     data: &'a [u8],
     file: Option<&'a std::fs::File>,
     at: usize,
+    /// With `file`: the bytes of it from `window_at` last read.
+    window: Vec<u8>,
+    window_at: usize,
 }
 
 impl FrameStarts<'_> {
     /// The opcode at `at` and, when it is a FRAME, the frame's length.
-    fn header(&self, at: usize) -> Option<(u8, Option<u64>)> {
-        let mut header = [0u8; 9];
+    fn header(&mut self, at: usize) -> Option<(u8, Option<u64>)> {
+        let end = self.data.len().min(at.checked_add(9)?);
         let header: &[u8] = match self.file {
             Some(file) => {
-                use std::os::unix::fs::FileExt as _;
-                let available = self.data.len().checked_sub(at)?.min(9);
-                file.read_exact_at(&mut header[..available], at as u64)
-                    .ok()?;
-                &header[..available]
+                if at < self.window_at || end > self.window_at + self.window.len() {
+                    use std::os::unix::fs::FileExt as _;
+                    let len = self.data.len().checked_sub(at)?.min(HEADER_WINDOW);
+                    self.window.resize(len, 0);
+                    file.read_exact_at(&mut self.window, at as u64).ok()?;
+                    self.window_at = at;
+                }
+                self.window.get(at - self.window_at..end - self.window_at)?
             }
-            None => self.data.get(at..self.data.len().min(at + 9))?,
+            None => self.data.get(at..end)?,
         };
         let (&opcode, length) = header.split_first()?;
         if opcode != FRAME {
@@ -196,6 +213,22 @@ mod tests {
         }
         let whole: Vec<usize> = frame_starts(&data, None).collect();
         assert_eq!(whole, [2, 18]);
+    }
+
+    #[test]
+    fn tiny_frames_across_many_windows_read_the_same_from_the_file() {
+        // Empty frames of 9 bytes: headers straddle the read windows (9 does not divide a page).
+        let mut data = vec![0x80, 4];
+        for _ in 0..3 * HEADER_WINDOW / 9 {
+            data.extend([FRAME, 0, 0, 0, 0, 0, 0, 0, 0]);
+        }
+        data.extend([FRAME, 1, 0, 0, 0, 0, 0, 0, 0, b'.']);
+        let mut file = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut file, &data).unwrap();
+        let from_memory: Vec<usize> = frame_starts(&data, None).collect();
+        let from_file: Vec<usize> = frame_starts(&data, Some(&file)).collect();
+        assert_eq!(from_memory.len(), 3 * HEADER_WINDOW / 9 + 1);
+        assert_eq!(from_file, from_memory);
     }
 
     #[test]

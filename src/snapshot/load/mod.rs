@@ -204,11 +204,14 @@ fn load_in_memory<F: TraceFollower>(
         None
     };
     if parallel.threads > 1 {
-        tracing::debug!(
-            chunks = chunks.as_ref().map_or(0, Vec::len),
-            ms = started.elapsed().as_millis() as u64,
-            "parallel decode planned (0 chunks: the file is decoded on one thread)"
-        );
+        match &chunks {
+            Some(chunks) => tracing::debug!(
+                chunks = chunks.len(),
+                ms = started.elapsed().as_millis() as u64,
+                "parallel decode planned"
+            ),
+            None => tracing::debug!("the file cannot be cut into regions: decoded on one thread"),
+        }
     }
     std::thread::scope(|scope| {
         let mut compactor = TraceCompactor::<F>::pipelined(scope)
