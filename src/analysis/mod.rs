@@ -41,7 +41,7 @@ use crate::snapshot::{LoadError, LoadOptions, Snapshot};
 use replay::EventPass;
 
 /// Loads the snapshot at `path` (as [`crate::snapshot::load_path`]) and runs the replay's event
-/// pass over its trace on the loader's column thread, while the rest of the file is decoded;
+/// pass over its trace on the loader's follower thread, while the rest of the file is decoded;
 /// [`Analysis::seeded`] takes it from there.
 pub fn load_path(
     path: &std::path::Path,

@@ -8,24 +8,59 @@
 //!
 //! [`Snapshot`]: super::Snapshot
 
-use super::Trace;
+use super::{ActionCode, StackId, Trace};
 
-/// A pass over a trace that can take its events a batch at a time, as they are read.
+/// What a follower reads of one trace event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FollowedEvent {
+    pub action: ActionCode,
+    pub addr: u64,
+    pub size: u64,
+    pub stream: u64,
+    pub stack: StackId,
+}
+
+/// A pass over a trace that takes its events a batch at a time, as they are read. It sees the
+/// events themselves, not the trace's columns, so it runs on a thread of its own beside the one
+/// that writes them.
 pub trait TraceFollower: Default + Send + std::fmt::Debug + 'static {
-    /// Takes the events of `trace` appended since the last call. Unless `complete`, more events
-    /// may follow (a pass may hold back a trailing event that the next one could complete).
-    fn advance(&mut self, trace: &Trace, complete: bool);
+    /// Whether the pass does anything (the loader starts no thread for one that does not).
+    const FOLLOWS: bool = true;
 
-    /// Events taken so far.
+    /// Takes the next events of the trace, in order.
+    fn take(&mut self, events: impl Iterator<Item = FollowedEvent>);
+
+    /// No event follows (a pass may hold back a trailing event that the next one could
+    /// complete until then).
+    fn finish(&mut self);
+
+    /// Events done so far (after [`TraceFollower::finish`], every one taken).
     fn events(&self) -> usize;
 }
 
 /// No pass: loading the model only.
 impl TraceFollower for () {
-    fn advance(&mut self, _trace: &Trace, _complete: bool) {}
+    const FOLLOWS: bool = false;
+
+    fn take(&mut self, _events: impl Iterator<Item = FollowedEvent>) {}
+
+    fn finish(&mut self) {}
 
     fn events(&self) -> usize {
         0
+    }
+}
+
+impl Trace {
+    /// Events `from..` as a [`TraceFollower`] takes them.
+    pub fn followed_events(&self, from: usize) -> impl Iterator<Item = FollowedEvent> + '_ {
+        (from..self.len()).map(|event| FollowedEvent {
+            action: self.action[event],
+            addr: self.addr.get(event),
+            size: self.size.get(event),
+            stream: self.stream(event),
+            stack: self.stack.get(event),
+        })
     }
 }
 

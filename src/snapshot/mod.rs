@@ -23,7 +23,7 @@ mod trace;
 pub use column::{Column, SharedMap, WindowError};
 pub use compact::parallel::{Parallel, parallel_splices};
 pub use convert::ShapeError;
-pub use follow::{FollowerOutcome, TraceFollower};
+pub use follow::{FollowedEvent, FollowerOutcome, TraceFollower};
 pub(crate) use frames::short_frame_label;
 pub use frames::{Frame, FrameId, FrameLabel, FrameTable, StackId, StackTable};
 pub use load::{

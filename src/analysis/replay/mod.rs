@@ -134,14 +134,15 @@ impl Replay {
     }
 
     /// [`Replay::new`], starting from `pass` when the loader ran the event pass already (on its
-    /// column thread, while reading).
+    /// follower thread, while reading).
     pub(crate) fn seeded(snapshot: &Snapshot, device: usize, pass: Option<EventPass>) -> Self {
         let trace = snapshot.trace(device);
         let pass = match pass.filter(|pass| pass.events() == trace.len()) {
             Some(pass) => pass,
             None => {
                 let mut pass = EventPass::default();
-                pass.advance(trace, true);
+                pass.take(trace.followed_events(0));
+                pass.finish();
                 pass
             }
         };

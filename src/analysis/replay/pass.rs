@@ -3,7 +3,7 @@
 //! [`TraceFollower`] so the loader can run it batch by batch while the trace is still read.
 
 use super::{Allocation, AllocationId, Allocations, Origin};
-use crate::snapshot::{ActionCode, FollowerOutcome, Trace, TraceFollower};
+use crate::snapshot::{ActionCode, FollowedEvent, FollowerOutcome, TraceFollower};
 
 /// Replay state of one address.
 #[derive(Debug, Clone, Copy)]
@@ -92,7 +92,7 @@ pub(super) const NO_ALLOCATION: AllocationId = AllocationId::MAX;
 /// The event pass of a replay: which allocation each event opens or closes, and the memory
 /// curve and live sets of the allocations the trace opens. It depends only on the trace, so it
 /// can run while the trace is still being read (it is a [`TraceFollower`], which the loader runs
-/// on its column thread); the rest of [`super::Replay::new`] needs the segments.
+/// on a thread of its own); the rest of [`super::Replay::new`] needs the segments.
 #[derive(Debug, Default)]
 pub(crate) struct EventPass {
     pub(super) allocations: Allocations,
@@ -111,6 +111,9 @@ pub(crate) struct EventPass {
     /// `(request event, allocation)` of every lone `free_requested` completed so far, in the
     /// order of the completions.
     pub(super) pending_requests: Vec<(u32, AllocationId)>,
+    /// A `free_requested` taken last, waiting for the next event: a `free_completed` of the
+    /// same address right after it makes the two one free.
+    held: Option<FollowedEvent>,
 }
 
 impl TraceFollower for EventPass {
@@ -118,86 +121,107 @@ impl TraceFollower for EventPass {
         self.event_allocation.len()
     }
 
-    /// Replays the events of `trace` not yet seen. Unless `complete`, a trailing `free_requested`
-    /// waits for the next event (it may be half of a merged free).
-    fn advance(&mut self, trace: &Trace, complete: bool) {
-        let n = trace.len();
-        let mut i = self.events();
-        while i < n {
-            let action = trace.action[i];
-            let addr = trace.addr.get(i);
-            match action {
-                ActionCode::ALLOC => {
-                    let id = self.allocations.len() as AllocationId;
-                    let address = self.addresses.state(&self.allocations, addr);
-                    self.allocations.push(Allocation {
-                        addr,
-                        size: trace.size.get(i),
-                        stream: trace.stream(i),
-                        stack: trace.stack.get(i),
-                        start: Some(i as u32),
-                        end: None,
-                        version: address.frees,
-                        origin: Origin::Traced,
-                    });
-                    self.addresses.set_last(&self.allocations, id);
-                    self.change = self.change.wrapping_add(trace.size.get(i));
-                    self.record(id);
+    /// Replays the next events. A trailing `free_requested` waits for the next event (it may be
+    /// half of a merged free) or for [`TraceFollower::finish`].
+    fn take(&mut self, events: impl Iterator<Item = FollowedEvent>) {
+        for event in events {
+            if let Some(request) = self.held.take() {
+                let merged =
+                    event.action == ActionCode::FREE_COMPLETED && event.addr == request.addr;
+                self.free_requested(request, merged);
+                if merged {
+                    // The completion is part of this free; it changes nothing itself.
+                    self.record(NO_ALLOCATION);
+                    continue;
                 }
-                ActionCode::FREE_REQUESTED | ActionCode::FREE_COMPLETED => {
-                    if action == ActionCode::FREE_REQUESTED && i + 1 == n && !complete {
-                        return;
-                    }
-                    let merged = action == ActionCode::FREE_REQUESTED
-                        && i + 1 < n
-                        && trace.action[i + 1] == ActionCode::FREE_COMPLETED
-                        && trace.addr.get(i + 1) == addr;
-                    if action == ActionCode::FREE_COMPLETED || merged {
-                        let address = self.addresses.state(&self.allocations, addr);
-                        let id = match address.open {
-                            // Still the last allocation at `addr`, now freed.
-                            id if id != NO_ALLOCATION => {
-                                self.allocations.set_end(id as usize, i as u32);
-                                id
-                            }
-                            _ => {
-                                let id = self.allocations.len() as AllocationId;
-                                self.allocations.push(Allocation {
-                                    addr,
-                                    size: trace.size.get(i),
-                                    stream: trace.stream(i),
-                                    stack: trace.stack.get(i),
-                                    start: None,
-                                    end: Some(i as u32),
-                                    version: address.frees,
-                                    origin: Origin::FreedWithoutAlloc,
-                                });
-                                self.addresses.set_last(&self.allocations, id);
-                                self.freed_without_alloc.push(id);
-                                id
-                            }
-                        };
-                        if !merged && let Some(request) = self.awaiting_completion.remove(&addr) {
-                            self.pending_requests.push((request, id));
-                        }
-                        let size = self.allocations.size(id as usize);
-                        self.change = self.change.wrapping_sub(size);
-                        self.record(id);
-                        if merged {
-                            // The completion is part of this free; it changes nothing itself.
-                            self.record(NO_ALLOCATION);
-                            i += 1;
-                        }
-                    } else {
-                        // The first request counts: the block is pending from then on.
-                        self.awaiting_completion.entry(addr).or_insert(i as u32);
-                        self.record(NO_ALLOCATION);
-                    }
-                }
-                _ => self.record(NO_ALLOCATION),
             }
-            i += 1;
+            self.event(event);
         }
+    }
+
+    fn finish(&mut self) {
+        if let Some(request) = self.held.take() {
+            self.free_requested(request, false);
+        }
+    }
+}
+
+impl EventPass {
+    /// Replays one event that no held `free_requested` merges with.
+    fn event(&mut self, event: FollowedEvent) {
+        match event.action {
+            ActionCode::ALLOC => {
+                let id = self.allocations.len() as AllocationId;
+                let address = self.addresses.state(&self.allocations, event.addr);
+                self.allocations.push(Allocation {
+                    addr: event.addr,
+                    size: event.size,
+                    stream: event.stream,
+                    stack: event.stack,
+                    start: Some(self.events() as u32),
+                    end: None,
+                    version: address.frees,
+                    origin: Origin::Traced,
+                });
+                self.addresses.set_last(&self.allocations, id);
+                self.change = self.change.wrapping_add(event.size);
+                self.record(id);
+            }
+            ActionCode::FREE_REQUESTED => self.held = Some(event),
+            ActionCode::FREE_COMPLETED => self.free(event, false),
+            _ => self.record(NO_ALLOCATION),
+        }
+    }
+
+    /// A `free_requested`, with the `free_completed` of the same address right after it
+    /// (`merged`: one free) or not (a lone request: the block waits on another stream).
+    fn free_requested(&mut self, request: FollowedEvent, merged: bool) {
+        if merged {
+            self.free(request, true);
+        } else {
+            // The first request counts: the block is pending from then on.
+            let event = self.events() as u32;
+            self.awaiting_completion
+                .entry(request.addr)
+                .or_insert(event);
+            self.record(NO_ALLOCATION);
+        }
+    }
+
+    /// Frees the allocation open at the event's address (one freed without an allocation in
+    /// the trace if none is), at the next event.
+    fn free(&mut self, event: FollowedEvent, merged: bool) {
+        let at = self.events() as u32;
+        let address = self.addresses.state(&self.allocations, event.addr);
+        let id = match address.open {
+            // Still the last allocation at `addr`, now freed.
+            id if id != NO_ALLOCATION => {
+                self.allocations.set_end(id as usize, at);
+                id
+            }
+            _ => {
+                let id = self.allocations.len() as AllocationId;
+                self.allocations.push(Allocation {
+                    addr: event.addr,
+                    size: event.size,
+                    stream: event.stream,
+                    stack: event.stack,
+                    start: None,
+                    end: Some(at),
+                    version: address.frees,
+                    origin: Origin::FreedWithoutAlloc,
+                });
+                self.addresses.set_last(&self.allocations, id);
+                self.freed_without_alloc.push(id);
+                id
+            }
+        };
+        if !merged && let Some(request) = self.awaiting_completion.remove(&event.addr) {
+            self.pending_requests.push((request, id));
+        }
+        let size = self.allocations.size(id as usize);
+        self.change = self.change.wrapping_sub(size);
+        self.record(id);
     }
 }
 

@@ -27,20 +27,15 @@ fn the_event_pass_in_pieces_equals_the_pass_at_once() {
         trace.push(action, addr, 8 + i as u64, 0, None, 0, 0, 0);
     }
     let mut whole = EventPass::default();
-    whole.advance(&trace, true);
+    whole.take(trace.followed_events(0));
+    whole.finish();
     assert_eq!(whole.events(), events.len());
     for split in 0..=events.len() {
-        let mut partial = trace.clone();
-        partial.action.truncate(split);
-        partial.addr.truncate(split);
-        partial.size.truncate(split);
-        partial.stream.truncate(split);
-        partial.time_us.truncate(split);
-        partial.stack.truncate(split);
         let mut pieces = EventPass::default();
-        pieces.advance(&partial, false);
-        pieces.advance(&trace, false);
-        pieces.advance(&trace, true);
+        pieces.take(trace.followed_events(0).take(split));
+        pieces.take(std::iter::empty());
+        pieces.take(trace.followed_events(split));
+        pieces.finish();
         assert_eq!(pieces.allocations, whole.allocations, "split at {split}");
         assert_eq!(
             pieces.event_allocation, whole.event_allocation,
@@ -89,7 +84,7 @@ fn pickle_of_alloc_free_trace(events: usize) -> Vec<u8> {
     out
 }
 
-/// Past 65,536 events the loader runs the event pass on its column thread and hands it over
+/// Past 65,536 events the loader runs the event pass on its follower thread and hands it over
 /// beside the snapshot (no lock in the model); the replay started from it is the replay
 /// that runs the pass itself.
 #[test]

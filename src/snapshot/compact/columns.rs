@@ -1,8 +1,11 @@
-//! The column thread: finished trace rows travel in batches to a second thread that appends
-//! them to the trace's columns (and runs a [`TraceFollower`] over them) while decoding goes on.
+//! The column threads: finished trace rows travel in batches to a thread that appends them to
+//! the trace's columns and, beside it, to one that runs a [`TraceFollower`] over them, while
+//! decoding goes on.
 
-use super::super::follow::TraceFollower;
+use super::super::follow::{FollowedEvent, TraceFollower};
 use super::super::{ActionCode, StackId, Trace};
+use super::parallel::RegionIds;
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::ScopedJoinHandle;
 
@@ -20,36 +23,72 @@ pub(super) struct Row {
     pub(super) has_time: bool,
 }
 
-/// Rows handed to the column builder at once: enough to make channel traffic negligible, few
-/// enough (~0.5 MB) to stay in cache between the two threads.
+impl Row {
+    fn followed(&self) -> FollowedEvent {
+        FollowedEvent {
+            action: self.action,
+            addr: self.addr,
+            size: self.size,
+            stream: self.stream,
+            stack: self.stack,
+        }
+    }
+}
+
+/// Rows handed to the column threads at once: enough to make channel traffic negligible, few
+/// enough (~0.5 MB) to stay in cache between the threads.
 pub(super) const BATCH: usize = 8192;
 
-/// Where finished rows go: straight into columns, or to a thread that builds them.
+/// Rows on their way to the columns: a batch of the sequential decoder's, with the trace's
+/// ids, or a region of the parallel decoder's, with the region's own ids and the tables that
+/// make them the trace's (so the thread that splices regions in never touches their rows).
+#[derive(Debug, Default)]
+pub(super) struct Batch {
+    pub(super) rows: Vec<Row>,
+    pub(super) ids: Option<RegionIds>,
+}
+
+impl Batch {
+    /// The rows in order, with the trace's ids.
+    #[inline]
+    fn rows(&self) -> impl Iterator<Item = Row> + '_ {
+        self.rows.iter().map(|row| match &self.ids {
+            None => *row,
+            Some(ids) => ids.global(row),
+        })
+    }
+}
+
+/// Where finished rows go: straight into columns, or to the threads that build them.
 // One per load, so the size of the inline variant does not matter.
 #[allow(clippy::large_enum_variant)]
 pub(super) enum Columns<'scope, F> {
     Inline(Trace),
-    Worker {
-        batches: SyncSender<Vec<Row>>,
-        spare: Receiver<Vec<Row>>,
-        worker: ScopedJoinHandle<'scope, (Trace, F)>,
-    },
+    Threads(ColumnThreads<'scope, F>),
+}
+
+/// The column thread and the follower's, each fed every batch.
+pub(super) struct ColumnThreads<'scope, F> {
+    columns: SyncSender<Arc<Batch>>,
+    column_thread: ScopedJoinHandle<'scope, Trace>,
+    /// `None` for a follower that does nothing.
+    follower: Option<(SyncSender<Arc<Batch>>, ScopedJoinHandle<'scope, F>)>,
 }
 
 impl<F> std::fmt::Debug for Columns<'_, F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Inline(trace) => write!(f, "Inline({} rows)", trace.len()),
-            Self::Worker { .. } => write!(f, "Worker"),
+            Self::Threads(_) => write!(f, "Threads"),
         }
     }
 }
 
-/// Appends rows to the numeric columns of `trace`.
-pub(super) fn append_rows(trace: &mut Trace, rows: &[Row]) {
-    let first = trace.len();
-    trace.action.extend(rows.iter().map(|r| r.action));
-    for (event, row) in (first..).zip(rows) {
+/// Appends the rows of `batch` to the numeric columns of `trace`.
+pub(super) fn append_batch(trace: &mut Trace, batch: &Batch) {
+    let mut has_time = false;
+    for (event, row) in (trace.len()..).zip(batch.rows()) {
+        trace.action.push(row.action);
         trace.addr.push(row.addr);
         trace.stack.push(row.stack);
         trace.size.push(row.size);
@@ -57,8 +96,9 @@ pub(super) fn append_rows(trace: &mut Trace, rows: &[Row]) {
         trace.time_us.push(row.time_us);
         trace.compile_context.set(event, row.context);
         trace.user_metadata.set(event, row.metadata);
+        has_time |= row.has_time;
     }
-    trace.has_time |= rows.iter().any(|r| r.has_time);
+    trace.has_time |= has_time;
 }
 
 /// The fewest pickle bytes a trace entry takes: torch writes 8 memoized keys and their values
@@ -72,39 +112,109 @@ pub(super) const MAX_EXPECTED_ROWS: usize = 1 << 28;
 /// than it saves, and small loads keep all their memory on the calling thread.
 pub(super) const PIPELINE_AFTER: usize = 1 << 16;
 
-/// Starts the column thread with the rows so far; if it cannot be started, the columns stay
+/// Starts the column threads with the rows so far; if they cannot be started, the columns stay
 /// inline.
-pub(super) fn spawn_worker<'scope, 'env, F: TraceFollower>(
+pub(super) fn spawn_threads<'scope, 'env, F: TraceFollower>(
     scope: &'scope std::thread::Scope<'scope, 'env>,
-    trace: Trace,
+    mut trace: Trace,
     expected_rows: usize,
 ) -> Columns<'scope, F> {
-    let (batches, batch_receiver) = sync_channel::<Vec<Row>>(4);
-    let (spare_sender, spare) = sync_channel::<Vec<Row>>(8);
+    if !F::FOLLOWS {
+        return match spawn_column_thread(scope, &mut trace, expected_rows) {
+            Some((columns, column_thread)) => Columns::Threads(ColumnThreads {
+                columns,
+                column_thread,
+                follower: None,
+            }),
+            None => Columns::Inline(trace),
+        };
+    }
+    let mut pass = F::default();
+    pass.take(trace.followed_events(0));
+    let (batches, received) = sync_channel::<Arc<Batch>>(IN_FLIGHT);
+    let follower = std::thread::Builder::new()
+        .name("snapview-follow".into())
+        .spawn_scoped(scope, move || follow(pass, received));
+    let Ok(follower) = follower else {
+        return Columns::Inline(trace);
+    };
+    match spawn_column_thread(scope, &mut trace, expected_rows) {
+        Some((columns, column_thread)) => Columns::Threads(ColumnThreads {
+            columns,
+            column_thread,
+            follower: Some((batches, follower)),
+        }),
+        None => {
+            drop(batches);
+            if let Err(panic) = follower.join() {
+                std::panic::resume_unwind(panic);
+            }
+            Columns::Inline(trace)
+        }
+    }
+}
+
+/// Batches in flight to each column thread: enough to ride out a slow batch, few enough that
+/// a thread ahead does not hold much memory.
+const IN_FLIGHT: usize = 4;
+
+type ColumnThread<'scope> = (SyncSender<Arc<Batch>>, ScopedJoinHandle<'scope, Trace>);
+
+/// Starts the thread that appends batches to `trace`'s columns, handing it the rows so far;
+/// `None` (and `trace` as it was) if it cannot.
+fn spawn_column_thread<'scope, 'env>(
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    trace: &mut Trace,
+    expected_rows: usize,
+) -> Option<ColumnThread<'scope>> {
+    let (batches, received) = sync_channel::<Arc<Batch>>(IN_FLIGHT);
     let (start, start_receiver) = sync_channel::<Trace>(1);
-    let worker = std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("snapview-columns".into())
         .spawn_scoped(scope, move || {
             let trace = start_receiver.recv().unwrap_or_default();
-            build_columns(trace, expected_rows, batch_receiver, spare_sender)
-        });
-    match worker {
-        Ok(worker) => match start.send(trace) {
-            Ok(()) => Columns::Worker {
-                batches,
-                spare,
-                worker,
-            },
-            // Only if the thread died at once; its panic is reported when joined.
-            Err(returned) => {
-                drop(batches);
-                if let Err(panic) = worker.join() {
-                    std::panic::resume_unwind(panic);
-                }
-                Columns::Inline(returned.0)
+            build_columns(trace, expected_rows, received)
+        })
+        .ok()?;
+    match start.send(std::mem::take(trace)) {
+        Ok(()) => Some((batches, thread)),
+        // Only if the thread died at once; its panic is reported when joined.
+        Err(returned) => {
+            *trace = returned.0;
+            drop(batches);
+            if let Err(panic) = thread.join() {
+                std::panic::resume_unwind(panic);
             }
-        },
-        Err(_) => Columns::Inline(trace),
+            None
+        }
+    }
+}
+
+impl<F> ColumnThreads<'_, F> {
+    /// Hands `batch` to every thread. A thread gone (it panicked) is reported when joined.
+    pub(super) fn send(&self, batch: Batch) {
+        let batch = Arc::new(batch);
+        if let Some((follower, _)) = &self.follower {
+            let _ = follower.send(batch.clone());
+        }
+        let _ = self.columns.send(batch);
+    }
+
+    /// The columns and the follower after every batch.
+    pub(super) fn join(self) -> (Trace, Option<F>) {
+        drop(self.columns);
+        let follower = self.follower.map(|(batches, thread)| {
+            drop(batches);
+            thread.join()
+        });
+        let trace = match self.column_thread.join() {
+            Ok(trace) => trace,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        match follower.transpose() {
+            Ok(pass) => (trace, pass),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
     }
 }
 
@@ -120,27 +230,23 @@ impl<F> std::fmt::Debug for Spawn<'_, F> {
     }
 }
 
-/// The column builder thread: appends each batch it receives, hands the buffer back, and runs
-/// the follower over the new rows (while they are in cache), assuming all rows are one
-/// device's, as they are in every file torch writes; the builder keeps its result only if so.
-pub(super) fn build_columns<F: TraceFollower>(
-    mut trace: Trace,
-    expected_rows: usize,
-    batches: Receiver<Vec<Row>>,
-    spare: SyncSender<Vec<Row>>,
-) -> (Trace, F) {
+/// The column thread: appends each batch it receives to `trace`.
+fn build_columns(mut trace: Trace, expected_rows: usize, batches: Receiver<Arc<Batch>>) -> Trace {
     // Growing the columns by doubling would move them (mremap) a dozen times each, and every
     // move interrupts the decoding thread's core to flush its TLB.
     trace.reserve_rows(expected_rows);
-    let mut pass = F::default();
-    pass.advance(&trace, false);
-    for mut batch in batches {
-        append_rows(&mut trace, &batch);
-        batch.clear();
-        // The decoder may have finished and stopped taking buffers back; that is fine.
-        let _ = spare.try_send(batch);
-        pass.advance(&trace, false);
+    for batch in batches {
+        append_batch(&mut trace, &batch);
     }
-    pass.advance(&trace, true);
-    (trace, pass)
+    trace
+}
+
+/// The follower's thread: runs `pass` over every batch it receives, assuming all rows are one
+/// device's, as they are in every file torch writes (the builder keeps its result only if so).
+fn follow<F: TraceFollower>(mut pass: F, batches: Receiver<Arc<Batch>>) -> F {
+    for batch in batches {
+        pass.take(batch.rows().map(|row| row.followed()));
+    }
+    pass.finish();
+    pass
 }

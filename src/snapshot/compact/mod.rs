@@ -2,9 +2,9 @@
 //!
 //! [`TraceCompactor`] is the pickle machine's [`Compactor`]: each trace-entry dict becomes a row of
 //! columns and each frame dict an interned [`FrameId`] the moment it is complete, so a
-//! 3-million-event file never holds 3 million dicts. Past 65,536 rows, the columns (and
-//! a [`TraceFollower`] over them) are filled on a second thread while decoding goes on; that
-//! thread is in `columns.rs`. The count of events against the load's limit is `count.rs`.
+//! 3-million-event file never holds 3 million dicts. Past 65,536 rows, the columns are filled
+//! on a thread of their own and a [`TraceFollower`] runs over the rows on another, while
+//! decoding goes on; those threads are in `columns.rs`. The count of events against the load's limit is `count.rs`.
 //!
 //! One file on purpose beyond that: the rest is the hot loop of a load (every trace entry and
 //! frame of the file passes through [`TraceCompactor::event`], `stack` and `frame`, which share
@@ -16,8 +16,8 @@ mod count;
 pub(crate) mod parallel;
 
 use columns::{
-    BATCH, BYTES_PER_ROW_AT_LEAST, Columns, MAX_EXPECTED_ROWS, PIPELINE_AFTER, Row, Spawn,
-    append_rows, spawn_worker,
+    BATCH, BYTES_PER_ROW_AT_LEAST, Batch, Columns, MAX_EXPECTED_ROWS, PIPELINE_AFTER, Row, Spawn,
+    append_batch, spawn_threads,
 };
 
 use super::ActionCode;
@@ -102,8 +102,8 @@ pub(super) fn record_of(value: Value) -> Option<Record> {
 ///
 /// Decoding is sequential (the memo makes every opcode depend on the ones before), but filling
 /// 3 million rows of columns is not: [`TraceCompactor::pipelined`] hands finished rows in
-/// batches to a second thread, which writes (and page-faults in) the columns while this one
-/// keeps decoding. The result is the same as [`TraceCompactor::default`], which fills them inline.
+/// batches to a column thread, which writes (and page-faults in) the columns while this one
+/// keeps decoding, and to the follower's thread. The result is the same as [`TraceCompactor::default`], which fills them inline.
 #[derive(Debug)]
 pub(super) struct TraceCompactor<'scope, F = ()> {
     /// The string tables, unknown actions and `device_free` of every trace entry (the numeric
@@ -284,7 +284,7 @@ impl<'scope, F: TraceFollower> TraceCompactor<'scope, F> {
     pub(super) fn pipelined<'env>(scope: &'scope std::thread::Scope<'scope, 'env>) -> Self {
         Self {
             spawn: Spawn(Some(Box::new(move |trace, expected_rows| {
-                spawn_worker(scope, trace, expected_rows)
+                spawn_threads(scope, trace, expected_rows)
             }))),
             ..Self::default()
         }
@@ -318,6 +318,14 @@ impl<'scope, F: TraceFollower> TraceCompactor<'scope, F> {
 
     /// Sends the rows gathered so far to the columns.
     fn flush(&mut self) {
+        if !self.batch.is_empty() {
+            let rows = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+            self.send(Batch { rows, ids: None });
+        }
+    }
+
+    /// Sends `batch` to the columns, after every row gathered before it.
+    fn send(&mut self, batch: Batch) {
         if let Columns::Inline(trace) = &mut self.columns
             && trace.len() >= PIPELINE_AFTER
             && let Some(spawn) = self.spawn.0.take()
@@ -325,40 +333,19 @@ impl<'scope, F: TraceFollower> TraceCompactor<'scope, F> {
             self.columns = spawn(std::mem::take(trace), self.expected_rows);
         }
         match &mut self.columns {
-            Columns::Inline(trace) => {
-                append_rows(trace, &self.batch);
-                self.batch.clear();
-            }
-            Columns::Worker { batches, spare, .. } => {
-                let next = spare
-                    .try_recv()
-                    .unwrap_or_else(|_| Vec::with_capacity(BATCH));
-                let full = std::mem::replace(&mut self.batch, next);
-                if let Err(error) = batches.send(full) {
-                    // The worker is gone (it panicked); keep the rows here and let `finish`
-                    // report the panic.
-                    self.batch = error.0;
-                }
-            }
+            Columns::Inline(trace) => append_batch(trace, &batch),
+            Columns::Threads(threads) => threads.send(batch),
         }
     }
 
-    /// All rows decoded so far, as one trace (joins the column thread), and the follower
-    /// after all of them if the column thread ran it.
+    /// All rows decoded so far, as one trace (joins the column threads), and the follower
+    /// after all of them if a thread ran it.
     pub(super) fn finish(&mut self) -> (Trace, Option<F>) {
         self.flush();
         let columns = std::mem::replace(&mut self.columns, Columns::Inline(Trace::default()));
         let (mut trace, pass) = match columns {
             Columns::Inline(trace) => (trace, None),
-            Columns::Worker {
-                batches, worker, ..
-            } => {
-                drop(batches);
-                match worker.join() {
-                    Ok((trace, pass)) => (trace, Some(pass)),
-                    Err(panic) => std::panic::resume_unwind(panic),
-                }
-            }
+            Columns::Threads(threads) => threads.join(),
         };
         let meta = std::mem::take(&mut self.events);
         trace.strings = meta.strings;

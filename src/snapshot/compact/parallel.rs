@@ -19,7 +19,7 @@
 //! slower, never different. Equality with the sequential decoder is tested on every fixture,
 //! the hostile files and fuzzed inputs with chunks of a few opcodes (`tests/parallel.rs`).
 
-use super::columns::Row;
+use super::columns::{Batch, Row};
 use super::{
     EVENT_RECORD, FRAME_RECORD, Field, RecentStacks, STACK_RECORD, TraceCompactor, field_of_name,
     text_id,
@@ -172,19 +172,31 @@ struct LocalText {
     is_context: bool,
 }
 
-/// A trace row with the region's own ids, made global at the splice.
-#[derive(Debug, Clone, Copy)]
-struct LocalRow {
-    addr: u64,
-    size: u64,
-    stream: u64,
-    time_us: Option<i64>,
-    device_free: Option<u64>,
-    stack: u32,
-    /// Local text ids, 0 for none.
-    context: u32,
-    metadata: u32,
-    action: u32,
+/// The tables that make a region's own ids (in its rows) the trace's, built at the splice and
+/// applied by the column threads, so the splicing thread never touches a row.
+#[derive(Debug)]
+pub(super) struct RegionIds {
+    stacks: Vec<StackId>,
+    /// By local text id - 1 (local 0 is "no text").
+    texts: Vec<u32>,
+    actions: Vec<ActionCode>,
+}
+
+impl RegionIds {
+    /// `row`, whose stack, texts and action are the region's, with the trace's.
+    #[inline]
+    pub(super) fn global(&self, row: &Row) -> Row {
+        Row {
+            stack: match row.stack {
+                LOCAL_EMPTY => StackTable::EMPTY,
+                local => self.stacks[local as usize],
+            },
+            context: local_text(&self.texts, row.context),
+            metadata: local_text(&self.texts, row.metadata),
+            action: self.actions[usize::from(row.action.0)],
+            ..*row
+        }
+    }
 }
 
 /// What a memo put in the region named.
@@ -212,7 +224,10 @@ pub(crate) struct Region {
     end: u64,
     memo_base: u32,
     ops: Vec<Op>,
-    rows: Vec<LocalRow>,
+    /// With the region's own stack, text and action ids (see [`RegionIds`]).
+    rows: Vec<Row>,
+    /// `device_free` of the rows that carry one, by row.
+    device_free: Vec<(u32, u64)>,
     frames: Vec<LocalFrame>,
     stacks: Vec<LocalStack>,
     texts: Vec<LocalText>,
@@ -376,7 +391,7 @@ struct Worker<'a> {
     stack_ids: FxHashMap<Box<[FrameRef]>, u32>,
     earlier_stack_ids: FxHashMap<u32, u32>,
     text_ids: FxHashMap<LocalText, u32>,
-    action_ids: FxHashMap<StrRef, u32>,
+    action_ids: FxHashMap<StrRef, u8>,
     /// Local string ids by decoded bytes, by text, and by the memo index of a known string.
     string_of_bytes: FxHashMap<Box<[u8]>, u32>,
     string_of_text: FxHashMap<Arc<str>, u32>,
@@ -918,24 +933,34 @@ impl<'a> Worker<'a> {
             }
             Some(_) => return Err(Stop),
         };
-        let next = self.region.actions.len() as u32;
-        let action_id = *self.action_ids.entry(action).or_insert(next);
-        if action_id == next {
-            self.region.actions.push(action);
+        let action = match self.action_ids.get(&action) {
+            Some(&id) => id,
+            // A row keeps its action in a byte; a region with more distinct ones than that
+            // (no file torch writes has) ends before this entry.
+            None if self.region.actions.len() > usize::from(u8::MAX) => return Err(Stop),
+            None => {
+                let id = self.region.actions.len() as u8;
+                self.action_ids.insert(action, id);
+                self.region.actions.push(action);
+                id
+            }
+        };
+        let row = self.region.rows.len() as u32;
+        if let Some(free) = device_free {
+            self.region.device_free.push((row, free));
         }
-        let row = LocalRow {
+        self.region.rows.push(Row {
             addr,
             size,
             stream,
-            time_us,
-            device_free,
+            time_us: time_us.unwrap_or(0),
             stack,
             context,
             metadata,
-            action: action_id,
-        };
-        self.region.rows.push(row);
-        Ok(self.region.rows.len() as u32 - 1)
+            action: ActionCode(action),
+            has_time: time_us.is_some(),
+        });
+        Ok(row)
     }
 
     fn text(&mut self, text: StrRef, is_context: bool) -> u32 {
@@ -992,7 +1017,7 @@ impl<F: TraceFollower> TraceCompactor<'_, F> {
         &mut self,
         heap: &mut Heap,
         memo: &mut Memo,
-        region: Region,
+        mut region: Region,
         state: MachineState<'_>,
     ) -> Result<Option<Splice>, PickleError> {
         if memo.next_index() != region.memo_base || !ops_hold(&region, state) {
@@ -1113,30 +1138,13 @@ impl<F: TraceFollower> TraceCompactor<'_, F> {
             .map(|name| self.events.code_for(name))
             .collect();
         let first_row = self.rows;
-        for row in &region.rows {
-            let event = self.rows;
-            self.rows += 1;
-            self.count.rows += 1;
-            self.batch.push(Row {
-                addr: row.addr,
-                size: row.size,
-                stream: row.stream,
-                time_us: row.time_us.unwrap_or(0),
-                stack: match row.stack {
-                    LOCAL_EMPTY => StackTable::EMPTY,
-                    local => stack_ids[local as usize],
-                },
-                context: local_text(&texts, row.context),
-                metadata: local_text(&texts, row.metadata),
-                action: actions[row.action as usize],
-                has_time: row.time_us.is_some(),
-            });
-            if self.batch.len() >= super::columns::BATCH {
-                self.flush();
-            }
-            if let Some(free) = row.device_free {
-                self.events.device_free.insert(event, free);
-            }
+        let rows = std::mem::take(&mut region.rows);
+        self.rows += rows.len();
+        self.count.rows += rows.len() as u64;
+        for &(row, free) in &region.device_free {
+            self.events
+                .device_free
+                .insert(first_row + row as usize, free);
         }
         for (k, out) in region.memo.iter().enumerate() {
             let value = match out {
@@ -1157,6 +1165,16 @@ impl<F: TraceFollower> TraceCompactor<'_, F> {
             };
             memo.set(region.memo_base + k as u32, value);
         }
+        // The rows gathered before this region go first.
+        self.flush();
+        self.send(Batch {
+            rows,
+            ids: Some(RegionIds {
+                stacks: stack_ids,
+                texts,
+                actions,
+            }),
+        });
         // The texts and stacks the recent-stack cache saw may have moved on; it only speeds
         // up the sequential path, so it starts afresh.
         self.recent_stacks = RecentStacks::default();

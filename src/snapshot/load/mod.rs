@@ -113,7 +113,7 @@ pub fn load_path(path: &Path, options: LoadOptions<'_>) -> Result<Snapshot, Load
     load_path_following::<()>(path, options).map(|(snapshot, _)| snapshot)
 }
 
-/// Loads the snapshot at `path`, running `F` over its trace on the column thread.
+/// Loads the snapshot at `path`, running `F` over its trace on a thread of its own.
 pub fn load_path_following<F: TraceFollower>(
     path: &Path,
     options: LoadOptions<'_>,
@@ -159,8 +159,8 @@ pub fn load_path_following<F: TraceFollower>(
 }
 
 /// The parallel decoder is used from this many threads on. Its workers spend about twice the
-/// CPU time of the single-thread decoder (which already keeps two cores busy with its read-ahead
-/// and column threads), so on two cores it is slower: measured in `benches/core.rs`.
+/// CPU time of the single-thread decoder (which already keeps two cores busy with its read-ahead,
+/// column and follower threads), so on two cores it is slower: measured in `benches/core.rs`.
 const PARALLEL_THREADS: usize = 3;
 
 /// Uncompressed pickles from this size on are decoded on several threads when allowed: below
@@ -259,7 +259,7 @@ pub fn load_reader(reader: impl Read, options: LoadOptions<'_>) -> Result<Snapsh
     load_reader_following::<()>(reader, options).map(|(snapshot, _)| snapshot)
 }
 
-/// Loads a snapshot from any byte stream, running `F` over its trace on the column thread.
+/// Loads a snapshot from any byte stream, running `F` over its trace on a thread of its own.
 pub fn load_reader_following<F: TraceFollower>(
     reader: impl Read,
     options: LoadOptions<'_>,
