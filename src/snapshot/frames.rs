@@ -145,7 +145,23 @@ pub(crate) fn short_frame_label(text: &str) -> String {
 #[derive(Debug, Default)]
 pub struct FrameTable {
     frames: Vec<Frame>,
-    index: FxHashMap<Frame, FrameId>,
+    index: hashbrown::HashMap<Frame, FrameId, rustc_hash::FxBuildHasher>,
+}
+
+/// A frame's fields, borrowed: found in [`FrameTable`] without cloning its texts (a clone of a
+/// text the decoding threads share is an atomic write every core contends for).
+#[derive(Hash)]
+struct FrameKey<'a> {
+    // The fields and their order are `Frame`'s, so both hash alike.
+    filename: &'a str,
+    line: u64,
+    name: &'a str,
+}
+
+impl hashbrown::Equivalent<Frame> for FrameKey<'_> {
+    fn equivalent(&self, frame: &Frame) -> bool {
+        self.line == frame.line && self.filename == &*frame.filename && self.name == &*frame.name
+    }
 }
 
 impl FrameTable {
@@ -157,6 +173,23 @@ impl FrameTable {
         self.frames.push(frame.clone());
         self.index.insert(frame, id);
         id
+    }
+
+    /// [`FrameTable::intern`] of the frame these fields make, cloning them only for a new one.
+    pub fn intern_parts(&mut self, filename: &Arc<str>, line: u64, name: &Arc<str>) -> FrameId {
+        let key = FrameKey {
+            filename,
+            line,
+            name,
+        };
+        match self.index.get(&key) {
+            Some(&id) => id,
+            None => self.intern(Frame {
+                filename: filename.clone(),
+                line,
+                name: name.clone(),
+            }),
+        }
     }
 
     pub fn get(&self, id: FrameId) -> &Frame {

@@ -238,6 +238,14 @@ impl Heap {
         }
     }
 
+    /// The shared text of a string value, borrowed.
+    pub fn shared_str(&self, value: Value) -> Option<&Arc<str>> {
+        match value.kind() {
+            Kind::Str => self.strings.get(value.index()),
+            _ => None,
+        }
+    }
+
     /// The shared text of a string value (cheap to clone into the model).
     pub fn arc_str(&self, value: Value) -> Option<Arc<str>> {
         match value.kind() {

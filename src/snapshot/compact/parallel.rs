@@ -27,7 +27,7 @@ use super::{
 use crate::pickle::scan::{FRAME, MEMOIZE, count_memo_puts, frame_starts};
 use crate::pickle::{Heap, Kind, Limits, MachineState, Memo, PickleError, Splice, SpliceOp, Value};
 use crate::snapshot::follow::TraceFollower;
-use crate::snapshot::{ActionCode, Frame, FrameId, StackId, StackTable};
+use crate::snapshot::{ActionCode, FrameId, StackId, StackTable};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -1023,11 +1023,13 @@ impl<F: TraceFollower> TraceCompactor<'_, F> {
         if memo.next_index() != region.memo_base || !ops_hold(&region, state) {
             return Ok(None);
         }
-        // Every earlier reference must resolve before anything changes.
-        let resolve = |text: &StrRef| -> Option<Arc<str>> {
+        // Every earlier reference must resolve before anything changes. (Borrowed, not
+        // cloned: the workers share these texts, and a clone is an atomic write to a line
+        // another core holds.)
+        let resolve = |text: &StrRef| -> Option<&Arc<str>> {
             match text {
-                StrRef::Local(id) => region.strings.get(*id as usize).cloned(),
-                StrRef::Earlier(index) => heap.arc_str(memo.get(*index)?),
+                StrRef::Local(id) => region.strings.get(*id as usize),
+                StrRef::Earlier(index) => heap.shared_str(memo.get(*index)?),
             }
         };
         let mut frames = Vec::with_capacity(region.frames.len());
@@ -1076,25 +1078,41 @@ impl<F: TraceFollower> TraceCompactor<'_, F> {
             }
         }
 
-        // From here on the region is applied, in the order a sequential decode would have
-        // interned each table.
-        for text in &region.strings {
-            heap.intern_str(text);
-        }
-        heap.count_unstored(region.unstored_bytes);
+        // From here on the region is applied, each table (heap strings, frames, stacks, texts,
+        // actions) interned in the order a sequential decode would have met its entries.
         let empty: Arc<str> = Arc::from("");
         let frame_ids: Vec<FrameId> = region
             .frames
             .iter()
             .zip(frames)
             .map(|(frame, (filename, name))| {
-                self.frames.intern(Frame {
-                    filename: filename.unwrap_or_else(|| empty.clone()),
-                    line: frame.line,
-                    name: name.unwrap_or_else(|| empty.clone()),
-                })
+                self.frames.intern_parts(
+                    filename.unwrap_or(&empty),
+                    frame.line,
+                    name.unwrap_or(&empty),
+                )
             })
             .collect();
+        let texts: Vec<u32> = region
+            .texts
+            .iter()
+            .zip(texts)
+            .map(|(local, text)| {
+                if local.is_context && &**text == "N/A" {
+                    0
+                } else {
+                    text_id(&mut self.events, &mut self.text_ids, text)
+                }
+            })
+            .collect();
+        let actions: Vec<ActionCode> = actions
+            .iter()
+            .map(|name| self.events.code_for(name))
+            .collect();
+        for text in &region.strings {
+            heap.intern_str(text);
+        }
+        heap.count_unstored(region.unstored_bytes);
         let mut stack_ids: Vec<StackId> = Vec::with_capacity(region.stacks.len());
         let mut scratch = Vec::new();
         for stack in &region.stacks {
@@ -1121,22 +1139,6 @@ impl<F: TraceFollower> TraceCompactor<'_, F> {
             };
             stack_ids.push(id);
         }
-        let texts: Vec<u32> = region
-            .texts
-            .iter()
-            .zip(texts)
-            .map(|(local, text)| {
-                if local.is_context && &*text == "N/A" {
-                    0
-                } else {
-                    text_id(&mut self.events, &mut self.text_ids, &text)
-                }
-            })
-            .collect();
-        let actions: Vec<ActionCode> = actions
-            .iter()
-            .map(|name| self.events.code_for(name))
-            .collect();
         let first_row = self.rows;
         let rows = std::mem::take(&mut region.rows);
         self.rows += rows.len();
