@@ -89,6 +89,7 @@ pub(super) fn summary(
     let (snapshot, seed) = load_with_progress(file, max_events, crate::analysis::load_path)?;
     tracing::debug!(ms = started.elapsed().as_millis() as u64, "read");
     let analysis = Analysis::seeded(&snapshot, seed);
+    tracing::debug!(ms = started.elapsed().as_millis() as u64, "replayed");
     let summary = Summary::with_rules(&snapshot, &analysis, rules);
     tracing::debug!(ms = started.elapsed().as_millis() as u64, "summarised");
     if let Some((index, id, bytes)) = entry {

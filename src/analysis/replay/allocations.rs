@@ -88,6 +88,11 @@ impl Allocations {
     }
 
     #[inline]
+    pub fn origin(&self, id: usize) -> Origin {
+        origin_of(self.origin[id])
+    }
+
+    #[inline]
     pub fn version(&self, id: usize) -> u32 {
         self.version[id]
     }

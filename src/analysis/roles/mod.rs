@@ -187,6 +187,18 @@ pub struct DeviceRoles {
 impl DeviceRoles {
     /// Decides every allocation of `replay` (one device of `snapshot`).
     pub fn new(snapshot: &Snapshot, replay: &Replay, device: usize, rules: &UserRules) -> Self {
+        Self::in_ranges(snapshot, replay, device, rules, MIN_RANGE)
+    }
+
+    /// [`DeviceRoles::new`], with the passes that go range by range cutting ranges of at least
+    /// `min_range` allocations (tests cut them small to show the roles do not depend on it).
+    fn in_ranges(
+        snapshot: &Snapshot,
+        replay: &Replay,
+        device: usize,
+        rules: &UserRules,
+        min_range: usize,
+    ) -> Self {
         let trace = snapshot.trace(device);
         let mut kinds = StackKinds::new(&snapshot.frames, &snapshot.stacks);
         // Where frames cannot tell the phase, the annotated ranges (by time) may.
@@ -195,16 +207,6 @@ impl DeviceRoles {
         } else {
             AnnotatedPhases::default()
         };
-        let kind_at = |kinds: &mut StackKinds, stack: StackId, event: u32| {
-            let kind = kinds.kind(stack);
-            if annotated.is_empty() {
-                return kind;
-            }
-            match trace.time_us.at(event as usize) {
-                Some(time) => annotated.refine(kind, time),
-                None => kind,
-            }
-        };
         let allocations = &replay.allocations;
         let n = allocations.len();
         let mut names: Vec<String> = BUILTIN_ROLES.iter().map(|r| r.name().to_owned()).collect();
@@ -212,14 +214,53 @@ impl DeviceRoles {
         let mut role = vec![Role::Unknown as u8; n];
         let mut rule = vec![Rule::EarlierOther as u16; n];
 
-        // Pass 1: the phase at each traced alloc (the replay lists traced allocations in the
-        // order of their alloc events), which stacks' blocks forward freed itself or left to
-        // backward, where backward began, and the parameters' sizes.
-        let free_kind = |kinds: &mut StackKinds, end: Option<u32>| {
-            end.map(|e| kind_at(kinds, trace.stack.at(e as usize).unwrap_or(0), e))
+        // The phase of each allocation's alloc and of its free, by its stacks (and the
+        // annotations at their times): each allocation's own, so found range by range at once.
+        let stack_kinds = kinds.all();
+        let kind_of = |stack: StackId| {
+            stack_kinds
+                .get(stack as usize)
+                .copied()
+                .unwrap_or_else(|| kinds.compute(stack))
         };
+        let phases = by_ranges(n, min_range, |ids| {
+            let annotated = annotated.clone();
+            let kind_at = |stack: StackId, event: u32| {
+                let kind = kind_of(stack);
+                if annotated.is_empty() {
+                    return kind;
+                }
+                match trace.time_us.at(event as usize) {
+                    Some(time) => annotated.refine(kind, time),
+                    None => kind,
+                }
+            };
+            let mut alloc_kind = Vec::with_capacity(ids.len());
+            let mut free_kinds = Vec::with_capacity(ids.len());
+            for i in ids {
+                let stack = allocations.stack(i);
+                alloc_kind.push(match allocations.start(i) {
+                    Some(start) => kind_at(stack, start),
+                    None => kind_of(stack),
+                });
+                free_kinds.push(
+                    allocations
+                        .end(i)
+                        .map(|e| kind_at(trace.stack.at(e as usize).unwrap_or(0), e)),
+                );
+            }
+            (alloc_kind, free_kinds)
+        });
         let mut alloc_kind: Vec<StackKind> = Vec::with_capacity(n);
         let mut free_kinds: Vec<Option<StackKind>> = Vec::with_capacity(n);
+        for (allocs, frees) in phases {
+            alloc_kind.extend(allocs);
+            free_kinds.extend(frees);
+        }
+
+        // Pass 1: which stacks' blocks forward freed itself or left to backward (the replay
+        // lists traced allocations in the order of their alloc events), where backward began,
+        // and the forward passes.
         let mut in_forward_region: Vec<bool> = Vec::with_capacity(n);
         // Forward passes (one call of the model each): a run of forward allocations, begun anew
         // after any other allocation (the batch, backward, the step) or when the stack of the
@@ -234,12 +275,8 @@ impl DeviceRoles {
         // By stack id (a few thousand stacks; a vector, not a map, in this hot loop).
         let mut stack_history: Vec<(u32, u32)> = vec![(0, 0); snapshot.stacks.len()];
         let mut backward = BackwardStarts::default();
-        for allocation in allocations.iter() {
-            let kind = match allocation.start {
-                Some(start) => kind_at(&mut kinds, allocation.stack, start),
-                None => kinds.kind(allocation.stack),
-            };
-            alloc_kind.push(kind);
+        for (i, allocation) in allocations.iter().enumerate() {
+            let kind = alloc_kind[i];
             let traced = allocation.origin == Origin::Traced;
 
             if traced {
@@ -278,8 +315,7 @@ impl DeviceRoles {
                 allocation.stack,
                 *in_forward_region.last().unwrap_or(&false),
             );
-            let freed_by = free_kind(&mut kinds, allocation.end);
-            free_kinds.push(freed_by);
+            let freed_by = free_kinds[i];
             if freed_by.is_some_and(StackKind::is_backward) {
                 saw_backward = true;
             }
@@ -302,55 +338,74 @@ impl DeviceRoles {
             }
         }
 
+        // The passes below decide each allocation from pass 1's facts alone, so they run on
+        // ranges of allocations at once (`by_ranges`); what they gather is summed or merged
+        // in range order, and each decision is the one a single walk would make.
+
         // Per stack, forward blocks that outlived the start of the next pass: a stack whose
         // blocks are kept across passes (a retained graph, kept outputs) is not one whose blocks
         // forward frees, whatever the pass in progress at the dump shows.
         let mut kept_across: Vec<u32> = vec![0; snapshot.stacks.len()];
-        for (i, allocation) in allocations.iter().enumerate() {
-            if passes.outlives(i, allocation.end, 1)
-                && !free_kinds[i].is_some_and(StackKind::is_backward)
-                && let Some(count) = kept_across.get_mut(allocation.stack as usize)
-            {
-                *count += 1;
+        for counts in by_ranges(n, min_range, |ids| {
+            let mut counts: Vec<(StackId, u32)> = Vec::new();
+            for i in ids {
+                if passes.outlives(i, allocations.end(i), 1)
+                    && !free_kinds[i].is_some_and(StackKind::is_backward)
+                {
+                    counts.push((allocations.stack(i), 1));
+                }
+            }
+            counts
+        }) {
+            for (stack, count) in counts {
+                if let Some(kept) = kept_across.get_mut(stack as usize) {
+                    *kept += count;
+                }
             }
         }
 
         // Parameters first: a gradient is recognised by its parameter's size.
-        let mut parameter_sizes: FxHashSet<u64> = FxHashSet::default();
-        let mut backward = BackwardStarts::default();
-        for (i, allocation) in allocations.iter().enumerate() {
-            let decided = match (allocation.origin, alloc_kind[i]) {
-                (Origin::Ghost, _) => Some((Role::Parameter, Rule::Ghost)),
-                (Origin::Traced, StackKind::ParamSetup) => {
-                    let used = allocation.end.is_none()
-                        || backward.between(&backward_starts, allocation.start, allocation.end);
-                    Some(if used {
-                        (Role::Parameter, Rule::SetupKept)
-                    } else {
-                        (Role::Temporary, Rule::SetupFreed)
-                    })
-                }
-                _ => None,
-            };
-            if let Some((r, why)) = decided {
-                if r == Role::Parameter {
-                    parameter_sizes.insert(allocation.size);
-                }
-                role[i] = r as u8;
-                rule[i] = why as u16;
+        let decide_parameter = |i: usize, backward: &mut BackwardStarts| match (
+            allocations.origin(i),
+            alloc_kind[i],
+        ) {
+            (Origin::Ghost, _) => Some((Role::Parameter, Rule::Ghost)),
+            (Origin::Traced, StackKind::ParamSetup) => {
+                let end = allocations.end(i);
+                let used =
+                    end.is_none() || backward.between(&backward_starts, allocations.start(i), end);
+                Some(if used {
+                    (Role::Parameter, Rule::SetupKept)
+                } else {
+                    (Role::Temporary, Rule::SetupFreed)
+                })
             }
+            _ => None,
+        };
+        let mut parameter_sizes: FxHashSet<u64> = FxHashSet::default();
+        let decided = by_ranges(n, min_range, |ids| {
+            let mut backward = BackwardStarts::default();
+            ids.filter_map(|i| decide_parameter(i, &mut backward).map(|d| (i, d)))
+                .collect::<Vec<_>>()
+        });
+        for (i, (r, why)) in decided.into_iter().flatten() {
+            if r == Role::Parameter {
+                parameter_sizes.insert(allocations.size(i));
+            }
+            role[i] = r as u8;
+            rule[i] = why as u16;
         }
 
-        let mut backward = BackwardStarts::default();
-        for (i, allocation) in allocations.iter().enumerate() {
+        let decide = |i: usize, backward: &mut BackwardStarts| -> Option<(Role, Rule)> {
             let kind = alloc_kind[i];
+            let allocation = allocations.at(i);
             if allocation.origin == Origin::Ghost
                 || (allocation.origin == Origin::Traced && kind == StackKind::ParamSetup)
             {
-                continue;
+                return None;
             }
             let freed_by = free_kinds[i];
-            let (r, why) = if allocation.origin == Origin::FreedWithoutAlloc {
+            Some(if allocation.origin == Origin::FreedWithoutAlloc {
                 match freed_by {
                     Some(k) if k.is_backward() => (Role::Activation, Rule::EarlierFreedByBackward),
                     Some(StackKind::ZeroGrad) => (Role::Gradient, Rule::EarlierFreedByZeroGrad),
@@ -406,9 +461,31 @@ impl DeviceRoles {
                     },
                     _ => (Role::Input, Rule::LoopBeforeForward),
                 }
-            };
-            role[i] = r as u8;
-            rule[i] = why as u16;
+            })
+        };
+        let decided = by_ranges(n, min_range, |ids| {
+            let mut backward = BackwardStarts::default();
+            let (mut roles, mut rules) = (Vec::with_capacity(ids.len()), Vec::new());
+            rules.reserve(ids.len());
+            for i in ids {
+                match decide(i, &mut backward) {
+                    Some((r, why)) => {
+                        roles.push(r as u8);
+                        rules.push(why as u16);
+                    }
+                    None => {
+                        roles.push(role[i]);
+                        rules.push(rule[i]);
+                    }
+                }
+            }
+            (roles, rules)
+        });
+        let mut at = 0;
+        for (roles, rules) in decided {
+            role[at..at + roles.len()].copy_from_slice(&roles);
+            rule[at..at + rules.len()].copy_from_slice(&rules);
+            at += roles.len();
         }
 
         setups::refine(
@@ -596,6 +673,24 @@ impl BackwardStarts {
     }
 }
 
+/// Allocations per range at least where the role pass goes range by range: below that a thread
+/// costs more than it saves.
+const MIN_RANGE: usize = 1 << 16;
+
+/// `work` over ranges of `0..n` (of `min_range` or more) on the analysis's threads, results in
+/// range order.
+fn by_ranges<T: Send>(
+    n: usize,
+    min_range: usize,
+    work: impl Fn(std::ops::Range<usize>) -> T + Sync,
+) -> Vec<T> {
+    let threads = crate::snapshot::default_threads();
+    let size = n.div_ceil(threads * 4).max(min_range).max(1);
+    crate::threads::map_on_threads(threads, n.div_ceil(size), |chunk| {
+        work(chunk * size..((chunk + 1) * size).min(n))
+    })
+}
+
 /// `sorted.partition_point(is_before)`, trying `hint` and the position after it before
 /// searching: a position is the partition point exactly when the item before it is before and
 /// the item at it is not, so a right guess is checked in two comparisons.
@@ -685,5 +780,43 @@ mod tests {
             answers,
             [false, true, true, true, true, false, true, true, false]
         );
+    }
+
+    /// The passes that go range by range decide every allocation as one walk does: on every
+    /// labelled and set-up fixture, ranges of 7 allocations give the roles and rules of one
+    /// range.
+    #[test]
+    fn roles_do_not_depend_on_the_ranges_the_passes_cut() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let mut checked = 0;
+        for folder in ["labelled", "setups", "setups_wide"] {
+            let mut files: Vec<_> = std::fs::read_dir(root.join(folder))
+                .unwrap()
+                .map(|entry| entry.unwrap().path())
+                .filter(|path| path.extension().is_some_and(|e| e == "pickle"))
+                .collect();
+            files.sort();
+            for path in files {
+                let snapshot =
+                    crate::snapshot::load_path(&path, crate::snapshot::LoadOptions::default())
+                        .unwrap();
+                for device in snapshot.devices() {
+                    let replay = Replay::new(&snapshot, device);
+                    let rules = UserRules::default();
+                    let whole = DeviceRoles::in_ranges(&snapshot, &replay, device, &rules, n_max());
+                    let cut = DeviceRoles::in_ranges(&snapshot, &replay, device, &rules, 7);
+                    assert_eq!(cut.role, whole.role, "{}", path.display());
+                    assert_eq!(cut.rule, whole.rule, "{}", path.display());
+                    // Many ranges, so every pass meets range ends.
+                    checked += usize::from(whole.role.len() > 10 * 7);
+                }
+            }
+        }
+        assert!(checked >= 20, "only {checked} devices checked");
+    }
+
+    /// A range longer than any fixture's allocations: one range.
+    fn n_max() -> usize {
+        usize::MAX / 2
     }
 }

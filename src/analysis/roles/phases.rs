@@ -8,6 +8,7 @@
 //! `from_pretrained`.
 
 use crate::snapshot::{Annotation, FrameTable, StackId, StackTable};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The phase a stack belongs to. Checked in this order: the first kind that fits wins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,7 +150,15 @@ impl<'a> StackKinds<'a> {
         kind
     }
 
-    fn compute(&self, stack: StackId) -> StackKind {
+    /// The kind of every stack of the table, by id.
+    pub fn all(&mut self) -> Vec<StackKind> {
+        (0..self.stacks.len() as StackId)
+            .map(|stack| self.kind(stack))
+            .collect()
+    }
+
+    /// The kind of `stack`, not cached (an id past the table reads as the empty stack).
+    pub(super) fn compute(&self, stack: StackId) -> StackKind {
         let ids = self.stacks.get(stack);
         let frames = ids.iter().map(|&id| self.frames.get(id));
         let mut has_python = false;
@@ -262,7 +271,19 @@ pub struct AnnotatedPhases {
     changes: Vec<(i64, Option<StackKind>)>,
     /// Where the last lookup landed: the role pass asks in time order, so the next answer is
     /// nearly always there or one further (see [`super::partition_point_near`]).
-    hint: std::cell::Cell<usize>,
+    /// (An atomic only so that threads can share the phases to clone them; each clone is asked
+    /// by one thread.)
+    hint: AtomicUsize,
+}
+
+impl Clone for AnnotatedPhases {
+    /// The same phases, with a hint of their own.
+    fn clone(&self) -> Self {
+        Self {
+            changes: self.changes.clone(),
+            hint: AtomicUsize::new(0),
+        }
+    }
 }
 
 impl AnnotatedPhases {
@@ -321,7 +342,7 @@ impl AnnotatedPhases {
         }
         Self {
             changes,
-            hint: std::cell::Cell::new(0),
+            hint: AtomicUsize::new(0),
         }
     }
 
@@ -331,10 +352,12 @@ impl AnnotatedPhases {
 
     /// The innermost annotated phase covering `time_us`, if any.
     pub fn at(&self, time_us: i64) -> Option<StackKind> {
-        let after = super::partition_point_near(&self.changes, self.hint.get(), |&(from, _)| {
-            from <= time_us
-        });
-        self.hint.set(after);
+        let after = super::partition_point_near(
+            &self.changes,
+            self.hint.load(Ordering::Relaxed),
+            |&(from, _)| from <= time_us,
+        );
+        self.hint.store(after, Ordering::Relaxed);
         after.checked_sub(1).and_then(|i| self.changes[i].1)
     }
     /// `kind` refined by the annotated phase at `time_us` where the frames could not tell

@@ -179,13 +179,16 @@ fn libraries(facts: &Facts<'_>, kinds: &mut StackKinds<'_>, role: &mut [u8], rul
         .map(|(_, a)| (a.start.unwrap_or(0), a.end.unwrap_or(u32::MAX)))
         .collect();
     let mut backward = BackwardStarts::default();
-    for (id, allocation) in allocations.iter().enumerate() {
-        if allocation.origin != Origin::Traced {
+    for id in 0..allocations.len() {
+        // Most blocks have no library frame: the tag, by stack, is read before the rest.
+        let tag = kinds.tag(allocations.stack(id));
+        if tag == StackTag::None || allocations.origin(id) != Origin::Traced {
             continue;
         }
+        let allocation = allocations.at(id);
         let kept_past_backward = allocation.end.is_none()
             || backward.between(facts.backward_starts, allocation.start, allocation.end);
-        match kinds.tag(allocation.stack) {
+        match tag {
             StackTag::None => {}
             StackTag::DdpReducer if kept_past_backward => {
                 let (from, to) = (
@@ -231,13 +234,16 @@ fn libraries(facts: &Facts<'_>, kinds: &mut StackKinds<'_>, role: &mut [u8], rul
 fn workspaces(facts: &Facts<'_>, role: &mut [u8], rule: &mut [u16]) {
     let trace = facts.trace;
     let mut seen: FxHashSet<(u64, bool)> = FxHashSet::default();
-    for (id, allocation) in facts.allocations.iter().enumerate() {
-        if allocation.origin != Origin::Traced
-            || allocation.end.is_some()
-            || !CUBLAS_WORKSPACE_SIZES.contains(&allocation.size)
+    let allocations = facts.allocations;
+    for id in 0..allocations.len() {
+        // The cheap columns first: nearly every block is freed.
+        if allocations.end(id).is_some()
+            || allocations.origin(id) != Origin::Traced
+            || !CUBLAS_WORKSPACE_SIZES.contains(&allocations.size(id))
         {
             continue;
         }
+        let allocation = allocations.at(id);
         let Some(start) = allocation.start.map(|s| s as usize) else {
             continue;
         };
@@ -279,15 +285,18 @@ fn workspaces(facts: &Facts<'_>, role: &mut [u8], rule: &mut [u16]) {
 fn engine_thread_lt_workspaces(facts: &Facts<'_>, role: &mut [u8], rule: &mut [u16]) {
     let trace = facts.trace;
     let mut seen: FxHashSet<u64> = FxHashSet::default();
-    for (id, allocation) in facts.allocations.iter().enumerate() {
-        if allocation.origin != Origin::Traced
-            || allocation.end.is_some()
-            || allocation.size != CUBLASLT_WORKSPACE_SIZE
+    let allocations = facts.allocations;
+    for id in 0..allocations.len() {
+        // The cheap columns first: nearly every block is freed.
+        if allocations.end(id).is_some()
+            || allocations.origin(id) != Origin::Traced
+            || allocations.size(id) != CUBLASLT_WORKSPACE_SIZE
             || facts.alloc_kind[id] != StackKind::BackwardPython
             || role[id] == Role::Workspace as u8
         {
             continue;
         }
+        let allocation = allocations.at(id);
         let Some(start) = allocation.start.map(|s| s as usize) else {
             continue;
         };
