@@ -6,8 +6,8 @@
 //! values `u`): what it builds does not depend on the stack below it, only on the memo entries it
 //! fetches. So a worker starts at the first entry after a frame boundary (frames always end
 //! between opcodes) and decodes entries and the top-level MARK / APPENDS / APPEND opcodes between
-//! them. The memo index of each of its puts is known from a count of the puts before (done in
-//! parallel beforehand); a fetch from an earlier region stays symbolic (a memo index) until the
+//! them. The memo index of each of its puts is known from a count of the puts before (each
+//! worker counts its chunk's before decoding it, see `MemoBases`); a fetch from an earlier region stays symbolic (a memo index) until the
 //! splice, where the main thread resolves it in its own, exact, memo. The splice then interns
 //! the region's frames, stacks, texts and actions in the order the region met them (which is
 //! the order a sequential decode would have), pushes its rows, sets its memo entries, and hands
@@ -66,18 +66,17 @@ impl Parallel {
     }
 }
 
-/// One stretch of the pickle between frame boundaries, and the memo index its first put gets.
+/// One stretch of the pickle between frame boundaries.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Chunk {
     start: usize,
     end: usize,
-    memo_base: u32,
 }
 
 /// Cuts `data` (a whole protocol 4-5 pickle) into chunks of at least `chunk_bytes` at frame
-/// boundaries and counts their memo puts on `threads` threads. `None` when the file has too
-/// few frames to share, or holds what only the sequential decoder reads (explicit memo puts,
-/// text opcodes, an opcode cut by a frame boundary).
+/// boundaries. `None` when the file has too few frames to share. Only frame headers are read:
+/// each chunk's memo puts are counted by the worker that decodes it, right before (see
+/// [`MemoBases`]).
 pub(crate) fn plan_chunks(
     data: &[u8],
     mapped: Option<MappedFile<'_>>,
@@ -103,34 +102,98 @@ pub(crate) fn plan_chunks(
     // The last chunk runs to the end of the data (STOP and anything after it is decoded by the
     // main thread, which stops at STOP).
     bounds.push(data.len());
-    let ranges: Vec<(usize, usize)> = bounds.windows(2).map(|w| (w[0], w[1])).collect();
-    let last = ranges.len() - 1;
-    let counts = crate::threads::map_on_threads(parallel.threads, ranges.len(), |i| {
-        let (start, end) = ranges[i];
-        if i == last {
-            // The tail may end in STOP and trailing bytes; its count is not needed.
-            return Some(0);
+    Some(
+        bounds
+            .windows(2)
+            .map(|w| Chunk {
+                start: w[0],
+                end: w[1],
+            })
+            .collect(),
+    )
+}
+
+/// The memo index of each chunk's first put, known once the puts of every chunk before it are
+/// counted. Each worker counts the chunk it takes before decoding it (the pages it then
+/// decodes are in cache) and the bases follow as a running sum; a worker waits only for the
+/// counts of the chunks before its own, which the workers ahead of it are counting at once.
+#[derive(Debug)]
+struct MemoBases {
+    state: Mutex<BaseState>,
+    counted: Condvar,
+}
+
+#[derive(Debug)]
+struct BaseState {
+    /// By chunk: its puts, once counted (`Some(None)`: it cannot be counted, an opcode cut by
+    /// its end or one only the sequential decoder reads).
+    counts: Vec<Option<Option<u32>>>,
+    /// By chunk: its base, once every count before it is known.
+    bases: Vec<Option<u32>>,
+    /// The first chunk whose count is not yet added to a base.
+    frontier: usize,
+    /// The sum cannot go past `frontier` (a chunk there cannot be counted, or the sum would
+    /// overflow): no chunk after it gets a base, and the main thread decodes them.
+    broken: bool,
+}
+
+impl MemoBases {
+    /// Bases for `chunks`, known from chunk `first` on, whose base is `base`.
+    fn new(chunks: usize, first: usize, base: u32) -> Self {
+        let mut bases = vec![None; chunks];
+        if let Some(slot) = bases.get_mut(first) {
+            *slot = Some(base);
         }
-        let count = count_memo_puts(data, start, end);
-        // The count reads every page; handing them back now keeps a large file from being
-        // resident all at once (the decode reads them again from the page cache).
-        if let Some(mapped) = mapped {
-            release_pages(mapped.map, start, end);
+        Self {
+            state: Mutex::new(BaseState {
+                counts: vec![None; chunks],
+                bases,
+                frontier: first,
+                broken: false,
+            }),
+            counted: Condvar::new(),
         }
-        count
-    });
-    // Puts before the first frame (PROTO only, in files torch writes).
-    let mut memo_base = count_memo_puts(data, 2, first)?;
-    let mut chunks = Vec::with_capacity(ranges.len());
-    for (&(start, end), count) in ranges.iter().zip(counts) {
-        chunks.push(Chunk {
-            start,
-            end,
-            memo_base,
-        });
-        memo_base = memo_base.checked_add(count?)?;
     }
-    Some(chunks)
+
+    /// Records the count of chunk `index` and extends the bases as far as the counts go.
+    fn count(&self, index: usize, count: Option<u32>) {
+        let Ok(mut state) = self.state.lock() else {
+            return;
+        };
+        if let Some(slot) = state.counts.get_mut(index) {
+            *slot = Some(count);
+        }
+        while !state.broken && state.frontier + 1 < state.bases.len() {
+            let at = state.frontier;
+            let (Some(base), Some(count)) = (state.bases[at], state.counts[at]) else {
+                break;
+            };
+            match count.and_then(|count| base.checked_add(count)) {
+                Some(next) => {
+                    state.bases[at + 1] = Some(next);
+                    state.frontier = at + 1;
+                }
+                None => state.broken = true,
+            }
+        }
+        drop(state);
+        self.counted.notify_all();
+    }
+
+    /// The base of chunk `index`, waiting for the counts before it; `None` if it will never
+    /// be known or `cancelled` is set.
+    fn wait_for(&self, index: usize, cancelled: &AtomicBool) -> Option<u32> {
+        let mut state = self.state.lock().ok()?;
+        loop {
+            if let Some(base) = state.bases.get(index).copied().flatten() {
+                return Some(base);
+            }
+            if state.broken || index >= state.bases.len() || cancelled.load(Ordering::Relaxed) {
+                return None;
+            }
+            state = self.counted.wait(state).ok()?;
+        }
+    }
 }
 
 /// A string as a worker knows it: an id in the region's own string table, or the memo index of
@@ -333,12 +396,13 @@ fn is_entry_start(data: &[u8], at: usize, known: &[Option<Arc<str>>]) -> bool {
 pub(crate) fn decode_region(
     data: &[u8],
     chunk: Chunk,
+    memo_base: u32,
     known: &[Option<Arc<str>>],
     limits: &Limits,
 ) -> Option<Region> {
     // The first entry start, counting the puts before it.
     let mut at = chunk.start;
-    let mut puts = chunk.memo_base;
+    let mut puts = memo_base;
     while at < chunk.end {
         if is_entry_start(data, at, known) {
             break;
@@ -1321,12 +1385,16 @@ struct WorkShared {
     moved: Condvar,
     cancelled: AtomicBool,
     ahead: usize,
+    bases: MemoBases,
 }
 
 impl Drop for Workers {
     fn drop(&mut self) {
         self.shared.cancelled.store(true, Ordering::Relaxed);
         self.shared.moved.notify_all();
+        // (Under the lock, so a worker between its check and its wait cannot miss it.)
+        drop(self.shared.bases.state.lock());
+        self.shared.bases.counted.notify_all();
     }
 }
 
@@ -1397,6 +1465,18 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
             return false;
         }
         let known: KnownStrings = Arc::new(known);
+        // The puts before the first chunk a worker takes, which the main thread decoded (a
+        // chunk or two at the top of the file).
+        let Some(first_base) = self
+            .chunks
+            .get(self.next)
+            .and_then(|chunk| count_memo_puts(self.data, 2, chunk.start))
+        else {
+            // Not countable (an opcode only the sequential decoder reads): no chunk will be,
+            // so the main thread decodes the rest without asking again.
+            self.next = self.chunks.len();
+            return false;
+        };
         let (sender, results) = channel();
         let shared = Arc::new(WorkShared {
             next_chunk: AtomicUsize::new(self.next),
@@ -1404,6 +1484,7 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
             moved: Condvar::new(),
             cancelled: AtomicBool::new(false),
             ahead: 2 * self.threads + 2,
+            bases: MemoBases::new(self.chunks.len(), self.next, first_base),
         });
         for _ in 0..self.threads {
             let (shared, sender, known, chunks) = (
@@ -1525,7 +1606,18 @@ fn work(
         if shared.cancelled.load(Ordering::Relaxed) {
             return;
         }
-        let region = decode_region(data, chunk, known, limits);
+        // The last chunk's count is no chunk's base (and it may end in STOP and trailing
+        // bytes, which do not count).
+        let count = if index + 1 == chunks.len() {
+            Some(0)
+        } else {
+            count_memo_puts(data, chunk.start, chunk.end)
+        };
+        shared.bases.count(index, count);
+        let region = shared
+            .bases
+            .wait_for(index, &shared.cancelled)
+            .and_then(|memo_base| decode_region(data, chunk, memo_base, known, limits));
         if sender.send((index, region)).is_err() {
             return;
         }
@@ -1575,5 +1667,52 @@ impl<F: TraceFollower> crate::pickle::Compactor for Splicing<'_, '_, '_, F> {
             progress(at);
         }
         self.splicer.splice(self.compactor, heap, memo, at, state)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bases follow the counts in whatever order the workers finish them, stop at a chunk that
+    /// cannot be counted, and a wait ends when the decode is cancelled.
+    #[test]
+    fn memo_bases_are_the_running_sum_of_counts_in_any_order() {
+        let not_cancelled = AtomicBool::new(false);
+        let bases = MemoBases::new(5, 1, 10);
+        bases.count(3, Some(7));
+        bases.count(2, Some(5));
+        assert_eq!(bases.wait_for(1, &not_cancelled), Some(10));
+        bases.count(1, Some(3));
+        assert_eq!(bases.wait_for(2, &not_cancelled), Some(13));
+        assert_eq!(bases.wait_for(3, &not_cancelled), Some(18));
+        assert_eq!(bases.wait_for(4, &not_cancelled), Some(25));
+        // Past the chunks: never.
+        assert_eq!(bases.wait_for(5, &not_cancelled), None);
+
+        let broken = MemoBases::new(4, 0, 0);
+        broken.count(0, Some(2));
+        broken.count(1, None);
+        broken.count(2, Some(1));
+        assert_eq!(broken.wait_for(1, &not_cancelled), Some(2));
+        assert_eq!(broken.wait_for(2, &not_cancelled), None);
+        assert_eq!(broken.wait_for(3, &not_cancelled), None);
+
+        let overflowing = MemoBases::new(3, 0, u32::MAX - 1);
+        overflowing.count(0, Some(2));
+        assert_eq!(overflowing.wait_for(1, &not_cancelled), None);
+
+        // A worker waiting on a count that never comes is freed by cancelling.
+        let waiting = Arc::new(MemoBases::new(3, 0, 0));
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let waiter = {
+            let (waiting, cancelled) = (waiting.clone(), cancelled.clone());
+            std::thread::spawn(move || waiting.wait_for(2, &cancelled))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        cancelled.store(true, Ordering::Relaxed);
+        drop(waiting.state.lock());
+        waiting.counted.notify_all();
+        assert_eq!(waiter.join().unwrap(), None);
     }
 }
