@@ -6,6 +6,7 @@
 
 mod common;
 
+use common::served::Served;
 use snapview::analysis::{Analysis, Summary};
 use snapview::pickle::scan::{FRAME, opcode_len};
 use snapview::snapshot::{LoadOptions, Parallel, load_slice_following, parallel_splices};
@@ -281,4 +282,49 @@ fn the_event_limit_refuses_the_same_on_every_thread() {
             }
         }
     }
+}
+
+/// A large uncompressed upload to a server with several threads is read from its file once it
+/// has arrived, on every thread; it is analysed as the same file streamed into a one-thread
+/// server (which decodes it as it arrives), and as the CLI reads it.
+#[test]
+fn a_large_upload_is_read_on_every_thread_once_it_has_arrived() {
+    let Some((name, path)) = common::large_names().into_iter().next() else {
+        return;
+    };
+    let bytes = std::fs::read(&path).expect("large file");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let analysis = |threads: &str| {
+        let log = dir.path().join(format!("log-{threads}"));
+        let server = Served::builder()
+            .data_dir(&dir.path().join(format!("data-{threads}")))
+            .log(&log)
+            .args(["--threads", threads])
+            .env("RUST_LOG", "snapview=debug")
+            .start();
+        let (status, body) = server.call(
+            "POST",
+            &format!("/api/snapshots?filename={name}.pickle"),
+            Some(&bytes),
+        );
+        assert_eq!(status, 201, "{body}");
+        let view: serde_json::Value = serde_json::from_str(&body).expect("json");
+        let id = view["id"].as_str().expect("id").to_owned();
+        let (status, body) = server.call("GET", &format!("/api/snapshots/{id}"), None);
+        assert_eq!(status, 200, "{body}");
+        let detail: serde_json::Value = serde_json::from_str(&body).expect("json");
+        let from_file = server
+            .log_text()
+            .contains("reading the upload from its file");
+        (detail["analysis"].clone(), from_file)
+    };
+    let (parallel, from_file) = analysis("4");
+    assert!(
+        from_file,
+        "the four-thread server read the upload from its file"
+    );
+    let (streamed, from_file) = analysis("1");
+    assert!(!from_file, "the one-thread server decoded it as it arrived");
+    assert_eq!(parallel, streamed);
+    assert!(parallel["devices"][0]["allocations"].as_u64().unwrap_or(0) > 10_000);
 }

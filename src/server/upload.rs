@@ -86,7 +86,8 @@ pub async fn upload(
         .and_then(|actor| actor.0.clone());
     let temp_dir = state.store.temp_dir();
     // Parsed as it arrives (with the server's role rules), unless it may be a duplicate.
-    let parse = (!maybe_duplicate(&state, declared).await).then(|| Reading::of(&state));
+    let parse =
+        (!maybe_duplicate(&state, declared).await).then(|| Reading::of(&state).expecting(declared));
     let pace = Pace {
         stall_timeout: state.config.limits.body_timeout,
         min_bytes_per_second: state.config.limits.min_upload_rate,
@@ -152,7 +153,7 @@ pub async fn import_path(state: &AppState, path: &Path) -> Result<SnapshotView, 
         .await
         .map_err(|e| ApiError::BadRequest(format!("cannot read {}: {e}", path.display())))?;
     let size = file.metadata().await.ok().map(|m| m.len());
-    let parse = (!maybe_duplicate(state, size).await).then(|| Reading::of(state));
+    let parse = (!maybe_duplicate(state, size).await).then(|| Reading::of(state).expecting(size));
     let stream = tokio_util::io::ReaderStream::new(file);
     let received = receive(
         stream,
@@ -238,6 +239,11 @@ async fn ingest(
         None => {
             let path = received.file.to_path_buf();
             let reading = Reading::of(state);
+            tracing::debug!(
+                bytes = received.size,
+                threads = crate::snapshot::default_threads(),
+                "reading the upload from its file"
+            );
             blocking(move || reading.load(|options| crate::analysis::load_path(&path, options)))
                 .await?
                 .map_err(refused)?

@@ -79,12 +79,10 @@ where
         .map_err(|e| ApiError::writing("cannot create a temporary file", e))?;
     let (out, file) = created.into_parts();
     let mut out = tokio::fs::File::from_std(out);
-    let (chunks, mut parser) = if let Some(reading) = parse {
-        let (chunks, receiver) = tokio::sync::mpsc::channel::<Bytes>(PARSE_QUEUE);
-        (Some(chunks), Some(spawn_parser(receiver, reading)?))
-    } else {
-        (None, None)
-    };
+    // The parser starts at the first bytes, unless they say the file is better read once it
+    // has all arrived (then `ingest` reads the stored file).
+    let mut unstarted = parse;
+    let (mut chunks, mut parser) = (None, None);
     let mut parsed = None;
     let mut hasher = Sha256::new();
     let mut size = 0u64;
@@ -121,6 +119,13 @@ where
             if head.len() == SNIFF_BYTES {
                 refuse_wrong_file_type(&head)?;
             }
+        }
+        if let Some(reading) = unstarted.take()
+            && !reading.after_arrival(&head)
+        {
+            let (sender, receiver) = tokio::sync::mpsc::channel::<Bytes>(PARSE_QUEUE);
+            parser = Some(spawn_parser(receiver, reading)?);
+            chunks = Some(sender);
         }
         size += chunk.len() as u64;
         if size > limit {

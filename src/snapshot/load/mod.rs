@@ -123,7 +123,7 @@ pub fn load_path_following<F: TraceFollower>(
         source,
     })?;
     let size = file.metadata().map_or(0, |metadata| metadata.len());
-    if options.threads >= PARALLEL_THREADS && size >= PARALLEL_FROM {
+    if decodes_in_parallel(options.threads, size, None) {
         // SAFETY: a snapshot file is only read here; one truncated by another process while
         // it is mapped would make a read of a lost page raise SIGBUS, which no check can
         // prevent with a shared map. The server's stored snapshots are written once and
@@ -156,6 +156,14 @@ pub fn load_path_following<F: TraceFollower>(
         }
         Err(file) => load_reader_following(file, options),
     })
+}
+
+/// Whether [`load_path`] with `threads` decodes a file of `size` bytes on several threads, as
+/// far as its first bytes (`head`, when known) tell: an uncompressed protocol 4-5 pickle.
+/// Below these, decoding it as it is read (an upload, as it arrives) is as fast.
+pub fn decodes_in_parallel(threads: usize, size: u64, head: Option<&[u8]>) -> bool {
+    let framed = head.is_none_or(|head| matches!(head.get(..2), Some([0x80, 4..=5])));
+    threads >= PARALLEL_THREADS && size >= PARALLEL_FROM && framed
 }
 
 /// The parallel decoder is used from this many threads on. Its workers spend about twice the
