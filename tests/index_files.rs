@@ -40,12 +40,22 @@ fn timeline(server: &Served, id: &str) -> (u16, Duration) {
     (status, started.elapsed())
 }
 
+/// A server on `data` whose parse lease lives a second: each server here is killed once its
+/// index file appears, which can be before the write's thread releases the lease, and the next
+/// server would wait out a killed holder's full lease (30 s) before parsing.
+fn start(data: &Path) -> Served {
+    Served::builder()
+        .data_dir(data)
+        .env("SNAPVIEW_TEST_LEASE_TTL_MS", "1000")
+        .start()
+}
+
 #[test]
 fn a_fifo_or_symlink_at_the_index_path_is_refused_and_rebuilt() {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
     let id = {
-        let server = Served::start(&data, &[]);
+        let server = start(&data);
         let id = server.upload_streams();
         let index = index_path(&data, &id);
         wait_until("the index is written", Duration::from_secs(30), || {
@@ -63,7 +73,7 @@ fn a_fifo_or_symlink_at_the_index_path_is_refused_and_rebuilt() {
         .expect("mkfifo");
     assert!(made.success());
     {
-        let server = Served::start(&data, &[]);
+        let server = start(&data);
         let (status, took) = timeline(&server, &id);
         assert_eq!(status, 200, "{}", server.log_text());
         assert!(took < Duration::from_secs(10), "{took:?}");
@@ -83,7 +93,7 @@ fn a_fifo_or_symlink_at_the_index_path_is_refused_and_rebuilt() {
     let before = std::fs::read(&aside).expect("aside");
     std::os::unix::fs::symlink(&aside, &index).expect("symlink");
     {
-        let server = Served::start(&data, &[]);
+        let server = start(&data);
         let (status, _) = timeline(&server, &id);
         assert_eq!(status, 200, "{}", server.log_text());
         wait_until("the index is rebuilt", Duration::from_secs(30), || {
