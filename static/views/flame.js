@@ -288,10 +288,15 @@ export class FlameView {
     const key = this.params();
     if (key === this.key) return;
     await this.fetchFlame(`/api/snapshots/${this.app.id}/flame?${key}`, (/** @type {FlameAnswer} */ data) => {
+      // The keyboard's frame stays where it was, by its path, when the same frame is in the new
+      // graph (another moment, or an answer that lands while the keys move).
+      const old = this.model;
+      const cursorKey = old && old.cursor >= 0 ? keyOf(old.nodes, old.cursor) : "";
       this.key = key;
       this.data = data;
       this.model = new FlameModel(data.nodes, ROW);
       this.model.zoomTo(findKey(data.nodes, this.focusKey));
+      if (cursorKey) this.model.cursor = findKey(data.nodes, cursorKey);
       this.searchNow();
       this.renderTotal();
       this.renderCrumbs();

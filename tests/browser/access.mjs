@@ -37,6 +37,9 @@ await run(60_000, async (browser) => {
     await page.click("form.login-form button[type=submit]");
     await until(async () => new URL(page.url()).pathname === "/", "the list after login");
     assertEqual(new URL(page.url()).search, "?from=test", "back to the page asked for");
+    // The drop zone is in the HTML before the page's module has wired it: a file chosen before
+    // the load would meet no listener (a busy CI machine hit that).
+    await page.waitForLoadState("load");
     await page.locator("#dropzone").waitFor();
     const cookies = await context.cookies();
     const session = cookies.find((c) => c.name === "snapview_session");
