@@ -166,9 +166,14 @@ impl hashbrown::Equivalent<Frame> for FrameKey<'_> {
 
 impl FrameTable {
     pub fn intern(&mut self, frame: Frame) -> FrameId {
-        if let Some(&id) = self.index.get(&frame) {
-            return id;
+        match self.index.get(&frame) {
+            Some(&id) => id,
+            None => self.add(frame),
         }
+    }
+
+    /// Adds `frame`, not in the table yet.
+    fn add(&mut self, frame: Frame) -> FrameId {
         let id = self.frames.len() as FrameId;
         self.frames.push(frame.clone());
         self.index.insert(frame, id);
@@ -184,7 +189,7 @@ impl FrameTable {
         };
         match self.index.get(&key) {
             Some(&id) => id,
-            None => self.intern(Frame {
+            None => self.add(Frame {
                 filename: filename.clone(),
                 line,
                 name: name.clone(),

@@ -465,8 +465,8 @@ impl DeviceRoles {
         };
         let decided = by_ranges(n, min_range, |ids| {
             let mut backward = BackwardStarts::default();
-            let (mut roles, mut rules) = (Vec::with_capacity(ids.len()), Vec::new());
-            rules.reserve(ids.len());
+            let mut roles = Vec::with_capacity(ids.len());
+            let mut rules = Vec::with_capacity(ids.len());
             for i in ids {
                 match decide(i, &mut backward) {
                     Some((r, why)) => {

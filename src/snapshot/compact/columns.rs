@@ -119,35 +119,33 @@ pub(super) fn spawn_threads<'scope, 'env, F: TraceFollower>(
     mut trace: Trace,
     expected_rows: usize,
 ) -> Columns<'scope, F> {
-    if !F::FOLLOWS {
-        return match spawn_column_thread(scope, &mut trace, expected_rows) {
-            Some((columns, column_thread)) => Columns::Threads(ColumnThreads {
-                columns,
-                column_thread,
-                follower: None,
-            }),
-            None => Columns::Inline(trace),
-        };
-    }
-    let mut pass = F::default();
-    pass.take(trace.followed_events(0));
-    let (batches, received) = sync_channel::<Arc<Batch>>(IN_FLIGHT);
-    let follower = std::thread::Builder::new()
-        .name("snapview-follow".into())
-        .spawn_scoped(scope, move || follow(pass, received));
-    let Ok(follower) = follower else {
-        return Columns::Inline(trace);
+    // The follower's thread first: it takes the rows so far before they move to the columns.
+    let follower = if F::FOLLOWS {
+        let mut pass = F::default();
+        pass.take(trace.followed_events(0));
+        let (batches, received) = sync_channel::<Arc<Batch>>(IN_FLIGHT);
+        let spawned = std::thread::Builder::new()
+            .name("snapview-follow".into())
+            .spawn_scoped(scope, move || follow(pass, received));
+        match spawned {
+            Ok(thread) => Some((batches, thread)),
+            Err(_) => return Columns::Inline(trace),
+        }
+    } else {
+        None
     };
     match spawn_column_thread(scope, &mut trace, expected_rows) {
         Some((columns, column_thread)) => Columns::Threads(ColumnThreads {
             columns,
             column_thread,
-            follower: Some((batches, follower)),
+            follower,
         }),
         None => {
-            drop(batches);
-            if let Err(panic) = follower.join() {
-                std::panic::resume_unwind(panic);
+            if let Some((batches, thread)) = follower {
+                drop(batches);
+                if let Err(panic) = thread.join() {
+                    std::panic::resume_unwind(panic);
+                }
             }
             Columns::Inline(trace)
         }

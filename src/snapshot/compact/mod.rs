@@ -4,7 +4,8 @@
 //! columns and each frame dict an interned [`FrameId`] the moment it is complete, so a
 //! 3-million-event file never holds 3 million dicts. Past 65,536 rows, the columns are filled
 //! on a thread of their own and a [`TraceFollower`] runs over the rows on another, while
-//! decoding goes on; those threads are in `columns.rs`. The count of events against the load's limit is `count.rs`.
+//! decoding goes on; those threads are in `columns.rs`. The count of events against the load's
+//! limit is `count.rs`.
 //!
 //! One file on purpose beyond that: the rest is the hot loop of a load (every trace entry and
 //! frame of the file passes through [`TraceCompactor::event`], `stack` and `frame`, which share
@@ -103,7 +104,8 @@ pub(super) fn record_of(value: Value) -> Option<Record> {
 /// Decoding is sequential (the memo makes every opcode depend on the ones before), but filling
 /// 3 million rows of columns is not: [`TraceCompactor::pipelined`] hands finished rows in
 /// batches to a column thread, which writes (and page-faults in) the columns while this one
-/// keeps decoding, and to the follower's thread. The result is the same as [`TraceCompactor::default`], which fills them inline.
+/// keeps decoding, and to the follower's thread. The result is the same as
+/// [`TraceCompactor::default`], which fills them inline.
 #[derive(Debug)]
 pub(super) struct TraceCompactor<'scope, F = ()> {
     /// The string tables, unknown actions and `device_free` of every trace entry (the numeric

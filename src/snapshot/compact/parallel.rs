@@ -7,11 +7,12 @@
 //! fetches. So a worker starts at the first entry after a frame boundary (frames always end
 //! between opcodes) and decodes entries and the top-level MARK / APPENDS / APPEND opcodes between
 //! them. The memo index of each of its puts is known from a count of the puts before (each
-//! worker counts its chunk's before decoding it, see `MemoBases`); a fetch from an earlier region stays symbolic (a memo index) until the
-//! splice, where the main thread resolves it in its own, exact, memo. The splice then interns
-//! the region's frames, stacks, texts and actions in the order the region met them (which is
-//! the order a sequential decode would have), pushes its rows, sets its memo entries, and hands
-//! the top-level opcodes back to the machine to do as it would have done them.
+//! worker counts its chunk's before decoding it, see `MemoBases`); a fetch from an earlier
+//! region stays symbolic (a memo index) until the splice, where the main thread resolves it in
+//! its own, exact, memo. The splice then interns the region's frames, stacks, texts and actions
+//! in the order the region met them (which is the order a sequential decode would have), hands
+//! its rows to the column threads, sets its memo entries, and hands the top-level opcodes back
+//! to the machine to do as it would have done them.
 //!
 //! Anything a worker does not model exactly (a tuple, a nested entry, a category, a frame dict
 //! shaped unlike torch's, a fetch of something unfinished) ends its region before that entry,
@@ -177,6 +178,13 @@ impl MemoBases {
             }
         }
         drop(state);
+        self.counted.notify_all();
+    }
+
+    /// Wakes every worker waiting for a base, to see the decode cancelled. (Under the lock, so
+    /// a worker between its check and its wait cannot miss it.)
+    fn wake_all(&self) {
+        drop(self.state.lock());
         self.counted.notify_all();
     }
 
@@ -1392,9 +1400,7 @@ impl Drop for Workers {
     fn drop(&mut self) {
         self.shared.cancelled.store(true, Ordering::Relaxed);
         self.shared.moved.notify_all();
-        // (Under the lock, so a worker between its check and its wait cannot miss it.)
-        drop(self.shared.bases.state.lock());
-        self.shared.bases.counted.notify_all();
+        self.shared.bases.wake_all();
     }
 }
 
@@ -1711,8 +1717,7 @@ mod tests {
         };
         std::thread::sleep(std::time::Duration::from_millis(20));
         cancelled.store(true, Ordering::Relaxed);
-        drop(waiting.state.lock());
-        waiting.counted.notify_all();
+        waiting.wake_all();
         assert_eq!(waiter.join().unwrap(), None);
     }
 }
