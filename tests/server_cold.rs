@@ -117,9 +117,16 @@ fn a_cold_snapshot_answers_its_page_at_once_and_loads_once() {
     assert_eq!(code, 400);
 }
 
-/// Damages the one stored file under `data`, `id`'s, where it is stored (it stays there, so
-/// its snapshot is live).
-fn cut_the_only_blob_in_half(data: &Path, id: &str) {
+/// Stops `server` and damages the one stored file under `data`, `id`'s, where it is stored (it
+/// stays there, so its snapshot is live). Its stored index goes too: written after the upload's
+/// answer, it would let the next load open the snapshot without reading the damaged file (the
+/// tests that use this failed whenever the index landed before the server stopped).
+fn stop_with_the_only_blob_cut_in_half(server: Served, data: &Path, id: &str) {
+    wait_until("the stored index", Duration::from_secs(20), || {
+        index_exists(data, id)
+    });
+    drop(server);
+    common::backend::remove_index(data, id);
     let left = leftovers(data);
     assert_eq!(left.blobs.len(), 1, "{left:?}");
     let bytes = common::backend::read_blob(data, id);
@@ -132,9 +139,8 @@ fn a_stored_file_that_does_not_parse_is_reported_and_not_parsed_again() {
     let data = dir.path().join("data");
     let server = Served::start(&data, &[]);
     let id = upload(&server, "mlp_small.pickle");
-    drop(server);
     // The stored file damaged on disk (it is there, so the snapshot is live).
-    cut_the_only_blob_in_half(&data, &id);
+    stop_with_the_only_blob_cut_in_half(server, &data, &id);
     let server = Served::start(&data, &[]);
 
     let mut answer = status(&server, &id);
@@ -234,9 +240,8 @@ fn a_compare_with_a_snapshot_that_does_not_parse_says_why() {
     let data = dir.path().join("data");
     let server = Served::start(&data, &[]);
     let broken = upload(&server, "mlp_small.pickle");
-    drop(server);
     // The stored file damaged on disk, before the second upload (so it is the only blob).
-    cut_the_only_blob_in_half(&data, &broken);
+    stop_with_the_only_blob_cut_in_half(server, &data, &broken);
     let server = Served::start(&data, &[]);
     let sound = upload(&server, "oom.pickle");
 

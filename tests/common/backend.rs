@@ -484,6 +484,18 @@ pub fn index_exists(data_dir: &Path, id: &str) -> bool {
     }
 }
 
+/// Loses the stored index of `id` behind the server's back, so its next load reads the blob.
+pub fn remove_index(data_dir: &Path, id: &str) {
+    match shared_backend_for(data_dir) {
+        Some(shared) => {
+            shared.remove_object(&format!("indexes/{id}.snapidx"));
+            forget_cached(data_dir, id);
+        }
+        None => std::fs::remove_file(data_dir.join("indexes").join(format!("{id}.snapidx")))
+            .expect("lose the index"),
+    }
+}
+
 /// Loses the stored blob `id` behind the server's back (an operator's slip, a lost disk or
 /// bucket object), with the server's local copies on the shared backend.
 pub fn remove_blob(data_dir: &Path, id: &str) {
