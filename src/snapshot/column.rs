@@ -107,13 +107,23 @@ impl<T: Pod> Column<T> {
 
     /// The owned vector, copying a mapped column onto the heap first. Only building code
     /// mutates columns, and it builds owned ones, so the copy is for tests and odd callers.
+    #[inline]
     pub fn make_owned(&mut self) -> &mut Vec<T> {
-        if let Some(window) = self.mapped.take() {
-            self.owned = window.values::<T>().to_vec();
+        if self.mapped.is_some() {
+            self.copy_mapped();
         }
         &mut self.owned
     }
 
+    // Out of line: `push` is in the hottest loops, and a column there is always owned.
+    #[cold]
+    fn copy_mapped(&mut self) {
+        if let Some(window) = self.mapped.take() {
+            self.owned = window.values::<T>().to_vec();
+        }
+    }
+
+    #[inline]
     pub fn push(&mut self, value: T) {
         self.make_owned().push(value);
     }

@@ -128,18 +128,6 @@ impl Trace {
         self.action.len()
     }
 
-    /// Reserves room for `rows` rows in every numeric column, where the memory can be had
-    /// (address space only: pages are touched as rows arrive).
-    pub(crate) fn reserve_rows(&mut self, rows: usize) {
-        let extra = rows.saturating_sub(self.len());
-        let _ = self.action.try_reserve(extra);
-        self.addr.reserve(extra);
-        self.size.reserve(extra);
-        self.stream.reserve(extra);
-        self.time_us.reserve(extra);
-        self.stack.reserve(extra);
-    }
-
     pub fn is_empty(&self) -> bool {
         self.action.is_empty()
     }

@@ -6,7 +6,7 @@ use super::super::follow::{FollowedEvent, TraceFollower};
 use super::super::{ActionCode, StackId, Trace};
 use super::parallel::RegionIds;
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::mpsc::{SyncSender, sync_channel};
 use std::thread::ScopedJoinHandle;
 
 /// One trace entry on its way to the columns.
@@ -23,18 +23,6 @@ pub(super) struct Row {
     pub(super) has_time: bool,
 }
 
-impl Row {
-    fn followed(&self) -> FollowedEvent {
-        FollowedEvent {
-            action: self.action,
-            addr: self.addr,
-            size: self.size,
-            stream: self.stream,
-            stack: self.stack,
-        }
-    }
-}
-
 /// Rows handed to the column threads at once: enough to make channel traffic negligible, few
 /// enough (~0.5 MB) to stay in cache between the threads.
 pub(super) const BATCH: usize = 8192;
@@ -49,12 +37,41 @@ pub(super) struct Batch {
 }
 
 impl Batch {
-    /// The rows in order, with the trace's ids.
+    /// The trace's stack of `row`.
     #[inline]
-    fn rows(&self) -> impl Iterator<Item = Row> + '_ {
-        self.rows.iter().map(|row| match &self.ids {
-            None => *row,
-            Some(ids) => ids.global(row),
+    fn stack(&self, row: &Row) -> StackId {
+        match &self.ids {
+            None => row.stack,
+            Some(ids) => ids.stack(row.stack),
+        }
+    }
+
+    /// The trace's action of `row`.
+    #[inline]
+    fn action(&self, row: &Row) -> ActionCode {
+        match &self.ids {
+            None => row.action,
+            Some(ids) => ids.action(row.action),
+        }
+    }
+
+    /// The trace's id of a text of a row.
+    #[inline]
+    fn text(&self, id: u32) -> u32 {
+        match &self.ids {
+            None => id,
+            Some(ids) => ids.text(id),
+        }
+    }
+
+    /// The rows as a follower takes them. (Each thread maps only the ids it reads.)
+    fn followed(&self) -> impl Iterator<Item = FollowedEvent> + '_ {
+        self.rows.iter().map(|row| FollowedEvent {
+            action: self.action(row),
+            addr: row.addr,
+            size: row.size,
+            stream: row.stream,
+            stack: self.stack(row),
         })
     }
 }
@@ -67,12 +84,13 @@ pub(super) enum Columns<'scope, F> {
     Threads(ColumnThreads<'scope, F>),
 }
 
-/// The column thread and the follower's, each fed every batch.
+/// The threads fed every batch: two that build half the columns each (one alone set the pace
+/// of the whole decode, behind every decoding core), and the follower's.
 pub(super) struct ColumnThreads<'scope, F> {
-    columns: SyncSender<Arc<Batch>>,
-    column_thread: ScopedJoinHandle<'scope, Trace>,
+    blocks: Sink<'scope, Trace>,
+    context: Sink<'scope, Trace>,
     /// `None` for a follower that does nothing.
-    follower: Option<(SyncSender<Arc<Batch>>, ScopedJoinHandle<'scope, F>)>,
+    follower: Option<Sink<'scope, F>>,
 }
 
 impl<F> std::fmt::Debug for Columns<'_, F> {
@@ -86,19 +104,53 @@ impl<F> std::fmt::Debug for Columns<'_, F> {
 
 /// Appends the rows of `batch` to the numeric columns of `trace`.
 pub(super) fn append_batch(trace: &mut Trace, batch: &Batch) {
-    let mut has_time = false;
-    for (event, row) in (trace.len()..).zip(batch.rows()) {
-        trace.action.push(row.action);
+    append_blocks(trace, batch);
+    append_context(trace, batch);
+}
+
+/// The columns that say what happened to which block: action, address, size and stack.
+fn append_blocks(trace: &mut Trace, batch: &Batch) {
+    for row in &batch.rows {
+        trace.action.push(batch.action(row));
         trace.addr.push(row.addr);
-        trace.stack.push(row.stack);
         trace.size.push(row.size);
+        trace.stack.push(batch.stack(row));
+    }
+}
+
+/// The columns that say where and when: stream, time and the two texts. A thread that builds
+/// only these holds them in a trace whose other columns stay empty.
+fn append_context(trace: &mut Trace, batch: &Batch) {
+    let mut has_time = false;
+    for (event, row) in (trace.stream.len()..).zip(&batch.rows) {
         trace.stream.push(row.stream);
         trace.time_us.push(row.time_us);
-        trace.compile_context.set(event, row.context);
-        trace.user_metadata.set(event, row.metadata);
+        trace.compile_context.set(event, batch.text(row.context));
+        trace.user_metadata.set(event, batch.text(row.metadata));
         has_time |= row.has_time;
     }
     trace.has_time |= has_time;
+}
+
+/// Moves the context columns of `trace` (see [`append_context`]) into a trace of their own.
+fn take_context(trace: &mut Trace) -> Trace {
+    Trace {
+        stream: std::mem::take(&mut trace.stream),
+        time_us: std::mem::take(&mut trace.time_us),
+        compile_context: std::mem::take(&mut trace.compile_context),
+        user_metadata: std::mem::take(&mut trace.user_metadata),
+        has_time: std::mem::take(&mut trace.has_time),
+        ..Trace::default()
+    }
+}
+
+/// Puts back the context columns [`take_context`] moved out.
+fn put_context(trace: &mut Trace, context: Trace) {
+    trace.stream = context.stream;
+    trace.time_us = context.time_us;
+    trace.compile_context = context.compile_context;
+    trace.user_metadata = context.user_metadata;
+    trace.has_time |= context.has_time;
 }
 
 /// The fewest pickle bytes a trace entry takes: torch writes 8 memoized keys and their values
@@ -119,71 +171,129 @@ pub(super) fn spawn_threads<'scope, 'env, F: TraceFollower>(
     mut trace: Trace,
     expected_rows: usize,
 ) -> Columns<'scope, F> {
-    // The follower's thread first: it takes the rows so far before they move to the columns.
+    // The follower first: it takes the rows so far before they move to the columns.
     let follower = if F::FOLLOWS {
         let mut pass = F::default();
         pass.take(trace.followed_events(0));
-        let (batches, received) = sync_channel::<Arc<Batch>>(IN_FLIGHT);
-        let spawned = std::thread::Builder::new()
-            .name("snapview-follow".into())
-            .spawn_scoped(scope, move || follow(pass, received));
-        match spawned {
-            Ok(thread) => Some((batches, thread)),
+        let take = |pass: &mut F, batch: &Batch| pass.take(batch.followed());
+        match Sink::spawn(scope, "snapview-follow", pass, take, F::finish) {
+            Ok(sink) => Some(sink),
             Err(_) => return Columns::Inline(trace),
         }
     } else {
         None
     };
-    match spawn_column_thread(scope, &mut trace, expected_rows) {
-        Some((columns, column_thread)) => Columns::Threads(ColumnThreads {
-            columns,
-            column_thread,
+    // Reserved once: growing the columns by doubling would move them (mremap) a dozen times
+    // each, and every move interrupts the decoding threads' cores to flush their TLBs.
+    let mut context = take_context(&mut trace);
+    reserve_blocks(&mut trace, expected_rows);
+    reserve_context(&mut context, expected_rows);
+    let blocks = match Sink::spawn(scope, "snapview-blocks", trace, append_blocks, no_finish) {
+        Ok(blocks) => blocks,
+        Err(mut trace) => {
+            put_context(&mut trace, context);
+            follower.map(Sink::join);
+            return Columns::Inline(trace);
+        }
+    };
+    match Sink::spawn(
+        scope,
+        "snapview-context",
+        context,
+        append_context,
+        no_finish,
+    ) {
+        Ok(context) => Columns::Threads(ColumnThreads {
+            blocks,
+            context,
             follower,
         }),
-        None => {
-            if let Some((batches, thread)) = follower {
-                drop(batches);
-                if let Err(panic) = thread.join() {
-                    std::panic::resume_unwind(panic);
-                }
-            }
+        Err(context) => {
+            let mut trace = blocks.join();
+            put_context(&mut trace, context);
+            follower.map(Sink::join);
             Columns::Inline(trace)
         }
     }
 }
 
-/// Batches in flight to each column thread: enough to ride out a slow batch, few enough that
-/// a thread ahead does not hold much memory.
+/// Reserves room for `rows` rows in the block columns, where the memory can be had (address
+/// space only: pages are touched as rows arrive).
+fn reserve_blocks(trace: &mut Trace, rows: usize) {
+    let extra = rows.saturating_sub(trace.len());
+    let _ = trace.action.try_reserve(extra);
+    trace.addr.reserve(extra);
+    trace.size.reserve(extra);
+    trace.stack.reserve(extra);
+}
+
+/// The same for the context columns.
+fn reserve_context(trace: &mut Trace, rows: usize) {
+    let extra = rows.saturating_sub(trace.stream.len());
+    trace.stream.reserve(extra);
+    trace.time_us.reserve(extra);
+}
+
+fn no_finish(_: &mut Trace) {}
+
+/// Batches in flight to each thread: enough to ride out a slow batch, few enough that a thread
+/// ahead does not hold much memory.
 const IN_FLIGHT: usize = 4;
 
-type ColumnThread<'scope> = (SyncSender<Arc<Batch>>, ScopedJoinHandle<'scope, Trace>);
+/// A thread that applies every batch it is sent to its state `T`, and hands the state back
+/// when joined.
+struct Sink<'scope, T> {
+    batches: SyncSender<Arc<Batch>>,
+    thread: ScopedJoinHandle<'scope, T>,
+}
 
-/// Starts the thread that appends batches to `trace`'s columns, handing it the rows so far;
-/// `None` (and `trace` as it was) if it cannot.
-fn spawn_column_thread<'scope, 'env>(
-    scope: &'scope std::thread::Scope<'scope, 'env>,
-    trace: &mut Trace,
-    expected_rows: usize,
-) -> Option<ColumnThread<'scope>> {
-    let (batches, received) = sync_channel::<Arc<Batch>>(IN_FLIGHT);
-    let (start, start_receiver) = sync_channel::<Trace>(1);
-    let thread = std::thread::Builder::new()
-        .name("snapview-columns".into())
-        .spawn_scoped(scope, move || {
-            let trace = start_receiver.recv().unwrap_or_default();
-            build_columns(trace, expected_rows, received)
-        })
-        .ok()?;
-    match start.send(std::mem::take(trace)) {
-        Ok(()) => Some((batches, thread)),
-        // Only if the thread died at once; its panic is reported when joined.
-        Err(returned) => {
-            *trace = returned.0;
-            drop(batches);
-            if let Err(panic) = thread.join() {
-                std::panic::resume_unwind(panic);
+impl<'scope, T: Send + Default + 'scope> Sink<'scope, T> {
+    /// Starts the thread with `state`, or hands `state` back if it cannot. The thread calls
+    /// `take` with each batch, then `finish`.
+    fn spawn<'env>(
+        scope: &'scope std::thread::Scope<'scope, 'env>,
+        name: &str,
+        state: T,
+        take: impl Fn(&mut T, &Batch) + Send + 'scope,
+        finish: fn(&mut T),
+    ) -> Result<Self, T> {
+        let (batches, received) = sync_channel::<Arc<Batch>>(IN_FLIGHT);
+        let (start, start_receiver) = sync_channel::<T>(1);
+        let spawned =
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn_scoped(scope, move || {
+                    let mut state = start_receiver.recv().unwrap_or_default();
+                    for batch in received {
+                        take(&mut state, &batch);
+                    }
+                    finish(&mut state);
+                    state
+                });
+        let Ok(thread) = spawned else {
+            return Err(state);
+        };
+        match start.send(state) {
+            Ok(()) => Ok(Self { batches, thread }),
+            // Only if the thread died at once; its panic goes on here.
+            Err(returned) => {
+                drop(batches);
+                match thread.join() {
+                    Ok(_) => Err(returned.0),
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
             }
-            None
+        }
+    }
+}
+
+impl<T> Sink<'_, T> {
+    /// The state after every batch sent. A panic on the thread goes on here.
+    fn join(self) -> T {
+        drop(self.batches);
+        match self.thread.join() {
+            Ok(state) => state,
+            Err(panic) => std::panic::resume_unwind(panic),
         }
     }
 }
@@ -192,27 +302,19 @@ impl<F> ColumnThreads<'_, F> {
     /// Hands `batch` to every thread. A thread gone (it panicked) is reported when joined.
     pub(super) fn send(&self, batch: Batch) {
         let batch = Arc::new(batch);
-        if let Some((follower, _)) = &self.follower {
-            let _ = follower.send(batch.clone());
+        if let Some(follower) = &self.follower {
+            let _ = follower.batches.send(batch.clone());
         }
-        let _ = self.columns.send(batch);
+        let _ = self.context.batches.send(batch.clone());
+        let _ = self.blocks.batches.send(batch);
     }
 
     /// The columns and the follower after every batch.
     pub(super) fn join(self) -> (Trace, Option<F>) {
-        drop(self.columns);
-        let follower = self.follower.map(|(batches, thread)| {
-            drop(batches);
-            thread.join()
-        });
-        let trace = match self.column_thread.join() {
-            Ok(trace) => trace,
-            Err(panic) => std::panic::resume_unwind(panic),
-        };
-        match follower.transpose() {
-            Ok(pass) => (trace, pass),
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
+        let follower = self.follower.map(Sink::join);
+        let mut trace = self.blocks.join();
+        put_context(&mut trace, self.context.join());
+        (trace, follower)
     }
 }
 
@@ -226,25 +328,4 @@ impl<F> std::fmt::Debug for Spawn<'_, F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(if self.0.is_some() { "Spawn" } else { "None" })
     }
-}
-
-/// The column thread: appends each batch it receives to `trace`.
-fn build_columns(mut trace: Trace, expected_rows: usize, batches: Receiver<Arc<Batch>>) -> Trace {
-    // Growing the columns by doubling would move them (mremap) a dozen times each, and every
-    // move interrupts the decoding thread's core to flush its TLB.
-    trace.reserve_rows(expected_rows);
-    for batch in batches {
-        append_batch(&mut trace, &batch);
-    }
-    trace
-}
-
-/// The follower's thread: runs `pass` over every batch it receives, assuming all rows are one
-/// device's, as they are in every file torch writes (the builder keeps its result only if so).
-fn follow<F: TraceFollower>(mut pass: F, batches: Receiver<Arc<Batch>>) -> F {
-    for batch in batches {
-        pass.take(batch.rows().map(|row| row.followed()));
-    }
-    pass.finish();
-    pass
 }
