@@ -1498,7 +1498,10 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
             taken: Mutex::new(self.next),
             moved: Condvar::new(),
             cancelled: AtomicBool::new(false),
-            ahead: 2 * self.threads + 2,
+            // One chunk in hand per worker and two done, waiting: enough to keep every worker
+            // busy while the main thread splices, and no more (each region waiting holds its
+            // decoded rows and its file pages; twice as many cost 16 threads ~70 MB more).
+            ahead: self.threads + 2,
             bases: MemoBases::new(self.chunks.len(), self.next, first_base),
         });
         for _ in 0..self.threads {
