@@ -8,6 +8,7 @@ use super::parallel::RegionIds;
 use std::sync::Arc;
 use std::sync::mpsc::{SyncSender, sync_channel};
 use std::thread::ScopedJoinHandle;
+use std::time::{Duration, Instant};
 
 /// One trace entry on its way to the columns.
 #[derive(Debug, Clone, Copy)]
@@ -245,6 +246,9 @@ const IN_FLIGHT: usize = 4;
 struct Sink<'scope, T> {
     batches: SyncSender<Arc<Batch>>,
     thread: ScopedJoinHandle<'scope, T>,
+    /// How long the sending thread waited for this one to take a batch: the time it set the
+    /// decode's pace (logged at debug level, to find the serial step that bounds a load).
+    waited: Duration,
 }
 
 impl<'scope, T: Send + Default + 'scope> Sink<'scope, T> {
@@ -259,22 +263,35 @@ impl<'scope, T: Send + Default + 'scope> Sink<'scope, T> {
     ) -> Result<Self, T> {
         let (batches, received) = sync_channel::<Arc<Batch>>(IN_FLIGHT);
         let (start, start_receiver) = sync_channel::<T>(1);
+        let label = name.to_owned();
         let spawned =
             std::thread::Builder::new()
                 .name(name.into())
                 .spawn_scoped(scope, move || {
                     let mut state = start_receiver.recv().unwrap_or_default();
+                    let mut busy = Duration::ZERO;
                     for batch in received {
+                        let started = Instant::now();
                         take(&mut state, &batch);
+                        busy += started.elapsed();
                     }
                     finish(&mut state);
+                    tracing::debug!(
+                        thread = %label,
+                        busy_ms = busy.as_millis() as u64,
+                        "batches taken"
+                    );
                     state
                 });
         let Ok(thread) = spawned else {
             return Err(state);
         };
         match start.send(state) {
-            Ok(()) => Ok(Self { batches, thread }),
+            Ok(()) => Ok(Self {
+                batches,
+                thread,
+                waited: Duration::ZERO,
+            }),
             // Only if the thread died at once; its panic goes on here.
             Err(returned) => {
                 drop(batches);
@@ -288,8 +305,22 @@ impl<'scope, T: Send + Default + 'scope> Sink<'scope, T> {
 }
 
 impl<T> Sink<'_, T> {
+    /// Hands `batch` to the thread. A thread gone (it panicked) is reported when joined.
+    fn send(&mut self, batch: Arc<Batch>) {
+        let started = Instant::now();
+        let _ = self.batches.send(batch);
+        self.waited += started.elapsed();
+    }
+
     /// The state after every batch sent. A panic on the thread goes on here.
     fn join(self) -> T {
+        if let Some(name) = self.thread.thread().name() {
+            tracing::debug!(
+                thread = %name,
+                waited_ms = self.waited.as_millis() as u64,
+                "sent to"
+            );
+        }
         drop(self.batches);
         match self.thread.join() {
             Ok(state) => state,
@@ -300,13 +331,13 @@ impl<T> Sink<'_, T> {
 
 impl<F> ColumnThreads<'_, F> {
     /// Hands `batch` to every thread. A thread gone (it panicked) is reported when joined.
-    pub(super) fn send(&self, batch: Batch) {
+    pub(super) fn send(&mut self, batch: Batch) {
         let batch = Arc::new(batch);
-        if let Some(follower) = &self.follower {
-            let _ = follower.batches.send(batch.clone());
+        if let Some(follower) = &mut self.follower {
+            follower.send(batch.clone());
         }
-        let _ = self.context.batches.send(batch.clone());
-        let _ = self.blocks.batches.send(batch);
+        self.context.send(batch.clone());
+        self.blocks.send(batch);
     }
 
     /// The columns and the follower after every batch.

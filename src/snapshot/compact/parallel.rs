@@ -1356,6 +1356,20 @@ pub(crate) struct Splicer<'scope, 'env> {
     map: Option<&'env memmap2::Mmap>,
     /// Bytes of the map before this were handed back.
     released: usize,
+    /// How long the main thread waited for the workers' regions (logged at debug level: the
+    /// time the workers, not the splice, set the pace).
+    waited: std::time::Duration,
+}
+
+impl Drop for Splicer<'_, '_> {
+    fn drop(&mut self) {
+        if self.workers.is_some() {
+            tracing::debug!(
+                waited_ms = self.waited.as_millis() as u64,
+                "regions spliced"
+            );
+        }
+    }
 }
 
 /// A pickle file mapped into memory, and the file itself (for reads that should not go
@@ -1434,6 +1448,7 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
             workers: None,
             map: None,
             released: 0,
+            waited: std::time::Duration::ZERO,
         }
     }
 
@@ -1539,17 +1554,20 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
             *taken = index + 1;
         }
         workers.shared.moved.notify_all();
-        loop {
+        let started = std::time::Instant::now();
+        let region = loop {
             if let Some(region) = workers.received.remove(&index) {
-                return region;
+                break region;
             }
             match workers.results.recv() {
                 Ok((at, region)) => {
                     workers.received.insert(at, region);
                 }
-                Err(_) => return None,
+                Err(_) => break None,
             }
-        }
+        };
+        self.waited += started.elapsed();
+        region
     }
 
     /// Offers the region starting at `at`, if there is one and it holds.
