@@ -484,6 +484,7 @@ fn analysis(sections: &Sections, meta: &Meta, snapshot: &Snapshot) -> Result<Ana
                 freed_without_alloc: sections.column(Kind::FreedWithoutAlloc, part, None)?,
                 ghosts: sections.column(Kind::Ghosts, part, None)?,
                 event_matches: Default::default(),
+                peak: Default::default(),
             };
             Ok(DeviceAnalysis::from_stored(stored.device, replay))
         })

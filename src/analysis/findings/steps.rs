@@ -123,14 +123,12 @@ pub(super) fn optimizer_state_raises_peak(
     let at = peak.event_index?;
     let state = Role::OptimizerState as u8;
     // Where the first state was made: the first step.
-    let first_state = replay
-        .allocations
-        .iter()
-        .enumerate()
-        .filter(|(id, _)| {
-            roles.role_index_of(*id as u32) == state && roles.is_made_by_optimizer(*id as u32)
+    // By id, reading only the start: a whole allocation per id costs eight columns' reads.
+    let first_state = (0..replay.allocations.len())
+        .filter(|&id| {
+            roles.role_index_of(id as u32) == state && roles.is_made_by_optimizer(id as u32)
         })
-        .filter_map(|(_, a)| a.start)
+        .filter_map(|id| replay.allocations.start(id))
         .min()? as usize;
     // That step ends where the next forward begins.
     let step_end = roles

@@ -116,6 +116,10 @@ pub struct Replay {
     pub(crate) pending_requests: Vec<(u32, AllocationId)>,
     /// Requested bytes of pending frees as a step function: `(event index, bytes after it)`.
     pub pending_steps: Vec<(u32, u64)>,
+    /// The highest allocated total and the event that first reached it, found once: the
+    /// summary, the findings and the markers each ask, and on a long trace each scan is tens
+    /// of milliseconds.
+    pub(crate) peak: std::sync::OnceLock<(u64, Option<usize>)>,
 }
 
 /// A maximum of a memory curve.
@@ -200,9 +204,18 @@ impl Replay {
             });
         // Every allocation the trace frees without its alloc is in the start total, so the sum
         // never goes below zero (and the vector is reused in place).
+        // (The peak found on the way, not by a scan of its own.)
+        let mut peak = (allocated_at_start, None);
         let mut allocated: Column<u64> = allocated_change
             .into_iter()
-            .map(|change| allocated_at_start.wrapping_add(change))
+            .enumerate()
+            .map(|(event, change)| {
+                let bytes = allocated_at_start.wrapping_add(change);
+                if bytes > peak.0 {
+                    peak = (bytes, Some(event));
+                }
+                bytes
+            })
             .collect();
         allocated.shrink_to_fit();
         let (reserved_at_start, reserved_steps) = reserved_over_time(snapshot, device, trace);
@@ -221,6 +234,7 @@ impl Replay {
             lifetimes,
             freed_without_alloc: freed_without_alloc.into(),
             ghosts: ghosts.into(),
+            peak: peak.into(),
         }
     }
 
@@ -288,19 +302,20 @@ impl Replay {
 
     /// The highest allocated total and where it was first reached.
     pub fn peak_allocated(&self, trace: &Trace) -> Peak {
-        let mut peak = Peak {
-            bytes: self.allocated_at_start,
-            event_index: None,
-            time_us: None,
-        };
-        for (i, &bytes) in self.allocated.iter().enumerate() {
-            if bytes > peak.bytes {
-                peak.bytes = bytes;
-                peak.event_index = Some(i);
+        let &(bytes, event_index) = self.peak.get_or_init(|| {
+            let mut peak = (self.allocated_at_start, None);
+            for (i, &bytes) in self.allocated.iter().enumerate() {
+                if bytes > peak.0 {
+                    peak = (bytes, Some(i));
+                }
             }
+            peak
+        });
+        Peak {
+            bytes,
+            event_index,
+            time_us: event_index.and_then(|i| time_of(trace, i)),
         }
-        peak.time_us = peak.event_index.and_then(|i| time_of(trace, i));
-        peak
     }
 
     /// The highest reserved total and where it was first reached.

@@ -338,11 +338,12 @@ fn caches(facts: &Facts<'_>, role: &mut [u8], rule: &mut [u16]) {
     // A cache grown by concatenation: the model's forward makes the new cache and frees the old
     // one in the next step's forward. Outputs and batches are freed by the loop instead.
     let mut cache_stacks: FxHashSet<StackId> = FxHashSet::default();
-    for (id, allocation) in allocations.iter().enumerate() {
+    // (The cheap columns first, and only the fields read: these loops see every allocation.)
+    for id in 0..allocations.len() {
         if facts.alloc_kind[id] == StackKind::Forward
             && facts.free_kinds[id] == Some(StackKind::Forward)
-            && passes.outlives(id, allocation.end, 1)
             && role[id] != Role::Workspace as u8
+            && passes.outlives(id, allocations.end(id), 1)
         {
             set(
                 role,
@@ -351,15 +352,15 @@ fn caches(facts: &Facts<'_>, role: &mut [u8], rule: &mut [u16]) {
                 Role::KvCache,
                 Rule::KvCacheReplacedInForward,
             );
-            cache_stacks.insert(allocation.stack);
+            cache_stacks.insert(allocations.stack(id));
         }
     }
-    for (id, allocation) in allocations.iter().enumerate() {
+    for id in 0..allocations.len() {
         // Only the current step's blocks are the cache now; older ones never freed by such a
         // stack are something else (a workspace, a first step's block).
-        if allocation.end.is_none()
-            && facts.alloc_kind[id] == StackKind::Forward
-            && cache_stacks.contains(&allocation.stack)
+        if facts.alloc_kind[id] == StackKind::Forward
+            && allocations.end(id).is_none()
+            && cache_stacks.contains(&allocations.stack(id))
             && role[id] != Role::Workspace as u8
             && passes
                 .pass(id)
@@ -371,16 +372,16 @@ fn caches(facts: &Facts<'_>, role: &mut [u8], rule: &mut [u16]) {
     // A preallocated cache: a cache object's constructor makes one block per layer and per key
     // and value, all of one size, before generation, and every step writes into them.
     let mut by_stack_size: FxHashMap<(StackId, u64), Vec<usize>> = FxHashMap::default();
-    for (id, allocation) in allocations.iter().enumerate() {
-        if allocation.origin == Origin::Traced
-            && facts.alloc_kind[id] == StackKind::Loop
-            && allocation
-                .start
-                .is_some_and(|s| passes.passes_within(s, allocation.end) >= CACHE_MIN_PASSES)
-            && made_by_constructor(facts.snapshot, allocation.stack)
+    for id in 0..allocations.len() {
+        if facts.alloc_kind[id] == StackKind::Loop
+            && allocations.origin(id) == Origin::Traced
+            && allocations
+                .start(id)
+                .is_some_and(|s| passes.passes_within(s, allocations.end(id)) >= CACHE_MIN_PASSES)
+            && made_by_constructor(facts.snapshot, allocations.stack(id))
         {
             by_stack_size
-                .entry((allocation.stack, allocation.size))
+                .entry((allocations.stack(id), allocations.size(id)))
                 .or_default()
                 .push(id);
         }

@@ -130,13 +130,14 @@ impl RoleCheckpoints {
             let k = (event as usize >> CHECKPOINT_EVENTS_LOG2) + 1;
             (k < checkpoints).then_some(k * roles + role)
         };
-        for (id, allocation) in replay.allocations.iter().enumerate() {
+        let allocations = &replay.allocations;
+        for id in 0..allocations.len() {
             let role = role.get(id).copied().unwrap_or(super::Role::Unknown as u8) as usize;
             if role >= roles || checkpoints == 0 {
                 continue;
             }
-            let size = allocation.size;
-            match allocation.start {
+            let size = allocations.size(id);
+            match allocations.start(id) {
                 // Alive from the start: in the first checkpoint.
                 None => bytes[role] = bytes[role].wrapping_add(size),
                 Some(start) => {
@@ -145,7 +146,7 @@ impl RoleCheckpoints {
                     }
                 }
             }
-            if let Some(slot) = allocation.end.and_then(|end| slot_after(end, role)) {
+            if let Some(slot) = allocations.end(id).and_then(|end| slot_after(end, role)) {
                 bytes[slot] = bytes[slot].wrapping_sub(size);
             }
         }
