@@ -1,6 +1,6 @@
-//! The column threads: finished trace rows travel in batches to a thread that appends them to
-//! the trace's columns and, beside it, to one that runs a [`TraceFollower`] over them, while
-//! decoding goes on.
+//! The column threads: finished trace rows travel in batches to two threads that append them
+//! to half the trace's columns each and, beside them, to one that runs a [`TraceFollower`]
+//! over them, while decoding goes on.
 
 use super::super::follow::{FollowedEvent, TraceFollower};
 use super::super::{ActionCode, StackId, Trace};
