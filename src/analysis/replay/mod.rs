@@ -122,6 +122,27 @@ pub struct Replay {
     pub(crate) peak: std::sync::OnceLock<(u64, Option<usize>)>,
 }
 
+/// The highest value of a curve seen so far and the event that first reached it (`None`: the
+/// value before the first event, which a later one must exceed).
+struct FirstPeak((u64, Option<usize>));
+
+impl FirstPeak {
+    fn from(before_first: u64) -> Self {
+        Self((before_first, None))
+    }
+
+    #[inline]
+    fn see(&mut self, event: usize, bytes: u64) {
+        if bytes > self.0.0 {
+            self.0 = (bytes, Some(event));
+        }
+    }
+
+    fn found(self) -> (u64, Option<usize>) {
+        self.0
+    }
+}
+
 /// A maximum of a memory curve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Peak {
@@ -205,15 +226,13 @@ impl Replay {
         // Every allocation the trace frees without its alloc is in the start total, so the sum
         // never goes below zero (and the vector is reused in place).
         // (The peak found on the way, not by a scan of its own.)
-        let mut peak = (allocated_at_start, None);
+        let mut peak = FirstPeak::from(allocated_at_start);
         let mut allocated: Column<u64> = allocated_change
             .into_iter()
             .enumerate()
             .map(|(event, change)| {
                 let bytes = allocated_at_start.wrapping_add(change);
-                if bytes > peak.0 {
-                    peak = (bytes, Some(event));
-                }
+                peak.see(event, bytes);
                 bytes
             })
             .collect();
@@ -234,7 +253,7 @@ impl Replay {
             lifetimes,
             freed_without_alloc: freed_without_alloc.into(),
             ghosts: ghosts.into(),
-            peak: peak.into(),
+            peak: peak.found().into(),
         }
     }
 
@@ -303,13 +322,11 @@ impl Replay {
     /// The highest allocated total and where it was first reached.
     pub fn peak_allocated(&self, trace: &Trace) -> Peak {
         let &(bytes, event_index) = self.peak.get_or_init(|| {
-            let mut peak = (self.allocated_at_start, None);
-            for (i, &bytes) in self.allocated.iter().enumerate() {
-                if bytes > peak.0 {
-                    peak = (bytes, Some(i));
-                }
+            let mut peak = FirstPeak::from(self.allocated_at_start);
+            for (event, &bytes) in self.allocated.iter().enumerate() {
+                peak.see(event, bytes);
             }
-            peak
+            peak.found()
         });
         Peak {
             bytes,

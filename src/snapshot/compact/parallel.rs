@@ -433,13 +433,12 @@ pub(crate) fn decode_region(
         return None;
     }
     let mut worker = Worker::new(data, known, limits, at, puts);
-    // Room for as many rows as the bytes can hold, so the rows never move as they grow (the
-    // copies were a tenth of the decoding threads' time; the room unused is address space only).
-    let most_rows = (chunk.end - at) as u64 / BYTES_PER_ROW_AT_LEAST + 1;
-    worker
-        .region
-        .rows
-        .reserve(usize::try_from(most_rows).unwrap_or(0));
+    // Room for as many rows as the bytes can hold, so the rows are not copied as they grow
+    // (the unused room is address space only). Capped, and asked without aborting, so a chunk
+    // that is one huge frame of a hostile file reserves no more than a normal one's worth.
+    const MOST_ROWS_RESERVED: u64 = 1 << 20;
+    let most_rows = ((chunk.end - at) as u64 / BYTES_PER_ROW_AT_LEAST + 1).min(MOST_ROWS_RESERVED);
+    let _ = worker.region.rows.try_reserve(most_rows as usize);
     match worker.run(chunk.end, None) {
         Ok(()) => worker.finish(),
         Err(stopped_at) => {
