@@ -8,8 +8,12 @@ mod common;
 
 use common::served::Served;
 use snapview::analysis::{Analysis, Summary};
+use snapview::pickle::Landing;
 use snapview::pickle::scan::{FRAME, opcode_len};
-use snapview::snapshot::{LoadOptions, Parallel, load_slice_following, parallel_splices};
+use snapview::snapshot::{
+    LoadError, LoadOptions, Parallel, Snapshot, load_landing_mapped, load_slice_following,
+    parallel_splices,
+};
 use std::path::{Path, PathBuf};
 
 /// Every `.pickle` under `dir`, recursively, sorted.
@@ -67,8 +71,13 @@ fn outcome(data: &[u8], parallel: Parallel) -> String {
         threads: parallel.threads,
         ..LoadOptions::default()
     };
-    match load_slice_following::<()>(data, options, parallel) {
-        Ok((snapshot, _)) => {
+    described(load_slice_following::<()>(data, options, parallel).map(|(snapshot, _)| snapshot))
+}
+
+/// A load's outcome as text: the model and the summary, or the error.
+fn described(loaded: Result<Snapshot, LoadError>) -> String {
+    match loaded {
+        Ok(snapshot) => {
             let analysis = Analysis::new(&snapshot);
             let summary = Summary::new(&snapshot, &analysis);
             let json = serde_json::to_string(&summary).expect("summary serializes");
@@ -186,6 +195,75 @@ fn fuzzed_inputs_fail_or_load_the_same() {
             assert_same(&format!("{source} fuzz round {round}"), &mutated, 2);
         }
     }
+}
+
+/// What a load of `data` gives when its bytes land in a file (sized to `room`, at least the
+/// data's length) in pieces of every size from 1 byte to 8 KiB, a thread at a time, while
+/// the decoder reads it on `parallel`'s threads; `cut_at`: the bytes stop there, cut short.
+fn landing_outcome(data: &[u8], room: usize, parallel: Parallel, cut_at: Option<usize>) -> String {
+    use std::os::unix::fs::FileExt as _;
+    let file = tempfile::tempfile().expect("temp file");
+    file.set_len(room as u64).expect("room");
+    let landing = Landing::new();
+    let options = LoadOptions {
+        threads: parallel.threads,
+        ..LoadOptions::default()
+    };
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let mut rng = common::rng::Rng::new(data.len() as u64);
+            let end = cut_at.unwrap_or(data.len());
+            let mut at = 0;
+            while at < end {
+                let piece = (1 + rng.below(8192)).min(end - at);
+                file.write_all_at(&data[at..at + piece], at as u64)
+                    .expect("writes");
+                at += piece;
+                landing.landed(at);
+                if rng.below(8) == 0 {
+                    std::thread::yield_now();
+                }
+            }
+            landing.end(cut_at.is_none());
+        });
+        let loaded = load_landing_mapped::<()>(&file, room as u64, &landing, options, parallel);
+        described(loaded.map(|(snapshot, _)| snapshot))
+    })
+}
+
+/// A pickle decoded as its bytes land (an upload being received) is the pickle decoded whole,
+/// on every fixture re-framed into chunks of a few opcodes, with the room larger than the
+/// file (a multipart upload's announced length); cut short, the load fails without waiting.
+#[test]
+fn a_pickle_decodes_the_same_as_its_bytes_land() {
+    let parallel = Parallel {
+        threads: 3,
+        chunk_bytes: 1,
+    };
+    let (mut files, mut spliced) = (0, 0);
+    for path in pickles_under(&common::fixtures()) {
+        if path.components().any(|c| c.as_os_str() == "hostile") {
+            continue;
+        }
+        let data = std::fs::read(&path).expect("fixture reads");
+        let Some(framed) = reframe(&data, 3) else {
+            continue;
+        };
+        let name = path.display().to_string();
+        let expected = outcome(&framed, SEQUENTIAL);
+        let before = parallel_splices();
+        let got = landing_outcome(&framed, framed.len() + 4096, parallel, None);
+        assert!(expected == got, "{name}: differs when decoded as it lands");
+        spliced += parallel_splices() - before;
+        let cut = landing_outcome(&framed, framed.len(), parallel, Some(framed.len() / 2));
+        assert!(cut.starts_with("error: "), "{name}: a cut upload loaded");
+        files += 1;
+    }
+    assert!(files > 15, "only {files} fixtures");
+    assert!(
+        spliced > 1000,
+        "only {spliced} regions spliced as they landed"
+    );
 }
 
 /// The large corpus files, when present (`SNAPVIEW_LARGE_DIR`): the model and summary compared

@@ -60,6 +60,18 @@ pub fn load_reader(
         .map(|(snapshot, followed)| (snapshot, ReplaySeed::new(followed)))
 }
 
+/// [`load_path`] of a file whose bytes are still landing (an upload as it is received; see
+/// [`crate::snapshot::load_landing_following`]).
+pub fn load_landing(
+    file: &std::fs::File,
+    room: u64,
+    landing: &crate::pickle::Landing,
+    options: LoadOptions<'_>,
+) -> Result<(Snapshot, ReplaySeed), LoadError> {
+    crate::snapshot::load_landing_following::<EventPass>(file, room, landing, options)
+        .map(|(snapshot, followed)| (snapshot, ReplaySeed::new(followed)))
+}
+
 /// Everything a server computes for a freshly read snapshot before its first view: the
 /// replay, the summary under `rules` (each device, and its role pass, on threads of their own)
 /// and, beside the summary, the views' index.

@@ -2,10 +2,12 @@
 //! offsets for error messages.
 
 mod bounded;
+mod landing;
 mod source;
 
 use super::PickleError;
 pub(crate) use bounded::{Capped, CompressedCount, io_error};
+pub use landing::{Landed, Landing, LandingReader};
 pub use source::{CHUNK_HEADROOM, Chunks};
 pub(crate) use source::{InMemory, Source, Supply};
 

@@ -7,7 +7,7 @@
 //! loop that calls it, since when it is called (right after a `SETITEMS` or before an `APPEND`)
 //! is its contract.
 
-use super::input::{Chunks, InMemory, Source, Supply};
+use super::input::{Chunks, InMemory, Landed, Source, Supply};
 use super::value::{Heap, Kind, Memo, Value};
 use super::{Limits, PickleError};
 use std::io::Read;
@@ -178,14 +178,15 @@ pub fn decode_chunks<C: Chunks>(
     decode_from(Source::chunked(chunks), limits, compactor)
 }
 
-/// Decodes one pickle held in memory; the compactor may splice in regions of it that were
-/// decoded on other cores (see [`Compactor::splice`]).
-pub fn decode_slice(
-    data: &[u8],
+/// Decodes one pickle held in memory, whole or still landing (then each read waits for its
+/// bytes); the compactor may splice in regions of it that were decoded on other cores (see
+/// [`Compactor::splice`]).
+pub fn decode_in_memory(
+    bytes: Landed<'_>,
     limits: &Limits,
     compactor: &mut dyn Compactor,
 ) -> Result<Decoded, PickleError> {
-    decode_from(Source::<InMemory<'_>>::in_memory(data), limits, compactor)
+    decode_from(Source::<InMemory<'_>>::in_memory(bytes), limits, compactor)
 }
 
 fn decode_from<S: Supply>(

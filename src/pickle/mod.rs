@@ -21,10 +21,13 @@ mod machine;
 pub mod scan;
 mod value;
 
-pub use input::{CHUNK_HEADROOM, Chunks, Encoding, Limits, MAX_STRING_BYTES, detect_encoding};
+pub use input::{
+    CHUNK_HEADROOM, Chunks, Encoding, Landed, Landing, LandingReader, Limits, MAX_STRING_BYTES,
+    detect_encoding,
+};
 pub(crate) use input::{Capped, CompressedCount, io_error};
 pub use machine::{
-    Compactor, Decoded, MachineState, Splice, SpliceOp, decode, decode_chunks, decode_slice,
+    Compactor, Decoded, MachineState, Splice, SpliceOp, decode, decode_chunks, decode_in_memory,
 };
 pub use value::{Heap, Kind, Memo, Value};
 

@@ -7,6 +7,8 @@
 //! argument lengths only) counts the memo puts, which tells each chunk the memo index its first
 //! put gets, so chunks can be decoded on different cores.
 
+use super::input::Landed;
+
 /// The FRAME opcode.
 pub const FRAME: u8 = 0x95;
 /// The MEMOIZE opcode: a memo put at index `len(memo)`.
@@ -57,33 +59,43 @@ const LENGTH_RULES: [u8; 256] = {
 /// an opcode that runs code, an unknown byte, or one cut short by the end of `data`).
 #[inline]
 pub fn opcode_len(data: &[u8], at: usize) -> Option<usize> {
-    let opcode = *data.get(at)?;
-    let rule = LENGTH_RULES[usize::from(opcode)];
-    let len = if rule >= FIXED {
-        1 + usize::from(rule - FIXED)
-    } else {
-        let width = match rule {
-            PREFIX_1 => 1,
-            PREFIX_4 => 4,
-            PREFIX_8 => 8,
-            _ => return None,
-        };
-        let bytes = data.get(at + 1..at + 1 + width)?;
-        let mut buf = [0u8; 8];
-        buf[..width].copy_from_slice(bytes);
-        let len = usize::try_from(u64::from_le_bytes(buf)).ok()?;
-        (1 + width).checked_add(len)?
-    };
+    let len = opcode_span(data, at)?;
     (at.checked_add(len)? <= data.len()).then_some(len)
 }
 
-/// Where the frames of `data` start, in order, from the first frame after the PROTO opcode.
+/// [`opcode_len`] read from the opcode's header alone (at most 9 bytes from `at`): the bytes it
+/// spans need not be in `data`.
+#[inline]
+fn opcode_span(data: &[u8], at: usize) -> Option<usize> {
+    let opcode = *data.get(at)?;
+    let rule = LENGTH_RULES[usize::from(opcode)];
+    if rule >= FIXED {
+        return Some(1 + usize::from(rule - FIXED));
+    }
+    let width = match rule {
+        PREFIX_1 => 1,
+        PREFIX_4 => 4,
+        PREFIX_8 => 8,
+        _ => return None,
+    };
+    let bytes = data.get(at + 1..at + 1 + width)?;
+    let mut buf = [0u8; 8];
+    buf[..width].copy_from_slice(bytes);
+    let len = usize::try_from(u64::from_le_bytes(buf)).ok()?;
+    (1 + width).checked_add(len)
+}
+
+/// The longest opcode header [`opcode_span`] reads: the opcode and an 8-byte length.
+const HEADER: usize = 9;
+
+/// Where the frames of `bytes` start, in order, from the first frame after the PROTO opcode.
 /// Stops at the first place it cannot follow (an unframed stretch it cannot walk, or the end).
-/// With `file` (the file `data` maps), frame headers are read from the file rather than from
-/// `data`, so the walk maps no page (only an unframed stretch is walked in `data`).
-pub fn frame_starts<'a>(data: &'a [u8], file: Option<&'a std::fs::File>) -> FrameStarts<'a> {
+/// With `file` (the file `bytes` maps), frame headers are read from the file rather than from
+/// the map, so the walk maps no page (only an unframed stretch is walked in the map). Bytes
+/// still landing are waited for, a header at a time.
+pub fn frame_starts<'a>(bytes: Landed<'a>, file: Option<&'a std::fs::File>) -> FrameStarts<'a> {
     FrameStarts {
-        data,
+        bytes,
         file,
         // PROTO and its argument.
         at: 2,
@@ -100,7 +112,7 @@ const HEADER_WINDOW: usize = 4096;
 /// The iterator [`frame_starts`] returns: it reads only frame headers (and the opcodes of
 /// unframed stretches).
 pub struct FrameStarts<'a> {
-    data: &'a [u8],
+    bytes: Landed<'a>,
     file: Option<&'a std::fs::File>,
     at: usize,
     /// With `file`: the bytes of it from `window_at` last read.
@@ -109,28 +121,24 @@ pub struct FrameStarts<'a> {
 }
 
 impl FrameStarts<'_> {
-    /// The opcode at `at` and, when it is a FRAME, the frame's length.
-    fn header(&mut self, at: usize) -> Option<(u8, Option<u64>)> {
-        let end = self.data.len().min(at.checked_add(9)?);
-        let header: &[u8] = match self.file {
+    /// The header at `at` (up to [`HEADER`] bytes; fewer at the end of the input), waiting for
+    /// it to land.
+    fn header(&mut self, at: usize) -> Option<&[u8]> {
+        let landed = self.bytes.upto(at.checked_add(HEADER)?);
+        let end = landed.len().min(at.checked_add(HEADER)?);
+        match self.file {
             Some(file) => {
                 if at < self.window_at || end > self.window_at + self.window.len() {
                     use std::os::unix::fs::FileExt as _;
-                    let len = self.data.len().checked_sub(at)?.min(HEADER_WINDOW);
+                    let len = landed.len().checked_sub(at)?.min(HEADER_WINDOW);
                     self.window.resize(len, 0);
                     file.read_exact_at(&mut self.window, at as u64).ok()?;
                     self.window_at = at;
                 }
-                self.window.get(at - self.window_at..end - self.window_at)?
+                self.window.get(at - self.window_at..end - self.window_at)
             }
-            None => self.data.get(at..end)?,
-        };
-        let (&opcode, length) = header.split_first()?;
-        if opcode != FRAME {
-            return Some((opcode, None));
+            None => landed.get(at..end),
         }
-        let length: [u8; 8] = length.try_into().ok()?;
-        Some((opcode, Some(u64::from_le_bytes(length))))
     }
 }
 
@@ -138,29 +146,38 @@ impl Iterator for FrameStarts<'_> {
     type Item = usize;
 
     fn next(&mut self) -> Option<usize> {
-        while self.at < self.data.len() {
+        loop {
             let at = self.at;
-            let Some((opcode, frame)) = self.header(at) else {
+            let Some(header) = self.header(at).filter(|header| !header.is_empty()) else {
                 break;
             };
-            if opcode == FRAME {
-                let Some(next) = frame
-                    .and_then(|len| usize::try_from(len).ok())
-                    .and_then(|len| at.checked_add(9)?.checked_add(len))
+            if header[0] == FRAME {
+                let Some(next) = header
+                    .get(1..HEADER)
+                    .and_then(|length| <[u8; 8]>::try_from(length).ok())
+                    .and_then(|length| usize::try_from(u64::from_le_bytes(length)).ok())
+                    .and_then(|len| at.checked_add(HEADER)?.checked_add(len))
                 else {
                     break;
                 };
                 self.at = next;
                 return Some(at);
             }
-            // CPython writes objects larger than a frame outside of frames: step over them.
-            match opcode_len(self.data, at) {
-                Some(len) if opcode != b'.' => self.at += len,
+            // CPython writes objects larger than a frame outside of frames: step over them
+            // (once their bytes have landed, as a frame's are before the next header).
+            let opcode = header[0];
+            let Some(len) = opcode_span(header, 0) else {
+                break;
+            };
+            match at.checked_add(len) {
+                Some(next) if opcode != b'.' && next <= self.bytes.upto(next).len() => {
+                    self.at = next;
+                }
                 _ => break,
             }
         }
         // Nothing more to follow: later calls end at once too.
-        self.at = self.data.len();
+        self.at = usize::MAX;
         None
     }
 }
@@ -191,7 +208,10 @@ mod tests {
         let mut data = vec![0x80, 4];
         data.extend([FRAME, 1, 0, 0, 0, 0, 0, 0, 0, b'}']);
         data.extend([FRAME, 1, 0, 0, 0, 0, 0, 0, 0, b'.']);
-        assert_eq!(frame_starts(&data, None).collect::<Vec<_>>(), [2, 12]);
+        assert_eq!(
+            frame_starts(Landed::whole(&data), None).collect::<Vec<_>>(),
+            [2, 12]
+        );
         assert_eq!(count_memo_puts(&data, 2, 12), Some(0));
     }
 
@@ -207,11 +227,11 @@ mod tests {
             let data = &data[..len];
             let mut file = tempfile::tempfile().unwrap();
             std::io::Write::write_all(&mut file, data).unwrap();
-            let from_memory: Vec<usize> = frame_starts(data, None).collect();
-            let from_file: Vec<usize> = frame_starts(data, Some(&file)).collect();
+            let from_memory: Vec<usize> = frame_starts(Landed::whole(data), None).collect();
+            let from_file: Vec<usize> = frame_starts(Landed::whole(data), Some(&file)).collect();
             assert_eq!(from_file, from_memory, "{len} bytes");
         }
-        let whole: Vec<usize> = frame_starts(&data, None).collect();
+        let whole: Vec<usize> = frame_starts(Landed::whole(&data), None).collect();
         assert_eq!(whole, [2, 18]);
     }
 
@@ -225,8 +245,8 @@ mod tests {
         data.extend([FRAME, 1, 0, 0, 0, 0, 0, 0, 0, b'.']);
         let mut file = tempfile::tempfile().unwrap();
         std::io::Write::write_all(&mut file, &data).unwrap();
-        let from_memory: Vec<usize> = frame_starts(&data, None).collect();
-        let from_file: Vec<usize> = frame_starts(&data, Some(&file)).collect();
+        let from_memory: Vec<usize> = frame_starts(Landed::whole(&data), None).collect();
+        let from_file: Vec<usize> = frame_starts(Landed::whole(&data), Some(&file)).collect();
         assert_eq!(from_memory.len(), 3 * HEADER_WINDOW / 9 + 1);
         assert_eq!(from_file, from_memory);
     }

@@ -2,6 +2,7 @@
 //! byte for error messages, fed by a reader, a pickle in memory, or whole buffers ([`Chunks`]).
 
 use super::bounded::io_error;
+use super::landing::Landed;
 use crate::pickle::PickleError;
 use std::io::{self, Read};
 
@@ -58,25 +59,32 @@ pub(crate) trait Supply {
     }
 }
 
-/// Copies from a pickle held in memory (a mapped file) into the source's buffer.
+/// Copies from a pickle held in memory (a mapped file, whole or still landing) into the
+/// source's buffer.
 pub(crate) struct InMemory<'a> {
-    rest: &'a [u8],
+    bytes: Landed<'a>,
+    /// Offset of the next byte to copy.
+    at: usize,
 }
 
 impl Supply for InMemory<'_> {
     fn refill(&mut self, w: &mut Window, n: usize) -> Result<bool, PickleError> {
         w.move_unread_to_front();
-        let copied = (w.buf.len() - w.end).min(self.rest.len());
-        w.buf[w.end..w.end + copied].copy_from_slice(&self.rest[..copied]);
+        let data = self
+            .bytes
+            .upto(self.at.saturating_add(n.saturating_sub(w.end)));
+        let rest = data.get(self.at..).unwrap_or_default();
+        let copied = (w.buf.len() - w.end).min(rest.len());
+        w.buf[w.end..w.end + copied].copy_from_slice(&rest[..copied]);
         w.end += copied;
-        self.rest = &self.rest[copied..];
+        self.at += copied;
         Ok(w.end >= n)
     }
 
     fn skip(&mut self, n: u64) -> bool {
-        match usize::try_from(n) {
-            Ok(n) if n <= self.rest.len() => {
-                self.rest = &self.rest[n..];
+        match usize::try_from(n).ok().and_then(|n| self.at.checked_add(n)) {
+            Some(end) if end <= self.bytes.upto(end).len() => {
+                self.at = end;
                 true
             }
             _ => false,
@@ -166,10 +174,11 @@ impl<R: Read> Source<Reading<R>> {
 }
 
 impl<'a> Source<InMemory<'a>> {
-    /// A source over a whole pickle in memory, which can skip what was decoded elsewhere.
-    pub(in crate::pickle) fn in_memory(data: &'a [u8]) -> Self {
+    /// A source over a pickle in memory (whole or landing), which can skip what was decoded
+    /// elsewhere.
+    pub(in crate::pickle) fn in_memory(bytes: Landed<'a>) -> Self {
         Self {
-            supply: InMemory { rest: data },
+            supply: InMemory { bytes, at: 0 },
             window: Window {
                 buf: vec![0; BUFFER],
                 pos: 0,

@@ -25,8 +25,11 @@ use super::{
     EVENT_RECORD, FRAME_RECORD, Field, RecentStacks, STACK_RECORD, TraceCompactor, field_of_name,
     text_id,
 };
+use crate::pickle::scan::FrameStarts;
 use crate::pickle::scan::{FRAME, MEMOIZE, count_memo_puts, frame_starts};
-use crate::pickle::{Heap, Kind, Limits, MachineState, Memo, PickleError, Splice, SpliceOp, Value};
+use crate::pickle::{
+    Heap, Kind, Landed, Limits, MachineState, Memo, PickleError, Splice, SpliceOp, Value,
+};
 use crate::snapshot::follow::TraceFollower;
 use crate::snapshot::{ActionCode, FrameId, StackId, StackTable};
 use rustc_hash::FxHashMap;
@@ -74,44 +77,114 @@ pub(crate) struct Chunk {
     end: usize,
 }
 
-/// Cuts `data` (a whole protocol 4-5 pickle) into chunks of at least `chunk_bytes` at frame
-/// boundaries. `None` when the file has too few frames to share. Only frame headers are read:
-/// each chunk's memo puts are counted by the worker that decodes it, right before (see
-/// [`MemoBases`]).
-pub(crate) fn plan_chunks(
-    data: &[u8],
-    mapped: Option<MappedFile<'_>>,
-    parallel: Parallel,
-) -> Option<Vec<Chunk>> {
-    if data.len() < 2 || data[0] != 0x80 || data[1] < 4 {
-        return None;
+/// Where the chunks of a framed (protocol 4-5) pickle start: found from its frame headers as
+/// the decode asks for them, so a pickle still landing is cut as its bytes arrive. Chunk `i`
+/// runs from bound `i` to bound `i + 1`, the last one to the end of the input; bounds are
+/// frame starts at least `chunk_bytes` apart. Only frame headers are read: each chunk's memo
+/// puts are counted by the worker that decodes it, right before (see [`MemoBases`]).
+pub(crate) struct ChunkPlan<'a> {
+    bytes: Landed<'a>,
+    chunk_bytes: usize,
+    /// The bounds found so far. Apart from the walk, so that asking a bound already found
+    /// never waits for one still landing.
+    bounds: Mutex<Bounds>,
+    walk: Mutex<FrameStarts<'a>>,
+}
+
+#[derive(Debug, Default)]
+struct Bounds {
+    found: Vec<usize>,
+    /// The last bound found is the end of the input: no chunk starts there.
+    ended: bool,
+}
+
+impl<'a> ChunkPlan<'a> {
+    /// The plan of `bytes`, `None` unless it is a protocol 4-5 pickle. With `file` (the file
+    /// `bytes` maps), frame headers are read from the file: through the map, each read would
+    /// fault in the pages around it (a second on the 2.5 GB file, on one thread, and the
+    /// whole file resident).
+    pub(crate) fn new(
+        bytes: Landed<'a>,
+        file: Option<&'a std::fs::File>,
+        chunk_bytes: usize,
+    ) -> Option<Self> {
+        let head = bytes.upto(2);
+        if head.len() < 2 || head[0] != 0x80 || head[1] < 4 {
+            return None;
+        }
+        Some(Self {
+            bytes,
+            chunk_bytes: chunk_bytes.max(1),
+            bounds: Mutex::new(Bounds::default()),
+            walk: Mutex::new(frame_starts(bytes, file)),
+        })
     }
-    // A mapped file's frame headers are read from the file: through the map, each read
-    // faults in the pages around it (a second on the 2.5 GB file, on one thread, and the
-    // whole file resident).
-    let mut starts = frame_starts(data, mapped.map(|mapped| mapped.file));
-    let first = starts.next()?;
-    let mut bounds = vec![first];
-    for start in starts {
-        if start - bounds[bounds.len() - 1] >= parallel.chunk_bytes.max(1) {
-            bounds.push(start);
+
+    /// Bound `index`, walking (and waiting for) the frame headers up to it; `None` past the
+    /// last one.
+    fn bound(&self, index: usize) -> Option<usize> {
+        if let Some(found) = self.found(index) {
+            return found;
+        }
+        let mut walk = self.walk.lock().ok()?;
+        loop {
+            if let Some(found) = self.found(index) {
+                return found;
+            }
+            let next = walk.next();
+            let mut bounds = self.bounds.lock().ok()?;
+            let last = bounds.found.last().copied();
+            match next {
+                Some(start) if last.is_none_or(|last| start - last >= self.chunk_bytes) => {
+                    bounds.found.push(start);
+                }
+                Some(_) => {}
+                None => {
+                    // Drop the lock on the bounds while the rest lands: others read them.
+                    drop(bounds);
+                    let end = self.bytes.all().len();
+                    let mut bounds = self.bounds.lock().ok()?;
+                    if bounds.found.last().is_some_and(|&last| last < end) {
+                        bounds.found.push(end);
+                    }
+                    bounds.ended = true;
+                }
+            }
         }
     }
-    if bounds.len() < 2 {
-        return None;
+
+    /// Bound `index` if the walk has settled it (`Some(None)`: there is none).
+    fn found(&self, index: usize) -> Option<Option<usize>> {
+        let bounds = self.bounds.lock().ok()?;
+        match bounds.found.get(index) {
+            Some(&bound) => Some(Some(bound)),
+            None if bounds.ended => Some(None),
+            None => None,
+        }
     }
-    // The last chunk runs to the end of the data (STOP and anything after it is decoded by the
-    // main thread, which stops at STOP).
-    bounds.push(data.len());
-    Some(
-        bounds
-            .windows(2)
-            .map(|w| Chunk {
-                start: w[0],
-                end: w[1],
-            })
-            .collect(),
-    )
+
+    /// Where chunk `index` starts, if there is such a chunk (its end may still be landing).
+    pub(crate) fn start(&self, index: usize) -> Option<usize> {
+        let start = self.bound(index)?;
+        let bounds = self.bounds.lock().ok()?;
+        let is_the_end = bounds.ended && bounds.found.len() == index + 1;
+        (!is_the_end).then_some(start)
+    }
+
+    /// Chunk `index`, once its end is known.
+    fn chunk(&self, index: usize) -> Option<Chunk> {
+        Some(Chunk {
+            start: self.bound(index)?,
+            end: self.bound(index.checked_add(1)?)?,
+        })
+    }
+
+    /// Chunks found so far.
+    pub(crate) fn planned(&self) -> usize {
+        self.bounds
+            .lock()
+            .map_or(0, |bounds| bounds.found.len().saturating_sub(1))
+    }
 }
 
 /// The memo index of each chunk's first put, known once the puts of every chunk before it are
@@ -127,9 +200,9 @@ struct MemoBases {
 #[derive(Debug)]
 struct BaseState {
     /// By chunk: its puts, once counted (`Some(None)`: it cannot be counted, an opcode cut by
-    /// its end or one only the sequential decoder reads).
+    /// its end or one only the sequential decoder reads). Grows as chunks are counted.
     counts: Vec<Option<Option<u32>>>,
-    /// By chunk: its base, once every count before it is known.
+    /// By chunk: its base, once every count before it is known (up to `frontier`).
     bases: Vec<Option<u32>>,
     /// The first chunk whose count is not yet added to a base.
     frontier: usize,
@@ -139,15 +212,13 @@ struct BaseState {
 }
 
 impl MemoBases {
-    /// Bases for `chunks`, known from chunk `first` on, whose base is `base`.
-    fn new(chunks: usize, first: usize, base: u32) -> Self {
-        let mut bases = vec![None; chunks];
-        if let Some(slot) = bases.get_mut(first) {
-            *slot = Some(base);
-        }
+    /// Bases from chunk `first` on, whose base is `base`.
+    fn new(first: usize, base: u32) -> Self {
+        let mut bases = vec![None; first];
+        bases.push(Some(base));
         Self {
             state: Mutex::new(BaseState {
-                counts: vec![None; chunks],
+                counts: vec![None; first + 1],
                 bases,
                 frontier: first,
                 broken: false,
@@ -161,17 +232,20 @@ impl MemoBases {
         let Ok(mut state) = self.state.lock() else {
             return;
         };
-        if let Some(slot) = state.counts.get_mut(index) {
-            *slot = Some(count);
+        if state.counts.len() <= index {
+            state.counts.resize(index + 1, None);
         }
-        while !state.broken && state.frontier + 1 < state.bases.len() {
+        state.counts[index] = Some(count);
+        while !state.broken {
             let at = state.frontier;
-            let (Some(base), Some(count)) = (state.bases[at], state.counts[at]) else {
+            let (Some(&Some(base)), Some(&Some(count))) =
+                (state.bases.get(at), state.counts.get(at))
+            else {
                 break;
             };
             match count.and_then(|count| base.checked_add(count)) {
                 Some(next) => {
-                    state.bases[at + 1] = Some(next);
+                    state.bases.push(Some(next));
                     state.frontier = at + 1;
                 }
                 None => state.broken = true,
@@ -196,7 +270,7 @@ impl MemoBases {
             if let Some(base) = state.bases.get(index).copied().flatten() {
                 return Some(base);
             }
-            if state.broken || index >= state.bases.len() || cancelled.load(Ordering::Relaxed) {
+            if state.broken || cancelled.load(Ordering::Relaxed) {
                 return None;
             }
             state = self.counted.wait(state).ok()?;
@@ -1342,8 +1416,10 @@ fn ops_hold(region: &Region, state: MachineState<'_>) -> bool {
 /// Regions decoded ahead of the main thread by worker threads, handed over in file order.
 pub(crate) struct Splicer<'scope, 'env> {
     scope: &'scope std::thread::Scope<'scope, 'env>,
-    data: &'env [u8],
-    chunks: Arc<Vec<Chunk>>,
+    bytes: Landed<'env>,
+    plan: Arc<ChunkPlan<'env>>,
+    /// No chunk will be spliced (the workers could not start): the main thread decodes on.
+    exhausted: bool,
     threads: usize,
     limits: Limits,
     /// The chunk whose region is awaited next.
@@ -1431,15 +1507,16 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
     /// the file, where the keys of trace entries are first written).
     pub(crate) fn new(
         scope: &'scope std::thread::Scope<'scope, 'env>,
-        data: &'env [u8],
-        chunks: Vec<Chunk>,
+        bytes: Landed<'env>,
+        plan: ChunkPlan<'env>,
         threads: usize,
         limits: Limits,
     ) -> Self {
         Self {
             scope,
-            data,
-            chunks: Arc::new(chunks),
+            bytes,
+            plan: Arc::new(plan),
+            exhausted: false,
             threads: threads.max(1),
             limits,
             next: 1,
@@ -1454,7 +1531,8 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
     /// Hands the pages of `map` (which `data` is) back to the kernel once every thread has
     /// read past them, so a large file does not stay resident as it is decoded.
     pub(crate) fn releasing(mut self, map: &'env memmap2::Mmap) -> Self {
-        if std::ptr::eq(map.as_ptr(), self.data.as_ptr()) && map.len() == self.data.len() {
+        let room = self.bytes.upto(0);
+        if std::ptr::eq(map.as_ptr(), room.as_ptr()) && map.len() == self.bytes.room() {
             self.map = Some(map);
         }
         self
@@ -1477,11 +1555,21 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
     pub(crate) fn splice_at(&self) -> u64 {
         match &self.pending {
             Some(region) => region.start,
-            None => self
-                .chunks
-                .get(self.next)
-                .map_or(u64::MAX, |chunk| chunk.start as u64),
+            None => self.next_start().map_or(u64::MAX, |start| start as u64),
         }
+    }
+
+    /// Where the next chunk to splice starts, if there is one.
+    fn next_start(&self) -> Option<usize> {
+        if self.exhausted {
+            return None;
+        }
+        self.plan.start(self.next)
+    }
+
+    /// Chunks the decode was cut into (so far).
+    pub(crate) fn planned(&self) -> usize {
+        self.plan.planned()
     }
 
     /// Starts the workers once the memo holds the key "action" (decoded by the main thread in
@@ -1497,13 +1585,12 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
         // The puts before the first chunk a worker takes, which the main thread decoded (a
         // chunk or two at the top of the file).
         let Some(first_base) = self
-            .chunks
-            .get(self.next)
-            .and_then(|chunk| count_memo_puts(self.data, 2, chunk.start))
+            .next_start()
+            .and_then(|start| count_memo_puts(self.bytes.upto(start), 2, start))
         else {
             // Not countable (an opcode only the sequential decoder reads): no chunk will be,
             // so the main thread decodes the rest without asking again.
-            self.next = self.chunks.len();
+            self.exhausted = true;
             return false;
         };
         let (sender, results) = channel();
@@ -1516,20 +1603,20 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
             // busy while the main thread splices, and no more (each region waiting holds its
             // decoded rows and its file pages; twice as many cost 16 threads ~70 MB more).
             ahead: self.threads + 2,
-            bases: MemoBases::new(self.chunks.len(), self.next, first_base),
+            bases: MemoBases::new(self.next, first_base),
         });
         for _ in 0..self.threads {
-            let (shared, sender, known, chunks) = (
+            let (shared, sender, known, plan) = (
                 shared.clone(),
                 sender.clone(),
                 known.clone(),
-                self.chunks.clone(),
+                self.plan.clone(),
             );
-            let (data, limits) = (self.data, self.limits);
+            let (bytes, limits) = (self.bytes, self.limits);
             let spawned = std::thread::Builder::new()
                 .name("snapview-decode".into())
                 .spawn_scoped(self.scope, move || {
-                    work(&shared, &sender, data, &chunks, &known, &limits);
+                    work(&shared, &sender, bytes, &plan, &known, &limits);
                 });
             if spawned.is_err() {
                 break;
@@ -1581,10 +1668,10 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
         self.release_before(at);
         loop {
             if self.pending.is_none() {
-                let Some(chunk) = self.chunks.get(self.next) else {
+                let Some(start) = self.next_start() else {
                     return Ok(None);
                 };
-                if chunk.start as u64 > at {
+                if start as u64 > at {
                     return Ok(None);
                 }
                 if self.workers.is_none() && !self.start(heap, memo) {
@@ -1618,16 +1705,13 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
 fn work(
     shared: &WorkShared,
     sender: &Sender<(usize, Option<Region>)>,
-    data: &[u8],
-    chunks: &[Chunk],
+    bytes: Landed<'_>,
+    plan: &ChunkPlan<'_>,
     known: &KnownStrings,
     limits: &Limits,
 ) {
     loop {
         let index = shared.next_chunk.fetch_add(1, Ordering::Relaxed);
-        let Some(&chunk) = chunks.get(index) else {
-            return;
-        };
         let Ok(mut taken) = shared.taken.lock() else {
             return;
         };
@@ -1641,14 +1725,18 @@ fn work(
         if shared.cancelled.load(Ordering::Relaxed) {
             return;
         }
-        // The last chunk's count is no chunk's base (and it may end in STOP and trailing
-        // bytes, which do not count).
-        let count = if index + 1 == chunks.len() {
-            Some(0)
-        } else {
-            count_memo_puts(data, chunk.start, chunk.end)
+        let Some(chunk) = plan.chunk(index) else {
+            return;
         };
-        shared.bases.count(index, count);
+        // The chunk's bytes and a little past its end, where its last entry ends (an entry is
+        // a few hundred bytes; one that runs further ends the region before it, and the main
+        // thread decodes it).
+        let data = bytes.upto(chunk.end.saturating_add(LOOK_PAST_CHUNK));
+        // The last chunk's count is no chunk's base: that it may end in STOP and trailing
+        // bytes (and so count as uncountable) harms no one.
+        shared
+            .bases
+            .count(index, count_memo_puts(data, chunk.start, chunk.end));
         let region = shared
             .bases
             .wait_for(index, &shared.cancelled)
@@ -1658,6 +1746,9 @@ fn work(
         }
     }
 }
+
+/// Bytes past a chunk's end that its worker waits for as well, while the pickle is landing.
+const LOOK_PAST_CHUNK: usize = 256 << 10;
 
 /// The snapshot compactor with a [`Splicer`]: decodes as the compactor does, and splices in the
 /// regions the workers decoded.
@@ -1714,7 +1805,7 @@ mod tests {
     #[test]
     fn memo_bases_are_the_running_sum_of_counts_in_any_order() {
         let not_cancelled = AtomicBool::new(false);
-        let bases = MemoBases::new(5, 1, 10);
+        let bases = MemoBases::new(1, 10);
         bases.count(3, Some(7));
         bases.count(2, Some(5));
         assert_eq!(bases.wait_for(1, &not_cancelled), Some(10));
@@ -1722,10 +1813,8 @@ mod tests {
         assert_eq!(bases.wait_for(2, &not_cancelled), Some(13));
         assert_eq!(bases.wait_for(3, &not_cancelled), Some(18));
         assert_eq!(bases.wait_for(4, &not_cancelled), Some(25));
-        // Past the chunks: never.
-        assert_eq!(bases.wait_for(5, &not_cancelled), None);
 
-        let broken = MemoBases::new(4, 0, 0);
+        let broken = MemoBases::new(0, 0);
         broken.count(0, Some(2));
         broken.count(1, None);
         broken.count(2, Some(1));
@@ -1733,12 +1822,12 @@ mod tests {
         assert_eq!(broken.wait_for(2, &not_cancelled), None);
         assert_eq!(broken.wait_for(3, &not_cancelled), None);
 
-        let overflowing = MemoBases::new(3, 0, u32::MAX - 1);
+        let overflowing = MemoBases::new(0, u32::MAX - 1);
         overflowing.count(0, Some(2));
         assert_eq!(overflowing.wait_for(1, &not_cancelled), None);
 
         // A worker waiting on a count that never comes is freed by cancelling.
-        let waiting = Arc::new(MemoBases::new(3, 0, 0));
+        let waiting = Arc::new(MemoBases::new(0, 0));
         let cancelled = Arc::new(AtomicBool::new(false));
         let waiter = {
             let (waiting, cancelled) = (waiting.clone(), cancelled.clone());

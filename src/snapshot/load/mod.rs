@@ -4,10 +4,12 @@
 mod readers;
 
 use super::build::{ShapeError, TraceCompactor, build};
-use super::compact::parallel::{MappedFile, Parallel, Splicer, Splicing, plan_chunks};
+use super::compact::parallel::{ChunkPlan, MappedFile, Parallel, Splicer, Splicing};
 use super::follow::{FollowerOutcome, TraceFollower};
 use super::{Compression, Snapshot, json};
-use crate::pickle::{self, Chunks, Compactor, Decoded, Encoding, Limits, PickleError};
+use crate::pickle::{
+    self, Chunks, Compactor, Decoded, Encoding, Landed, Landing, LandingReader, Limits, PickleError,
+};
 use readers::{Counting, READ_AHEAD_FROM, ReadAhead, ZstdFrames};
 use std::io::{BufReader, Read};
 use std::path::Path;
@@ -183,7 +185,7 @@ pub fn load_slice_following<F: TraceFollower>(
     options: LoadOptions<'_>,
     parallel: Parallel,
 ) -> Result<WithFollowerOutcome<F>, LoadError> {
-    load_in_memory(data, None, options, parallel)
+    load_in_memory(Landed::whole(data), None, options, parallel)
 }
 
 /// [`load_slice_following`] of a mapped file, whose pages are handed back as they are passed.
@@ -192,43 +194,95 @@ fn load_map_following<F: TraceFollower>(
     options: LoadOptions<'_>,
     parallel: Parallel,
 ) -> Result<WithFollowerOutcome<F>, LoadError> {
-    load_in_memory(mapped.map, Some(mapped), options, parallel)
+    load_in_memory(Landed::whole(mapped.map), Some(mapped), options, parallel)
+}
+
+/// Loads a snapshot whose bytes are still landing in `file` (an upload as it is received),
+/// reading each byte as soon as it has landed: a large uncompressed pickle on every core
+/// through a map of the file (which its writer has sized to `room` bytes, the most that will
+/// land), anything else as a stream. The load ends a chunk's decode after the last byte lands.
+/// If `landing` is cut, the load fails (or holds what the first bytes made): the caller must
+/// not keep it.
+pub fn load_landing_following<F: TraceFollower>(
+    file: &std::fs::File,
+    room: u64,
+    landing: &Landing,
+    options: LoadOptions<'_>,
+) -> Result<WithFollowerOutcome<F>, LoadError> {
+    let head = {
+        let mut head = [0u8; 2];
+        let landed = LandingReader::new(file, landing).read_exact(&mut head);
+        landed.map(|()| head).ok()
+    };
+    let parallel = decodes_in_parallel(options.threads, room, head.as_ref().map(|head| &head[..]));
+    tracing::debug!(
+        room,
+        threads = if parallel { options.threads } else { 1 },
+        "decoding the bytes as they land"
+    );
+    if !parallel {
+        return load_reader_following(LandingReader::new(file, landing), options);
+    }
+    let parallel = Parallel::with_threads(options.threads);
+    load_landing_mapped(file, room, landing, options, parallel)
+}
+
+/// [`load_landing_following`] through a map of the file, decoded as `parallel` says whatever
+/// its size (tests force chunks of a few opcodes); as a stream if the file cannot be mapped.
+pub fn load_landing_mapped<F: TraceFollower>(
+    file: &std::fs::File,
+    room: u64,
+    landing: &Landing,
+    options: LoadOptions<'_>,
+    parallel: Parallel,
+) -> Result<WithFollowerOutcome<F>, LoadError> {
+    // SAFETY: as for `load_path`; the file's writer sized it to `room` bytes before any read
+    // and shortens it only after this load ends, so every page of the map is backed by the
+    // file while it is read.
+    let map = usize::try_from(room)
+        .ok()
+        .and_then(|room| unsafe { memmap2::MmapOptions::new().len(room).map(file) }.ok());
+    let Some(map) = map else {
+        return load_reader_following(LandingReader::new(file, landing), options);
+    };
+    let mapped = MappedFile { map: &map, file };
+    load_in_memory(
+        Landed::landing(&map, landing),
+        Some(mapped),
+        options,
+        parallel,
+    )
 }
 
 fn load_in_memory<F: TraceFollower>(
-    data: &[u8],
+    bytes: Landed<'_>,
     mapped: Option<MappedFile<'_>>,
     options: LoadOptions<'_>,
     parallel: Parallel,
 ) -> Result<WithFollowerOutcome<F>, LoadError> {
-    let head = &data[..data.len().min(SNIFF)];
-    if pickle::detect_encoding(head)? != Encoding::Pickle {
-        return load_reader_following(data, options);
+    let head = bytes.upto(SNIFF);
+    if pickle::detect_encoding(&head[..head.len().min(SNIFF)])? != Encoding::Pickle {
+        return load_reader_following(bytes.all(), options);
     }
     let started = std::time::Instant::now();
-    let chunks = if parallel.threads > 1 {
-        plan_chunks(data, mapped, parallel)
-    } else {
-        None
-    };
-    if parallel.threads > 1 {
-        match &chunks {
-            Some(chunks) => tracing::debug!(
-                chunks = chunks.len(),
-                ms = started.elapsed().as_millis() as u64,
-                "parallel decode planned"
-            ),
-            None => tracing::debug!("the file cannot be cut into regions: decoded on one thread"),
-        }
-    }
+    let plan = (parallel.threads > 1)
+        .then(|| {
+            ChunkPlan::new(
+                bytes,
+                mapped.map(|mapped| mapped.file),
+                parallel.chunk_bytes,
+            )
+        })
+        .flatten();
     std::thread::scope(|scope| {
         let mut compactor = TraceCompactor::<F>::pipelined(scope)
-            .expecting_bytes(Some(data.len() as u64))
+            .expecting_bytes(Some(bytes.room() as u64))
             .counting_events(options.max_events, options.events);
         let limits = options.limits;
-        let decoded = match chunks {
-            Some(chunks) => {
-                let mut splicer = Splicer::new(scope, data, chunks, parallel.threads, limits);
+        let mut chunks = None;
+        let decoded = match plan {
+            Some(plan) => {
+                let mut splicer = Splicer::new(scope, bytes, plan, parallel.threads, limits);
                 if let Some(mapped) = mapped {
                     splicer = splicer.releasing(mapped.map);
                 }
@@ -237,20 +291,23 @@ fn load_in_memory<F: TraceFollower>(
                     splicer,
                     progress: options.progress,
                 };
-                pickle::decode_slice(data, &limits, &mut splicing)
+                let decoded = pickle::decode_in_memory(bytes, &limits, &mut splicing);
+                chunks = Some(splicing.splicer.planned());
+                decoded
             }
-            None => pickle::decode_slice(data, &limits, &mut compactor),
+            None => pickle::decode_in_memory(bytes, &limits, &mut compactor),
         };
-        if let Some(progress) = options.progress {
-            progress(data.len() as u64);
-        }
         let decoded = match decoded {
             Ok(decoded) => decoded,
             Err(error) => return Err(compactor.take_stop().unwrap_or(error.into())),
         };
+        if let Some(progress) = options.progress {
+            progress(decoded.bytes);
+        }
         tracing::debug!(
             ms = started.elapsed().as_millis() as u64,
             threads = parallel.threads,
+            chunks,
             "pickle decoded"
         );
         let (mut snapshot, followed) = build(decoded.root, decoded.heap, compactor)?;
