@@ -362,11 +362,11 @@ fn the_event_limit_refuses_the_same_on_every_thread() {
     }
 }
 
-/// A large uncompressed upload to a server with several threads is read from its file once it
-/// has arrived, on every thread; it is analysed as the same file streamed into a one-thread
-/// server (which decodes it as it arrives), and as the CLI reads it.
+/// A large uncompressed upload to a server with several threads is decoded on every thread as
+/// its bytes land; it is analysed as the same file streamed into a one-thread server (which
+/// decodes it on one thread as it lands), and as the CLI reads it.
 #[test]
-fn a_large_upload_is_read_on_every_thread_once_it_has_arrived() {
+fn a_large_upload_is_read_on_every_thread_as_it_lands() {
     let Some((name, path)) = common::large_names().into_iter().next() else {
         return;
     };
@@ -391,18 +391,26 @@ fn a_large_upload_is_read_on_every_thread_once_it_has_arrived() {
         let (status, body) = server.call("GET", &format!("/api/snapshots/{id}"), None);
         assert_eq!(status, 200, "{body}");
         let detail: serde_json::Value = serde_json::from_str(&body).expect("json");
-        let from_file = server
-            .log_text()
-            .contains("reading the upload from its file");
-        (detail["analysis"].clone(), from_file)
+        let log = server.log_text();
+        let as_it_lands = log
+            .lines()
+            .find(|line| line.contains("decoding the bytes as they land"))
+            .map(|line| line.contains(&format!("threads={threads}")));
+        let after_arrival = log.contains("reading the upload from its file");
+        (detail["analysis"].clone(), as_it_lands, after_arrival)
     };
-    let (parallel, from_file) = analysis("4");
-    assert!(
-        from_file,
-        "the four-thread server read the upload from its file"
+    let (parallel, as_it_lands, after_arrival) = analysis("4");
+    assert_eq!(
+        (as_it_lands, after_arrival),
+        (Some(true), false),
+        "the four-thread server decoded the upload on four threads as it landed"
     );
-    let (streamed, from_file) = analysis("1");
-    assert!(!from_file, "the one-thread server decoded it as it arrived");
+    let (streamed, as_it_lands, _) = analysis("1");
+    assert_eq!(
+        as_it_lands,
+        Some(true),
+        "the one-thread server decoded it as it landed"
+    );
     assert_eq!(parallel, streamed);
     assert!(parallel["devices"][0]["allocations"].as_u64().unwrap_or(0) > 10_000);
 }

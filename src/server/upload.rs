@@ -8,16 +8,17 @@
 //!
 //! Slow clients cannot stop the server: at most `--max-uploads` are received at once, and at
 //! most `--max-uploads-per-client` from one client address (past either, 503 with Retry-After,
-//! before a byte of the body is read); each parses on a thread of its own, never one of tokio's
-//! blocking threads that file writes and the store need; and a body that sends nothing for
+//! before a byte of the body is read); each is written, hashed and parsed on threads of its
+//! own, never tokio's blocking threads that file writes and the store need; and a body that sends nothing for
 //! `--body-timeout`, or that arrives slower than `--min-upload-rate` on average once the server
 //! has waited [`UPLOAD_RATE_GRACE`] for it, is dropped with 408, which also ends its parser
-//! (the parser sees the end of its input). Without the rate, a byte every few seconds held a
-//! slot for as long as the client liked.
+//! (its input is cut, and it stops waiting for more). Without the rate, a byte every few
+//! seconds held a slot for as long as the client liked.
 //!
 //! Split by job: `limits` (the per-client slots and the pace an upload must keep), `receive`
-//! (the body onto disk, hashed, chunks handed to the parser), `parse` (the parser thread and
-//! the server's reading limits); this file is the handlers and the storing.
+//! (the body onto disk and hashed, each on a thread of its own, the parser told as bytes land),
+//! `parse` (the parser thread and the server's reading limits); this file is the handlers and
+//! the storing.
 
 pub mod import;
 mod limits;
@@ -85,7 +86,7 @@ pub async fn upload(
         .get::<super::access::Actor>()
         .and_then(|actor| actor.0.clone());
     let temp_dir = state.store.temp_dir();
-    // Parsed as it arrives (with the server's role rules), unless it may be a duplicate.
+    // Parsed as it lands (with the server's role rules), unless it may be a duplicate.
     let parse =
         (!maybe_duplicate(&state, declared).await).then(|| Reading::of(&state).expecting(declared));
     let pace = Pace {

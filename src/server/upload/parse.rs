@@ -1,14 +1,13 @@
-//! Parsing an upload: on a thread of its own as the bytes arrive (or from the stored file, when
-//! it was hashed first), under the server's limits and parse-memory budget.
+//! Parsing an upload: on a thread of its own as its bytes land in its file (or from the stored
+//! file, when it was hashed first), under the server's limits and parse-memory budget.
 
 use crate::analysis::roles::UserRules;
+use crate::pickle::Landing;
 use crate::server::AppState;
 use crate::server::analysed::AnalysedSnapshot;
 use crate::server::error::ApiError;
 use crate::snapshot::LoadError;
-use axum::body::Bytes;
 use std::sync::Arc;
-use tokio_util::io::{StreamReader, SyncIoBridge};
 
 pub(super) type ParseResult = Result<AnalysedSnapshot, LoadError>;
 
@@ -59,18 +58,10 @@ impl Reading {
         }
     }
 
-    /// Whether an upload starting with `head` is better read once it has all arrived: a large
-    /// uncompressed pickle is then decoded on every core from the stored file, faster than one
-    /// thread decodes it as it arrives (the ten-times file on 16 cores: the decode as it
-    /// arrives took longer than the copy and the parallel read together).
-    pub(super) fn after_arrival(&self, head: &[u8]) -> bool {
-        self.expected_bytes.is_some_and(|bytes| {
-            crate::snapshot::decodes_in_parallel(
-                crate::snapshot::default_threads(),
-                bytes,
-                Some(head),
-            )
-        })
+    /// The most bytes this upload will land, when its request says (a multipart form's
+    /// length is its file's and a little more).
+    pub(super) fn expected_bytes(&self) -> Option<u64> {
+        self.expected_bytes
     }
 
     /// Parses (with `read`) and analyses under this server's limits, holding a share of its
@@ -89,26 +80,24 @@ impl Reading {
     }
 }
 
-/// Starts parsing what arrives on `chunks`, on a thread of its own: the parser blocks whenever
+/// Starts parsing the upload landing in `file` (sized to `room` bytes, 0 if its size is not
+/// known), on a thread of its own, reading each byte as soon as it has landed: a large
+/// uncompressed pickle on every core, anything else as a stream. The parser waits whenever
 /// the client is slow, and on tokio's blocking pool enough such uploads would leave no thread
 /// for the file writes and store calls every request needs (the server stopped answering at
 /// ~513 slow uploads). Upload slots bound how many of these threads exist.
 pub(super) fn spawn_parser(
-    chunks: tokio::sync::mpsc::Receiver<Bytes>,
     reading: Reading,
+    file: std::fs::File,
+    room: u64,
+    landing: Arc<Landing>,
 ) -> Result<tokio::sync::oneshot::Receiver<ParseResult>, ApiError> {
     let (answer, result) = tokio::sync::oneshot::channel();
-    // The chunks as a blocking `Read` for the parser: a closed channel is the end of the input.
-    // The bridge is made here, on the runtime, whose handle it uses to wait for the next chunk.
-    let mut chunks = chunks;
-    let stream = futures_util::stream::poll_fn(move |cx| {
-        chunks.poll_recv(cx).map(|c| c.map(Ok::<_, std::io::Error>))
-    });
-    let reader = SyncIoBridge::new(StreamReader::new(stream));
     std::thread::Builder::new()
         .name("snapview-upload-parser".into())
         .spawn(move || {
-            let parsed = reading.load(|options| crate::analysis::load_reader(reader, options));
+            let parsed = reading
+                .load(|options| crate::analysis::load_landing(&file, room, &landing, options));
             // The upload may have been dropped meanwhile; then nobody wants the answer.
             let _ = answer.send(parsed);
         })
