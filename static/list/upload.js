@@ -155,6 +155,9 @@ function sendFile(upload) {
     } else if (xhr.status === 401) {
       // The server wants a write token: ask for it once here, then send the file again.
       upload.state = "waiting-for-token";
+      upload.row.dataset.state = "waiting-for-token";
+      setProgress(upload, 0);
+      setStatus(upload, "Waiting for a write token: this server asks for one before it takes a file.");
       const message = savedToken() ? `That token was refused: ${body?.error?.message ?? "it is not valid here."}` : NEEDS_TOKEN;
       askToken(message, dropzone).then((token) => {
         if (token) sendFile(upload);

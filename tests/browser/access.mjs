@@ -55,6 +55,8 @@ await run(60_000, async (browser) => {
     const form = page.locator("#dropzone .token-form");
     await form.waitFor();
     assert((await form.innerText()).includes("token"), "the form says what it wants");
+    const row = (await page.locator("[data-upload-status]").first().innerText()) ?? "";
+    assert(row.includes("Waiting for a write token"), `the file's row says what it waits for: ${row}`);
     assert(await page.locator("#dropzone .token-form input[type=password]").evaluate((input) => input === document.activeElement), "the field has focus");
     await shot(page, "access-token-field");
     await page.fill("#dropzone .token-form input", "wrong-token-0123456789");
