@@ -673,3 +673,158 @@ fn a_compressed_upload_expands_no_further_than_the_upload_limit() {
     );
     assert_eq!(status, 201, "{body}");
 }
+
+/// Threads of the server that read an upload: its writer, hasher and parser, and the decoding
+/// and column threads of a parse (Linux keeps 15 bytes of a thread's name).
+fn upload_threads(pid: u32) -> Vec<String> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("comm")).ok())
+        .map(|name| name.trim().to_owned())
+        .filter(|name| {
+            ["snapview-upload", "snapview-decode", "snapview-follow"]
+                .iter()
+                .any(|prefix| name.starts_with(prefix))
+        })
+        .collect()
+}
+
+/// An upload that announces four times the bytes it sends (the parser maps that much and
+/// decodes on every thread as the bytes land) and then stalls is answered 408, and everything
+/// that read it stops: no writer, hasher, parser or decoding thread is left waiting for the
+/// bytes that will not come, and nothing is kept.
+#[test]
+fn a_large_upload_cut_short_stops_every_thread_that_read_it() {
+    let Some(path) = common::large_file("gpt2_cpp_trace") else {
+        return;
+    };
+    let bytes = std::fs::read(path).expect("large file");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let server = Served::start(&data, &["--body-timeout", "1s", "--threads", "4"]);
+    let pid = server.child.id();
+    let mut stream = TcpStream::connect(&server.address).expect("connect");
+    write!(
+        stream,
+        "POST /api/snapshots HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\n\r\n",
+        bytes.len() * 4
+    )
+    .expect("head");
+    stream.write_all(&bytes[..bytes.len() / 2]).expect("half");
+    wait_until(
+        "regions are decoded as they land",
+        Duration::from_secs(20),
+        || {
+            upload_threads(pid)
+                .iter()
+                .any(|name| name == "snapview-decode")
+        },
+    );
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !response_is_complete(&answer) {
+        match stream.read(&mut buffer) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => answer.extend_from_slice(&buffer[..n]),
+        }
+    }
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    wait_until(
+        "every thread that read the upload stops",
+        Duration::from_secs(5),
+        || upload_threads(pid).is_empty(),
+    );
+    wait_until(
+        "the partial upload is removed",
+        Duration::from_secs(5),
+        || leftovers(&data).is_empty(),
+    );
+    assert!(server.stored().is_empty());
+}
+
+/// A large upload that turns into code a third of the way in is refused at that opcode while
+/// the rest is still on its way: decoded on every thread as it lands, it is not read to its end
+/// first. Its threads stop and nothing is kept.
+#[test]
+fn a_large_upload_is_refused_at_its_first_bad_opcode_before_its_end() {
+    let Some(path) = common::large_file("gpt2_cpp_trace") else {
+        return;
+    };
+    let mut bytes = std::fs::read(path).expect("large file");
+    // A trace entry's start (EMPTY_DICT, MEMOIZE, MARK) a third of the way in, made a GLOBAL.
+    let bad_at = bytes.len() / 3
+        + bytes[bytes.len() / 3..]
+            .windows(3)
+            .position(|w| w == [b'}', 0x94, b'('])
+            .expect("an entry");
+    bytes[bad_at] = b'c';
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let server = Served::start(&data, &["--threads", "4"]);
+    let pid = server.child.id();
+    let mut stream = TcpStream::connect(&server.address).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let mut writer = stream.try_clone().expect("clone");
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let sender = {
+        let (sent, bytes) = (sent.clone(), bytes.clone());
+        std::thread::spawn(move || {
+            let head = format!(
+                "POST /api/snapshots HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\n\r\n",
+                bytes.len()
+            );
+            let _ = writer.write_all(head.as_bytes());
+            // Quickly up to a little past the bad opcode, then 64 KiB every 20 ms (the rest
+            // would take seconds).
+            let quick = bad_at + (1 << 20);
+            for piece in bytes.chunks(64 << 10) {
+                if writer.write_all(piece).is_err() {
+                    return;
+                }
+                let total = sent.fetch_add(piece.len(), std::sync::atomic::Ordering::SeqCst);
+                if total > quick {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        })
+    };
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !response_is_complete(&answer) {
+        match stream.read(&mut buffer) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => answer.extend_from_slice(&buffer[..n]),
+        }
+    }
+    let sent_when_answered = sent.load(std::sync::atomic::Ordering::SeqCst);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(answer.contains("GLOBAL"), "{answer}");
+    assert!(
+        sent_when_answered < bytes.len() * 3 / 4,
+        "refused only after {sent_when_answered} of {} bytes",
+        bytes.len()
+    );
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+    let _ = sender.join();
+    wait_until(
+        "every thread that read the upload stops",
+        Duration::from_secs(5),
+        || upload_threads(pid).is_empty(),
+    );
+    wait_until(
+        "the refused upload is removed",
+        Duration::from_secs(5),
+        || leftovers(&data).is_empty(),
+    );
+    assert!(server.stored().is_empty());
+}

@@ -18,6 +18,8 @@ pub struct Landing {
     /// Set when the input ended before it was whole (the client went away), or outgrew the
     /// room it was given: what was decoded of it is not the file's.
     cut: AtomicBool,
+    /// Set when the readers are done (their decode ended, or failed): none waits any more.
+    unread: AtomicBool,
     /// Held only to wait and to wake: the counters above are read without it.
     lock: Mutex<()>,
     moved: Condvar,
@@ -54,10 +56,23 @@ impl Landing {
         self.ended.load(Ordering::Acquire)
     }
 
+    /// The readers are done: any still waiting for bytes (a decoding thread ahead of a decode
+    /// that failed) gets what has landed at once, so the decode ends now, not when the rest of
+    /// the upload has arrived.
+    pub fn stop_reading(&self) {
+        self.unread.store(true, Ordering::Release);
+        self.wake();
+    }
+
+    /// Whether readers wait no more: the input ended, or its readers are done.
+    fn waits_no_more(&self) -> bool {
+        self.ended.load(Ordering::Acquire) || self.unread.load(Ordering::Acquire)
+    }
+
     /// The bytes landed, once at least `wanted` have or no more will.
     fn wait_for(&self, wanted: usize) -> usize {
         let landed = self.landed.load(Ordering::Acquire);
-        if landed >= wanted || self.ended.load(Ordering::Acquire) {
+        if landed >= wanted || self.waits_no_more() {
             return landed;
         }
         let Ok(mut guard) = self.lock.lock() else {
@@ -66,7 +81,7 @@ impl Landing {
         loop {
             // Checked under the lock the writer wakes under, so no wake is missed.
             let landed = self.landed.load(Ordering::Acquire);
-            if landed >= wanted || self.ended.load(Ordering::Acquire) {
+            if landed >= wanted || self.waits_no_more() {
                 return landed;
             }
             guard = match self.moved.wait(guard) {
@@ -124,6 +139,13 @@ impl<'a> Landed<'a> {
     /// The room the bytes land in (the whole input's size, when it is whole).
     pub fn room(&self) -> usize {
         self.data.len()
+    }
+
+    /// The readers of these bytes are done (see [`Landing::stop_reading`]).
+    pub fn stop_reading(&self) {
+        if let Some(landing) = self.landing {
+            landing.stop_reading();
+        }
     }
 }
 
@@ -200,6 +222,20 @@ mod tests {
         landing.end(false);
         assert_eq!(reader.join().unwrap(), 3);
         assert!(landing.is_cut());
+    }
+
+    #[test]
+    fn readers_that_stop_wake_whoever_still_waits() {
+        let landing = Arc::new(Landing::new());
+        landing.landed(2);
+        let waiter = {
+            let landing = landing.clone();
+            std::thread::spawn(move || Landed::landing(b"abcdef", &landing).upto(6).len())
+        };
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        Landed::landing(b"abcdef", &landing).stop_reading();
+        assert_eq!(waiter.join().unwrap(), 2);
+        assert!(!landing.is_cut(), "the input itself is not cut");
     }
 
     #[test]

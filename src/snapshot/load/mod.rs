@@ -297,6 +297,9 @@ fn load_in_memory<F: TraceFollower>(
             }
             None => pickle::decode_in_memory(bytes, &limits, &mut compactor),
         };
+        // Decoded, or failed: workers still waiting for bytes (ahead of a decode that failed,
+        // or past a STOP with bytes after it) stop now, rather than when the rest lands.
+        bytes.stop_reading();
         let decoded = match decoded {
             Ok(decoded) => decoded,
             Err(error) => return Err(compactor.take_stop().unwrap_or(error.into())),
