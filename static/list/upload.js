@@ -117,6 +117,7 @@ function sendFile(upload) {
   const { file } = upload;
   upload.state = "sending";
   upload.row.dataset.state = "sending";
+  upload.row.querySelector("[data-upload-cancel]").hidden = false;
   setStatus(upload, "Starting…");
   const xhr = new XMLHttpRequest();
   upload.xhr = xhr;
@@ -156,6 +157,8 @@ function sendFile(upload) {
       // The server wants a write token: ask for it once here, then send the file again.
       upload.state = "waiting-for-token";
       upload.row.dataset.state = "waiting-for-token";
+      // The token field has its own Cancel; the row's would have nothing to stop.
+      upload.row.querySelector("[data-upload-cancel]").hidden = true;
       setProgress(upload, 0);
       setStatus(upload, "Waiting for a write token: this server asks for one before it takes a file.");
       const message = savedToken() ? `That token was refused: ${body?.error?.message ?? "it is not valid here."}` : NEEDS_TOKEN;

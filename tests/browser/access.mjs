@@ -57,6 +57,7 @@ await run(60_000, async (browser) => {
     assert((await form.innerText()).includes("token"), "the form says what it wants");
     const row = (await page.locator("[data-upload-status]").first().innerText()) ?? "";
     assert(row.includes("Waiting for a write token"), `the file's row says what it waits for: ${row}`);
+    assertEqual(await page.locator("[data-upload-cancel]:visible").count(), 0, "one Cancel: the token field's");
     assert(await page.locator("#dropzone .token-form input[type=password]").evaluate((input) => input === document.activeElement), "the field has focus");
     await shot(page, "access-token-field");
     await page.fill("#dropzone .token-form input", "wrong-token-0123456789");
