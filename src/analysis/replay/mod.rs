@@ -122,6 +122,10 @@ pub struct Replay {
     pub(crate) peak: std::sync::OnceLock<(u64, Option<usize>)>,
 }
 
+/// Events from which [`Replay::seeded`] runs its last passes on threads of their own (below,
+/// starting them costs more than it saves).
+const PASSES_ON_THREADS_FROM: usize = 1 << 20;
+
 /// The highest value of a curve seen so far and the event that first reached it (`None`: the
 /// value before the first event, which a later one must exceed).
 struct FirstPeak((u64, Option<usize>));
@@ -161,6 +165,16 @@ impl Replay {
     /// [`Replay::new`], starting from `pass` when the loader ran the event pass already (on its
     /// follower thread, while reading).
     pub(crate) fn seeded(snapshot: &Snapshot, device: usize, pass: Option<EventPass>) -> Self {
+        Self::seeded_on(snapshot, device, pass, crate::snapshot::default_threads())
+    }
+
+    /// [`Replay::seeded`] with its last passes on up to `threads` threads.
+    fn seeded_on(
+        snapshot: &Snapshot,
+        device: usize,
+        pass: Option<EventPass>,
+        threads: usize,
+    ) -> Self {
         let trace = snapshot.trace(device);
         let pass = match pass.filter(|pass| pass.events() == trace.len()) {
             Some(pass) => pass,
@@ -216,7 +230,6 @@ impl Replay {
         // large block is a remap, not a copy).
         allocations.shrink_to_fit();
         event_allocation.shrink_to_fit();
-        let lifetimes = LifetimeIndex::new(&allocations, &event_allocation);
         let allocated_at_start = freed_without_alloc
             .iter()
             .chain(&ghosts)
@@ -226,19 +239,42 @@ impl Replay {
         // Every allocation the trace frees without its alloc is in the start total, so the sum
         // never goes below zero (and the vector is reused in place).
         // (The peak found on the way, not by a scan of its own.)
-        let mut peak = FirstPeak::from(allocated_at_start);
-        let mut allocated: Column<u64> = allocated_change
-            .into_iter()
-            .enumerate()
-            .map(|(event, change)| {
-                let bytes = allocated_at_start.wrapping_add(change);
-                peak.see(event, bytes);
-                bytes
-            })
-            .collect();
-        allocated.shrink_to_fit();
-        let (reserved_at_start, reserved_steps) = reserved_over_time(snapshot, device, trace);
-        let pending_steps = pending_over_time(&allocations, &pending_requests);
+        let curve = || {
+            let mut peak = FirstPeak::from(allocated_at_start);
+            let mut allocated: Column<u64> = allocated_change
+                .into_iter()
+                .enumerate()
+                .map(|(event, change)| {
+                    let bytes = allocated_at_start.wrapping_add(change);
+                    peak.see(event, bytes);
+                    bytes
+                })
+                .collect();
+            allocated.shrink_to_fit();
+            (allocated, peak)
+        };
+        let index = || LifetimeIndex::new(&allocations, &event_allocation);
+        let steps = || {
+            let reserved = reserved_over_time(snapshot, device, trace);
+            (reserved, pending_over_time(&allocations, &pending_requests))
+        };
+        // Three passes over millions of events or allocations that need nothing of each other:
+        // on three threads when the trace is long and they are allowed.
+        let ((allocated, peak), lifetimes, ((reserved_at_start, reserved_steps), pending_steps)) =
+            if threads >= 3 && trace.len() >= PASSES_ON_THREADS_FROM {
+                std::thread::scope(|scope| {
+                    let index = scope.spawn(index);
+                    let steps = scope.spawn(steps);
+                    let curve = curve();
+                    (
+                        curve,
+                        crate::threads::joined(index.join()),
+                        crate::threads::joined(steps.join()),
+                    )
+                })
+            } else {
+                (curve(), index(), steps())
+            };
 
         Self {
             pending_requests,

@@ -395,3 +395,74 @@ fn sorting_ids_by_bitmap_or_sort_agree() {
         assert_eq!(ids, expected, "{picked} of {count}");
     }
 }
+
+/// On a trace long enough for the last passes to run on threads of their own, the replay is
+/// the one they make on one thread: the curve and its peak, the reserved and pending steps,
+/// the lifetimes' index (compared by the live sets it gives).
+#[test]
+fn the_last_passes_on_threads_equal_them_on_one() {
+    let mut snapshot = Snapshot::default();
+    let mut trace = Trace::default();
+    let mut step = 0u64;
+    while trace.len() < PASSES_ON_THREADS_FROM + 1000 {
+        let addr = (step % 97) * 512;
+        if step.is_multiple_of(1000) {
+            trace.push(
+                ActionCode::SEGMENT_ALLOC,
+                1 << 40 | step,
+                2 << 20,
+                0,
+                None,
+                0,
+                0,
+                0,
+            );
+        }
+        trace.push(ActionCode::ALLOC, addr, 100 + step % 7, 0, None, 0, 0, 0);
+        if !step.is_multiple_of(5) {
+            trace.push(
+                ActionCode::FREE_REQUESTED,
+                addr,
+                100 + step % 7,
+                0,
+                None,
+                0,
+                0,
+                0,
+            );
+            if !step.is_multiple_of(11) {
+                trace.push(
+                    ActionCode::FREE_COMPLETED,
+                    addr,
+                    100 + step % 7,
+                    0,
+                    None,
+                    0,
+                    0,
+                    0,
+                );
+            }
+        }
+        step += 1;
+    }
+    let events = trace.len();
+    snapshot.device_traces.push(trace);
+    let one = Replay::seeded_on(&snapshot, 0, None, 1);
+    let three = Replay::seeded_on(&snapshot, 0, None, 3);
+    assert_eq!(one.allocated, three.allocated);
+    assert_eq!(one.peak.get(), three.peak.get());
+    assert!(one.peak.get().is_some(), "found while the curve was built");
+    assert_eq!(
+        (one.reserved_at_start, &one.reserved_steps),
+        (three.reserved_at_start, &three.reserved_steps)
+    );
+    assert!(!one.pending_steps.is_empty());
+    assert_eq!(one.pending_steps, three.pending_steps);
+    for at in [0, events / 3, events / 2, events - 1] {
+        assert_eq!(
+            one.live_after(Some(at)),
+            three.live_after(Some(at)),
+            "at {at}"
+        );
+    }
+}
