@@ -141,6 +141,11 @@ impl<'a> Landed<'a> {
         self.data.len()
     }
 
+    /// Whether the bytes were cut short (see [`Landing::is_cut`]); never for a whole input.
+    pub fn is_cut(&self) -> bool {
+        self.landing.is_some_and(Landing::is_cut)
+    }
+
     /// The readers of these bytes are done (see [`Landing::stop_reading`]).
     pub fn stop_reading(&self) {
         if let Some(landing) = self.landing {
@@ -170,6 +175,10 @@ impl<'a> LandingReader<'a> {
 impl Read for LandingReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         use std::os::unix::fs::FileExt as _;
+        if self.landing.is_cut() {
+            // What has landed of a cut input is not read further: the decode ends now.
+            return Ok(0);
+        }
         let at = usize::try_from(self.at).unwrap_or(usize::MAX);
         let landed = self.landing.wait_for(at.saturating_add(1));
         let n = landed.saturating_sub(at).min(buf.len());

@@ -70,6 +70,10 @@ pub(crate) struct InMemory<'a> {
 impl Supply for InMemory<'_> {
     fn refill(&mut self, w: &mut Window, n: usize) -> Result<bool, PickleError> {
         w.move_unread_to_front();
+        if self.bytes.is_cut() {
+            // What has landed of a cut input is not decoded further: the decode ends now.
+            return Ok(w.end >= n);
+        }
         let data = self
             .bytes
             .upto(self.at.saturating_add(n.saturating_sub(w.end)));

@@ -98,6 +98,8 @@ pub(super) fn spawn_parser(
         .spawn(move || {
             let parsed = reading
                 .load(|options| crate::analysis::load_landing(&file, room, &landing, options));
+            // Closed before the answer: whoever waits for it may count on the file's space.
+            drop(file);
             // The upload may have been dropped meanwhile; then nobody wants the answer.
             let _ = answer.send(parsed);
         })

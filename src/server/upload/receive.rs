@@ -212,76 +212,92 @@ where
     let hasher = spawn_hasher()?;
     let mut unstarted = parse.map(|reading| (reading, reader));
     let mut parser = None;
-    let mut parsed = None;
-    let mut size = 0u64;
-    let mut head = Vec::with_capacity(SNIFF_BYTES);
-    // Only the time spent waiting for the client counts against its rate, not the time this
-    // loop spends handing chunks on.
-    let mut waited = Duration::ZERO;
-    // On every early return below, the stages' chunks end (their threads stop), the landing is
-    // cut (the parser stops), and `file` is dropped (the partial upload is removed).
-    loop {
-        let (wait, by_rate) = pace.next_wait(size, waited);
-        let started = Instant::now();
-        let next = tokio::time::timeout(wait, stream.next()).await;
-        waited += started.elapsed();
-        let chunk = match next {
-            Ok(Some(chunk)) => chunk,
-            Ok(None) => break,
-            Err(_) if by_rate => {
-                return Err(ApiError::UploadTooSlow {
-                    received: size,
-                    waited,
-                    min_bytes_per_second: pace.min_bytes_per_second,
-                });
+    let taken = async {
+        let mut parsed = None;
+        let mut size = 0u64;
+        let mut head = Vec::with_capacity(SNIFF_BYTES);
+        // Only the time spent waiting for the client counts against its rate, not the time
+        // this loop spends handing chunks on.
+        let mut waited = Duration::ZERO;
+        loop {
+            let (wait, by_rate) = pace.next_wait(size, waited);
+            let started = Instant::now();
+            let next = tokio::time::timeout(wait, stream.next()).await;
+            waited += started.elapsed();
+            let chunk = match next {
+                Ok(Some(chunk)) => chunk,
+                Ok(None) => break,
+                Err(_) if by_rate => {
+                    return Err(ApiError::UploadTooSlow {
+                        received: size,
+                        waited,
+                        min_bytes_per_second: pace.min_bytes_per_second,
+                    });
+                }
+                Err(_) => return Err(ApiError::BodyStalled(pace.stall_timeout)),
+            };
+            let chunk = chunk.map_err(|e| interrupted(&e, limit))?;
+            if chunk.is_empty() {
+                continue;
             }
-            Err(_) => return Err(ApiError::BodyStalled(pace.stall_timeout)),
-        };
-        let chunk = chunk.map_err(|e| interrupted(&e, limit))?;
-        if chunk.is_empty() {
-            continue;
-        }
-        if head.len() < SNIFF_BYTES {
-            let wanted = (SNIFF_BYTES - head.len()).min(chunk.len());
-            head.extend_from_slice(&chunk[..wanted]);
-            if head.len() == SNIFF_BYTES {
-                refuse_wrong_file_type(&head)?;
+            if head.len() < SNIFF_BYTES {
+                let wanted = (SNIFF_BYTES - head.len()).min(chunk.len());
+                head.extend_from_slice(&chunk[..wanted]);
+                if head.len() == SNIFF_BYTES {
+                    refuse_wrong_file_type(&head)?;
+                }
+            }
+            if let Some((reading, reader)) = unstarted.take() {
+                parser = Some(spawn_parser(reading, reader, room, landing.clone())?);
+            }
+            size += chunk.len() as u64;
+            if size > limit {
+                return Err(ApiError::TooLarge { limit });
+            }
+            if room > 0 && size > room && !landing.has_ended() {
+                // More than the request announced (it cannot happen with a true length): the
+                // parser's map cannot hold it, so it stops, and the file is read once it is in.
+                landing.end(false);
+            }
+            if !(hasher.send(chunk.clone()).await && writer.send(chunk).await) {
+                // A stage stopped: only the writer can, on an error that finishing it tells.
+                break;
+            }
+            if let Some(answer) = parser.as_mut().and_then(|parser| parser.try_recv().ok()) {
+                parser = None;
+                match answer {
+                    // The parser stopped before the end of the upload: if it failed, the file
+                    // is not a snapshot and is refused now, without reading the rest (unless it
+                    // failed for want of bytes it was not given); if it succeeded, the rest is
+                    // trailing data after the pickle's STOP, which Python ignores too.
+                    Err(error) if !landing.is_cut() => return Err(refused(error)),
+                    Err(_) => {}
+                    Ok(loaded) => parsed = Some(loaded),
+                }
             }
         }
-        if let Some((reading, reader)) = unstarted.take() {
-            parser = Some(spawn_parser(reading, reader, room, landing.clone())?);
-        }
-        size += chunk.len() as u64;
-        if size > limit {
-            return Err(ApiError::TooLarge { limit });
-        }
-        if room > 0 && size > room && !landing.has_ended() {
-            // More than the request announced (it cannot happen with a true length): the
-            // parser's map cannot hold it, so it stops, and the file is read once it is in.
-            landing.end(false);
-        }
-        if !(hasher.send(chunk.clone()).await && writer.send(chunk).await) {
-            // A stage stopped: only the writer can, on an error that finishing it tells.
-            break;
-        }
-        if let Some(answer) = parser.as_mut().and_then(|parser| parser.try_recv().ok()) {
-            parser = None;
-            match answer {
-                // The parser stopped before the end of the upload: if it failed, the file is
-                // not a snapshot and is refused now, without reading the rest (unless it
-                // failed for want of bytes it was not given); if it succeeded, the rest is
-                // trailing data after the pickle's STOP, which Python ignores too.
-                Err(error) if !landing.is_cut() => return Err(refused(error)),
-                Err(_) => {}
-                Ok(loaded) => parsed = Some(loaded),
-            }
-        }
+        Ok((size, parsed))
     }
-    let digest = hasher.finish().await?;
-    let written = writer
-        .finish()
-        .await?
-        .map_err(|e| ApiError::writing("cannot write the upload", e))?;
+    .await;
+    let digest = hasher.finish().await;
+    let written = writer.finish().await;
+    let taken = taken.and_then(|taken| {
+        let written = written?.map_err(|e| ApiError::writing("cannot write the upload", e))?;
+        Ok((taken, digest?, written))
+    });
+    let ((size, parsed), digest, written) = match taken {
+        Ok(taken) => taken,
+        Err(error) => {
+            // The parser stops at its next read of the cut input; its end is waited for, so
+            // that the file it holds open is gone (its disk space free) when the client hears
+            // why, and no thread of this upload outlives it.
+            landing.end(false);
+            if let Some(parser) = parser {
+                let _ = parser.await;
+            }
+            return Err(error);
+        }
+    };
     if size == 0 {
         return Err(ApiError::NotASnapshot("the upload is empty".into()));
     }
