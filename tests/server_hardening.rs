@@ -78,6 +78,20 @@ fn response_is_complete(answer: &[u8]) -> bool {
     answer.len() >= end + 4 + length
 }
 
+/// What the server answered on `stream` (read until the response is whole, the stream ends or
+/// its read timeout passes).
+fn read_answer(stream: &mut TcpStream) -> String {
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !response_is_complete(&answer) {
+        match stream.read(&mut buffer) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => answer.extend_from_slice(&buffer[..n]),
+        }
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
 fn status_of(answer: &str) -> u16 {
     answer
         .split(' ')
@@ -205,17 +219,8 @@ fn six_hundred_slow_uploads_do_not_stop_the_server() {
         socket
             .set_read_timeout(Some(Duration::from_secs(5)))
             .expect("timeout");
-        let mut answer = Vec::new();
-        let mut buffer = [0u8; 4096];
-        while !response_is_complete(&answer) {
-            match socket.read(&mut buffer) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => answer.extend_from_slice(&buffer[..n]),
-            }
-        }
-        *statuses
-            .entry(status_of(&String::from_utf8_lossy(&answer)))
-            .or_insert(0) += 1;
+        let answer = read_answer(socket);
+        *statuses.entry(status_of(&answer)).or_insert(0) += 1;
     }
     assert_eq!(statuses, BTreeMap::from([(408, 4), (503, 596)]));
     let stored = server.stored();
@@ -257,15 +262,7 @@ fn a_stalled_body_is_answered_408_and_leaves_nothing() {
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
             .expect("timeout");
-        let mut answer = Vec::new();
-        let mut buffer = [0u8; 4096];
-        while !response_is_complete(&answer) {
-            match stream.read(&mut buffer) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => answer.extend_from_slice(&buffer[..n]),
-            }
-        }
-        let answer = String::from_utf8_lossy(&answer);
+        let answer = read_answer(&mut stream);
         assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
         assert!(answer.contains("\"body_timeout\""), "{answer}");
         assert!(
@@ -726,15 +723,7 @@ fn a_large_upload_cut_short_stops_every_thread_that_read_it() {
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
-    let mut answer = Vec::new();
-    let mut buffer = [0u8; 4096];
-    while !response_is_complete(&answer) {
-        match stream.read(&mut buffer) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => answer.extend_from_slice(&buffer[..n]),
-        }
-    }
-    let answer = String::from_utf8_lossy(&answer);
+    let answer = read_answer(&mut stream);
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     wait_until(
         "every thread that read the upload stops",
@@ -797,16 +786,8 @@ fn a_large_upload_is_refused_at_its_first_bad_opcode_before_its_end() {
             }
         })
     };
-    let mut answer = Vec::new();
-    let mut buffer = [0u8; 4096];
-    while !response_is_complete(&answer) {
-        match stream.read(&mut buffer) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => answer.extend_from_slice(&buffer[..n]),
-        }
-    }
+    let answer = read_answer(&mut stream);
     let sent_when_answered = sent.load(std::sync::atomic::Ordering::SeqCst);
-    let answer = String::from_utf8_lossy(&answer);
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
     assert!(answer.contains("GLOBAL"), "{answer}");
     assert!(
