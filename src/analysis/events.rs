@@ -1,6 +1,7 @@
 //! Pages of a device's trace, filtered, for the event list.
 
 use super::Replay;
+use super::ranked_bits::{BitsBuilder, RankedBits};
 use crate::snapshot::{ActionCode, Snapshot, StackId, Trace};
 use serde::Serialize;
 
@@ -129,87 +130,37 @@ fn for_each_match(
     true
 }
 
-/// The events one filter matched: a bit per event, and the matches before every
-/// `WORDS_PER_COUNT * 64`-th event, so the page at any position (select) and the position of
-/// any event (rank) are found in O(log events) while it costs about an eighth of a byte per
-/// event however many match (a list of matches costs up to four).
+/// The events one filter matched, a bit per event (see [`RankedBits`]): the page at any
+/// position (select) and the position of any event (rank) are found without a scan, for about
+/// an eighth of a byte per event however many match (a list of matches costs up to four).
 #[derive(Debug)]
-struct Matches {
-    bits: Vec<u64>,
-    /// `counts[k]`: set bits in `bits[..k * WORDS_PER_COUNT]`.
-    counts: Vec<u32>,
-    total: usize,
-}
-
-const WORDS_PER_COUNT: usize = 8;
+struct Matches(RankedBits);
 
 impl Matches {
     /// The matches of `filter`, or `None` when every event matches.
     fn of(snapshot: &Snapshot, trace: &Trace, filter: &EventFilter) -> Option<Self> {
-        let mut bits = vec![0u64; trace.len().div_ceil(64)];
-        let mut total = 0usize;
-        let filtered = for_each_match(snapshot, trace, filter, |i| {
-            bits[i / 64] |= 1 << (i % 64);
-            total += 1;
-        });
-        if !filtered {
-            return None;
-        }
-        let mut counts = Vec::with_capacity(bits.len() / WORDS_PER_COUNT + 1);
-        let mut before = 0u32;
-        for chunk in bits.chunks(WORDS_PER_COUNT) {
-            counts.push(before);
-            before += chunk.iter().map(|w| w.count_ones()).sum::<u32>();
-        }
-        Some(Self {
-            bits,
-            counts,
-            total,
-        })
+        let mut bits = BitsBuilder::zeros(trace.len());
+        let filtered = for_each_match(snapshot, trace, filter, |i| bits.set(i));
+        filtered.then(|| Self(bits.ranked()))
     }
 
     fn heap_bytes(&self) -> u64 {
-        (self.bits.capacity() * std::mem::size_of::<u64>()
-            + self.counts.capacity() * std::mem::size_of::<u32>()) as u64
+        self.0.heap_bytes()
+    }
+
+    /// Matching events in all.
+    fn total(&self) -> usize {
+        self.0.ones()
     }
 
     /// Matching events before event `event`.
     fn rank(&self, event: usize) -> usize {
-        let word = event / 64;
-        if word >= self.bits.len() {
-            return self.total;
-        }
-        let k = word / WORDS_PER_COUNT;
-        let whole: u32 = self.bits[k * WORDS_PER_COUNT..word]
-            .iter()
-            .map(|w| w.count_ones())
-            .sum();
-        let partial = (self.bits[word] & ((1u64 << (event % 64)) - 1)).count_ones();
-        (self.counts[k] + whole + partial) as usize
+        self.0.rank(event)
     }
 
     /// The event of the match at `position` (0-based), if there is one.
     fn nth(&self, position: usize) -> Option<usize> {
-        if position >= self.total {
-            return None;
-        }
-        let k = self
-            .counts
-            .partition_point(|&c| c as usize <= position)
-            .checked_sub(1)?;
-        let mut left = position - self.counts[k] as usize;
-        for (offset, &word) in self.bits[k * WORDS_PER_COUNT..].iter().enumerate() {
-            let ones = word.count_ones() as usize;
-            if left < ones {
-                let mut word = word;
-                for _ in 0..left {
-                    word &= word - 1;
-                }
-                return Some((k * WORDS_PER_COUNT + offset) * 64 + word.trailing_zeros() as usize);
-            }
-            left -= ones;
-        }
-        None
+        self.0.select(position)
     }
 }
 
@@ -389,7 +340,7 @@ pub fn page(
 ) -> EventPage {
     let limit = limit.clamp(1, 1000);
     let matches = replay.event_matches.matches(snapshot, trace, filter);
-    let matching_count = matches.as_ref().map_or(trace.len(), |m| m.total);
+    let matching_count = matches.as_ref().map_or(trace.len(), |m| m.total());
     let offset = match find {
         Some(event) => {
             let position = match &matches {

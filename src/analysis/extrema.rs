@@ -6,9 +6,9 @@
 //! range costs at most `2 * BLOCK` reads per level: O(BLOCK log_BLOCK n) whatever its length, for
 //! about `2 * 8 / BLOCK` bytes per position.
 //!
-//! The series itself is not copied: every query is handed an accessor for position `i` (the
-//! replay's `allocated`, or the reserved steps' bytes), which must be the series the pyramid was
-//! built from.
+//! The series itself is not copied: every query is handed a [`Series`] that reads it (the
+//! replay's curve, or the reserved steps' bytes), which must be the series the pyramid was built
+//! from.
 
 /// log2 of the positions per block: a query reads at most two partial blocks per level.
 const BLOCK_LOG2: u32 = 6;
@@ -42,40 +42,60 @@ impl Extreme {
     }
 }
 
+/// A series a pyramid is built from, as its queries read it: in runs of consecutive positions,
+/// never longer than a block (the replay's curve is cheap to read in runs, dear one position at
+/// a time).
+pub(crate) trait Series {
+    /// The values at positions `from..to`, in order.
+    fn values(&self, from: usize, to: usize) -> impl Iterator<Item = u64>;
+}
+
+/// A series read one position at a time.
+pub(crate) struct ByPosition<F>(pub(crate) F);
+
+impl<F: Fn(usize) -> u64> Series for ByPosition<F> {
+    fn values(&self, from: usize, to: usize) -> impl Iterator<Item = u64> {
+        (from..to).map(&self.0)
+    }
+}
+
 impl RangeExtrema {
-    /// The pyramid of the series `value(0), .., value(len - 1)`.
-    pub(crate) fn new(len: usize, value: impl Fn(usize) -> u64) -> Self {
+    /// The pyramid of a series of `len` values, read once in order.
+    pub(crate) fn new(len: usize, values: impl IntoIterator<Item = u64>) -> Self {
         let mut min: Vec<Vec<u64>> = Vec::new();
         let mut max: Vec<Vec<u64>> = Vec::new();
-        let mut below = len;
-        while below > BLOCK {
-            let blocks = below.div_ceil(BLOCK);
+        if len > BLOCK {
+            let blocks = len.div_ceil(BLOCK);
             let (mut level_min, mut level_max) =
                 (Vec::with_capacity(blocks), Vec::with_capacity(blocks));
-            for block in 0..blocks {
-                let (from, to) = (block * BLOCK, ((block + 1) * BLOCK).min(below));
-                let (mut lo, mut hi) = (u64::MAX, u64::MIN);
-                match (min.last(), max.last()) {
-                    (Some(under_min), Some(under_max)) => {
-                        for i in from..to {
-                            lo = lo.min(under_min[i]);
-                            hi = hi.max(under_max[i]);
-                        }
-                    }
-                    _ => {
-                        for i in from..to {
-                            let v = value(i);
-                            lo = lo.min(v);
-                            hi = hi.max(v);
-                        }
-                    }
-                }
+            let mut values = values.into_iter().take(len);
+            for _ in 0..blocks {
+                let (lo, hi) = values
+                    .by_ref()
+                    .take(BLOCK)
+                    .fold((u64::MAX, u64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
                 level_min.push(lo);
                 level_max.push(hi);
             }
             min.push(level_min);
             max.push(level_max);
-            below = blocks;
+        }
+        // Each level above from the one below it.
+        while let (Some(below_min), Some(below_max)) = (min.last(), max.last()) {
+            let below = below_min.len();
+            if below <= BLOCK {
+                break;
+            }
+            let blocks = below.div_ceil(BLOCK);
+            let (mut level_min, mut level_max) =
+                (Vec::with_capacity(blocks), Vec::with_capacity(blocks));
+            for block in 0..blocks {
+                let (from, to) = (block * BLOCK, ((block + 1) * BLOCK).min(below));
+                level_min.push(below_min[from..to].iter().copied().fold(u64::MAX, u64::min));
+                level_max.push(below_max[from..to].iter().copied().fold(u64::MIN, u64::max));
+            }
+            min.push(level_min);
+            max.push(level_max);
         }
         Self { len, min, max }
     }
@@ -90,25 +110,25 @@ impl RangeExtrema {
             + ((self.min.capacity() + self.max.capacity()) * std::mem::size_of::<Vec<u64>>()) as u64
     }
 
-    /// The smallest of `value(from..to)` (`u64::MAX` for an empty range).
-    pub(crate) fn min(&self, value: &impl Fn(usize) -> u64, from: usize, to: usize) -> u64 {
-        self.extreme(value, Extreme::Min, 0, from, to.min(self.len))
+    /// The smallest of the series' values at `from..to` (`u64::MAX` for an empty range).
+    pub(crate) fn min(&self, series: &impl Series, from: usize, to: usize) -> u64 {
+        self.extreme(series, Extreme::Min, 0, from, to.min(self.len))
     }
 
-    /// The largest of `value(from..to)` (0 for an empty range).
-    pub(crate) fn max(&self, value: &impl Fn(usize) -> u64, from: usize, to: usize) -> u64 {
-        self.extreme(value, Extreme::Max, 0, from, to.min(self.len))
+    /// The largest of the series' values at `from..to` (0 for an empty range).
+    pub(crate) fn max(&self, series: &impl Series, from: usize, to: usize) -> u64 {
+        self.extreme(series, Extreme::Max, 0, from, to.min(self.len))
     }
 
     /// The first position in `from..to` whose value is at least `bound`, if any.
     pub(crate) fn first_at_least(
         &self,
-        value: &impl Fn(usize) -> u64,
+        series: &impl Series,
         from: usize,
         to: usize,
         bound: u64,
     ) -> Option<usize> {
-        self.first_at_least_on(value, 0, from, to.min(self.len), bound)
+        self.first_at_least_on(series, 0, from, to.min(self.len), bound)
     }
 
     /// Entries of level `level` (0: the series itself; `k`: the blocks of pyramid level
@@ -120,33 +140,38 @@ impl RangeExtrema {
         }
     }
 
-    /// Entry `i` of `level` as `extreme` sees it.
-    fn entry(
+    /// Entries `from..to` of `level` as `extreme` sees them.
+    fn entries_between(
         &self,
-        value: &impl Fn(usize) -> u64,
+        series: &impl Series,
         extreme: Extreme,
         level: usize,
-        i: usize,
-    ) -> u64 {
-        match (level, extreme) {
-            (0, _) => value(i),
-            (k, Extreme::Min) => self.min[k - 1][i],
-            (k, Extreme::Max) => self.max[k - 1][i],
-        }
+        from: usize,
+        to: usize,
+    ) -> impl Iterator<Item = u64> {
+        let (series_run, level_run) = match (level, extreme) {
+            (0, _) => (Some(series.values(from, to)), None),
+            (k, Extreme::Min) => (None, Some(&self.min[k - 1][from..to])),
+            (k, Extreme::Max) => (None, Some(&self.max[k - 1][from..to])),
+        };
+        series_run
+            .into_iter()
+            .flatten()
+            .chain(level_run.into_iter().flatten().copied())
     }
 
     /// The extreme of entries `from..to` of `level`: the partial blocks at both ends read here,
     /// the whole blocks between them one level up.
     fn extreme(
         &self,
-        value: &impl Fn(usize) -> u64,
+        series: &impl Series,
         extreme: Extreme,
         level: usize,
         from: usize,
         to: usize,
     ) -> u64 {
         let fold = |from: usize, to: usize| {
-            extreme.of((from..to).map(|i| self.entry(value, extreme, level, i)))
+            extreme.of(self.entries_between(series, extreme, level, from, to))
         };
         let inner_from = from.next_multiple_of(BLOCK);
         let inner_to = to / BLOCK * BLOCK;
@@ -157,7 +182,7 @@ impl RangeExtrema {
             fold(from, inner_from),
             fold(inner_to, to),
             self.extreme(
-                value,
+                series,
                 extreme,
                 level + 1,
                 inner_from >> BLOCK_LOG2,
@@ -170,14 +195,16 @@ impl RangeExtrema {
     /// The first entry in `from..to` of `level` whose maximum is at least `bound`.
     fn first_at_least_on(
         &self,
-        value: &impl Fn(usize) -> u64,
+        series: &impl Series,
         level: usize,
         from: usize,
         to: usize,
         bound: u64,
     ) -> Option<usize> {
         let scan = |from: usize, to: usize| {
-            (from..to).find(|&i| self.entry(value, Extreme::Max, level, i) >= bound)
+            self.entries_between(series, Extreme::Max, level, from, to)
+                .position(|v| v >= bound)
+                .map(|p| from + p)
         };
         let inner_from = from.next_multiple_of(BLOCK);
         let inner_to = to / BLOCK * BLOCK;
@@ -188,7 +215,7 @@ impl RangeExtrema {
             return Some(i);
         }
         if let Some(block) = self.first_at_least_on(
-            value,
+            series,
             level + 1,
             inner_from >> BLOCK_LOG2,
             inner_to >> BLOCK_LOG2,
@@ -220,8 +247,8 @@ mod tests {
                     (state >> 58) * 1000
                 })
                 .collect();
-            let value = |i: usize| series[i];
-            let pyramid = RangeExtrema::new(len, value);
+            let value = ByPosition(|i: usize| series[i]);
+            let pyramid = RangeExtrema::new(len, series.iter().copied());
             let mut ranges = Vec::new();
             for from in (0..len).step_by(len / 37 + 1) {
                 for to in (from + 1..=len).step_by(len / 23 + 1) {

@@ -20,6 +20,7 @@ pub mod memory_map;
 pub mod moment;
 mod notes;
 pub mod oom;
+pub(crate) mod ranked_bits;
 pub mod replay;
 pub mod roles;
 pub mod segment_timeline;

@@ -115,6 +115,7 @@ fn device_summary(
 ) -> DeviceSummary {
     let trace = snapshot.trace(device.device);
     let replay = &device.replay;
+    let started = std::time::Instant::now();
     let (summary, live_at_peak, roles) = std::thread::scope(|scope| {
         let deciding = scope.spawn(|| device.roles(snapshot, rules));
         // Counted by code first: a name per event would be 32 million strings.
@@ -167,8 +168,16 @@ fn device_summary(
             pending_bytes_at_snapshot: replay.pending_after(replay.len().checked_sub(1)),
             findings: Vec::new(),
         };
+        tracing::debug!(
+            ms = started.elapsed().as_millis() as u64,
+            "summary: counted"
+        );
         (summary, live, crate::threads::joined(deciding.join()))
     });
+    tracing::debug!(
+        ms = started.elapsed().as_millis() as u64,
+        "summary: roles decided"
+    );
     let last = replay.len().checked_sub(1);
     // Pending frees are said once, as pending, not also under their role.
     let held = |mut live: Vec<u32>, at: Option<usize>| -> Vec<u32> {
@@ -180,10 +189,15 @@ fn device_summary(
         live.retain(|id| !pending.contains(id));
         live
     };
-    DeviceSummary {
+    let summary = DeviceSummary {
         roles_at_peak: roles.bytes_by_role(replay, &held(live_at_peak, summary.peak_event_index)),
         roles_at_snapshot: roles.bytes_by_role(replay, &held(replay.live_after(last), last)),
         findings: device_findings(snapshot, device, roles),
         ..summary
-    }
+    };
+    tracing::debug!(
+        ms = started.elapsed().as_millis() as u64,
+        "summary: findings"
+    );
+    summary
 }

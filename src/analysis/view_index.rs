@@ -2,7 +2,7 @@
 //! the trace's length: built once per device (see [`crate::analysis::DeviceAnalysis`]).
 //!
 //! - the min and max of the allocated total over any event range ([`RangeExtrema`] over
-//!   `Replay::allocated`), for the timeline's columns and the `/roles` window's column peaks;
+//!   the replay's curve), for the timeline's columns and the `/roles` window's column peaks;
 //! - the max of the reserved total over any range of its steps;
 //! - [`BandIndex`]: the allocations that can be a timeline band, grouped so that a window only
 //!   reads the groups whose sizes and lifetimes can pass its tests.
@@ -15,7 +15,7 @@ use super::replay::{Allocation, AllocationId, Allocations, Replay};
 
 #[derive(Debug, Default)]
 pub struct ViewIndex {
-    /// Over `Replay::allocated`, by event.
+    /// Over the replay's curve ([`Replay::allocated_over`]), by event.
     pub(crate) allocated: RangeExtrema,
     /// Over the bytes of `Replay::reserved_steps`, by step.
     pub(crate) reserved: RangeExtrema,
@@ -25,12 +25,12 @@ pub struct ViewIndex {
 impl ViewIndex {
     /// The indexes of `replay` (what [`crate::analysis::DeviceAnalysis`] builds with it).
     pub fn new(replay: &Replay) -> Self {
-        let allocated = &replay.allocated[..];
-        let steps = &replay.reserved_steps[..];
+        let events = replay.len();
+        let steps = &replay.reserved_steps;
         Self {
-            allocated: RangeExtrema::new(allocated.len(), |i| allocated[i]),
-            reserved: RangeExtrema::new(steps.len(), |i| steps[i].1),
-            bands: BandIndex::new(&replay.allocations, allocated.len()),
+            allocated: RangeExtrema::new(events, replay.allocated_over(0, events)),
+            reserved: RangeExtrema::new(steps.len(), steps.iter().map(|step| step.1)),
+            bands: BandIndex::new(&replay.allocations, events),
         }
     }
 

@@ -67,8 +67,11 @@ pub(super) enum Kind {
     TraceCompileContext,
     TraceUserMetadata,
     TraceCategory,
-    Allocated = 30,
-    EventAllocation,
+    /// The replay's curve: its total before every 64th event.
+    AllocatedBeforeStep = 30,
+    /// The replay's events that open an allocation, a bit each (see
+    /// `analysis::replay::EventAllocations`).
+    EventOpens,
     LevelFirst,
     BucketFirst,
     ByStart,
@@ -84,6 +87,9 @@ pub(super) enum Kind {
     AllocationEnd,
     AllocationVersion,
     AllocationOrigin,
+    /// The events that close an allocation, a bit each, and the allocation of each.
+    EventCloses,
+    ClosedAllocations,
 }
 
 /// One step of the reserved-memory curve (`(event, bytes)` in the replay).
@@ -149,12 +155,21 @@ pub(super) struct TraceMeta {
 pub(super) struct DeviceMeta {
     pub(super) device: usize,
     pub(super) allocated_at_start: u64,
+    /// The curve's highest total and the event that first reached it (found once, by a pass
+    /// over every event).
+    pub(super) allocated_peak: (u64, Option<usize>),
     pub(super) reserved_at_start: u64,
     pub(super) allocations: usize,
     /// The allocations' distinct streams, or `None` for raw `u64`s (as in [`TraceMeta`]).
     pub(super) allocation_streams: Option<Vec<u64>>,
     /// `(allocation, bytes)` of the sizes of 4 GiB or more.
     pub(super) allocation_large_sizes: Vec<(usize, u64)>,
+    /// The allocations' addresses as the trace's are stored (see [`TraceMeta`]): a base per
+    /// 65,536 allocations and `(allocation, address)` of those that fit no offset.
+    pub(super) allocation_addr_bases: Vec<u64>,
+    pub(super) allocation_addrs_aside: Vec<(usize, u64)>,
+    /// Whether the allocation stack section holds `u32` ids rather than `u16`s.
+    pub(super) allocation_wide_stacks: bool,
     /// The replay's frees that waited on another stream: `(request event, allocation)`. Few
     /// (only `record_stream` frees wait), so JSON rather than a column.
     pub(super) pending_requests: Vec<(u32, u32)>,

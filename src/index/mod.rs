@@ -36,9 +36,10 @@ pub use write::write;
 
 /// Bump when anything stored changes shape or meaning (a column's type, the replay's rules,
 /// what the summary holds, the roles and findings it was made with: 4 came with the roles of
-/// issue 19; 5 with the replay's pending frees of issue 20): an index of another version is
+/// issue 19; 5 with the replay's pending frees of issue 20; 6 with the replay's curve kept per
+/// 64 events and its events' allocations as bits, issue 23): an index of another version is
 /// rebuilt, never read.
-pub const FORMAT_VERSION: u32 = 5;
+pub const FORMAT_VERSION: u32 = 6;
 
 /// Where a snapshot's index is, for a blob id: the store decides the folder.
 pub const FILE_SUFFIX: &str = ".snapidx";

@@ -5,7 +5,8 @@ use super::layout::{
 };
 use super::write::header_checksum;
 use super::{BlobIdentity, IndexError, Verify};
-use crate::analysis::replay::{Allocations, LifetimeIndex, Replay};
+use crate::analysis::ranked_bits::RankedBits;
+use crate::analysis::replay::{Allocations, Curve, EventAllocations, LifetimeIndex, Replay};
 use crate::analysis::{Analysis, DeviceAnalysis, Summary};
 use crate::snapshot::{
     AddrColumn, Column, Frame, FrameTable, SharedMap, SizeColumn, Snapshot, SparseIds, StackColumn,
@@ -295,6 +296,43 @@ impl Sections {
         })
     }
 
+    /// An address column: the offsets of section `kind`, with its bases and the addresses set
+    /// aside from the JSON.
+    fn addrs(
+        &self,
+        kind: Kind,
+        part: usize,
+        len: Option<usize>,
+        bases: &[u64],
+        aside: &[(usize, u64)],
+    ) -> Result<AddrColumn, IndexError> {
+        AddrColumn::from_parts(
+            bases.to_vec(),
+            self.column(kind, part, len)?,
+            aside.to_vec(),
+        )
+        .ok_or_else(|| {
+            IndexError::malformed(format!(
+                "{kind:?} of part {part}: address bases or addresses aside do not fit"
+            ))
+        })
+    }
+
+    /// A stack column: section `kind` holds `u32` ids if `wide`, else `u16`s.
+    fn stacks(
+        &self,
+        kind: Kind,
+        part: usize,
+        len: Option<usize>,
+        wide: bool,
+    ) -> Result<StackColumn, IndexError> {
+        Ok(if wide {
+            StackColumn::Wide(self.column(kind, part, len)?)
+        } else {
+            StackColumn::Narrow(self.column(kind, part, len)?)
+        })
+    }
+
     /// The column `kind` of `part`, mapped; `len`, when given, is the count it must hold.
     fn column<T: Pod>(
         &self,
@@ -377,14 +415,13 @@ fn trace(
         stored.large_sizes.clone(),
     )
     .ok_or_else(|| IndexError::malformed("large sizes out of order or past the trace"))?;
-    let addr = AddrColumn::from_parts(
-        stored.addr_bases.clone(),
-        sections.column(Kind::TraceAddr, part, events)?,
-        stored.addrs_aside.clone(),
-    )
-    .ok_or_else(|| {
-        IndexError::malformed("address bases or addresses aside do not fit the trace")
-    })?;
+    let addr = sections.addrs(
+        Kind::TraceAddr,
+        part,
+        events,
+        &stored.addr_bases,
+        &stored.addrs_aside,
+    )?;
     let stream = sections.streams(Kind::TraceStream, part, events, &stored.streams)?;
     let time_us = match &stored.time_bases {
         Some(bases) => blocked_times(
@@ -410,11 +447,7 @@ fn trace(
         size,
         stream,
         time_us,
-        stack: if stored.wide_stacks {
-            StackColumn::Wide(sections.column(Kind::TraceStack, part, events)?)
-        } else {
-            StackColumn::Narrow(sections.column(Kind::TraceStack, part, events)?)
-        },
+        stack: sections.stacks(Kind::TraceStack, part, events, stored.wide_stacks)?,
         compile_context: sparse(Kind::TraceCompileContext)?,
         user_metadata: sparse(Kind::TraceUserMetadata)?,
         strings: stored.strings.clone(),
@@ -432,11 +465,18 @@ fn analysis(sections: &Sections, meta: &Meta, snapshot: &Snapshot) -> Result<Ana
         .iter()
         .enumerate()
         .map(|(part, stored)| {
-            let events = Some(snapshot.trace(stored.device).len());
+            let event_count = snapshot.trace(stored.device).len();
+            let events = Some(event_count);
             let count = Some(stored.allocations);
             // Mapped, as the trace is: a restart keeps none of them on the heap.
             let allocations = Allocations {
-                addr: sections.column(Kind::AllocationAddr, part, count)?,
+                addr: sections.addrs(
+                    Kind::AllocationAddr,
+                    part,
+                    count,
+                    &stored.allocation_addr_bases,
+                    &stored.allocation_addrs_aside,
+                )?,
                 size: SizeColumn::from_parts(
                     sections.column(Kind::AllocationSize, part, count)?,
                     stored.allocation_large_sizes.clone(),
@@ -450,7 +490,12 @@ fn analysis(sections: &Sections, meta: &Meta, snapshot: &Snapshot) -> Result<Ana
                     count,
                     &stored.allocation_streams,
                 )?,
-                stack: sections.column(Kind::AllocationStack, part, count)?,
+                stack: sections.stacks(
+                    Kind::AllocationStack,
+                    part,
+                    count,
+                    stored.allocation_wide_stacks,
+                )?,
                 start: sections.column(Kind::AllocationStart, part, count)?,
                 end: sections.column(Kind::AllocationEnd, part, count)?,
                 version: sections.column(Kind::AllocationVersion, part, count)?,
@@ -466,15 +511,33 @@ fn analysis(sections: &Sections, meta: &Meta, snapshot: &Snapshot) -> Result<Ana
             }
             let pending_steps =
                 crate::analysis::replay::pending_over_time(&allocations, &stored.pending_requests);
+            let events_bits = |kind| {
+                let words = sections.column(kind, part, Some(event_count.div_ceil(64)))?;
+                RankedBits::from_words(words, event_count)
+                    .ok_or_else(|| IndexError::malformed(format!("{kind:?} of part {part}")))
+            };
+            let event_allocations = EventAllocations::from_parts(
+                events_bits(Kind::EventOpens)?,
+                events_bits(Kind::EventCloses)?,
+                sections.column(Kind::ClosedAllocations, part, None)?,
+            )
+            .filter(|table| table.opened() <= stored.allocations)
+            .ok_or_else(|| IndexError::malformed("events that open or close no allocation"))?;
             let replay = Replay {
                 pending_requests: stored.pending_requests.clone(),
                 pending_steps,
                 allocations,
-                allocated: sections.column(Kind::Allocated, part, events)?,
+                curve: Curve {
+                    before_step: sections.column(
+                        Kind::AllocatedBeforeStep,
+                        part,
+                        events.map(Curve::steps_for),
+                    )?,
+                },
                 allocated_at_start: stored.allocated_at_start,
                 reserved_steps: steps.iter().map(|step| (step.event, step.bytes)).collect(),
                 reserved_at_start: stored.reserved_at_start,
-                event_allocation: sections.column(Kind::EventAllocation, part, events)?,
+                event_allocations,
                 lifetimes: LifetimeIndex {
                     level_first: sections.column(Kind::LevelFirst, part, None)?,
                     bucket_first: sections.column(Kind::BucketFirst, part, None)?,
@@ -484,7 +547,7 @@ fn analysis(sections: &Sections, meta: &Meta, snapshot: &Snapshot) -> Result<Ana
                 freed_without_alloc: sections.column(Kind::FreedWithoutAlloc, part, None)?,
                 ghosts: sections.column(Kind::Ghosts, part, None)?,
                 event_matches: Default::default(),
-                peak: Default::default(),
+                peak: stored.allocated_peak.into(),
             };
             Ok(DeviceAnalysis::from_stored(stored.device, replay))
         })

@@ -71,7 +71,13 @@ fn an_index_reads_back_as_the_snapshot_and_analysis_it_was_made_from() {
         for (stored, made) in opened.analysis.devices.iter().zip(&analysis.devices) {
             let (stored, made) = (&stored.replay, &made.replay);
             assert_eq!(stored.allocations, made.allocations, "{name}");
-            assert_eq!(stored.allocated, made.allocated);
+            assert_eq!(stored.curve, made.curve);
+            assert_eq!(stored.event_allocations, made.event_allocations, "{name}");
+            assert_eq!(
+                stored.first_peak(),
+                made.first_peak(),
+                "{name}: stored peak"
+            );
             assert_eq!(stored.reserved_steps, made.reserved_steps);
             if !made.is_empty() {
                 // Mapped columns are the OS's pages, not heap.

@@ -139,6 +139,10 @@ impl<W: Write + Seek> Sections<W> {
     }
 }
 
+/// Sections written per trace and per analysed device (a new column adds one here).
+const SECTIONS_PER_TRACE: usize = 9;
+const SECTIONS_PER_DEVICE: usize = 19;
+
 fn write_file(
     temp: &Path,
     blob_id: [u8; 16],
@@ -150,7 +154,9 @@ fn write_file(
 ) -> std::io::Result<u64> {
     // Made (and locked) by `claim_temp`, empty.
     let file = std::fs::OpenOptions::new().write(true).open(temp)?;
-    let section_count = 1 + snapshot.device_traces.len() * 9 + analysis.devices.len() * 17;
+    let section_count = 1
+        + snapshot.device_traces.len() * SECTIONS_PER_TRACE
+        + analysis.devices.len() * SECTIONS_PER_DEVICE;
     let table_end = HEADER_BYTES + section_count as u64 * ENTRY_BYTES;
     let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
     out.seek(SeekFrom::Start(table_end))?;
@@ -173,11 +179,7 @@ fn write_file(
             TimeColumn::Wide(values) => values.as_bytes(),
         };
         sections.add(Kind::TraceTime, part, times)?;
-        let stacks = match &trace.stack {
-            StackColumn::Narrow(ids) => ids.as_bytes(),
-            StackColumn::Wide(ids) => ids.as_bytes(),
-        };
-        sections.add(Kind::TraceStack, part, stacks)?;
+        sections.add(Kind::TraceStack, part, trace.stack.as_bytes())?;
         sections.add(
             Kind::TraceCompileContext,
             part,
@@ -192,12 +194,15 @@ fn write_file(
     }
     for (part, device) in analysis.devices.iter().enumerate() {
         let replay = &device.replay;
-        sections.add(Kind::Allocated, part, replay.allocated.as_bytes())?;
         sections.add(
-            Kind::EventAllocation,
+            Kind::AllocatedBeforeStep,
             part,
-            replay.event_allocation.as_bytes(),
+            replay.curve.before_step.as_bytes(),
         )?;
+        let events = &replay.event_allocations;
+        sections.add(Kind::EventOpens, part, events.opens.words().as_bytes())?;
+        sections.add(Kind::EventCloses, part, events.closes.words().as_bytes())?;
+        sections.add(Kind::ClosedAllocations, part, events.closed.as_bytes())?;
         let lifetimes = &replay.lifetimes;
         sections.add(Kind::LevelFirst, part, lifetimes.level_first.as_bytes())?;
         sections.add(Kind::BucketFirst, part, lifetimes.bucket_first.as_bytes())?;
@@ -210,7 +215,8 @@ fn write_file(
         )?;
         sections.add(Kind::Ghosts, part, replay.ghosts.as_bytes())?;
         let allocations = &replay.allocations;
-        sections.add(Kind::AllocationAddr, part, allocations.addr.as_bytes())?;
+        let addrs = allocations.addr.parts().1;
+        sections.add(Kind::AllocationAddr, part, addrs.as_bytes())?;
         let sizes = allocations.size.parts().0;
         sections.add(Kind::AllocationSize, part, sizes.as_bytes())?;
         sections.add(Kind::AllocationStream, part, allocations.stream.parts().0)?;
@@ -236,6 +242,13 @@ fn write_file(
     }
 
     let Sections { out, at, table, .. } = sections;
+    // The table was given room for `section_count` entries before the sections were written.
+    if table.len() != section_count {
+        return Err(std::io::Error::other(format!(
+            "the index has {} sections where its table has room for {section_count}",
+            table.len()
+        )));
+    }
     let mut header = Header {
         magic: MAGIC,
         version: super::FORMAT_VERSION,
@@ -323,6 +336,7 @@ fn meta(
             .map(|device| super::layout::DeviceMeta {
                 device: device.device,
                 allocated_at_start: device.replay.allocated_at_start,
+                allocated_peak: device.replay.first_peak(),
                 reserved_at_start: device.replay.reserved_at_start,
                 allocations: device.replay.allocations.len(),
                 allocation_streams: device
@@ -333,6 +347,12 @@ fn meta(
                     .1
                     .map(<[u64]>::to_vec),
                 allocation_large_sizes: device.replay.allocations.size.parts().1.to_vec(),
+                allocation_addr_bases: device.replay.allocations.addr.parts().0.to_vec(),
+                allocation_addrs_aside: device.replay.allocations.addr.parts().2.to_vec(),
+                allocation_wide_stacks: matches!(
+                    device.replay.allocations.stack,
+                    StackColumn::Wide(_)
+                ),
                 pending_requests: device.replay.pending_requests.clone(),
             })
             .collect(),

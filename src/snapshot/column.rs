@@ -4,7 +4,7 @@
 //! Parsing builds columns as ordinary vectors (push, extend); a snapshot opened from its stored
 //! index gets the same columns as typed windows of the mapped file, so the OS page cache, not
 //! the heap, holds their bytes and a restart reads only the pages a question touches. Readers
-//! never know which: a column derefs to `&[T]`, so `trace.action[i]` and `&replay.allocated[a..b]`
+//! never know which: a column derefs to `&[T]`, so `trace.action[i]` and `&replay.ghosts[a..b]`
 //! read the same either way.
 
 use bytemuck::Pod;

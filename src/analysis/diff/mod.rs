@@ -259,16 +259,17 @@ fn live_by_stack(
 }
 
 fn curve(device: &DeviceAnalysis) -> Vec<u64> {
-    let values = &device.replay.allocated;
-    if values.is_empty() {
-        return vec![device.replay.allocated_at_start];
+    let replay = &device.replay;
+    let events = replay.len();
+    if events == 0 {
+        return vec![replay.allocated_at_start];
     }
-    let points = CURVE_POINTS.min(values.len());
+    let points = CURVE_POINTS.min(events);
     (0..points)
         .map(|p| {
-            let from = values.len() * p / points;
-            let to = (values.len() * (p + 1) / points).max(from + 1);
-            values[from..to].iter().copied().max().unwrap_or(0)
+            let from = events * p / points;
+            let to = (events * (p + 1) / points).max(from + 1);
+            replay.allocated_over(from, to).max().unwrap_or(0)
         })
         .collect()
 }

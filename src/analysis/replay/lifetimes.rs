@@ -35,9 +35,9 @@ pub(crate) struct LifetimeIndex {
 
 impl LifetimeIndex {
     /// Indexes the allocations with a `start` (the others are alive from the start and kept
-    /// apart); `event_allocation` lists the frees in the order of their events.
-    pub(super) fn new(allocations: &Allocations, event_allocation: &[AllocationId]) -> Self {
-        let events = event_allocation.len();
+    /// apart) over a trace of `events` events; `closed` lists the allocations the trace opened
+    /// and freed, in the order of their frees.
+    pub(super) fn new(allocations: &Allocations, events: usize, closed: &[AllocationId]) -> Self {
         if events == 0 {
             return Self::default();
         }
@@ -51,7 +51,7 @@ impl LifetimeIndex {
         }
         // Each allocation's bucket, from one read of the allocations (the largest vector here),
         // with flags for the passes below.
-        let mut bucket: Vec<u32> = allocations
+        let bucket: Vec<u32> = allocations
             .iter()
             .map(|allocation| match allocation.start {
                 None => NOT_INDEXED,
@@ -100,21 +100,16 @@ impl LifetimeIndex {
                 by_end[next_never_freed[b] as usize] = id as AllocationId;
             }
         }
-        // The frees in event order. An indexed allocation's first event is its alloc, its
-        // second its free.
+        // The frees in event order (each of an indexed allocation that was freed).
         next.copy_from_slice(&bucket_first[..buckets]);
-        for &id in event_allocation {
-            let Some(flagged) = bucket.get_mut(id as usize) else {
+        for &id in closed {
+            let Some(&flagged) = bucket.get(id as usize) else {
                 continue;
             };
-            if *flagged == NOT_INDEXED || *flagged & NEVER_FREED != 0 {
+            if flagged == NOT_INDEXED || flagged & NEVER_FREED != 0 {
                 continue;
             }
-            if *flagged & ALLOCATED == 0 {
-                *flagged |= ALLOCATED;
-                continue;
-            }
-            let b = (*flagged & BUCKET) as usize;
+            let b = (flagged & BUCKET) as usize;
             by_end[next[b] as usize] = id;
             next[b] += 1;
         }
@@ -180,12 +175,11 @@ impl LifetimeIndex {
 }
 
 /// Flags of an allocation's bucket while [`LifetimeIndex::new`] sorts: not in the index (alive
-/// from the start), never freed, its alloc already passed; the bits below are the bucket, far
-/// fewer than 2^30 (two per `2^LEAF_EVENTS_LOG2` events of at most 2^32).
+/// from the start), never freed; the bits below are the bucket, far fewer than 2^31 (two per
+/// `2^LEAF_EVENTS_LOG2` events of at most 2^32).
 const NOT_INDEXED: u32 = u32::MAX;
 const NEVER_FREED: u32 = 1 << 31;
-const ALLOCATED: u32 = 1 << 30;
-const BUCKET: u32 = ALLOCATED - 1;
+const BUCKET: u32 = NEVER_FREED - 1;
 
 /// The node of [`LifetimeIndex`] that holds a lifetime from event `first` to event `last`
 /// (both alive): `(level, node within the level)`. Its leaves' highest differing bit says at

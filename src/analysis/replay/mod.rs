@@ -20,12 +20,16 @@
 //! answers its queries, `lifetimes.rs` is the interval index behind the live sets.
 
 mod allocations;
+mod curve;
+mod event_allocations;
 mod lifetimes;
 mod pass;
 #[cfg(test)]
 mod tests;
 
 pub use allocations::Allocations;
+pub use curve::{AllocatedOver, Curve};
+pub use event_allocations::EventAllocations;
 pub(crate) use pass::EventPass;
 pub use pass::ReplaySeed;
 
@@ -91,8 +95,9 @@ pub type AllocationId = u32;
 #[derive(Debug, Default)]
 pub struct Replay {
     pub allocations: Allocations,
-    /// Requested bytes live after each event.
-    pub allocated: Column<u64>,
+    /// Requested bytes live after each event, read with [`Replay::allocated_over`] and
+    /// [`Replay::allocated_after`].
+    pub(crate) curve: Curve,
     /// Live before the first event: allocations freed without alloc, and ghosts.
     pub allocated_at_start: u64,
     /// Reserved bytes as a step function: `(event index, bytes after it)` at each change.
@@ -100,8 +105,8 @@ pub struct Replay {
     pub reserved_at_start: u64,
     /// The event list's matches of the last filters asked (see `events::page`).
     pub(crate) event_matches: super::events::MatchCache,
-    /// Per event, the allocation it opens or closes (or `NO_ALLOCATION`).
-    pub(crate) event_allocation: Column<AllocationId>,
+    /// Per event, the allocation it opens or closes (if any).
+    pub(crate) event_allocations: EventAllocations,
     /// The lifetimes of the traced allocations, indexed so the ones alive at an event are found
     /// without a scan; the allocations alive from the start are added when a live set is asked for.
     pub(crate) lifetimes: LifetimeIndex,
@@ -187,10 +192,9 @@ impl Replay {
         };
         let EventPass {
             mut allocations,
-            mut event_allocation,
+            event_allocations,
             addresses,
             freed_without_alloc,
-            allocated_change,
             awaiting_completion,
             mut pending_requests,
             ..
@@ -229,38 +233,28 @@ impl Replay {
         // The pass grew these by doubling; what is kept should cost what it holds (shrinking a
         // large block is a remap, not a copy).
         allocations.shrink_to_fit();
-        event_allocation.shrink_to_fit();
+        let event_allocations = event_allocations.built();
         let allocated_at_start = freed_without_alloc
             .iter()
             .chain(&ghosts)
             .fold(0u64, |sum, &id| {
                 sum.wrapping_add(allocations.size(id as usize))
             });
-        // Every allocation the trace frees without its alloc is in the start total, so the sum
-        // never goes below zero (and the vector is reused in place).
-        // (The peak found on the way, not by a scan of its own.)
-        let curve = || {
-            let mut peak = FirstPeak::from(allocated_at_start);
-            let mut allocated: Column<u64> = allocated_change
-                .into_iter()
-                .enumerate()
-                .map(|(event, change)| {
-                    let bytes = allocated_at_start.wrapping_add(change);
-                    peak.see(event, bytes);
-                    bytes
-                })
-                .collect();
-            allocated.shrink_to_fit();
-            (allocated, peak)
+        let curve = || Curve::build(allocated_at_start, &event_allocations, &allocations);
+        let index = || {
+            LifetimeIndex::new(
+                &allocations,
+                event_allocations.len(),
+                &event_allocations.closed,
+            )
         };
-        let index = || LifetimeIndex::new(&allocations, &event_allocation);
         let steps = || {
             let reserved = reserved_over_time(snapshot, device, trace);
             (reserved, pending_over_time(&allocations, &pending_requests))
         };
         // Three passes over millions of events or allocations that need nothing of each other:
         // on three threads when the trace is long and they are allowed.
-        let ((allocated, peak), lifetimes, ((reserved_at_start, reserved_steps), pending_steps)) =
+        let ((curve, peak), lifetimes, ((reserved_at_start, reserved_steps), pending_steps)) =
             if threads >= 3 && trace.len() >= PASSES_ON_THREADS_FROM {
                 std::thread::scope(|scope| {
                     let index = scope.spawn(index);
@@ -280,12 +274,12 @@ impl Replay {
             pending_requests,
             pending_steps,
             allocations,
-            allocated,
+            curve,
             allocated_at_start,
             event_matches: Default::default(),
             reserved_steps,
             reserved_at_start,
-            event_allocation: event_allocation.into(),
+            event_allocations,
             lifetimes,
             freed_without_alloc: freed_without_alloc.into(),
             ghosts: ghosts.into(),
@@ -293,25 +287,13 @@ impl Replay {
         }
     }
 
+    /// The trace's events.
     pub fn len(&self) -> usize {
-        self.allocated.len()
+        self.event_allocations.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.allocated.is_empty()
-    }
-
-    /// Requested bytes live after event `at` (`None`: before the first event).
-    pub fn allocated_after(&self, at: Option<usize>) -> u64 {
-        match at {
-            None => self.allocated_at_start,
-            Some(i) => self
-                .allocated
-                .get(i)
-                .or(self.allocated.last())
-                .copied()
-                .unwrap_or(self.allocated_at_start),
-        }
+        self.event_allocations.is_empty()
     }
 
     /// Reserved bytes after event `at` (`None`: before the first event).
@@ -355,15 +337,21 @@ impl Replay {
             .collect()
     }
 
-    /// The highest allocated total and where it was first reached.
-    pub fn peak_allocated(&self, trace: &Trace) -> Peak {
-        let &(bytes, event_index) = self.peak.get_or_init(|| {
+    /// The highest allocated total and the event that first reached it (`None`: before the
+    /// first event).
+    pub(crate) fn first_peak(&self) -> (u64, Option<usize>) {
+        *self.peak.get_or_init(|| {
             let mut peak = FirstPeak::from(self.allocated_at_start);
-            for (event, &bytes) in self.allocated.iter().enumerate() {
+            for (event, bytes) in self.allocated_over(0, self.len()).enumerate() {
                 peak.see(event, bytes);
             }
             peak.found()
-        });
+        })
+    }
+
+    /// The highest allocated total and where it was first reached.
+    pub fn peak_allocated(&self, trace: &Trace) -> Peak {
+        let (bytes, event_index) = self.first_peak();
         Peak {
             bytes,
             event_index,
@@ -390,17 +378,14 @@ impl Replay {
 
     /// The allocation that event `event` opens or closes (allocs and frees), if any.
     pub fn allocation_at(&self, event: usize) -> Option<AllocationId> {
-        self.event_allocation
-            .get(event)
-            .copied()
-            .filter(|&id| id != NO_ALLOCATION)
+        Some(self.event_allocations.get(event)).filter(|&id| id != NO_ALLOCATION)
     }
 
     /// Ids of the allocations live after event `at`, ascending. Costs O(log events +
     /// `LEAF_EVENTS` + live) and the sort of the answer, however long the trace.
     pub fn live_after(&self, at: Option<usize>) -> Vec<AllocationId> {
         // With no events, every moment is the start.
-        let (Some(at), false) = (at, self.event_allocation.is_empty()) else {
+        let (Some(at), false) = (at, self.is_empty()) else {
             let mut live = self.live_from_start(None);
             live.sort_unstable();
             return live;
@@ -416,9 +401,9 @@ impl Replay {
     /// cache of replays can keep to a byte budget.
     pub fn heap_bytes(&self) -> u64 {
         self.allocations.heap_bytes()
-            + self.allocated.heap_bytes()
+            + self.curve.heap_bytes()
             + vec_bytes(&self.reserved_steps) as u64
-            + self.event_allocation.heap_bytes()
+            + self.event_allocations.heap_bytes()
             + self.lifetimes.heap_bytes()
             + self.freed_without_alloc.heap_bytes()
             + self.ghosts.heap_bytes()

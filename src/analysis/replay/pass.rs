@@ -1,7 +1,8 @@
 //! The event pass: one walk over the trace that pairs each free with the allocation it ends,
-//! per address, and records the memory curve. It is the replay's hot loop, and a
-//! [`TraceFollower`] so the loader can run it batch by batch while the trace is still read.
+//! per address. It is the replay's hot loop, and a [`TraceFollower`] so the loader can run it
+//! batch by batch while the trace is still read.
 
+use super::event_allocations::EventAllocationsBuilder;
 use super::{Allocation, AllocationId, Allocations, Origin};
 use crate::snapshot::{ActionCode, FollowedEvent, FollowerOutcome, TraceFollower};
 
@@ -89,22 +90,18 @@ fn state_after(allocations: &Allocations, id: AllocationId) -> Address {
 /// No allocation opens or closes at this event.
 pub(super) const NO_ALLOCATION: AllocationId = AllocationId::MAX;
 
-/// The event pass of a replay: which allocation each event opens or closes, and the memory
-/// curve and live sets of the allocations the trace opens. It depends only on the trace, so it
+/// The event pass of a replay: which allocation each event opens or closes (which is the memory
+/// curve too), and the lifetimes of the allocations the trace opens. It depends only on the trace, so it
 /// can run while the trace is still being read (it is a [`TraceFollower`], which the loader runs
 /// on a thread of its own); the rest of [`super::Replay::new`] needs the segments.
 #[derive(Debug, Default)]
 pub(crate) struct EventPass {
     pub(super) allocations: Allocations,
-    /// Per event, the allocation it opens or closes (or `NO_ALLOCATION`).
-    pub(super) event_allocation: Vec<AllocationId>,
+    /// Per event, the allocation it opens or closes (if any).
+    pub(super) event_allocations: EventAllocationsBuilder,
     /// Per address: the allocation open there (if any) and how many frees it has seen.
     pub(super) addresses: Addresses,
     pub(super) freed_without_alloc: Vec<AllocationId>,
-    /// Per event, bytes allocated after it minus bytes alive from the start, as a wrapping sum
-    /// (it dips below zero as allocations from before the trace are freed).
-    pub(super) allocated_change: Vec<u64>,
-    pub(super) change: u64,
     /// Per address, the lone `free_requested` (one a `free_completed` does not follow at once:
     /// the block waits on another stream, after `record_stream`) not completed yet.
     pub(super) awaiting_completion: rustc_hash::FxHashMap<u64, u32>,
@@ -118,7 +115,7 @@ pub(crate) struct EventPass {
 
 impl TraceFollower for EventPass {
     fn events(&self) -> usize {
-        self.event_allocation.len()
+        self.event_allocations.len()
     }
 
     /// Replays the next events. A trailing `free_requested` waits for the next event (it may be
@@ -131,7 +128,7 @@ impl TraceFollower for EventPass {
                 self.free_requested(request, merged);
                 if merged {
                     // The completion is part of this free; it changes nothing itself.
-                    self.record(NO_ALLOCATION);
+                    self.event_allocations.neither();
                     continue;
                 }
             }
@@ -164,12 +161,11 @@ impl EventPass {
                     origin: Origin::Traced,
                 });
                 self.addresses.set_last(&self.allocations, id);
-                self.change = self.change.wrapping_add(event.size);
-                self.record(id);
+                self.event_allocations.open();
             }
             ActionCode::FREE_REQUESTED => self.held = Some(event),
             ActionCode::FREE_COMPLETED => self.free(event, false),
-            _ => self.record(NO_ALLOCATION),
+            _ => self.event_allocations.neither(),
         }
     }
 
@@ -184,7 +180,7 @@ impl EventPass {
             self.awaiting_completion
                 .entry(request.addr)
                 .or_insert(event);
-            self.record(NO_ALLOCATION);
+            self.event_allocations.neither();
         }
     }
 
@@ -197,6 +193,7 @@ impl EventPass {
             // Still the last allocation at `addr`, now freed.
             id if id != NO_ALLOCATION => {
                 self.allocations.set_end(id as usize, at);
+                self.event_allocations.close(id);
                 id
             }
             _ => {
@@ -213,23 +210,14 @@ impl EventPass {
                 });
                 self.addresses.set_last(&self.allocations, id);
                 self.freed_without_alloc.push(id);
+                // It opens (an id in event order) as it closes.
+                self.event_allocations.open();
                 id
             }
         };
         if !merged && let Some(request) = self.awaiting_completion.remove(&event.addr) {
             self.pending_requests.push((request, id));
         }
-        let size = self.allocations.size(id as usize);
-        self.change = self.change.wrapping_sub(size);
-        self.record(id);
-    }
-}
-
-impl EventPass {
-    /// Ends the next event: what it opened or closed, and the memory after it.
-    fn record(&mut self, id: AllocationId) {
-        self.event_allocation.push(id);
-        self.allocated_change.push(self.change);
     }
 }
 

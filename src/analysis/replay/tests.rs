@@ -38,11 +38,10 @@ fn the_event_pass_in_pieces_equals_the_pass_at_once() {
         pieces.finish();
         assert_eq!(pieces.allocations, whole.allocations, "split at {split}");
         assert_eq!(
-            pieces.event_allocation, whole.event_allocation,
+            pieces.event_allocations, whole.event_allocations,
             "split at {split}"
         );
         assert_eq!(pieces.freed_without_alloc, whole.freed_without_alloc);
-        assert_eq!(pieces.allocated_change, whole.allocated_change);
     }
 }
 
@@ -105,8 +104,8 @@ fn the_loaders_event_pass_is_handed_to_the_replay() {
     let seeded = Replay::seeded(&snapshot, 0, Some(pass));
     let fresh = Replay::new(&snapshot, 0);
     assert_eq!(seeded.allocations, fresh.allocations);
-    assert_eq!(seeded.event_allocation, fresh.event_allocation);
-    assert_eq!(seeded.allocated, fresh.allocated);
+    assert_eq!(seeded.event_allocations, fresh.event_allocations);
+    assert_eq!(seeded.curve, fresh.curve);
     assert_eq!(
         seeded.live_after(Some(events / 2)),
         fresh.live_after(Some(events / 2))
@@ -181,6 +180,26 @@ fn scanned(replay: &Replay, at: Option<usize>) -> Vec<AllocationId> {
         .collect()
 }
 
+/// A snapshot of `trace` (device 0) whose one segment holds `ghosts` active blocks no event
+/// allocated, requested sizes from `requested` up.
+fn with_ghosts(trace: Trace, ghosts: u64, requested: u64) -> Snapshot {
+    let mut snapshot = Snapshot::default();
+    snapshot.segments.push(crate::snapshot::Segment {
+        blocks: (0..ghosts)
+            .map(|k| crate::snapshot::Block {
+                address: 0x9000_0000 + k * 512,
+                size: 512,
+                requested_size: requested + k,
+                state: BlockState::ActiveAllocated,
+                stack: 0,
+            })
+            .collect(),
+        ..Default::default()
+    });
+    snapshot.device_traces.push(trace);
+    snapshot
+}
+
 /// The shape of a leak: most allocations are never freed, the rest live for a few events
 /// or for thousands (so lifetimes land at every level of the index), some frees are of
 /// allocations from before the trace, and the segments hold ghosts. At many events, and
@@ -231,20 +250,7 @@ fn live_sets_of_a_leak_trace_equal_a_scan_of_lifetimes() {
         }
     }
     let n = trace.len();
-    let mut snapshot = Snapshot::default();
-    snapshot.segments.push(crate::snapshot::Segment {
-        blocks: (0..5)
-            .map(|k| crate::snapshot::Block {
-                address: 0x9000_0000 + k * 512,
-                size: 512,
-                requested_size: 100 + k,
-                state: BlockState::ActiveAllocated,
-                stack: 0,
-            })
-            .collect(),
-        ..Default::default()
-    });
-    snapshot.device_traces.push(trace);
+    let snapshot = with_ghosts(trace, 5, 100);
     let replay = Replay::new(&snapshot, 0);
     assert!(n > 64 << LEAF_EVENTS_LOG2, "{n} events span many levels");
     let never_freed = replay
@@ -272,6 +278,117 @@ fn live_sets_of_a_leak_trace_equal_a_scan_of_lifetimes() {
             sum.wrapping_add(replay.allocations.size(id as usize))
         });
         assert_eq!(replay.allocated_after(at), bytes, "allocated after {at:?}");
+    }
+}
+
+/// The curve keeps one total per 64 events and replays the rest on read: a run read from any
+/// event, of any length, and a peak found while it was built, equal the bytes of a scan of
+/// every lifetime after each event, on a trace with merged and lone frees, frees of allocations
+/// from before it, a free that never completes and ghosts in the segments.
+#[test]
+fn the_curve_read_from_anywhere_is_the_sum_of_the_lifetimes() {
+    let mut dice = Dice(0x2545_f491_4f6c_dd1d);
+    let mut trace = Trace::default();
+    let mut open: Vec<u64> = Vec::new();
+    let mut next_addr = 0x1000u64;
+    let push = |trace: &mut Trace, action, addr, size| {
+        trace.push(action, addr, size, 0, None, 0, 0, 0);
+    };
+    while trace.len() < 3000 {
+        match dice.below(10) {
+            0..=4 => {
+                push(
+                    &mut trace,
+                    ActionCode::ALLOC,
+                    next_addr,
+                    1 + dice.below(1 << 30),
+                );
+                open.push(next_addr);
+                next_addr += 512;
+            }
+            5..=6 if !open.is_empty() => {
+                let addr = open.swap_remove(dice.below(open.len() as u64) as usize);
+                push(&mut trace, ActionCode::FREE_REQUESTED, addr, 0);
+                push(&mut trace, ActionCode::FREE_COMPLETED, addr, 0);
+            }
+            7 if !open.is_empty() => {
+                // A lone request: another event comes before its completion.
+                let addr = open.swap_remove(0);
+                push(&mut trace, ActionCode::FREE_REQUESTED, addr, 0);
+                push(&mut trace, ActionCode::SEGMENT_ALLOC, 0, 0);
+                push(&mut trace, ActionCode::FREE_COMPLETED, addr, 0);
+            }
+            8 => {
+                let addr = 0x7000_0000 + dice.below(1 << 20) * 512;
+                push(
+                    &mut trace,
+                    ActionCode::FREE_COMPLETED,
+                    addr,
+                    1 + dice.below(1 << 20),
+                );
+            }
+            _ => push(&mut trace, ActionCode::SEGMENT_ALLOC, 0, 0),
+        }
+    }
+    if let Some(&addr) = open.last() {
+        push(&mut trace, ActionCode::FREE_REQUESTED, addr, 0);
+    }
+    let n = trace.len();
+    let snapshot = with_ghosts(trace, 3, 7);
+    let replay = Replay::new(&snapshot, 0);
+    assert!(!replay.freed_without_alloc.is_empty() && replay.ghosts.len() == 3);
+    assert!(!replay.pending_requests.is_empty(), "lone requests");
+    let bytes_after = |at: Option<usize>| {
+        scanned(&replay, at).iter().fold(0u64, |sum, &id| {
+            sum.wrapping_add(replay.allocations.size(id as usize))
+        })
+    };
+    let expected: Vec<u64> = (0..n).map(|at| bytes_after(Some(at))).collect();
+    assert_eq!(replay.allocated_at_start, bytes_after(None));
+    assert_eq!(replay.allocated_over(0, n).collect::<Vec<_>>(), expected);
+    for from in (0..200).chain(n - 70..=n) {
+        for to in [
+            from,
+            from + 1,
+            from + 63,
+            from + 64,
+            from + 65,
+            from + 130,
+            n + 5,
+        ] {
+            let run: Vec<u64> = replay.allocated_over(from, to).collect();
+            assert_eq!(run, expected[from.min(n)..to.min(n)], "{from}..{to}");
+        }
+        let after = replay.allocated_after(Some(from));
+        assert_eq!(after, expected[from.min(n - 1)], "after {from}");
+    }
+    assert_eq!(replay.allocated_after(None), replay.allocated_at_start);
+    let high = expected.iter().copied().max().expect("events");
+    let first = expected.iter().position(|&bytes| bytes == high);
+    let peak = if high > replay.allocated_at_start {
+        (high, first)
+    } else {
+        (replay.allocated_at_start, None)
+    };
+    assert_eq!(replay.first_peak(), peak);
+    assert_eq!(replay.curve.before_step.len(), n.div_ceil(64));
+
+    // The allocation of each event, which only the closing events keep: the one that starts
+    // or ends there, by a scan; read one by one and in runs from any event.
+    let mut at_event = vec![NO_ALLOCATION; n];
+    for (id, allocation) in replay.allocations.iter().enumerate() {
+        for event in [allocation.start, allocation.end].into_iter().flatten() {
+            at_event[event as usize] = id as AllocationId;
+        }
+    }
+    for (event, &id) in at_event.iter().enumerate() {
+        let expected = Some(id).filter(|&id| id != NO_ALLOCATION);
+        assert_eq!(replay.allocation_at(event), expected, "event {event}");
+    }
+    assert_eq!(replay.allocation_at(n), None);
+    for from in (0..n).step_by(61).chain([n - 1, n]) {
+        let run: Vec<AllocationId> = replay.event_allocations.from_event(from).collect();
+        assert_eq!(run, at_event[from..], "from {from}");
     }
 }
 
@@ -449,7 +566,7 @@ fn the_last_passes_on_threads_equal_them_on_one() {
     snapshot.device_traces.push(trace);
     let one = Replay::seeded_on(&snapshot, 0, None, 1);
     let three = Replay::seeded_on(&snapshot, 0, None, 3);
-    assert_eq!(one.allocated, three.allocated);
+    assert_eq!(one.curve, three.curve);
     assert_eq!(one.peak.get(), three.peak.get());
     assert!(one.peak.get().is_some(), "found while the curve was built");
     assert_eq!(

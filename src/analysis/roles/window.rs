@@ -65,7 +65,6 @@ pub fn role_window(
     let column_start = columns(&window, trace);
     let width = column_start.len() - 1;
     let index = device.views();
-    let allocated_at = |i: usize| replay.allocated[i];
     let mut cursor = RoleCursor::new(device, roles);
     let mut bytes = vec![Vec::with_capacity(width); names.len()];
     let mut at = Vec::with_capacity(width);
@@ -77,13 +76,9 @@ pub fn role_window(
         let before = replay.allocated_after(from.checked_sub(1));
         // The first event where the column reaches its maximum; none when it never rises above
         // what it started with (the timeline's totals start from `before` too).
-        let high = index.allocated.max(&allocated_at, from, to);
+        let high = index.allocated.max(replay, from, to);
         let peak = (high > before)
-            .then(|| {
-                index
-                    .allocated
-                    .first_at_least(&allocated_at, from, to, high)
-            })
+            .then(|| index.allocated.first_at_least(replay, from, to, high))
             .flatten();
         let moment = peak.or(from.checked_sub(1));
         for (r, &value) in cursor.after(moment).iter().enumerate() {
@@ -332,7 +327,7 @@ pub(crate) mod reference {
             // what it started with (the timeline's fold starts from `before` too).
             let mut peak: Option<usize> = None;
             let mut high = before;
-            for (offset, &value) in replay.allocated[from..to].iter().enumerate() {
+            for (offset, value) in replay.allocated_over(from, to).enumerate() {
                 if value > high {
                     high = value;
                     peak = Some(from + offset);

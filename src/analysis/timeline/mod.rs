@@ -19,6 +19,7 @@ pub use column_list::{
 };
 
 use super::DeviceAnalysis;
+use super::extrema::ByPosition;
 use super::replay::{AllocationId, Replay};
 use super::view_index::{ViewIndex, band_extent};
 use crate::snapshot::Trace;
@@ -195,7 +196,7 @@ fn reserved_max_between(replay: &Replay, index: &ViewIndex, from: usize, to: usi
     let steps = &replay.reserved_steps[..];
     let first = steps.partition_point(|&(event, _)| (event as usize) <= from);
     let last = steps.partition_point(|&(event, _)| (event as usize) <= to);
-    let step_bytes = |i: usize| steps[i].1;
+    let step_bytes = ByPosition(|i: usize| steps[i].1);
     replay
         .reserved_after(Some(from))
         .max(index.reserved.max(&step_bytes, first, last))
@@ -249,15 +250,14 @@ pub fn timeline_detailed(
     // Totals per column: the extremes of the total before the column and after each of its
     // events (a column reads at least one event, even an empty one on the time axis).
     let index = device.views();
-    let allocated_at = |i: usize| replay.allocated[i];
     let mut allocated_max = Vec::with_capacity(width);
     let mut allocated_min = Vec::with_capacity(width);
     let mut reserved = Vec::with_capacity(width);
     for c in 0..width {
         let (from, to) = (bounds[c], bounds[c + 1].max(bounds[c] + 1).min(trace.len()));
         let before = replay.allocated_after(from.checked_sub(1));
-        allocated_max.push(before.max(index.allocated.max(&allocated_at, from, to)));
-        allocated_min.push(before.min(index.allocated.min(&allocated_at, from, to)));
+        allocated_max.push(before.max(index.allocated.max(replay, from, to)));
+        allocated_min.push(before.min(index.allocated.min(replay, from, to)));
         reserved.push(reserved_max_between(replay, index, from, to - 1));
     }
     let y_max = allocated_max

@@ -43,11 +43,10 @@ pub(crate) fn timeline_scanning(
     let mut reserved = Vec::with_capacity(width);
     for c in 0..width {
         let (from, to) = (bounds[c], bounds[c + 1].max(bounds[c] + 1).min(trace.len()));
-        let slice = &replay.allocated[from..to.max(from)];
         let before = replay.allocated_after(from.checked_sub(1));
-        let (lo, hi) = slice
-            .iter()
-            .fold((before, before), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+        let (lo, hi) = replay
+            .allocated_over(from, to)
+            .fold((before, before), |(lo, hi), v| (lo.min(v), hi.max(v)));
         allocated_max.push(hi);
         allocated_min.push(lo);
         reserved.push(reserved_max_scanning(replay, from, to - 1));

@@ -73,6 +73,12 @@ impl AddrColumn {
         tail
     }
 
+    pub fn shrink_to_fit(&mut self) {
+        self.bases.shrink_to_fit();
+        self.offsets.shrink_to_fit();
+        self.exceptions.shrink_to_fit();
+    }
+
     pub fn heap_bytes(&self) -> u64 {
         (self.bases.capacity() * 8) as u64
             + self.exceptions.heap_bytes()

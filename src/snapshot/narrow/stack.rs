@@ -75,6 +75,21 @@ impl StackColumn {
         }
     }
 
+    pub fn shrink_to_fit(&mut self) {
+        match self {
+            Self::Narrow(ids) => ids.shrink_to_fit(),
+            Self::Wide(ids) => ids.shrink_to_fit(),
+        }
+    }
+
+    /// The ids as stored: `u16`s or `u32`s.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        match self {
+            Self::Narrow(ids) => ids.as_bytes(),
+            Self::Wide(ids) => ids.as_bytes(),
+        }
+    }
+
     pub fn heap_bytes(&self) -> u64 {
         match self {
             Self::Narrow(ids) => ids.heap_bytes(),
