@@ -277,9 +277,10 @@ impl DeviceRoles {
         // By stack id (a few thousand stacks; a vector, not a map, in this hot loop).
         let mut stack_history: Vec<(u32, u32)> = vec![(0, 0); snapshot.stacks.len()];
         let mut backward = BackwardStarts::default();
-        for (i, allocation) in allocations.iter().enumerate() {
-            let kind = alloc_kind[i];
-            let traced = allocation.origin == Origin::Traced;
+        for (i, &kind) in alloc_kind.iter().enumerate() {
+            // The three fields this walk reads, not a whole `Allocation` (eight columns).
+            let traced = allocations.origin(i) == Origin::Traced;
+            let (start, stack) = (allocations.start(i), allocations.stack(i));
 
             if traced {
                 let phase = match kind {
@@ -291,10 +292,10 @@ impl DeviceRoles {
                 };
                 if let Some(phase) = phase {
                     if phase == StackKind::NoPython && last_phase != Some(StackKind::NoPython) {
-                        backward_starts.push(allocation.start.unwrap_or(0));
+                        backward_starts.push(start.unwrap_or(0));
                     }
                     if phase == StackKind::Forward && last_phase != Some(StackKind::Forward) {
-                        forward_starts.push(allocation.start.unwrap_or(0));
+                        forward_starts.push(start.unwrap_or(0));
                     }
                     last_phase = Some(phase);
                 }
@@ -302,19 +303,19 @@ impl DeviceRoles {
             // The loss is computed by the loop after forward, before backward; but a line of
             // the loop that made a batch before any forward makes batches after one too (an
             // inference loop never leaves the forward phase): same stack, same role.
-            let batch_stack = kind == StackKind::Loop && batch_stacks.contains(&allocation.stack);
+            let batch_stack = kind == StackKind::Loop && batch_stacks.contains(&stack);
             let forward_region = kind == StackKind::Forward
                 || (kind == StackKind::Loop
                     && last_phase == Some(StackKind::Forward)
                     && !batch_stack);
             if traced && kind == StackKind::Loop && !forward_region {
-                batch_stacks.insert(allocation.stack);
+                batch_stacks.insert(stack);
             }
             in_forward_region.push(forward_region);
             passes.note(
-                traced.then_some(allocation.start).flatten(),
+                traced.then_some(start).flatten(),
                 kind,
-                allocation.stack,
+                stack,
                 *in_forward_region.last().unwrap_or(&false),
             );
             let freed_by = free_kinds[i];
@@ -329,12 +330,12 @@ impl DeviceRoles {
                 && let Some(freed_by) = freed_by
             {
                 // (freed within forward, freed by backward) per stack: the stack's history.
-                let Some(entry) = stack_history.get_mut(allocation.stack as usize) else {
+                let Some(entry) = stack_history.get_mut(stack as usize) else {
                     continue;
                 };
                 if freed_by.is_backward() {
                     entry.1 += 1;
-                } else if !backward.between(&backward_starts, allocation.start, allocation.end) {
+                } else if !backward.between(&backward_starts, start, allocations.end(i)) {
                     entry.0 += 1;
                 }
             }

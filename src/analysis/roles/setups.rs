@@ -164,19 +164,20 @@ fn libraries(facts: &Facts<'_>, kinds: &mut StackKinds<'_>, role: &mut [u8], rul
     let allocations = facts.allocations;
     // Lifetimes of the .grad tensors autograd itself made: beside DDP buckets they mean the
     // buckets hold copies.
-    let autograd_grads: Vec<(u32, u32)> = allocations
-        .iter()
-        .enumerate()
-        .filter(|(id, _)| {
-            role[*id] == Role::Gradient as u8
+    let autograd_grads: Vec<(u32, u32)> = (0..allocations.len())
+        .filter(|&id| {
+            role[id] == Role::Gradient as u8
                 && matches!(
-                    rule[*id],
+                    rule[id],
                     r if r == Rule::AccumulateGrad as u16
                         || r == Rule::BackwardFreedByZeroGrad as u16
                         || r == Rule::BackwardKeptParameterSize as u16
                 )
         })
-        .map(|(_, a)| (a.start.unwrap_or(0), a.end.unwrap_or(u32::MAX)))
+        .map(|id| {
+            let (start, end) = (allocations.start(id), allocations.end(id));
+            (start.unwrap_or(0), end.unwrap_or(u32::MAX))
+        })
         .collect();
     let mut backward = BackwardStarts::default();
     for id in 0..allocations.len() {
