@@ -681,11 +681,17 @@ fn by_ranges<T: Send>(
     min_range: usize,
     work: impl Fn(std::ops::Range<usize>) -> T + Sync,
 ) -> Vec<T> {
-    let threads = crate::snapshot::default_threads();
-    let size = n.div_ceil(threads * 4).max(min_range).max(1);
+    let (threads, size) = ranges_of(n, min_range);
     crate::threads::map_on_threads(threads, n.div_ceil(size), |chunk| {
         work(chunk * size..((chunk + 1) * size).min(n))
     })
+}
+
+/// The threads and the range size [`by_ranges`] and [`decide_by_ranges`] cut `n` allocations
+/// into: four ranges a thread, none below `min_range`.
+fn ranges_of(n: usize, min_range: usize) -> (usize, usize) {
+    let threads = crate::snapshot::default_threads();
+    (threads, n.div_ceil(threads * 4).max(min_range).max(1))
 }
 
 /// [`by_ranges`] for work that decides roles: each range writes its own allocations' `role` and
@@ -697,9 +703,7 @@ fn decide_by_ranges(
     min_range: usize,
     work: impl Fn(std::ops::Range<usize>, &mut [u8], &mut [u16]) + Sync,
 ) {
-    let n = role.len();
-    let threads = crate::snapshot::default_threads();
-    let size = n.div_ceil(threads * 4).max(min_range).max(1);
+    let (threads, size) = ranges_of(role.len(), min_range);
     // Each range's slices, taken once by the thread that works on it.
     type Part<'a> = std::sync::Mutex<Option<(&'a mut [u8], &'a mut [u16])>>;
     let parts: Vec<Part<'_>> = role
