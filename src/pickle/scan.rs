@@ -188,6 +188,35 @@ impl Iterator for FrameStarts<'_> {
 pub fn count_memo_puts(data: &[u8], start: usize, end: usize) -> Option<u32> {
     let mut at = start;
     let mut puts: u32 = 0;
+    // Where a whole header can be read without a bounds check per byte; the workers' count of
+    // every chunk walks each opcode of the file once, one at a time (each start depends on the
+    // length before it), so this loop is a fifth of their time.
+    let headers_end = data.len().saturating_sub(HEADER).min(end);
+    while at < headers_end {
+        let header = &data[at..at + HEADER];
+        let opcode = header[0];
+        let rule = LENGTH_RULES[usize::from(opcode)];
+        let len = if rule >= FIXED {
+            1 + usize::from(rule - FIXED)
+        } else {
+            let length = match rule {
+                PREFIX_1 => u64::from(header[1]) + 2,
+                PREFIX_4 => u64::from(u32::from_le_bytes([header[1], header[2], header[3], header[4]])) + 5,
+                PREFIX_8 => {
+                    let mut bytes = [0u8; 8];
+                    bytes.copy_from_slice(&header[1..9]);
+                    u64::from_le_bytes(bytes).checked_add(9)?
+                }
+                _ => return None,
+            };
+            usize::try_from(length).ok()?
+        };
+        puts = puts.checked_add(u32::from(opcode == MEMOIZE))?;
+        at = at.checked_add(len)?;
+        if at > data.len() {
+            return None;
+        }
+    }
     while at < end {
         let len = opcode_len(data, at)?;
         if data[at] == MEMOIZE {
@@ -201,6 +230,52 @@ pub fn count_memo_puts(data: &[u8], start: usize, end: usize) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The count as [`opcode_len`] walks it, one checked opcode at a time.
+    fn puts_walked(data: &[u8], start: usize, end: usize) -> Option<u32> {
+        let (mut at, mut puts) = (start, 0u32);
+        while at < end {
+            puts += u32::from(data[at] == MEMOIZE);
+            at += opcode_len(data, at)?;
+        }
+        (at == end).then_some(puts)
+    }
+
+    #[test]
+    fn memo_puts_are_counted_as_the_opcodes_are_walked() {
+        // Opcodes of every length rule (and one refused), with arguments of assorted lengths;
+        // every span between two offsets, and every truncation of the data.
+        let mut data = vec![];
+        let mut seed = 12345u32;
+        for _ in 0..120 {
+            seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            match (seed >> 16) % 9 {
+                0 | 1 => data.push(MEMOIZE),
+                2 => data.extend([b'K', 7]),
+                3 => data.extend([0x8c, 3, b'a', MEMOIZE, b'c']),
+                4 => data.extend([b'X', 2, 0, 0, 0, MEMOIZE, MEMOIZE]),
+                5 => data.extend([0x8e, 1, 0, 0, 0, 0, 0, 0, 0, MEMOIZE]),
+                6 => data.extend([b'J', 1, 2, 3, 4]),
+                7 if seed % 7 == 0 => data.push(b'p'),
+                _ => data.push(b'}'),
+            }
+        }
+        for len in [data.len(), data.len() - 3, 40, 9, 3] {
+            let data = &data[..len];
+            for start in 0..len.min(60) {
+                for end in start..=len {
+                    assert_eq!(
+                        count_memo_puts(data, start, end),
+                        puts_walked(data, start, end),
+                        "data[{start}..{end}] of {len}"
+                    );
+                }
+            }
+        }
+        // A length past the end, and one that overflows.
+        let huge = [0x8e, 255, 255, 255, 255, 255, 255, 255, 255, MEMOIZE, 0, 0];
+        assert_eq!(count_memo_puts(&huge, 0, huge.len()), None);
+    }
 
     #[test]
     fn frames_are_found_by_their_headers() {
