@@ -91,8 +91,9 @@ pub struct Splice {
 /// One step a spliced region leaves to the machine: the top-level opcodes between its records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SpliceOp {
-    /// A finished value (a compacted record) pushed.
-    Push(Value),
+    /// `count` finished values pushed: the records of handles `first..first + count` (the
+    /// entries of a region, one row after another).
+    Records { first: u64, count: u32 },
     /// MARK
     Mark,
     /// APPENDS
@@ -488,7 +489,9 @@ impl<S: Supply> Machine<'_, S> {
         if let Some(splice) = offered {
             for op in splice.ops {
                 match op {
-                    SpliceOp::Push(value) => self.stack.push(value),
+                    SpliceOp::Records { first, count } => self
+                        .stack
+                        .extend((first..first + u64::from(count)).map(Value::record)),
                     SpliceOp::Mark => self.mark()?,
                     SpliceOp::Appends => self.appends()?,
                     SpliceOp::Append => self.append()?,

@@ -365,7 +365,11 @@ enum MemoOut {
 /// What the region leaves to do on the machine's stack.
 #[derive(Debug, Clone, Copy)]
 enum Op {
-    Entry(u32),
+    /// Rows `first..first + count`, one entry after another.
+    Entries {
+        first: u32,
+        count: u32,
+    },
     Mark,
     Appends,
     Append,
@@ -394,6 +398,43 @@ pub(crate) struct Region {
     unstored_bytes: u64,
     /// The deepest MARK nesting inside one entry.
     inner_depth: usize,
+}
+
+impl Region {
+    /// This region emptied, to decode one starting at `start` into: its tables keep their room
+    /// (a region spliced in is handed back to the workers, so the room is not allocated anew
+    /// per region, nor freed by the splicing thread).
+    fn recycled(mut self, start: usize, memo_base: u32) -> Self {
+        let Region {
+            ops,
+            rows,
+            device_free,
+            frames,
+            stacks,
+            texts,
+            actions,
+            memo,
+            strings,
+            ..
+        } = &mut self;
+        ops.clear();
+        rows.clear();
+        device_free.clear();
+        frames.clear();
+        stacks.clear();
+        texts.clear();
+        actions.clear();
+        memo.clear();
+        strings.clear();
+        Self {
+            start: start as u64,
+            end: 0,
+            memo_base,
+            unstored_bytes: 0,
+            inner_depth: 0,
+            ..self
+        }
+    }
 }
 
 /// A decoded value, as much of it as the splice needs (small and `Copy`: the worker's stack
@@ -484,12 +525,13 @@ fn is_entry_start(data: &[u8], at: usize, known: &[Option<Arc<str>>]) -> bool {
 
 /// Decodes the region of `chunk`: from its first entry start to the first entry start at or
 /// after its end (or where a worker must stop). `None` when the chunk holds no entry start.
-pub(crate) fn decode_region(
+fn decode_region(
     data: &[u8],
     chunk: Chunk,
     memo_base: u32,
     known: &[Option<Arc<str>>],
     limits: &Limits,
+    spare: Region,
 ) -> Option<Region> {
     // The first entry start, counting the puts before it.
     let mut at = chunk.start;
@@ -506,7 +548,7 @@ pub(crate) fn decode_region(
     if at >= chunk.end {
         return None;
     }
-    let mut worker = Worker::new(data, known, limits, at, puts);
+    let mut worker = Worker::new(data, known, limits, spare.recycled(at, puts));
     // Room for as many rows as the bytes can hold, so the rows are not copied as they grow
     // (the unused room is address space only). Capped, and asked without aborting, so a chunk
     // that is one huge frame of a hostile file reserves no more than a normal one's worth.
@@ -518,7 +560,7 @@ pub(crate) fn decode_region(
         Err(stopped_at) => {
             // Decode again up to the entry that stopped it, so that nothing of that entry
             // (a frame or text it interned) is left in the tables.
-            let mut worker = Worker::new(data, known, limits, at, puts);
+            let mut worker = Worker::new(data, known, limits, Region::default().recycled(at, puts));
             worker.run(chunk.end, Some(stopped_at)).ok()?;
             worker.finish()
         }
@@ -562,23 +604,19 @@ struct Worker<'a> {
 }
 
 impl<'a> Worker<'a> {
+    /// A worker that decodes into `region` (empty, starting where the worker starts).
     fn new(
         data: &'a [u8],
         known: &'a [Option<Arc<str>>],
         limits: &'a Limits,
-        start: usize,
-        memo_base: u32,
+        region: Region,
     ) -> Self {
         Self {
             data,
             known,
             limits,
-            at: start,
-            region: Region {
-                start: start as u64,
-                memo_base,
-                ..Region::default()
-            },
+            at: region.start as usize,
+            region,
             stack: Vec::new(),
             marks: Vec::new(),
             memo: Vec::new(),
@@ -654,7 +692,15 @@ impl<'a> Worker<'a> {
                         return Ok(());
                     }
                     match self.item() {
-                        Ok(row) => self.region.ops.push(Op::Entry(row)),
+                        Ok(row) => match self.region.ops.last_mut() {
+                            Some(Op::Entries { first, count }) if *first + *count == row => {
+                                *count += 1;
+                            }
+                            _ => self.region.ops.push(Op::Entries {
+                                first: row,
+                                count: 1,
+                            }),
+                        },
                         Err(Stop) => return Err(item_start),
                     }
                 }
@@ -1178,10 +1224,10 @@ impl<F: TraceFollower> TraceCompactor<'_, F> {
         &mut self,
         heap: &mut Heap,
         memo: &mut Memo,
-        mut region: Region,
+        region: &mut Region,
         state: MachineState<'_>,
     ) -> Result<Option<Splice>, PickleError> {
-        if memo.next_index() != region.memo_base || !ops_hold(&region, state) {
+        if memo.next_index() != region.memo_base || !ops_hold(region, state) {
             return Ok(None);
         }
         // Every earlier reference must resolve before anything changes. (Borrowed, not
@@ -1216,6 +1262,10 @@ impl<F: TraceFollower> TraceCompactor<'_, F> {
             };
             actions.push(resolved);
         }
+        // An earlier region's frames list is a stack record by now (read once here: these
+        // memo reads are scattered over the whole memo); anything else is resolved below as
+        // the sequential decoder would.
+        let mut earlier_stacks = Vec::new();
         for stack in &region.stacks {
             let holds = match stack {
                 LocalStack::Frames(refs) => refs.iter().all(|frame| match frame {
@@ -1225,13 +1275,15 @@ impl<F: TraceFollower> TraceCompactor<'_, F> {
                 // What `stack` reads without interning frames: a stack record, or a list of
                 // frame records.
                 LocalStack::Earlier(index) => memo.get(*index).is_some_and(|value| {
-                    matches!(super::record_of(value), Some(super::Record::Stack(_)))
+                    let holds = matches!(super::record_of(value), Some(super::Record::Stack(_)))
                         || (value.is(Kind::List)
                             && heap.items(value).is_some_and(|items| {
                                 items.iter().all(|&item| {
                                     matches!(super::record_of(item), Some(super::Record::Frame(_)))
                                 })
-                            }))
+                            }));
+                    earlier_stacks.push(value);
+                    holds
                 }),
             };
             if !holds {
@@ -1270,12 +1322,15 @@ impl<F: TraceFollower> TraceCompactor<'_, F> {
             .iter()
             .map(|name| self.events.code_for(name))
             .collect();
-        for text in &region.strings {
-            heap.intern_str(text);
-        }
+        let strings: Vec<Value> = region
+            .strings
+            .iter()
+            .map(|text| heap.intern_str(text))
+            .collect();
         heap.count_unstored(region.unstored_bytes);
         let mut stack_ids: Vec<StackId> = Vec::with_capacity(region.stacks.len());
         let mut scratch = Vec::new();
+        let mut earlier_stacks = earlier_stacks.into_iter();
         for stack in &region.stacks {
             let id = match stack {
                 LocalStack::Frames(refs) => {
@@ -1288,13 +1343,16 @@ impl<F: TraceFollower> TraceCompactor<'_, F> {
                     }));
                     self.stacks.intern(&scratch)
                 }
-                LocalStack::Earlier(index) => match memo.get(*index) {
-                    Some(value) => {
-                        // A fetch marks a container shared, so `stack` does not free a list
-                        // another structure (a block's `frames`) still holds.
-                        heap.note_shared(value);
-                        self.stack(heap, memo, value)
-                    }
+                LocalStack::Earlier(_) => match earlier_stacks.next() {
+                    Some(value) => match super::record_of(value) {
+                        Some(super::Record::Stack(stack)) => stack,
+                        _ => {
+                            // A fetch marks a container shared, so `stack` does not free a
+                            // list another structure (a block's `frames`) still holds.
+                            heap.note_shared(value);
+                            self.stack(heap, memo, value)
+                        }
+                    },
                     None => StackTable::EMPTY,
                 },
             };
@@ -1309,25 +1367,20 @@ impl<F: TraceFollower> TraceCompactor<'_, F> {
                 .device_free
                 .insert(first_row + row as usize, free);
         }
-        for (k, out) in region.memo.iter().enumerate() {
-            let value = match out {
-                MemoOut::Str(text) => heap.intern_str(&region.strings[*text as usize]),
-                MemoOut::Frame(local) => {
-                    Value::record(FRAME_RECORD | u64::from(frame_ids[*local as usize]))
-                }
-                MemoOut::Stack(local) => Value::record(
-                    STACK_RECORD
-                        | u64::from(match *local {
-                            LOCAL_EMPTY => StackTable::EMPTY,
-                            local => stack_ids[local as usize],
-                        }),
-                ),
-                MemoOut::Entry(row) => {
-                    Value::record(EVENT_RECORD | (first_row + *row as usize) as u64)
-                }
-            };
-            memo.set(region.memo_base + k as u32, value);
-        }
+        memo.extend(region.memo.iter().map(|out| match *out {
+            MemoOut::Str(text) => strings[text as usize],
+            MemoOut::Frame(local) => {
+                Value::record(FRAME_RECORD | u64::from(frame_ids[local as usize]))
+            }
+            MemoOut::Stack(local) => Value::record(
+                STACK_RECORD
+                    | u64::from(match local {
+                        LOCAL_EMPTY => StackTable::EMPTY,
+                        local => stack_ids[local as usize],
+                    }),
+            ),
+            MemoOut::Entry(row) => Value::record(EVENT_RECORD | (first_row + row as usize) as u64),
+        }));
         // The rows gathered before this region go first.
         self.flush();
         self.send(Batch {
@@ -1347,9 +1400,10 @@ impl<F: TraceFollower> TraceCompactor<'_, F> {
             .ops
             .iter()
             .map(|op| match op {
-                Op::Entry(row) => SpliceOp::Push(Value::record(
-                    EVENT_RECORD | (first_row + *row as usize) as u64,
-                )),
+                Op::Entries { first, count } => SpliceOp::Records {
+                    first: EVENT_RECORD | (first_row + *first as usize) as u64,
+                    count: *count,
+                },
                 Op::Mark => SpliceOp::Mark,
                 Op::Appends => SpliceOp::Appends,
                 Op::Append => SpliceOp::Append,
@@ -1379,11 +1433,11 @@ fn ops_hold(region: &Region, state: MachineState<'_>) -> bool {
     let is_list_below = |at: usize| at < state.stack.len() && state.stack[at].is(Kind::List);
     for op in &region.ops {
         match op {
-            Op::Entry(_) => {
+            Op::Entries { count, .. } => {
                 if marks.len() + region.inner_depth > state.max_depth {
                     return false;
                 }
-                len += 1;
+                len += *count as usize;
             }
             Op::Mark => {
                 if marks.len() >= state.max_depth {
@@ -1426,23 +1480,49 @@ pub(crate) struct Splicer<'scope, 'env> {
     next: usize,
     /// A region received whose start the machine has not reached.
     pending: Option<Region>,
-    workers: Option<Workers>,
-    /// The file's map, when `data` is one: pages the decode has passed are handed back.
+    workers: Option<Workers<'env>>,
+    /// The file's map, when `data` is one: pages the decode has passed are handed back (by
+    /// the workers, see [`PageRelease`]).
     map: Option<&'env memmap2::Mmap>,
-    /// Bytes of the map before this were handed back.
-    released: usize,
     /// How long the main thread waited for the workers' regions (logged at debug level: the
     /// time the workers, not the splice, set the pace).
     waited: std::time::Duration,
+    /// How long the main thread spent splicing regions in (logged with `waited`).
+    splicing: std::time::Duration,
+    /// The CPU time of that (less than `splicing` when the thread waited, or was not run).
+    splicing_cpu: std::time::Duration,
+    /// What the regions spliced in held.
+    tally: Tally,
+}
+
+/// What the regions spliced in held, all together (logged at debug level: the splice's work
+/// grows with each of these).
+#[derive(Debug, Default)]
+struct Tally {
+    regions: u64,
+    puts: u64,
+    strings: u64,
+    frames: u64,
+    stacks: u64,
+    rows: u64,
 }
 
 impl Drop for Splicer<'_, '_> {
     fn drop(&mut self) {
-        if self.workers.is_some() {
+        if let Some(workers) = &self.workers {
+            let ms = |counter: &AtomicU64| counter.load(Ordering::Relaxed) / 1_000_000;
+            let shared = &workers.shared;
             tracing::debug!(
                 waited_ms = self.waited.as_millis() as u64,
+                splicing_ms = self.splicing.as_millis() as u64,
+                splicing_cpu_ms = self.splicing_cpu.as_millis() as u64,
+                workers_decoding_ms = ms(&shared.decoding_ns),
+                workers_decoding_cpu_ms = ms(&shared.decoding_cpu_ns),
+                workers_held_back_ms = ms(&shared.held_back_ns),
+                workers_awaiting_bases_ms = ms(&shared.awaiting_bases_ns),
                 "regions spliced"
             );
+            tracing::debug!(tally = ?self.tally, "regions spliced");
         }
     }
 }
@@ -1477,13 +1557,13 @@ const RELEASE_STEP: usize = 16 << 20;
 
 /// The worker threads' side: which chunk to take next, how far ahead of the main thread they
 /// may run, and where results go.
-struct Workers {
+struct Workers<'env> {
     results: Receiver<(usize, Option<Region>)>,
     received: BTreeMap<usize, Option<Region>>,
-    shared: Arc<WorkShared>,
+    shared: Arc<WorkShared<'env>>,
 }
 
-struct WorkShared {
+struct WorkShared<'env> {
     next_chunk: AtomicUsize,
     /// Chunks the main thread has taken; workers stay within `AHEAD` of it, so the regions
     /// waiting cost bounded memory.
@@ -1492,9 +1572,67 @@ struct WorkShared {
     cancelled: AtomicBool,
     ahead: usize,
     bases: MemoBases,
+    /// Nanoseconds the workers spent, all together, decoding; held back by `ahead` (the main
+    /// thread set the pace); and waiting for their chunk's memo base. Logged at debug level.
+    decoding_ns: AtomicU64,
+    /// The CPU time of the decoding (not the counting).
+    decoding_cpu_ns: AtomicU64,
+    held_back_ns: AtomicU64,
+    awaiting_bases_ns: AtomicU64,
+    /// Regions spliced in, handed back for workers to decode into (at most one per worker).
+    spent: Mutex<Vec<Region>>,
+    /// The map's pages the main thread has passed, released by the workers between chunks
+    /// (an madvise that zaps page tables is not work for the thread that sets the pace).
+    pages: Option<PageRelease<'env>>,
 }
 
-impl Drop for Workers {
+impl WorkShared<'_> {
+    /// Keeps `region` for a worker to decode into, unless enough are kept already.
+    fn hand_back(&self, region: Region) {
+        if let Ok(mut spent) = self.spent.lock()
+            && spent.len() < self.ahead
+        {
+            spent.push(region);
+        }
+    }
+
+    /// A region to decode into.
+    fn spare(&self) -> Region {
+        self.spent
+            .lock()
+            .ok()
+            .and_then(|mut spent| spent.pop())
+            .unwrap_or_default()
+    }
+}
+
+/// Hands the pages of a mapped file back to the kernel once every thread has read past them,
+/// so a large file does not stay resident as it is decoded.
+struct PageRelease<'a> {
+    map: &'a memmap2::Mmap,
+    /// The main thread reads on from here, and every chunk a worker has not finished starts
+    /// after it.
+    passed: AtomicUsize,
+    /// Bytes of the map before this were handed back.
+    released: Mutex<usize>,
+}
+
+impl PageRelease<'_> {
+    /// Hands back what was passed, in steps of [`RELEASE_STEP`]; a thread that finds another
+    /// doing so goes on with its work.
+    fn release(&self) {
+        let Ok(mut released) = self.released.try_lock() else {
+            return;
+        };
+        let end = self.passed.load(Ordering::Relaxed);
+        if end >= *released + RELEASE_STEP {
+            release_pages(self.map, *released, end);
+            *released = end;
+        }
+    }
+}
+
+impl Drop for Workers<'_> {
     fn drop(&mut self) {
         self.shared.cancelled.store(true, Ordering::Relaxed);
         self.shared.moved.notify_all();
@@ -1523,8 +1661,10 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
             pending: None,
             workers: None,
             map: None,
-            released: 0,
             waited: std::time::Duration::ZERO,
+            splicing: std::time::Duration::ZERO,
+            splicing_cpu: std::time::Duration::ZERO,
+            tally: Tally::default(),
         }
     }
 
@@ -1538,18 +1678,13 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
         self
     }
 
-    /// Hands back the map's pages before `at`: the main thread reads on from `at`, and every
-    /// chunk a worker has not finished starts after it.
-    fn release_before(&mut self, at: u64) {
-        let Some(map) = self.map else {
-            return;
-        };
-        let end = usize::try_from(at).unwrap_or(0);
-        if end < self.released + RELEASE_STEP {
-            return;
+    /// Tells the workers that the main thread reads on from `at`: the map's pages before it
+    /// may be handed back.
+    fn passed(&self, at: u64) {
+        if let Some(pages) = self.workers.as_ref().and_then(|w| w.shared.pages.as_ref()) {
+            let at = usize::try_from(at).unwrap_or(usize::MAX);
+            pages.passed.fetch_max(at, Ordering::Relaxed);
         }
-        release_pages(map, self.released, end);
-        self.released = end;
     }
 
     pub(crate) fn splice_at(&self) -> u64 {
@@ -1604,6 +1739,16 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
             // decoded rows and its file pages; twice as many cost 16 threads ~70 MB more).
             ahead: self.threads + 2,
             bases: MemoBases::new(self.next, first_base),
+            decoding_ns: AtomicU64::new(0),
+            decoding_cpu_ns: AtomicU64::new(0),
+            held_back_ns: AtomicU64::new(0),
+            awaiting_bases_ns: AtomicU64::new(0),
+            spent: Mutex::new(Vec::new()),
+            pages: self.map.map(|map| PageRelease {
+                map,
+                passed: AtomicUsize::new(0),
+                released: Mutex::new(0),
+            }),
         });
         for _ in 0..self.threads {
             let (shared, sender, known, plan) = (
@@ -1665,7 +1810,7 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
         at: u64,
         state: MachineState<'_>,
     ) -> Result<Option<Splice>, PickleError> {
-        self.release_before(at);
+        self.passed(at);
         loop {
             if self.pending.is_none() {
                 let Some(start) = self.next_start() else {
@@ -1696,14 +1841,29 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
                 // The machine is past it (a region the previous one overlapped).
                 continue;
             }
-            return compactor.splice_region(heap, memo, region, state);
+            let started = std::time::Instant::now();
+            let cpu_started = thread_cpu();
+            self.tally.regions += 1;
+            self.tally.puts += region.memo.len() as u64;
+            self.tally.strings += region.strings.len() as u64;
+            self.tally.frames += region.frames.len() as u64;
+            self.tally.stacks += region.stacks.len() as u64;
+            self.tally.rows += region.rows.len() as u64;
+            let mut region = region;
+            let spliced = compactor.splice_region(heap, memo, &mut region, state);
+            if let Some(workers) = &self.workers {
+                workers.shared.hand_back(region);
+            }
+            self.splicing += started.elapsed();
+            self.splicing_cpu += thread_cpu().saturating_sub(cpu_started);
+            return spliced;
         }
     }
 }
 
 /// A worker thread: takes chunks in order, at most `ahead` beyond the main thread.
 fn work(
-    shared: &WorkShared,
+    shared: &WorkShared<'_>,
     sender: &Sender<(usize, Option<Region>)>,
     bytes: Landed<'_>,
     plan: &ChunkPlan<'_>,
@@ -1712,6 +1872,7 @@ fn work(
 ) {
     loop {
         let index = shared.next_chunk.fetch_add(1, Ordering::Relaxed);
+        let held_back = std::time::Instant::now();
         let Ok(mut taken) = shared.taken.lock() else {
             return;
         };
@@ -1722,6 +1883,7 @@ fn work(
             };
         }
         drop(taken);
+        add_elapsed(&shared.held_back_ns, held_back);
         if shared.cancelled.load(Ordering::Relaxed) {
             return;
         }
@@ -1734,17 +1896,52 @@ fn work(
         let data = bytes.upto(chunk.end.saturating_add(LOOK_PAST_CHUNK));
         // The last chunk's count is no chunk's base: that it may end in STOP and trailing
         // bytes (and so count as uncountable) harms no one.
+        let counting = std::time::Instant::now();
         shared
             .bases
             .count(index, count_memo_puts(data, chunk.start, chunk.end));
-        let region = shared
-            .bases
-            .wait_for(index, &shared.cancelled)
-            .and_then(|memo_base| decode_region(data, chunk, memo_base, known, limits));
+        add_elapsed(&shared.decoding_ns, counting);
+        let awaiting = std::time::Instant::now();
+        let base = shared.bases.wait_for(index, &shared.cancelled);
+        add_elapsed(&shared.awaiting_bases_ns, awaiting);
+        let decoding = std::time::Instant::now();
+        let cpu_started = thread_cpu();
+        let spare = shared.spare();
+        let region =
+            base.and_then(|memo_base| decode_region(data, chunk, memo_base, known, limits, spare));
+        add_elapsed(&shared.decoding_ns, decoding);
+        let cpu = thread_cpu().saturating_sub(cpu_started).as_nanos();
+        let cpu = u64::try_from(cpu).unwrap_or(u64::MAX);
+        shared.decoding_cpu_ns.fetch_add(cpu, Ordering::Relaxed);
         if sender.send((index, region)).is_err() {
             return;
         }
+        if let Some(pages) = &shared.pages {
+            pages.release();
+        }
     }
+}
+
+/// The CPU time this thread has run (zero where the clock cannot be read).
+fn thread_cpu() -> std::time::Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec for the call to write; the clock id is a constant.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) } != 0 {
+        return std::time::Duration::ZERO;
+    }
+    std::time::Duration::new(
+        u64::try_from(now.tv_sec).unwrap_or(0),
+        u32::try_from(now.tv_nsec).unwrap_or(0),
+    )
+}
+
+/// Adds the time since `since` to `counter` (nanoseconds).
+fn add_elapsed(counter: &AtomicU64, since: std::time::Instant) {
+    let elapsed = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    counter.fetch_add(elapsed, Ordering::Relaxed);
 }
 
 /// Bytes past a chunk's end that its worker waits for as well, while the pickle is landing.
