@@ -22,7 +22,8 @@ use rustc_hash::FxHashMap;
 ///   and a record's tag (its bits 56-58), or [`Memo::WIDE`] when the value does not pack and is
 ///   kept whole in `wide`.
 ///
-/// The ten-times trace's memo takes 24 MB this way instead of 185 MB as five bytes each.
+/// The ten-times trace's memo (37 million entries) takes about 40 MB this way instead of 185 MB
+/// at five bytes each.
 #[derive(Debug, Default)]
 pub struct Memo {
     /// Indices `0..HOT`.
