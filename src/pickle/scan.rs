@@ -201,7 +201,11 @@ pub fn count_memo_puts(data: &[u8], start: usize, end: usize) -> Option<u32> {
         } else {
             let length = match rule {
                 PREFIX_1 => u64::from(header[1]) + 2,
-                PREFIX_4 => u64::from(u32::from_le_bytes([header[1], header[2], header[3], header[4]])) + 5,
+                PREFIX_4 => {
+                    u64::from(u32::from_le_bytes([
+                        header[1], header[2], header[3], header[4],
+                    ])) + 5
+                }
                 PREFIX_8 => {
                     let mut bytes = [0u8; 8];
                     bytes.copy_from_slice(&header[1..9]);
