@@ -260,7 +260,7 @@ mod tests {
                 4 => data.extend([b'X', 2, 0, 0, 0, MEMOIZE, MEMOIZE]),
                 5 => data.extend([0x8e, 1, 0, 0, 0, 0, 0, 0, 0, MEMOIZE]),
                 6 => data.extend([b'J', 1, 2, 3, 4]),
-                7 if seed % 7 == 0 => data.push(b'p'),
+                7 if seed.is_multiple_of(7) => data.push(b'p'),
                 _ => data.push(b'}'),
             }
         }
