@@ -400,43 +400,6 @@ pub(crate) struct Region {
     inner_depth: usize,
 }
 
-impl Region {
-    /// This region emptied, to decode one starting at `start` into: its tables keep their room
-    /// (a region spliced in is handed back to the workers, so the room is not allocated anew
-    /// per region, nor freed by the splicing thread).
-    fn recycled(mut self, start: usize, memo_base: u32) -> Self {
-        let Region {
-            ops,
-            rows,
-            device_free,
-            frames,
-            stacks,
-            texts,
-            actions,
-            memo,
-            strings,
-            ..
-        } = &mut self;
-        ops.clear();
-        rows.clear();
-        device_free.clear();
-        frames.clear();
-        stacks.clear();
-        texts.clear();
-        actions.clear();
-        memo.clear();
-        strings.clear();
-        Self {
-            start: start as u64,
-            end: 0,
-            memo_base,
-            unstored_bytes: 0,
-            inner_depth: 0,
-            ..self
-        }
-    }
-}
-
 /// A decoded value, as much of it as the splice needs (small and `Copy`: the worker's stack
 /// holds millions of them over a region).
 #[derive(Debug, Clone, Copy)]
@@ -531,7 +494,6 @@ fn decode_region(
     memo_base: u32,
     known: &[Option<Arc<str>>],
     limits: &Limits,
-    spare: Region,
 ) -> Option<Region> {
     // The first entry start, counting the puts before it.
     let mut at = chunk.start;
@@ -548,7 +510,7 @@ fn decode_region(
     if at >= chunk.end {
         return None;
     }
-    let mut worker = Worker::new(data, known, limits, spare.recycled(at, puts));
+    let mut worker = Worker::new(data, known, limits, at, puts);
     // Room for as many rows as the bytes can hold, so the rows are not copied as they grow
     // (the unused room is address space only). Capped, and asked without aborting, so a chunk
     // that is one huge frame of a hostile file reserves no more than a normal one's worth.
@@ -560,7 +522,7 @@ fn decode_region(
         Err(stopped_at) => {
             // Decode again up to the entry that stopped it, so that nothing of that entry
             // (a frame or text it interned) is left in the tables.
-            let mut worker = Worker::new(data, known, limits, Region::default().recycled(at, puts));
+            let mut worker = Worker::new(data, known, limits, at, puts);
             worker.run(chunk.end, Some(stopped_at)).ok()?;
             worker.finish()
         }
@@ -604,19 +566,23 @@ struct Worker<'a> {
 }
 
 impl<'a> Worker<'a> {
-    /// A worker that decodes into `region` (empty, starting where the worker starts).
     fn new(
         data: &'a [u8],
         known: &'a [Option<Arc<str>>],
         limits: &'a Limits,
-        region: Region,
+        start: usize,
+        memo_base: u32,
     ) -> Self {
         Self {
             data,
             known,
             limits,
-            at: region.start as usize,
-            region,
+            at: start,
+            region: Region {
+                start: start as u64,
+                memo_base,
+                ..Region::default()
+            },
             stack: Vec::new(),
             marks: Vec::new(),
             memo: Vec::new(),
@@ -1579,31 +1545,9 @@ struct WorkShared<'env> {
     decoding_cpu_ns: AtomicU64,
     held_back_ns: AtomicU64,
     awaiting_bases_ns: AtomicU64,
-    /// Regions spliced in, handed back for workers to decode into (at most one per worker).
-    spent: Mutex<Vec<Region>>,
     /// The map's pages the main thread has passed, released by the workers between chunks
     /// (an madvise that zaps page tables is not work for the thread that sets the pace).
     pages: Option<PageRelease<'env>>,
-}
-
-impl WorkShared<'_> {
-    /// Keeps `region` for a worker to decode into, unless enough are kept already.
-    fn hand_back(&self, region: Region) {
-        if let Ok(mut spent) = self.spent.lock()
-            && spent.len() < self.ahead
-        {
-            spent.push(region);
-        }
-    }
-
-    /// A region to decode into.
-    fn spare(&self) -> Region {
-        self.spent
-            .lock()
-            .ok()
-            .and_then(|mut spent| spent.pop())
-            .unwrap_or_default()
-    }
 }
 
 /// Hands the pages of a mapped file back to the kernel once every thread has read past them,
@@ -1743,7 +1687,6 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
             decoding_cpu_ns: AtomicU64::new(0),
             held_back_ns: AtomicU64::new(0),
             awaiting_bases_ns: AtomicU64::new(0),
-            spent: Mutex::new(Vec::new()),
             pages: self.map.map(|map| PageRelease {
                 map,
                 passed: AtomicUsize::new(0),
@@ -1851,9 +1794,6 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
             self.tally.rows += region.rows.len() as u64;
             let mut region = region;
             let spliced = compactor.splice_region(heap, memo, &mut region, state);
-            if let Some(workers) = &self.workers {
-                workers.shared.hand_back(region);
-            }
             self.splicing += started.elapsed();
             self.splicing_cpu += thread_cpu().saturating_sub(cpu_started);
             return spliced;
@@ -1906,9 +1846,8 @@ fn work(
         add_elapsed(&shared.awaiting_bases_ns, awaiting);
         let decoding = std::time::Instant::now();
         let cpu_started = thread_cpu();
-        let spare = shared.spare();
         let region =
-            base.and_then(|memo_base| decode_region(data, chunk, memo_base, known, limits, spare));
+            base.and_then(|memo_base| decode_region(data, chunk, memo_base, known, limits));
         add_elapsed(&shared.decoding_ns, decoding);
         let cpu = thread_cpu().saturating_sub(cpu_started).as_nanos();
         let cpu = u64::try_from(cpu).unwrap_or(u64::MAX);
