@@ -1777,7 +1777,7 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
             if start > at {
                 return Ok(None);
             }
-            let Some(region) = self.pending.take() else {
+            let Some(mut region) = self.pending.take() else {
                 return Ok(None);
             };
             if start < at {
@@ -1792,7 +1792,6 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
             self.tally.frames += region.frames.len() as u64;
             self.tally.stacks += region.stacks.len() as u64;
             self.tally.rows += region.rows.len() as u64;
-            let mut region = region;
             let spliced = compactor.splice_region(heap, memo, &mut region, state);
             self.splicing += started.elapsed();
             self.splicing_cpu += thread_cpu().saturating_sub(cpu_started);
