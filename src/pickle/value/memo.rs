@@ -127,15 +127,10 @@ impl Memo {
         }
         let blocked = Self::HOT + self.blocks.len() * Self::BLOCK;
         match i.checked_sub(blocked) {
-            Some(open) => {
-                match self.open.get_mut(open) {
-                    Some(slot) => *slot = value,
-                    None => self.open.push(value),
-                }
-                if self.open.len() == 2 * Self::OPEN {
-                    self.close_blocks();
-                }
-            }
+            Some(open) => match self.open.get_mut(open) {
+                Some(slot) => *slot = value,
+                None => self.push_open(value),
+            },
             None => {
                 self.blocks[(i - Self::HOT) / Self::BLOCK].rewritten = true;
                 self.rewritten.insert(index, value);
@@ -154,10 +149,16 @@ impl Memo {
             return;
         }
         for value in values {
-            self.open.push(value);
-            if self.open.len() == 2 * Self::OPEN {
-                self.close_blocks();
-            }
+            self.push_open(value);
+        }
+    }
+
+    /// Appends `value` after the last dense entry.
+    #[inline]
+    fn push_open(&mut self, value: Value) {
+        self.open.push(value);
+        if self.open.len() == 2 * Self::OPEN {
+            self.close_blocks();
         }
     }
 
@@ -197,22 +198,34 @@ impl Memo {
 
     /// Which entries of `values` (a block's 64) count up, and from what: those of the record
     /// tag whose run from its first record is longest. `likely` (the tag that counted in the
-    /// block before) is tried first, and kept when it counts for half the block.
+    /// block before) is tried first, and kept when its run takes every record of the most
+    /// frequent tag's count (no run can be longer); otherwise each tag present is tried.
     fn counting(values: &[Value], likely: u64) -> (u64, Value) {
+        let mut records = [0u32; 8];
+        for value in values.iter().filter(|value| value.is(Kind::Record)) {
+            records[Self::tag_of(*value)] += 1;
+        }
+        let most = records.iter().copied().max().unwrap_or(0);
+        // A run of one saves nothing.
+        if most < 2 {
+            return (0, Value::NONE);
+        }
         let (counting, base) = Self::run_of(values, likely);
-        if counting.count_ones() as usize >= Self::BLOCK / 2 {
+        if counting.count_ones() == most {
             return (counting, base);
         }
-        let (counting, base) = (0..8)
+        (0..8u64)
+            .filter(|&tag| records[tag as usize] > 1)
             .map(|tag| Self::run_of(values, tag << Self::RECORD_TAG_SHIFT))
             .max_by_key(|(counting, _)| counting.count_ones())
-            .unwrap_or((0, Value::NONE));
-        // A run of one saves nothing.
-        if counting.count_ones() > 1 {
-            (counting, base)
-        } else {
-            (0, Value::NONE)
-        }
+            .filter(|(counting, _)| counting.count_ones() > 1)
+            .unwrap_or((0, Value::NONE))
+    }
+
+    /// A record's tag (bits 56-58 of its payload) as a number.
+    #[inline]
+    fn tag_of(record: Value) -> usize {
+        ((record.payload() & Self::RECORD_TAGS) >> Self::RECORD_TAG_SHIFT) as usize
     }
 
     /// The entries of `values` that count up from the first record with tag bits `tag`.
