@@ -1720,6 +1720,9 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
             received: BTreeMap::new(),
             shared,
         });
+        // (Its time beside the first and last lines of the read tells how long the main
+        // thread decoded alone.)
+        tracing::debug!(first_chunk = self.next, "workers started");
         true
     }
 

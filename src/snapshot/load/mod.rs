@@ -265,6 +265,7 @@ fn load_in_memory<F: TraceFollower>(
         return load_reader_following(bytes.all(), options);
     }
     let started = std::time::Instant::now();
+    tracing::debug!(threads = parallel.threads, "pickle decode started");
     let plan = (parallel.threads > 1)
         .then(|| {
             ChunkPlan::new(
