@@ -1548,10 +1548,6 @@ struct WorkShared<'env> {
     /// The map's pages the main thread has passed, released by the workers between chunks
     /// (an madvise that zaps page tables is not work for the thread that sets the pace).
     pages: Option<PageRelease<'env>>,
-    /// Regions spliced in, dropped by the workers between chunks: their tables were allocated
-    /// by a worker, and freeing them on the main thread locked that worker's malloc arena and
-    /// unmapped pages, about a sixth of the main thread's time in a read of the huge file.
-    spent: Mutex<Vec<Region>>,
 }
 
 /// Hands the pages of a mapped file back to the kernel once every thread has read past them,
@@ -1696,7 +1692,6 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
                 passed: AtomicUsize::new(0),
                 released: Mutex::new(0),
             }),
-            spent: Mutex::new(Vec::new()),
         });
         for _ in 0..self.threads {
             let (shared, sender, known, plan) = (
@@ -1801,11 +1796,6 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
             self.tally.stacks += region.stacks.len() as u64;
             self.tally.rows += region.rows.len() as u64;
             let spliced = compactor.splice_region(heap, memo, &mut region, state);
-            if let Some(workers) = &self.workers
-                && let Ok(mut spent) = workers.shared.spent.lock()
-            {
-                spent.push(region);
-            }
             self.splicing += started.elapsed();
             self.splicing_cpu += thread_cpu().saturating_sub(cpu_started);
             return spliced;
@@ -1823,12 +1813,6 @@ fn work(
     limits: &Limits,
 ) {
     loop {
-        let spent = shared
-            .spent
-            .lock()
-            .map(|mut spent| std::mem::take(&mut *spent))
-            .unwrap_or_default();
-        drop(spent);
         let index = shared.next_chunk.fetch_add(1, Ordering::Relaxed);
         let held_back = std::time::Instant::now();
         let Ok(mut taken) = shared.taken.lock() else {
