@@ -88,37 +88,47 @@ fn opcode_span(data: &[u8], at: usize) -> Option<usize> {
 /// The longest opcode header [`opcode_span`] reads: the opcode and an 8-byte length.
 const HEADER: usize = 9;
 
-/// An opcode's length less its length prefix's value: 0 for an opcode [`opcode_len`] refuses.
-const FIXED_LENS: [u8; 256] = {
-    let mut lens = [0u8; 256];
-    let mut opcode = 0;
-    while opcode < 256 {
-        lens[opcode] = match LENGTH_RULES[opcode] {
-            PREFIX_1 => 2,
-            PREFIX_4 => 5,
-            PREFIX_8 => 9,
-            NOT_FOLLOWED => 0,
-            fixed => 1 + (fixed - FIXED),
-        };
-        opcode += 1;
-    }
-    lens
-};
+/// How [`header_step`] reads an opcode's length: `fixed` plus the bits of the eight bytes
+/// after the opcode that its length prefix takes (`prefix_mask`). `fixed` is 0 for an opcode
+/// [`opcode_len`] refuses.
+#[derive(Clone, Copy)]
+struct HeaderStep {
+    fixed: u8,
+    prefix_mask: u64,
+}
 
-/// The bits of the eight bytes after an opcode that its length prefix takes.
-const PREFIX_MASKS: [u64; 256] = {
-    let mut masks = [0u64; 256];
+const HEADER_STEPS: [HeaderStep; 256] = {
+    let mut steps = [HeaderStep {
+        fixed: 0,
+        prefix_mask: 0,
+    }; 256];
     let mut opcode = 0;
     while opcode < 256 {
-        masks[opcode] = match LENGTH_RULES[opcode] {
-            PREFIX_1 => 0xff,
-            PREFIX_4 => 0xffff_ffff,
-            PREFIX_8 => u64::MAX,
-            _ => 0,
+        steps[opcode] = match LENGTH_RULES[opcode] {
+            NOT_FOLLOWED => HeaderStep {
+                fixed: 0,
+                prefix_mask: 0,
+            },
+            PREFIX_1 => HeaderStep {
+                fixed: 2,
+                prefix_mask: 0xff,
+            },
+            PREFIX_4 => HeaderStep {
+                fixed: 5,
+                prefix_mask: 0xffff_ffff,
+            },
+            PREFIX_8 => HeaderStep {
+                fixed: 9,
+                prefix_mask: u64::MAX,
+            },
+            fixed => HeaderStep {
+                fixed: 1 + (fixed - FIXED),
+                prefix_mask: 0,
+            },
         };
         opcode += 1;
     }
-    masks
+    steps
 };
 
 /// Where the frames of `bytes` start, in order, from the first frame after the PROTO opcode.
@@ -185,12 +195,7 @@ impl Iterator for FrameStarts<'_> {
                 break;
             };
             if header[0] == FRAME {
-                let Some(next) = header
-                    .get(1..HEADER)
-                    .and_then(|length| <[u8; 8]>::try_from(length).ok())
-                    .and_then(|length| usize::try_from(u64::from_le_bytes(length)).ok())
-                    .and_then(|len| at.checked_add(HEADER)?.checked_add(len))
-                else {
+                let Some(next) = frame_end(header, at) else {
                     break;
                 };
                 self.at = next;
@@ -264,6 +269,14 @@ pub fn count_memo_puts(data: &[u8], start: usize, end: usize) -> Option<u32> {
     Some(puts)
 }
 
+/// Where the frame whose header (a FRAME opcode at `at`) is `header` ends, from its 8-byte
+/// length; `None` when the header is cut short or the end overflows.
+fn frame_end(header: &[u8], at: usize) -> Option<usize> {
+    let length = <[u8; 8]>::try_from(header.get(1..HEADER)?).ok()?;
+    let len = usize::try_from(u64::from_le_bytes(length)).ok()?;
+    at.checked_add(HEADER)?.checked_add(len)
+}
+
 /// Spans [`count_memo_puts`] walks side by side.
 const LANES: usize = 4;
 
@@ -283,13 +296,10 @@ fn lane_cuts(data: &[u8], start: usize, end: usize) -> [usize; LANES + 1] {
             lane += 1;
             continue;
         }
-        let next = match data.get(at..at + HEADER) {
-            Some([FRAME, length @ ..]) => <[u8; 8]>::try_from(length)
-                .ok()
-                .and_then(|length| usize::try_from(u64::from_le_bytes(length)).ok())
-                .and_then(|len| (at + HEADER).checked_add(len)),
-            _ => None,
-        };
+        let next = data
+            .get(at..at + HEADER)
+            .filter(|header| header[0] == FRAME)
+            .and_then(|header| frame_end(header, at));
         match next {
             Some(next) if next <= end => at = next,
             _ => break,
@@ -299,7 +309,7 @@ fn lane_cuts(data: &[u8], start: usize, end: usize) -> [usize; LANES + 1] {
 }
 
 /// The length of the opcode at `at` and whether it is a memo put, where `data` holds
-/// [`HEADER`] bytes from `at`: from two tables and the eight bytes after the opcode, without
+/// [`HEADER`] bytes from `at`: from [`HEADER_STEPS`] and the eight bytes after the opcode, without
 /// a branch on its length rule (which the mix of opcodes in a trace mispredicts). `None` for
 /// an opcode [`opcode_len`] refuses or a length past any data (which an eight-byte one can
 /// overflow): the checked walk says which.
@@ -308,12 +318,15 @@ fn header_step(data: &[u8], at: usize) -> Option<(usize, bool)> {
     let opcode = data[at];
     let mut argument = [0u8; 8];
     argument.copy_from_slice(&data[at + 1..at + HEADER]);
-    let prefixed = u64::from_le_bytes(argument) & PREFIX_MASKS[usize::from(opcode)];
-    let fixed = FIXED_LENS[usize::from(opcode)];
-    if fixed == 0 || prefixed > data.len() as u64 {
+    let step = HEADER_STEPS[usize::from(opcode)];
+    let prefixed = u64::from_le_bytes(argument) & step.prefix_mask;
+    if step.fixed == 0 || prefixed > data.len() as u64 {
         return None;
     }
-    Some((usize::from(fixed) + prefixed as usize, opcode == MEMOIZE))
+    Some((
+        usize::from(step.fixed) + prefixed as usize,
+        opcode == MEMOIZE,
+    ))
 }
 
 #[cfg(test)]
