@@ -25,6 +25,7 @@ pub use window::{RoleWindow, role_window};
 
 use super::replay::{AllocationId, Origin, Replay};
 use crate::snapshot::{Snapshot, StackId};
+use fixedbitset::FixedBitSet;
 use phases::{AnnotatedPhases, StackKind, StackKinds};
 use rustc_hash::FxHashSet;
 use setups::Passes;
@@ -224,51 +225,49 @@ impl DeviceRoles {
                 .copied()
                 .unwrap_or_else(|| kinds.compute(stack))
         };
-        let phases = by_ranges(n, min_range, |ids| {
-            let annotated = annotated.clone();
-            let kind_at = |stack: StackId, event: u32| {
-                let kind = kind_of(stack);
-                if annotated.is_empty() {
-                    return kind;
-                }
-                match trace.time_us.at(event as usize) {
-                    Some(time) => annotated.refine(kind, time),
-                    None => kind,
-                }
-            };
-            let mut alloc_kind = Vec::with_capacity(ids.len());
-            let mut free_kinds = Vec::with_capacity(ids.len());
-            for i in ids {
-                let stack = allocations.stack(i);
-                alloc_kind.push(match allocations.start(i) {
-                    Some(start) => kind_at(stack, start),
-                    None => kind_of(stack),
-                });
-                free_kinds.push(
-                    allocations
+        // Written in place, range by range (a vector per range, copied into these, held both at
+        // once: 2 bytes an allocation more at the role pass's peak).
+        let mut alloc_kind = vec![StackKind::Loop; n];
+        let mut free_kinds: Vec<Option<StackKind>> = vec![None; n];
+        fill_by_ranges(
+            &mut alloc_kind,
+            &mut free_kinds,
+            min_range,
+            |ids, allocs, frees| {
+                let annotated = annotated.clone();
+                let kind_at = |stack: StackId, event: u32| {
+                    let kind = kind_of(stack);
+                    if annotated.is_empty() {
+                        return kind;
+                    }
+                    match trace.time_us.at(event as usize) {
+                        Some(time) => annotated.refine(kind, time),
+                        None => kind,
+                    }
+                };
+                for ((i, alloc), free) in ids.zip(allocs).zip(frees) {
+                    let stack = allocations.stack(i);
+                    *alloc = match allocations.start(i) {
+                        Some(start) => kind_at(stack, start),
+                        None => kind_of(stack),
+                    };
+                    *free = allocations
                         .end(i)
-                        .map(|e| kind_at(trace.stack.at(e as usize).unwrap_or(0), e)),
-                );
-            }
-            (alloc_kind, free_kinds)
-        });
-        let mut alloc_kind: Vec<StackKind> = Vec::with_capacity(n);
-        let mut free_kinds: Vec<Option<StackKind>> = Vec::with_capacity(n);
-        for (allocs, frees) in phases {
-            alloc_kind.extend(allocs);
-            free_kinds.extend(frees);
-        }
+                        .map(|e| kind_at(trace.stack.at(e as usize).unwrap_or(0), e));
+                }
+            },
+        );
 
         tracing::debug!(ms = started.elapsed().as_millis() as u64, "roles: phases");
         // Pass 1: which stacks' blocks forward freed itself or left to backward (the replay
         // lists traced allocations in the order of their alloc events), where backward began,
         // and the forward passes.
-        let mut in_forward_region: Vec<bool> = Vec::with_capacity(n);
+        let mut in_forward_region = FixedBitSet::with_capacity(n);
         // Forward passes (one call of the model each): a run of forward allocations, begun anew
         // after any other allocation (the batch, backward, the step) or when the stack of the
-        // pass's first allocation comes again (back-to-back calls). `pass_of` gives the pass of
-        // each forward allocation.
-        let mut passes = Passes::default();
+        // pass's first allocation comes again (back-to-back calls). `passes` also says which pass
+        // each allocation belongs to.
+        let mut passes = Passes::new(n);
         let mut batch_stacks: FxHashSet<StackId> = FxHashSet::default();
         let mut backward_starts: Vec<u32> = Vec::new();
         let mut forward_starts: Vec<u32> = Vec::new();
@@ -311,12 +310,12 @@ impl DeviceRoles {
             if traced && kind == StackKind::Loop && !forward_region {
                 batch_stacks.insert(stack);
             }
-            in_forward_region.push(forward_region);
+            in_forward_region.set(i, forward_region);
             passes.note(
                 traced.then_some(start).flatten(),
                 kind,
                 stack,
-                *in_forward_region.last().unwrap_or(&false),
+                forward_region,
             );
             let freed_by = free_kinds[i];
             if freed_by.is_some_and(StackKind::is_backward) {
@@ -325,7 +324,7 @@ impl DeviceRoles {
             if kind.is_backward() && traced {
                 saw_backward = true;
             }
-            if *in_forward_region.last().unwrap_or(&false)
+            if forward_region
                 && traced
                 && let Some(freed_by) = freed_by
             {
@@ -436,7 +435,7 @@ impl DeviceRoles {
                         }
                         _ => (Role::Unknown, Rule::BackwardKeptOther),
                     },
-                    _ if in_forward_region[i] => match freed_by {
+                    _ if in_forward_region.contains(i) => match freed_by {
                         Some(k) if k.is_backward() => {
                             (Role::Activation, Rule::ForwardFreedByBackward)
                         }
@@ -467,7 +466,7 @@ impl DeviceRoles {
                 }
             })
         };
-        decide_by_ranges(&mut role, &mut rule, min_range, |ids, roles, rules| {
+        fill_by_ranges(&mut role, &mut rule, min_range, |ids, roles, rules| {
             let mut backward = BackwardStarts::default();
             let first = ids.start;
             for i in ids {
@@ -687,28 +686,28 @@ fn by_ranges<T: Send>(
     })
 }
 
-/// The threads and the range size [`by_ranges`] and [`decide_by_ranges`] cut `n` allocations
+/// The threads and the range size [`by_ranges`] and [`fill_by_ranges`] cut `n` allocations
 /// into: four ranges a thread, none below `min_range`.
 fn ranges_of(n: usize, min_range: usize) -> (usize, usize) {
     let threads = crate::snapshot::default_threads();
     (threads, n.div_ceil(threads * 4).max(min_range).max(1))
 }
 
-/// [`by_ranges`] for work that decides roles: each range writes its own allocations' `role` and
-/// `rule` in place (a copy of both per range, then merged, cost 3 bytes an allocation more at
-/// the role pass's peak: 30 MB on a 32-million-event trace).
-fn decide_by_ranges(
-    role: &mut [u8],
-    rule: &mut [u16],
+/// [`by_ranges`] for work that fills two vectors of one value per allocation (a role and its
+/// rule, a phase at alloc and at free): each range writes its own part of both in place (a copy
+/// of both per range, then merged, cost their size again at the role pass's peak).
+fn fill_by_ranges<A: Send, B: Send>(
+    a: &mut [A],
+    b: &mut [B],
     min_range: usize,
-    work: impl Fn(std::ops::Range<usize>, &mut [u8], &mut [u16]) + Sync,
+    work: impl Fn(std::ops::Range<usize>, &mut [A], &mut [B]) + Sync,
 ) {
-    let (threads, size) = ranges_of(role.len(), min_range);
+    let (threads, size) = ranges_of(a.len(), min_range);
     // Each range's slices, taken once by the thread that works on it.
-    type Part<'a> = std::sync::Mutex<Option<(&'a mut [u8], &'a mut [u16])>>;
-    let parts: Vec<Part<'_>> = role
+    type Part<'p, A, B> = std::sync::Mutex<Option<(&'p mut [A], &'p mut [B])>>;
+    let parts: Vec<Part<'_, A, B>> = a
         .chunks_mut(size)
-        .zip(rule.chunks_mut(size))
+        .zip(b.chunks_mut(size))
         .map(|part| std::sync::Mutex::new(Some(part)))
         .collect();
     crate::threads::map_on_threads(threads, parts.len(), |k| {
@@ -716,8 +715,8 @@ fn decide_by_ranges(
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
-        if let Some((roles, rules)) = taken {
-            work(k * size..k * size + roles.len(), roles, rules);
+        if let Some((a, b)) = taken {
+            work(k * size..k * size + a.len(), a, b);
         }
     });
 }
