@@ -490,6 +490,7 @@ impl DeviceRoles {
                 backward_starts: &backward_starts,
                 parameter_sizes: &parameter_sizes,
                 saw_backward,
+                min_range,
             },
             &mut kinds,
             &mut role,
@@ -541,7 +542,7 @@ impl DeviceRoles {
         labels.apply_annotations(trace, replay);
 
         tracing::debug!(ms = started.elapsed().as_millis() as u64, "roles: labelled");
-        let checkpoints = window::RoleCheckpoints::new(replay, &role, names.len());
+        let checkpoints = window::RoleCheckpoints::new(replay, &role, names.len(), min_range);
         tracing::debug!(
             ms = started.elapsed().as_millis() as u64,
             "roles: checkpoints"
@@ -813,8 +814,8 @@ mod tests {
     }
 
     /// The passes that go range by range decide every allocation as one walk does: on every
-    /// labelled and set-up fixture, ranges of 7 allocations give the roles and rules of one
-    /// range.
+    /// labelled and set-up fixture, ranges of 7 allocations give the roles, rules and role
+    /// checkpoints of one range.
     #[test]
     fn roles_do_not_depend_on_the_ranges_the_passes_cut() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
@@ -837,6 +838,7 @@ mod tests {
                     let cut = DeviceRoles::in_ranges(&snapshot, &replay, device, &rules, 7);
                     assert_eq!(cut.role, whole.role, "{}", path.display());
                     assert_eq!(cut.rule, whole.rule, "{}", path.display());
+                    assert_eq!(cut.checkpoints, whole.checkpoints, "{}", path.display());
                     // Many ranges, so every pass meets range ends.
                     checked += usize::from(whole.role.len() > 10 * 7);
                 }

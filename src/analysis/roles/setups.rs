@@ -5,7 +5,7 @@
 //! rule and why.
 
 use super::phases::{StackKind, StackKinds, StackTag};
-use super::{BackwardStarts, Role, Rule};
+use super::{BackwardStarts, Role, Rule, by_ranges};
 use crate::analysis::replay::{Allocations, Origin, Replay};
 use crate::snapshot::{ActionCode, Snapshot, StackId, Trace};
 use fixedbitset::FixedBitSet;
@@ -161,6 +161,8 @@ pub(super) struct Facts<'a> {
     pub backward_starts: &'a [u32],
     pub parameter_sizes: &'a FxHashSet<u64>,
     pub saw_backward: bool,
+    /// Allocations per range at least where a rule scans every allocation on several threads.
+    pub min_range: usize,
 }
 
 fn set(role: &mut [u8], rule: &mut [u16], id: usize, r: Role, why: Rule) {
@@ -176,8 +178,16 @@ pub(super) fn refine(
     rule: &mut [u16],
 ) {
     libraries(facts, kinds, role, rule);
-    workspaces(facts, role, rule);
-    engine_thread_lt_workspaces(facts, role, rule);
+    // Both workspace rules look only at blocks never freed: found once, on every thread.
+    let kept = by_ranges(facts.allocations.len(), facts.min_range, |ids| {
+        ids.filter(|&id| {
+            facts.allocations.end(id).is_none() && facts.allocations.origin(id) == Origin::Traced
+        })
+        .collect::<Vec<usize>>()
+    })
+    .concat();
+    workspaces(facts, &kept, role, rule);
+    engine_thread_lt_workspaces(facts, &kept, role, rule);
     if !facts.saw_backward {
         caches(facts, role, rule);
     }
@@ -187,6 +197,24 @@ pub(super) fn refine(
 /// DDP's buckets and FSDP2's buffers, told by the library frames that made them.
 fn libraries(facts: &Facts<'_>, kinds: &mut StackKinds<'_>, role: &mut [u8], rule: &mut [u16]) {
     let allocations = facts.allocations;
+    // Most blocks have no library frame: the tags, by stack, are read before the rest, and
+    // the blocks of tagged stacks are found on every thread.
+    let tags: Vec<StackTag> = (0..facts.snapshot.stacks.len() as StackId)
+        .map(|stack| kinds.tag(stack))
+        .collect();
+    let tag_of = |id: usize| {
+        tags.get(allocations.stack(id) as usize)
+            .copied()
+            .unwrap_or(StackTag::None)
+    };
+    let tagged = by_ranges(allocations.len(), facts.min_range, |ids| {
+        ids.filter(|&id| tag_of(id) != StackTag::None && allocations.origin(id) == Origin::Traced)
+            .collect::<Vec<usize>>()
+    })
+    .concat();
+    if tagged.is_empty() {
+        return;
+    }
     // Lifetimes of the .grad tensors autograd itself made: beside DDP buckets they mean the
     // buckets hold copies.
     let autograd_grads: Vec<(u32, u32)> = (0..allocations.len())
@@ -205,12 +233,8 @@ fn libraries(facts: &Facts<'_>, kinds: &mut StackKinds<'_>, role: &mut [u8], rul
         })
         .collect();
     let mut backward = BackwardStarts::default();
-    for id in 0..allocations.len() {
-        // Most blocks have no library frame: the tag, by stack, is read before the rest.
-        let tag = kinds.tag(allocations.stack(id));
-        if tag == StackTag::None || allocations.origin(id) != Origin::Traced {
-            continue;
-        }
+    for id in tagged {
+        let tag = tag_of(id);
         let allocation = allocations.at(id);
         let kept_past_backward = allocation.end.is_none()
             || backward.between(facts.backward_starts, allocation.start, allocation.end);
@@ -257,16 +281,13 @@ fn libraries(facts: &Facts<'_>, kinds: &mut StackKinds<'_>, role: &mut [u8], rul
 /// and per thread (a Python stack: the main thread; none: autograd's), is called a workspace:
 /// a real tensor rarely shares all of it, and where it could (a `.grad` of a parameter that
 /// size) the rule stands back.
-fn workspaces(facts: &Facts<'_>, role: &mut [u8], rule: &mut [u16]) {
+/// `kept`: the traced blocks never freed, in order.
+fn workspaces(facts: &Facts<'_>, kept: &[usize], role: &mut [u8], rule: &mut [u16]) {
     let trace = facts.trace;
     let mut seen: FxHashSet<(u64, bool)> = FxHashSet::default();
     let allocations = facts.allocations;
-    for id in 0..allocations.len() {
-        // The cheap columns first: nearly every block is freed.
-        if allocations.end(id).is_some()
-            || allocations.origin(id) != Origin::Traced
-            || !CUBLAS_WORKSPACE_SIZES.contains(&allocations.size(id))
-        {
+    for &id in kept {
+        if !CUBLAS_WORKSPACE_SIZES.contains(&allocations.size(id)) {
             continue;
         }
         let allocation = allocations.at(id);
@@ -308,15 +329,18 @@ fn workspaces(facts: &Facts<'_>, role: &mut [u8], rule: &mut [u16]) {
 /// in backward, far from the thread's cuBLAS workspace. Such a recomputation's blocks are freed
 /// within backward; a never-freed block of cuBLASLt's size made right after one of them, by
 /// the same stack, on a stack autograd's engine runs, is that workspace (the first per stream).
-fn engine_thread_lt_workspaces(facts: &Facts<'_>, role: &mut [u8], rule: &mut [u16]) {
+/// `kept`: the traced blocks never freed, in order.
+fn engine_thread_lt_workspaces(
+    facts: &Facts<'_>,
+    kept: &[usize],
+    role: &mut [u8],
+    rule: &mut [u16],
+) {
     let trace = facts.trace;
     let mut seen: FxHashSet<u64> = FxHashSet::default();
     let allocations = facts.allocations;
-    for id in 0..allocations.len() {
-        // The cheap columns first: nearly every block is freed.
-        if allocations.end(id).is_some()
-            || allocations.origin(id) != Origin::Traced
-            || allocations.size(id) != CUBLASLT_WORKSPACE_SIZE
+    for &id in kept {
+        if allocations.size(id) != CUBLASLT_WORKSPACE_SIZE
             || facts.alloc_kind[id] != StackKind::BackwardPython
             || role[id] == Role::Workspace as u8
         {

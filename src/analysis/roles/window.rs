@@ -7,6 +7,7 @@ use crate::analysis::replay::{AllocationId, Replay};
 use crate::analysis::timeline::{Window, columns};
 use crate::snapshot::Trace;
 use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Bytes per role in each column of a timeline window, taken at the column's peak: the moment
 /// the timeline's `allocated_max` shows, so a stacked area of these tops out exactly on the
@@ -104,7 +105,7 @@ const CHECKPOINT_EVENTS: usize = 1 << CHECKPOINT_EVENTS_LOG2;
 
 /// Bytes per role live before every `CHECKPOINT_EVENTS`-th event (wrapping sums, as the live
 /// bytes are everywhere).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq)]
 pub(super) struct RoleCheckpoints {
     roles: usize,
     /// `bytes[k * roles + r]`: bytes of role `r` live before event `k * CHECKPOINT_EVENTS`.
@@ -112,39 +113,44 @@ pub(super) struct RoleCheckpoints {
 }
 
 impl RoleCheckpoints {
-    /// One read of `replay`'s allocations, in order; `role[id]` is allocation `id`'s role, below
-    /// `roles`. An allocation adds its bytes to every checkpoint after its alloc and takes them
-    /// from every checkpoint after its free (the events that open and close it, which
+    /// One read of `replay`'s allocations, range by range on the analysis's threads (ranges of
+    /// `min_range` allocations at least); `role[id]` is allocation `id`'s role, below `roles`.
+    /// An allocation adds its bytes to every checkpoint after its alloc and takes them from
+    /// every checkpoint after its free (the events that open and close it, which
     /// [`event_change`] reads one by one): recorded as differences between neighbouring
-    /// checkpoints, then summed, so no event is read at all.
-    pub(super) fn new(replay: &Replay, role: &[u8], roles: usize) -> Self {
+    /// checkpoints, then summed, so no event is read at all. The differences are atomic adds,
+    /// which wrap as the sums do: ranges of allocations touch the same checkpoints in any order.
+    pub(super) fn new(replay: &Replay, role: &[u8], roles: usize, min_range: usize) -> Self {
         let checkpoints = replay.len().div_ceil(CHECKPOINT_EVENTS);
-        let mut bytes = vec![0u64; checkpoints * roles];
+        let differences: Vec<AtomicU64> = (0..checkpoints * roles)
+            .map(|_| AtomicU64::new(0))
+            .collect();
         // The checkpoint right after `event`, if there is one.
         let slot_after = |event: u32, role: usize| {
             let k = (event as usize >> CHECKPOINT_EVENTS_LOG2) + 1;
             (k < checkpoints).then_some(k * roles + role)
         };
         let allocations = &replay.allocations;
-        for id in 0..allocations.len() {
-            let role = role.get(id).copied().unwrap_or(super::Role::Unknown as u8) as usize;
-            if role >= roles || checkpoints == 0 {
-                continue;
-            }
-            let size = allocations.size(id);
-            match allocations.start(id) {
+        super::by_ranges(allocations.len(), min_range, |ids| {
+            for id in ids {
+                let role = role.get(id).copied().unwrap_or(super::Role::Unknown as u8) as usize;
+                if role >= roles || checkpoints == 0 {
+                    continue;
+                }
+                let size = allocations.size(id);
                 // Alive from the start: in the first checkpoint.
-                None => bytes[role] = bytes[role].wrapping_add(size),
-                Some(start) => {
-                    if let Some(slot) = slot_after(start, role) {
-                        bytes[slot] = bytes[slot].wrapping_add(size);
-                    }
+                let opened = allocations
+                    .start(id)
+                    .map_or(Some(role), |start| slot_after(start, role));
+                if let Some(slot) = opened {
+                    differences[slot].fetch_add(size, Ordering::Relaxed);
+                }
+                if let Some(slot) = allocations.end(id).and_then(|end| slot_after(end, role)) {
+                    differences[slot].fetch_sub(size, Ordering::Relaxed);
                 }
             }
-            if let Some(slot) = allocations.end(id).and_then(|end| slot_after(end, role)) {
-                bytes[slot] = bytes[slot].wrapping_sub(size);
-            }
-        }
+        });
+        let mut bytes: Vec<u64> = differences.into_iter().map(AtomicU64::into_inner).collect();
         for k in 1..checkpoints {
             for r in 0..roles {
                 bytes[k * roles + r] =
