@@ -240,17 +240,29 @@ impl Replay {
             .fold(0u64, |sum, &id| {
                 sum.wrapping_add(allocations.size(id as usize))
             });
-        let curve = || Curve::build(allocated_at_start, &event_allocations, &allocations);
+        let started = std::time::Instant::now();
+        let timed = |what: &'static str| {
+            tracing::debug!(ms = started.elapsed().as_millis() as u64, "replay: {what}");
+        };
+        let curve = || {
+            let curve = Curve::build(allocated_at_start, &event_allocations, &allocations);
+            timed("curve");
+            curve
+        };
         let index = || {
-            LifetimeIndex::new(
+            let index = LifetimeIndex::new(
                 &allocations,
                 event_allocations.len(),
                 &event_allocations.closed,
-            )
+            );
+            timed("lifetime index");
+            index
         };
         let steps = || {
             let reserved = reserved_over_time(snapshot, device, trace);
-            (reserved, pending_over_time(&allocations, &pending_requests))
+            let steps = (reserved, pending_over_time(&allocations, &pending_requests));
+            timed("reserved and pending steps");
+            steps
         };
         // Three passes over millions of events or allocations that need nothing of each other:
         // on three threads when the trace is long and they are allowed.
