@@ -30,21 +30,63 @@ impl Curve {
     }
 
     /// The curve of events whose allocations are `events`, from `at_start` bytes alive before
-    /// the first, and its peak (found on the way, not by a scan of its own).
+    /// the first, and its peak (found on the way, not by a scan of its own), in `parts` runs
+    /// of whole steps on up to `threads` threads. With more than one part, each part's net
+    /// change is summed first (a read of its events), so each knows the total it starts from;
+    /// then each stores its totals and finds its first maximum, and the first of the parts'
+    /// maxima to exceed all before it is the curve's first peak, as one walk finds it.
     pub(super) fn build(
         at_start: u64,
         events: &EventAllocations,
         allocations: &Allocations,
+        parts: usize,
+        threads: usize,
     ) -> (Self, FirstPeak) {
-        let mut before_step = Vec::with_capacity(Self::steps_for(events.len()));
-        let mut peak = FirstPeak::from(at_start);
-        let mut total = at_start;
-        for (event, id) in events.from_event(0).enumerate() {
-            if event % STEP == 0 {
-                before_step.push(total);
+        let steps = Self::steps_for(events.len());
+        let steps_per_part = steps.div_ceil(parts.max(1)).max(1);
+        let parts = steps.div_ceil(steps_per_part).max(1);
+        let part_events = |part: usize| {
+            let from = (part * steps_per_part * STEP).min(events.len());
+            from..((part + 1) * steps_per_part * STEP).min(events.len())
+        };
+        let changes = |part: usize| {
+            let range = part_events(part);
+            let ids = events.from_event(range.start).take(range.len());
+            range
+                .zip(ids)
+                .map(|(event, id)| change(allocations, event, id))
+        };
+        let mut starts = vec![at_start];
+        if parts > 1 {
+            let sums = crate::threads::map_on_threads(threads, parts - 1, |part| {
+                changes(part).fold(0u64, u64::wrapping_add)
+            });
+            for sum in sums {
+                let last = starts.last().copied().unwrap_or(at_start);
+                starts.push(last.wrapping_add(sum));
             }
-            total = total.wrapping_add(change(allocations, event, id));
-            peak.see(event, total);
+        }
+        let walked = crate::threads::map_on_threads(threads, parts, |part| {
+            let mut before_step = Vec::with_capacity(steps_per_part);
+            // Totals of 0 never exceed `at_start`, so a part's search may start from 0.
+            let mut peak = FirstPeak::from(0);
+            let mut total = starts[part];
+            for (event, change) in part_events(part).zip(changes(part)) {
+                if event % STEP == 0 {
+                    before_step.push(total);
+                }
+                total = total.wrapping_add(change);
+                peak.see(event, total);
+            }
+            (before_step, peak.found())
+        });
+        let mut before_step = Vec::with_capacity(steps);
+        let mut peak = FirstPeak::from(at_start);
+        for (stored, (bytes, event)) in walked {
+            before_step.extend(stored);
+            if let Some(event) = event {
+                peak.see(event, bytes);
+            }
         }
         let curve = Self {
             before_step: before_step.into(),

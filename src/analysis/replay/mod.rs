@@ -244,8 +244,17 @@ impl Replay {
         let timed = |what: &'static str| {
             tracing::debug!(ms = started.elapsed().as_millis() as u64, "replay: {what}");
         };
+        let on_threads = threads >= 3 && trace.len() >= PASSES_ON_THREADS_FROM;
         let curve = || {
-            let curve = Curve::build(allocated_at_start, &event_allocations, &allocations);
+            // The longest of the three: in parts, on every thread, when they are allowed.
+            let parts = if on_threads { 2 * threads } else { 1 };
+            let curve = Curve::build(
+                allocated_at_start,
+                &event_allocations,
+                &allocations,
+                parts,
+                threads,
+            );
             timed("curve");
             curve
         };
@@ -267,7 +276,7 @@ impl Replay {
         // Three passes over millions of events or allocations that need nothing of each other:
         // on three threads when the trace is long and they are allowed.
         let ((curve, peak), lifetimes, ((reserved_at_start, reserved_steps), pending_steps)) =
-            if threads >= 3 && trace.len() >= PASSES_ON_THREADS_FROM {
+            if on_threads {
                 std::thread::scope(|scope| {
                     let index = scope.spawn(index);
                     let steps = scope.spawn(steps);

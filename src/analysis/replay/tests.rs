@@ -583,3 +583,54 @@ fn the_last_passes_on_threads_equal_them_on_one() {
         );
     }
 }
+
+/// The curve built in parts (each from the total the parts before it sum to) stores the totals
+/// of one walk and finds its first peak, wherever the parts end: here the peak is reached
+/// several times, first in the trace's middle, and a free of a block allocated before the
+/// trace (taking bytes from the start's total) comes first.
+#[test]
+fn the_curve_in_parts_is_the_curve_of_one_walk() {
+    let mut trace = Trace::default();
+    let mut push = |action, addr: u64, size: u64| trace.push(action, addr, size, 0, None, 0, 0, 0);
+    push(ActionCode::FREE_COMPLETED, 0x9000, 300);
+    for step in 0..1000u64 {
+        let size = if step == 421 || step == 733 {
+            900
+        } else {
+            100 + step % 13
+        };
+        push(ActionCode::ALLOC, 0x10, size);
+        push(ActionCode::ALLOC, 0x20, 50);
+        push(ActionCode::FREE_COMPLETED, 0x20, 50);
+        push(ActionCode::FREE_COMPLETED, 0x10, size);
+    }
+    let mut snapshot = Snapshot::default();
+    snapshot.device_traces.push(trace);
+    let replay = Replay::seeded_on(&snapshot, 0, None, 1);
+    let build = |parts, threads| {
+        let (curve, peak) = Curve::build(
+            replay.allocated_at_start,
+            &replay.event_allocations,
+            &replay.allocations,
+            parts,
+            threads,
+        );
+        (curve, peak.found())
+    };
+    let one = build(1, 1);
+    assert_eq!(
+        one.1,
+        (900 + 50 + 300 - 300, Some(1 + 421 * 4 + 1)),
+        "{:?}",
+        one.1
+    );
+    for parts in [2, 3, 7, 16, 63, 64, 500] {
+        for threads in [1, 4] {
+            assert_eq!(
+                build(parts, threads),
+                one,
+                "{parts} parts on {threads} threads"
+            );
+        }
+    }
+}
