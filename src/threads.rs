@@ -41,6 +41,31 @@ pub fn map_on_threads<T: Send>(
         .collect()
 }
 
+/// Sets each `slice[i]` to `value(i)`, in as many runs as `threads`, each on a thread of its
+/// own (on the caller's alone for one).
+pub fn fill_on_threads<T: Send>(
+    threads: usize,
+    slice: &mut [T],
+    value: impl Fn(usize) -> T + Sync,
+) {
+    let per_run = slice.len().div_ceil(threads.max(1)).max(1);
+    let fill = |run: usize, items: &mut [T]| {
+        let first = run * per_run;
+        for (i, item) in items.iter_mut().enumerate() {
+            *item = value(first + i);
+        }
+    };
+    if threads <= 1 || slice.len() <= per_run {
+        return fill(0, slice);
+    }
+    std::thread::scope(|scope| {
+        for (run, items) in slice.chunks_mut(per_run).enumerate() {
+            let fill = &fill;
+            scope.spawn(move || fill(run, items));
+        }
+    });
+}
+
 /// What a scoped thread returned, or its panic raised again on this thread.
 pub fn joined<T>(result: std::thread::Result<T>) -> T {
     result.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
@@ -57,6 +82,17 @@ mod tests {
             assert_eq!(squares, (0..50).map(|i| i * i).collect::<Vec<_>>());
         }
         assert!(map_on_threads(4, 0, |i| i).is_empty());
+    }
+
+    #[test]
+    fn every_item_is_filled_whatever_the_threads() {
+        for threads in [0, 1, 2, 7, 60] {
+            for len in [0, 1, 5, 49] {
+                let mut items = vec![0; len];
+                fill_on_threads(threads, &mut items, |i| i * 3 + 1);
+                assert_eq!(items, (0..len).map(|i| i * 3 + 1).collect::<Vec<_>>());
+            }
+        }
     }
 
     #[test]

@@ -36,8 +36,14 @@ pub(crate) struct LifetimeIndex {
 impl LifetimeIndex {
     /// Indexes the allocations with a `start` (the others are alive from the start and kept
     /// apart) over a trace of `events` events; `closed` lists the allocations the trace opened
-    /// and freed, in the order of their frees.
-    pub(super) fn new(allocations: &Allocations, events: usize, closed: &[AllocationId]) -> Self {
+    /// and freed, in the order of their frees. On up to `threads` threads, each sorting the
+    /// allocations of its own run of buckets (so the index is the same on any number).
+    pub(super) fn new(
+        allocations: &Allocations,
+        events: usize,
+        closed: &[AllocationId],
+        threads: usize,
+    ) -> Self {
         if events == 0 {
             return Self::default();
         }
@@ -52,8 +58,9 @@ impl LifetimeIndex {
         // Each allocation's bucket, from one read of the allocations' starts and ends (the
         // largest vector here), with flags for the passes below. (Reading whole allocations,
         // eight columns, took half again as long as the rest of the index on a long trace.)
-        let bucket: Vec<u32> = (0..allocations.len())
-            .map(|id| match allocations.start(id) {
+        let mut bucket = vec![0u32; allocations.len()];
+        crate::threads::fill_on_threads(threads, &mut bucket, |id| {
+            match allocations.start(id) {
                 None => NOT_INDEXED,
                 Some(first) => {
                     let end = allocations.end(id);
@@ -63,53 +70,100 @@ impl LifetimeIndex {
                     let never_freed = if end.is_none() { NEVER_FREED } else { 0 };
                     (level_first[level as usize] + node as u32) | never_freed
                 }
-            })
-            .collect();
-
-        // A counting sort by bucket: sizes, then where each bucket begins.
-        let mut bucket_first = vec![0u32; buckets + 1];
-        for &flagged in &bucket {
-            if flagged != NOT_INDEXED {
-                bucket_first[(flagged & BUCKET) as usize + 1] += 1;
             }
-        }
+        });
+
+        // A counting sort by bucket: sizes (each thread counts the buckets of one run, from a
+        // read of them all), then where each bucket begins.
+        let mut bucket_first = vec![0u32; buckets + 1];
+        let runs = threads.clamp(1, buckets);
+        let per_run = buckets.div_ceil(runs);
+        std::thread::scope(|scope| {
+            for (run, sizes) in bucket_first[1..].chunks_mut(per_run).enumerate() {
+                let bucket = &bucket;
+                let mut count = move || {
+                    let first = run * per_run;
+                    for &flagged in bucket {
+                        let b = (flagged & BUCKET) as usize;
+                        if flagged != NOT_INDEXED && b >= first && b - first < sizes.len() {
+                            sizes[b - first] += 1;
+                        }
+                    }
+                };
+                if runs == 1 {
+                    count();
+                } else {
+                    scope.spawn(count);
+                }
+            }
+        });
         for b in 0..buckets {
             bucket_first[b + 1] += bucket_first[b];
         }
         let indexed = bucket_first[buckets] as usize;
+
+        // Then each thread places the allocations of a run of buckets holding about as many.
+        // The front of a bucket's `by_start` and `by_end` fill up in start and end order; the
+        // back of its `by_end` takes the never freed, which all end after every free (among
+        // themselves, in no order a query needs).
+        let mut run_first: Vec<usize> = (0..runs)
+            .map(|run| bucket_first.partition_point(|&at| (at as usize) < run * indexed / runs))
+            .collect();
+        run_first.dedup();
         let mut by_start = vec![NO_ALLOCATION; indexed];
         let mut by_end = vec![NO_ALLOCATION; indexed];
-        // Where the next id of each bucket goes: the front of `by_start` and `by_end` fill up
-        // in start and end order; the back of `by_end` takes the never freed, which all end
-        // after every free (among themselves, in no order a query needs).
-        let mut next = bucket_first[..buckets].to_vec();
-        let mut next_never_freed = bucket_first[1..].to_vec();
-        // Ids are given at the alloc, so id order is start order.
-        for (id, &flagged) in bucket.iter().enumerate() {
-            if flagged == NOT_INDEXED {
-                continue;
+        std::thread::scope(|scope| {
+            let (mut starts, mut ends) = (by_start.as_mut_slice(), by_end.as_mut_slice());
+            for (run, &first) in run_first.iter().enumerate() {
+                let last = run_first.get(run + 1).copied().unwrap_or(buckets);
+                let base = bucket_first[first] as usize;
+                let len = bucket_first[last] as usize - base;
+                let (run_starts, rest) = std::mem::take(&mut starts).split_at_mut(len);
+                starts = rest;
+                let (run_ends, rest) = std::mem::take(&mut ends).split_at_mut(len);
+                ends = rest;
+                let (bucket, bucket_first) = (&bucket, &bucket_first);
+                let mut place = move || {
+                    // Where the next id of each bucket goes, in the run's part.
+                    let at = |b: usize| bucket_first[b] - base as u32;
+                    let mut next: Vec<u32> = (first..last).map(at).collect();
+                    let mut next_never_freed: Vec<u32> =
+                        (first..last).map(|b| at(b + 1)).collect();
+                    let mine = |flagged: u32| {
+                        let b = (flagged & BUCKET) as usize;
+                        (flagged != NOT_INDEXED && (first..last).contains(&b)).then_some(b - first)
+                    };
+                    // Ids are given at the alloc, so id order is start order.
+                    for (id, &flagged) in bucket.iter().enumerate() {
+                        let Some(b) = mine(flagged) else { continue };
+                        run_starts[next[b] as usize] = id as AllocationId;
+                        next[b] += 1;
+                        if flagged & NEVER_FREED != 0 {
+                            next_never_freed[b] -= 1;
+                            run_ends[next_never_freed[b] as usize] = id as AllocationId;
+                        }
+                    }
+                    // The frees in event order (each of an indexed allocation that was freed).
+                    next.clear();
+                    next.extend((first..last).map(at));
+                    for &id in closed {
+                        let Some(&flagged) = bucket.get(id as usize) else {
+                            continue;
+                        };
+                        let Some(b) = mine(flagged) else { continue };
+                        if flagged & NEVER_FREED == 0 {
+                            run_ends[next[b] as usize] = id;
+                            next[b] += 1;
+                        }
+                    }
+                };
+                if runs == 1 {
+                    place();
+                } else {
+                    scope.spawn(place);
+                }
             }
-            let b = (flagged & BUCKET) as usize;
-            by_start[next[b] as usize] = id as AllocationId;
-            next[b] += 1;
-            if flagged & NEVER_FREED != 0 {
-                next_never_freed[b] -= 1;
-                by_end[next_never_freed[b] as usize] = id as AllocationId;
-            }
-        }
-        // The frees in event order (each of an indexed allocation that was freed).
-        next.copy_from_slice(&bucket_first[..buckets]);
-        for &id in closed {
-            let Some(&flagged) = bucket.get(id as usize) else {
-                continue;
-            };
-            if flagged == NOT_INDEXED || flagged & NEVER_FREED != 0 {
-                continue;
-            }
-            let b = (flagged & BUCKET) as usize;
-            by_end[next[b] as usize] = id;
-            next[b] += 1;
-        }
+        });
         Self {
             level_first: level_first.into(),
             bucket_first: bucket_first.into(),

@@ -263,6 +263,11 @@ impl Replay {
                 &allocations,
                 event_allocations.len(),
                 &event_allocations.closed,
+                if trace.len() >= PASSES_ON_THREADS_FROM {
+                    threads
+                } else {
+                    1
+                },
             );
             timed("lifetime index");
             index

@@ -634,3 +634,55 @@ fn the_curve_in_parts_is_the_curve_of_one_walk() {
         }
     }
 }
+
+#[test]
+fn the_lifetime_index_on_threads_is_the_index_on_one() {
+    // Lifetimes short and long (in leaves and in nodes high up), some never freed, some alive
+    // from the start (freed, never allocated), freed out of their order.
+    let mut trace = Trace::default();
+    let mut push = |action, addr: u64, size: u64| trace.push(action, addr, size, 0, None, 0, 0, 0);
+    push(ActionCode::FREE_COMPLETED, 0x9000_0000, 300);
+    let mut live: Vec<u64> = Vec::new();
+    for step in 0..3000u64 {
+        let addr = 0x1000 * (step + 1);
+        push(ActionCode::ALLOC, addr, 64);
+        live.push(addr);
+        if step % 3 == 0 {
+            // Free one of those alive, far back or recent, by a rule that mixes both.
+            let at = (step as usize * 7919) % live.len();
+            let freed = live.swap_remove(at);
+            if !freed.is_multiple_of(0x5000) {
+                push(ActionCode::FREE_COMPLETED, freed, 64);
+            } else {
+                live.push(freed);
+            }
+        }
+    }
+    let mut snapshot = Snapshot::default();
+    snapshot.device_traces.push(trace);
+    let replay = Replay::seeded_on(&snapshot, 0, None, 1);
+    let build = |threads| {
+        let index = LifetimeIndex::new(
+            &replay.allocations,
+            replay.event_allocations.len(),
+            &replay.event_allocations.closed,
+            threads,
+        );
+        (
+            index.level_first.to_vec(),
+            index.bucket_first.to_vec(),
+            index.by_start.to_vec(),
+            index.by_end.to_vec(),
+        )
+    };
+    let one = build(1);
+    assert!(
+        one.2.len() == 3000 && one.1.len() > 100,
+        "{} {}",
+        one.2.len(),
+        one.1.len()
+    );
+    for threads in [2, 3, 7, 16, 5000] {
+        assert_eq!(build(threads), one, "{threads} threads");
+    }
+}
