@@ -1072,17 +1072,26 @@ fn gzip_zstd_and_json_forms_give_the_same_model() {
     let json = std::fs::read(common::fixtures().join("mlp_small.json")).expect("mlp_small.json");
     let cli_zstd = std::fs::read(common::fixtures().join("mlp_small.pickle.zst"))
         .expect("mlp_small.pickle.zst");
+    // pzstd writes a skippable frame (the next frame's size) before each frame, the first too.
+    let cli_pzstd = std::fs::read(common::fixtures().join("mlp_small.pickle.pzst"))
+        .expect("mlp_small.pickle.pzst");
+    assert_eq!(
+        &cli_pzstd[1..4],
+        &[0x2a, 0x4d, 0x18],
+        "a skippable frame first"
+    );
     // Two zstd frames, as pzstd or `cat a.zst b.zst` writes, with a skippable frame between.
     let mut two_frames = zstd(&bytes[..20_000]);
     two_frames.extend_from_slice(&[0x50, 0x2a, 0x4d, 0x18, 4, 0, 0, 0, 1, 2, 3, 4]);
     two_frames.extend_from_slice(&zstd(&bytes[20_000..]));
     let mut two_members = gzip(&bytes[..20_000]);
     two_members.extend_from_slice(&gzip(&bytes[20_000..]));
-    let forms: [(&str, Vec<u8>, Compression, Option<u8>); 8] = [
+    let forms: [(&str, Vec<u8>, Compression, Option<u8>); 9] = [
         ("gzip", gzip(&bytes), Compression::Gzip, Some(4)),
         ("gzip, two members", two_members, Compression::Gzip, Some(4)),
         ("zstd (ruzstd)", zstd(&bytes), Compression::Zstd, Some(4)),
         ("zstd (zstd -19)", cli_zstd, Compression::Zstd, Some(4)),
+        ("zstd (pzstd -19)", cli_pzstd, Compression::Zstd, Some(4)),
         ("zstd, two frames", two_frames, Compression::Zstd, Some(4)),
         ("json", json.clone(), Compression::None, None),
         ("gzip of json", gzip(&json), Compression::Gzip, None),
@@ -1105,6 +1114,19 @@ fn gzip_zstd_and_json_forms_give_the_same_model() {
     let snapshot =
         load_reader(OneByteAtATime(&bytes), LoadOptions::default()).expect("one byte at a time");
     assert_eq!(numbers(&snapshot), expected);
+}
+
+#[test]
+fn a_compressed_stream_of_nothing_says_so() {
+    let skippable_only = [0x50, 0x2a, 0x4d, 0x18, 4, 0, 0, 0, 1, 2, 3, 4];
+    for (form, data) in [
+        ("zstd, skippable frames only", skippable_only.to_vec()),
+        ("zstd of nothing", zstd(&[])),
+        ("gzip of nothing", gzip(&[])),
+    ] {
+        let error = load_bytes(&data).expect_err(form).to_string();
+        assert!(error.contains("stream holds no data"), "{form}: {error}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -109,6 +109,8 @@ pub fn detect_encoding(head: &[u8]) -> Result<Encoding, PickleError> {
         ))),
         [0x1f, 0x8b, ..] => Ok(Encoding::Gzip),
         [0x28, 0xb5, 0x2f, 0xfd, ..] => Ok(Encoding::Zstd),
+        // A zstd skippable frame first: `pzstd` writes one before each frame (its size).
+        [0x50..=0x5f, 0x2a, 0x4d, 0x18, ..] => Ok(Encoding::Zstd),
         [0xfd, b'7', b'z', b'X', b'Z', 0x00, ..] => Err(PickleError::NotASnapshot(
             "this is an xz-compressed file; decompress it first (`xz -d FILE`)".into(),
         )),

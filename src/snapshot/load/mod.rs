@@ -364,6 +364,17 @@ fn decode_inner<F: TraceFollower>(
     compression: Compression,
 ) -> Result<WithFollowerOutcome<F>, LoadError> {
     let (head, inner) = sniff(inner).map_err(pickle::io_error)?;
+    if head.is_empty() {
+        let format = if compression == Compression::Gzip {
+            "gzip"
+        } else {
+            "zstd"
+        };
+        return Err(PickleError::NotASnapshot(format!(
+            "the {format} stream holds no data (it decompresses to nothing)"
+        ))
+        .into());
+    }
     let inner = BufReader::with_capacity(1 << 16, inner);
     match pickle::detect_encoding(&head)? {
         Encoding::Pickle => decode_pickle(inner, options, compression),
