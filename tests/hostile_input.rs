@@ -12,10 +12,10 @@ use common::counting_alloc::{self, thread_peak_during as peak_during};
 use common::rng::Rng;
 use snapview::pickle::{self, CHUNK_HEADROOM, Chunks, Limits, MAX_STRING_BYTES};
 use snapview::snapshot::{Compression, LoadError, LoadOptions, Snapshot, load_path, load_reader};
-use std::cell::Cell;
 use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 // ---------------------------------------------------------------------------------------------
@@ -288,18 +288,15 @@ fn a_large_file_loads_from_read_ahead_buffers_as_from_memory() {
     // A 20 MB snapshot: progress is reported as it is read.
     let bytes = padded_snapshot(20 * MB);
     std::fs::write(&path, &bytes).expect("write");
-    let reported = Cell::new(0u64);
-    let progress = |read: u64| reported.set(read);
+    let reported = AtomicU64::new(0);
+    let progress = |read: u64| reported.store(read, Ordering::Relaxed);
     let options = LoadOptions {
         progress: Some(&progress),
         ..Default::default()
     };
     assert!(load_path(&path, options).is_ok());
-    assert!(
-        reported.get() >= 16 * MB as u64,
-        "progress: {}",
-        reported.get()
-    );
+    let reported = reported.load(Ordering::Relaxed);
+    assert!(reported >= 16 * MB as u64, "progress: {reported}");
 
     // Cut inside its long string, near its end, and one byte short.
     for cut in [17 * MB + 12_345, bytes.len() - 2, bytes.len() - 1] {

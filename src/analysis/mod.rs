@@ -54,7 +54,7 @@ pub fn load_path(
 
 /// [`load_path`] for any byte stream (an upload, a decompressor).
 pub fn load_reader(
-    reader: impl std::io::Read,
+    reader: impl std::io::Read + Send,
     options: LoadOptions<'_>,
 ) -> Result<(Snapshot, ReplaySeed), LoadError> {
     crate::snapshot::load_reader_following::<EventPass>(reader, options)

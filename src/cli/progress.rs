@@ -17,11 +17,12 @@ pub(super) fn load_with_progress<T>(
     let total = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
     let started = Instant::now();
     let show = std::io::stderr().is_terminal();
-    let drawn = std::cell::Cell::new(false);
+    // Called from the thread that reads the file (a decompressor's, for a compressed one).
+    let drawn = std::sync::atomic::AtomicBool::new(false);
     let progress = |read: u64| {
         if show && started.elapsed() > Duration::from_secs(1) {
             draw_progress(file, read, total);
-            drawn.set(true);
+            drawn.store(true, std::sync::atomic::Ordering::Relaxed);
         }
     };
     let options = LoadOptions {
@@ -30,7 +31,7 @@ pub(super) fn load_with_progress<T>(
         ..LoadOptions::default()
     };
     let result = load(file, options);
-    if drawn.get() {
+    if drawn.load(std::sync::atomic::Ordering::Relaxed) {
         eprint!("\r\x1b[2K");
     }
     result.map_err(|e| format!("{}: {e}", file.display()))

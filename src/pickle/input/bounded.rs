@@ -6,17 +6,20 @@ use crate::pickle::PickleError;
 use std::io::{self, Read};
 
 /// Compressed bytes read so far, shared between the reader that counts them (below the
-/// decompressor) and the [`Capped`] reader above it that checks the expansion ratio.
+/// decompressor) and the [`Capped`] reader above it that checks the expansion ratio. (Both
+/// run on one thread, the decompressor's; atomic so that thread may be another than the
+/// caller's.)
 #[derive(Debug, Clone, Default)]
-pub(crate) struct CompressedCount(std::rc::Rc<std::cell::Cell<u64>>);
+pub(crate) struct CompressedCount(std::sync::Arc<std::sync::atomic::AtomicU64>);
 
 impl CompressedCount {
     pub(crate) fn get(&self) -> u64 {
-        self.0.get()
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn add(&self, n: usize) {
-        self.0.set(self.0.get().saturating_add(n as u64));
+        self.0
+            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// `reader`, counting what is read through it into this count.

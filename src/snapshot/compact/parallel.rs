@@ -1912,7 +1912,7 @@ const LOOK_PAST_CHUNK: usize = 256 << 10;
 pub(crate) struct Splicing<'c, 'scope, 'env, F> {
     pub(crate) compactor: &'c mut TraceCompactor<'scope, F>,
     pub(crate) splicer: Splicer<'scope, 'env>,
-    pub(crate) progress: Option<&'c dyn Fn(u64)>,
+    pub(crate) progress: Option<&'c (dyn Fn(u64) + Sync)>,
 }
 
 impl<F: TraceFollower> crate::pickle::Compactor for Splicing<'_, '_, '_, F> {

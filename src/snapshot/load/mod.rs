@@ -70,7 +70,7 @@ pub struct LoadOptions<'a> {
     pub limits: Limits,
     pub max_events: u64,
     pub events: Option<&'a dyn EventGate>,
-    pub progress: Option<&'a dyn Fn(u64)>,
+    pub progress: Option<&'a (dyn Fn(u64) + Sync)>,
     /// Threads that may decode a large uncompressed file (1: the single-thread decoder).
     pub threads: usize,
 }
@@ -153,7 +153,7 @@ pub fn load_path_following<F: TraceFollower>(
                     let counted = Counting::new(reader, options.progress);
                     decode_pickle_chunks(counted, size, options)
                 }
-                _ => load_reader_following(reader, options),
+                _ => load_stream(reader, options, true),
             }
         }
         Err(file) => load_reader_following(file, options),
@@ -324,14 +324,27 @@ fn load_in_memory<F: TraceFollower>(
 }
 
 /// Loads a snapshot from any byte stream (a file, an upload, a decompressor).
-pub fn load_reader(reader: impl Read, options: LoadOptions<'_>) -> Result<Snapshot, LoadError> {
+pub fn load_reader(
+    reader: impl Read + Send,
+    options: LoadOptions<'_>,
+) -> Result<Snapshot, LoadError> {
     load_reader_following::<()>(reader, options).map(|(snapshot, _)| snapshot)
 }
 
 /// Loads a snapshot from any byte stream, running `F` over its trace on a thread of its own.
 pub fn load_reader_following<F: TraceFollower>(
-    reader: impl Read,
+    reader: impl Read + Send,
     options: LoadOptions<'_>,
+) -> Result<WithFollowerOutcome<F>, LoadError> {
+    load_stream(reader, options, false)
+}
+
+/// [`load_reader_following`], with a gzip or zstd stream decompressed ahead on a thread of its
+/// own when `ahead` (a large file: below that, the thread costs more than it saves).
+fn load_stream<F: TraceFollower>(
+    reader: impl Read + Send,
+    options: LoadOptions<'_>,
+    ahead: bool,
 ) -> Result<WithFollowerOutcome<F>, LoadError> {
     // Compressed bytes are counted as they are read, so decompression can be bounded by its
     // ratio to them (a bomb is refused after a few MB, not at the absolute limit).
@@ -349,13 +362,32 @@ pub fn load_reader_following<F: TraceFollower>(
                 limits,
                 compressed,
             );
-            decode_inner(inner, options, Compression::Gzip)
+            decode_inner_ahead(inner, options, Compression::Gzip, ahead)
         }
         Encoding::Zstd => {
             let inner = pickle::Capped::with_ratio(ZstdFrames::new(outer), limits, compressed);
-            decode_inner(inner, options, Compression::Zstd)
+            decode_inner_ahead(inner, options, Compression::Zstd, ahead)
         }
     }
+}
+
+/// [`decode_inner`], with the decompressor run a few chunks ahead on a thread of its own
+/// ([`ReadAhead`]) when `ahead`: decompressing takes about as long as decoding, and then
+/// overlaps it. The decompressor's bound still holds (it counts what it writes, ahead or not),
+/// and what runs ahead is at most a few chunks of 1 MiB.
+fn decode_inner_ahead<F: TraceFollower>(
+    inner: impl Read + Send,
+    options: LoadOptions<'_>,
+    compression: Compression,
+    ahead: bool,
+) -> Result<WithFollowerOutcome<F>, LoadError> {
+    if !ahead {
+        return decode_inner(inner, options, compression);
+    }
+    std::thread::scope(|scope| match ReadAhead::start(scope, inner) {
+        Ok(ahead) => decode_inner(ahead, options, compression),
+        Err(inner) => decode_inner(inner, options, compression),
+    })
 }
 
 fn decode_inner<F: TraceFollower>(

@@ -15,7 +15,8 @@ pub(super) const READ_AHEAD_FROM: u64 = 16 << 20;
 const READ_AHEAD_CHUNK: usize = 1 << 20;
 
 /// A file read a few chunks ahead by a second thread, so the copy out of the page cache (a
-/// twentieth of a large load) overlaps decoding. Each chunk leaves [`CHUNK_HEADROOM`] bytes
+/// twentieth of a large load) overlaps decoding; or a decompressor run ahead the same way, so
+/// decompression (as long as the decoding itself) overlaps it too. Each chunk leaves [`CHUNK_HEADROOM`] bytes
 /// free at its front, so the pickle decoder can take chunks over whole ([`Chunks`]); other
 /// readers copy out of them ([`Read`]). Chunk buffers are handed back for reuse, so at most a
 /// few exist at once; dropping the reader stops the thread.
@@ -28,11 +29,11 @@ pub(super) struct ReadAhead {
 
 impl ReadAhead {
     /// Starts the thread in `scope`; gives the file back if the thread cannot be started.
-    pub(super) fn start<'scope>(
+    pub(super) fn start<'scope, R: Read + Send + 'scope>(
         scope: &'scope std::thread::Scope<'scope, '_>,
-        file: std::fs::File,
-    ) -> Result<Self, std::fs::File> {
-        let (file_sender, file_receiver) = sync_channel::<std::fs::File>(1);
+        file: R,
+    ) -> Result<Self, R> {
+        let (file_sender, file_receiver) = sync_channel::<R>(1);
         let (chunk_sender, chunks) = sync_channel(4);
         let (spare, spare_receiver) = sync_channel(4);
         let started = std::thread::Builder::new()
@@ -83,7 +84,7 @@ impl ReadAhead {
 
 /// The read-ahead thread: sends `file` in chunks until its end, an error, or the reader is gone.
 fn read_ahead(
-    mut file: std::fs::File,
+    mut file: impl Read,
     chunks: &SyncSender<std::io::Result<Vec<u8>>>,
     spare: &Receiver<Vec<u8>>,
 ) {
@@ -229,13 +230,13 @@ pub(super) struct Counting<'a, R> {
     inner: R,
     read: u64,
     reported: u64,
-    progress: Option<&'a dyn Fn(u64)>,
+    progress: Option<&'a (dyn Fn(u64) + Sync)>,
 }
 
 const PROGRESS_STEP: u64 = 4 << 20;
 
 impl<'a, R> Counting<'a, R> {
-    pub(super) fn new(inner: R, progress: Option<&'a dyn Fn(u64)>) -> Self {
+    pub(super) fn new(inner: R, progress: Option<&'a (dyn Fn(u64) + Sync)>) -> Self {
         Self {
             inner,
             read: 0,
