@@ -1552,10 +1552,6 @@ struct WorkShared<'env> {
     /// The map's pages the main thread has passed, released by the workers between chunks
     /// (an madvise that zaps page tables is not work for the thread that sets the pace).
     pages: Option<PageRelease<'env>>,
-    /// Regions spliced in, freed by the workers between chunks: freeing a region's tables
-    /// (thousands of allocations, shared texts' counts) is not work for the main thread
-    /// either (a tenth of its time on the ten-times file).
-    spent: Mutex<Vec<Region>>,
 }
 
 /// Hands the pages of a mapped file back to the kernel once every thread has read past them,
@@ -1691,7 +1687,6 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
             // decoded rows and its file pages; twice as many cost 16 threads ~70 MB more).
             ahead: self.threads + 2,
             bases: MemoBases::new(self.next, first_base),
-            spent: Mutex::new(Vec::new()),
             decoding_ns: AtomicU64::new(0),
             decoding_cpu_ns: AtomicU64::new(0),
             held_back_ns: AtomicU64::new(0),
@@ -1805,11 +1800,6 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
             self.tally.stacks += region.stacks.len() as u64;
             self.tally.rows += region.rows.len() as u64;
             let spliced = compactor.splice_region(heap, memo, &mut region, state);
-            if let Some(workers) = &self.workers
-                && let Ok(mut spent) = workers.shared.spent.lock()
-            {
-                spent.push(region);
-            }
             self.splicing += started.elapsed();
             self.splicing_cpu += thread_cpu().saturating_sub(cpu_started);
             return spliced;
@@ -1874,11 +1864,6 @@ fn work(
         if let Some(pages) = &shared.pages {
             pages.release();
         }
-        let spent = shared
-            .spent
-            .lock()
-            .map(|mut spent| std::mem::take(&mut *spent));
-        drop(spent);
     }
 }
 
