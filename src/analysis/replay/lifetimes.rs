@@ -127,8 +127,7 @@ impl LifetimeIndex {
                     // Where the next id of each bucket goes, in the run's part.
                     let at = |b: usize| bucket_first[b] - base as u32;
                     let mut next: Vec<u32> = (first..last).map(at).collect();
-                    let mut next_never_freed: Vec<u32> =
-                        (first..last).map(|b| at(b + 1)).collect();
+                    let mut next_never_freed: Vec<u32> = (first..last).map(|b| at(b + 1)).collect();
                     let mine = |flagged: u32| {
                         let b = (flagged & BUCKET) as usize;
                         (flagged != NOT_INDEXED && (first..last).contains(&b)).then_some(b - first)
