@@ -29,7 +29,7 @@ pub(crate) use input::{Capped, CompressedCount, io_error};
 pub use machine::{
     Compactor, Decoded, MachineState, Splice, SpliceOp, decode, decode_chunks, decode_in_memory,
 };
-pub use value::{Heap, Kind, Memo, Value};
+pub use value::{CountedBlock, Heap, Kind, Memo, Value};
 
 /// Why a file could not be read as a snapshot. Messages name the byte offset (in the
 /// decompressed pickle stream) and say what was wrong in words a user can act on.

@@ -9,7 +9,7 @@ mod heap;
 mod memo;
 
 pub use heap::Heap;
-pub use memo::Memo;
+pub use memo::{CountedBlock, Memo};
 
 const KIND_SHIFT: u32 = 60;
 const PAYLOAD_MASK: u64 = (1 << KIND_SHIFT) - 1;

@@ -42,6 +42,22 @@ pub struct Memo {
     last_tag: u64,
 }
 
+/// A block of [`Memo::BLOCK`] entries laid out elsewhere (by a decode worker, see
+/// [`Memo::extend_blocks`]): bit `i` of `counting` says entry `i` is `base` counted up by the
+/// number of such entries before it; the other entries are given apart, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CountedBlock {
+    pub counting: u64,
+    pub base: Value,
+}
+
+impl CountedBlock {
+    /// The entries of the block that do not count up.
+    pub fn others(&self) -> usize {
+        Memo::BLOCK - self.counting.count_ones() as usize
+    }
+}
+
 /// 64 dense memo entries.
 #[derive(Debug, Clone, Copy)]
 struct Block {
@@ -55,8 +71,10 @@ struct Block {
 }
 
 impl Memo {
-    const HOT: usize = 1 << 16;
-    const BLOCK: usize = 64;
+    /// Indices below this stay whole values; blocks start here.
+    pub const HOT: usize = 1 << 16;
+    /// Entries to a block; blocks start at multiples of it.
+    pub const BLOCK: usize = 64;
     /// Entries this recent stay whole (a container is set again when it is finished, at most a
     /// few puts later in any file torch writes).
     const OPEN: usize = 2 * Self::BLOCK;
@@ -153,23 +171,77 @@ impl Memo {
         }
     }
 
+    /// Sets the entries from [`Memo::next_index`] on to `blocks`, as [`Memo::extend`] would one
+    /// by one: each block's entries that count up from its base, the others taken in order
+    /// from `others` (as many as the blocks leave, [`CountedBlock::others`]).
+    ///
+    /// When the next index starts a block past the hot entries (and no index is sparse), the
+    /// blocks are taken as they are: the work a splice leaves the main thread is then one
+    /// step per entry that does not count, instead of every entry laid out again. The open
+    /// entries before them are closed into blocks first, since blocks follow one another;
+    /// any of those set again later is kept apart, as for any old index.
+    pub fn extend_blocks(
+        &mut self,
+        blocks: &[CountedBlock],
+        mut others: impl Iterator<Item = Value>,
+    ) {
+        let at_block = (self.next_index() as usize).is_multiple_of(Self::BLOCK);
+        if !(at_block && self.sparse.is_empty() && self.hot.len() == Self::HOT) {
+            let first = self.next_index();
+            for (index, value) in (first..).zip(block_values(blocks, others)) {
+                self.set(index, value);
+            }
+            return;
+        }
+        // Whole blocks only: the open entries end at a block's end, as the next index does.
+        self.close_blocks(self.open.len());
+        self.blocks.reserve(blocks.len());
+        for block in blocks {
+            let first = Self::HOT + self.blocks.len() * Self::BLOCK;
+            let packed_at = u32::try_from(self.packed.len()).unwrap_or(u32::MAX);
+            for bit in 0..Self::BLOCK {
+                if block.counting & (1 << bit) != 0 {
+                    continue;
+                }
+                let value = others.next().unwrap_or(Value::NONE);
+                self.push_packed(first + bit, value);
+            }
+            if block.counting != 0 {
+                self.last_tag = block.base.payload() & Self::RECORD_TAGS;
+            }
+            self.blocks.push(Block {
+                counting: block.counting,
+                base: block.base,
+                packed_at,
+                rewritten: false,
+            });
+        }
+    }
+
     /// Appends `value` after the last dense entry.
     #[inline]
     fn push_open(&mut self, value: Value) {
         self.open.push(value);
         if self.open.len() == 2 * Self::OPEN {
-            self.close_blocks();
+            self.close_blocks(Self::OPEN);
         }
     }
 
-    /// Moves the oldest `OPEN` whole entries into blocks.
+    /// The entry at dense `index` of a block being made, when it does not count up.
+    #[inline]
+    fn push_packed(&mut self, index: usize, value: Value) {
+        let entry = Self::pack(value).unwrap_or_else(|| {
+            self.wide.insert(index as u32, value);
+            [0, 0, 0, 0, Self::WIDE]
+        });
+        self.packed.push(entry);
+    }
+
+    /// Moves the oldest `count` whole entries (a multiple of [`Memo::BLOCK`]) into blocks.
     #[cold]
-    fn close_blocks(&mut self) {
+    fn close_blocks(&mut self, count: usize) {
         let first = Self::HOT + self.blocks.len() * Self::BLOCK;
-        for (b, values) in self.open[..Self::OPEN]
-            .chunks_exact(Self::BLOCK)
-            .enumerate()
-        {
+        for (b, values) in self.open[..count].chunks_exact(Self::BLOCK).enumerate() {
             let (counting, base) = Self::counting(values, self.last_tag);
             if counting != 0 {
                 self.last_tag = base.payload() & Self::RECORD_TAGS;
@@ -179,8 +251,8 @@ impl Memo {
                 if counting & (1 << bit) != 0 {
                     continue;
                 }
+                let index = first + b * Self::BLOCK + bit;
                 let entry = Self::pack(value).unwrap_or_else(|| {
-                    let index = first + b * Self::BLOCK + bit;
                     self.wide.insert(index as u32, value);
                     [0, 0, 0, 0, Self::WIDE]
                 });
@@ -193,7 +265,7 @@ impl Memo {
                 rewritten: false,
             });
         }
-        self.open.drain(..Self::OPEN);
+        self.open.drain(..count);
     }
 
     /// Which entries of `values` (a block's 64) count up, and from what: those of the record
@@ -282,6 +354,27 @@ impl Memo {
             None => None,
         }
     }
+}
+
+/// Every entry of `blocks`, in order: those that count up from their block's base, and the
+/// others from `others`.
+fn block_values(
+    blocks: &[CountedBlock],
+    mut others: impl Iterator<Item = Value>,
+) -> impl Iterator<Item = Value> {
+    blocks.iter().flat_map(move |block| {
+        let mut counted = 0;
+        (0..Memo::BLOCK)
+            .map(|bit| {
+                if block.counting & (1 << bit) != 0 {
+                    counted += 1;
+                    Value(block.base.0 + counted - 1)
+                } else {
+                    others.next().unwrap_or(Value::NONE)
+                }
+            })
+            .collect::<Vec<_>>()
+    })
 }
 
 #[cfg(test)]
@@ -389,6 +482,81 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// `values` as whole blocks: the runs of records counting up from each block's first
+    /// record of tag 1 (as a decode worker lays out its rows), and the others.
+    fn laid_out(values: &[Value]) -> (Vec<CountedBlock>, Vec<Value>) {
+        let mut blocks = Vec::new();
+        let mut others = Vec::new();
+        for block in values.chunks_exact(Memo::BLOCK) {
+            let (counting, base) = Memo::run_of(block, 1 << 56);
+            others.extend(
+                (0..Memo::BLOCK)
+                    .filter(|bit| counting & (1 << bit) == 0)
+                    .map(|bit| block[bit]),
+            );
+            blocks.push(CountedBlock { counting, base });
+        }
+        (blocks, others)
+    }
+
+    #[test]
+    fn blocks_laid_out_elsewhere_read_back_as_set_one_by_one() {
+        // Memos ending at a block past the hot entries (taken whole, after the open entries
+        // are closed), inside a block, inside the hot entries, and with a sparse index.
+        let cases: [(&str, usize, bool); 5] = [
+            ("at a block", Memo::HOT + 3 * Memo::BLOCK, false),
+            ("at the first block", Memo::HOT, false),
+            ("inside a block", Memo::HOT + 3 * Memo::BLOCK + 5, false),
+            ("in the hot entries", Memo::HOT - 2 * Memo::BLOCK, false),
+            ("with a sparse index", Memo::HOT + 3 * Memo::BLOCK, true),
+        ];
+        for (case, before, sparse) in cases {
+            let mut rng = Rng(before as u64 * 31 + 7);
+            let (mut events, mut stacks) = (0, 0);
+            let mut by_blocks = Memo::default();
+            let mut one_by_one = Memo::default();
+            for index in 0..before as u32 {
+                let value = some_value(&mut rng, &mut events, &mut stacks);
+                by_blocks.set(index, value);
+                one_by_one.set(index, value);
+            }
+            if sparse {
+                by_blocks.set(4_000_000, Value::bool(true));
+                one_by_one.set(4_000_000, Value::bool(true));
+            }
+            let values: Vec<Value> = (0..40 * Memo::BLOCK)
+                .map(|_| some_value(&mut rng, &mut events, &mut stacks))
+                .collect();
+            let (blocks, others) = laid_out(&values);
+            assert!(
+                blocks.iter().filter(|block| block.counting != 0).count() > 30,
+                "{case}: records should count up"
+            );
+            by_blocks.extend_blocks(&blocks, others.iter().copied());
+            one_by_one.extend(values.iter().copied());
+            // Then on as usual, an old entry set again among them.
+            for memo in [&mut by_blocks, &mut one_by_one] {
+                memo.extend(
+                    (0..300u32).map(|i| Value::record((1 << 56) | (1 << 40) | u64::from(i))),
+                );
+                memo.set(before as u32 + 100, Value::bool(false));
+            }
+            assert_eq!(by_blocks.next_index(), one_by_one.next_index(), "{case}");
+            for index in 0..by_blocks.next_index() + 10 {
+                assert_eq!(
+                    by_blocks.get(index),
+                    one_by_one.get(index),
+                    "{case}: index {index}"
+                );
+            }
+            assert_eq!(
+                by_blocks.get(4_000_000),
+                one_by_one.get(4_000_000),
+                "{case}"
+            );
         }
     }
 

@@ -28,7 +28,8 @@ use super::{
 use crate::pickle::scan::FrameStarts;
 use crate::pickle::scan::{FRAME, MEMOIZE, count_memo_puts, frame_starts};
 use crate::pickle::{
-    Heap, Kind, Landed, Limits, MachineState, Memo, PickleError, Splice, SpliceOp, Value,
+    CountedBlock, Heap, Kind, Landed, Limits, MachineState, Memo, PickleError, Splice, SpliceOp,
+    Value,
 };
 use crate::snapshot::follow::TraceFollower;
 use crate::snapshot::{ActionCode, FrameId, StackId, StackTable};
@@ -366,6 +367,90 @@ enum MemoOut {
     Entry(u32),
 }
 
+/// A region's memo puts, laid out as the memo lays out its blocks where they fill whole ones
+/// (see [`Memo::extend_blocks`]), so that the splice sets them in one step per put that does
+/// not count up rather than every put laid out again on the main thread.
+#[derive(Debug, Default)]
+struct RegionMemo {
+    /// The puts before the first whole block.
+    head: Vec<MemoOut>,
+    /// Whole blocks: which entries are rows counting up, and the first of those rows.
+    blocks: Vec<(u64, u32)>,
+    /// The puts of the blocks that are not rows counting up, in order.
+    others: Vec<MemoOut>,
+    /// The puts after the last whole block.
+    tail: Vec<MemoOut>,
+}
+
+impl RegionMemo {
+    /// How many puts the region made.
+    fn len(&self) -> usize {
+        let counted: u32 = self
+            .blocks
+            .iter()
+            .map(|(counting, _)| counting.count_ones())
+            .sum();
+        self.head.len() + self.others.len() + self.tail.len() + counted as usize
+    }
+
+    /// Sets the puts in `memo` from its next index on, each as `value_of` says.
+    fn set_in(&self, memo: &mut Memo, value_of: impl Fn(&MemoOut) -> Value) {
+        memo.extend(self.head.iter().map(&value_of));
+        if !self.blocks.is_empty() {
+            let blocks: Vec<CountedBlock> = self
+                .blocks
+                .iter()
+                .map(|&(counting, first)| CountedBlock {
+                    counting,
+                    base: value_of(&MemoOut::Entry(first)),
+                })
+                .collect();
+            memo.extend_blocks(&blocks, self.others.iter().map(&value_of));
+        }
+        memo.extend(self.tail.iter().map(&value_of));
+    }
+
+    /// The layout of `puts`, the first at memo index `base`.
+    fn of(base: u32, puts: Vec<MemoOut>) -> Self {
+        let block = Memo::BLOCK as u64;
+        let (base, end) = (u64::from(base), u64::from(base) + puts.len() as u64);
+        let first = (Memo::HOT as u64).max(base.div_ceil(block) * block);
+        let last = end / block * block;
+        if first >= last {
+            return Self {
+                head: puts,
+                ..Self::default()
+            };
+        }
+        let (head, rest) = puts.split_at((first - base) as usize);
+        let (whole, tail) = rest.split_at((last - first) as usize);
+        let mut blocks = Vec::with_capacity(whole.len() / Memo::BLOCK);
+        let mut others = Vec::new();
+        for puts in whole.chunks_exact(Memo::BLOCK) {
+            let (mut counting, mut first_row, mut next) = (0u64, 0, None);
+            for (bit, &put) in puts.iter().enumerate() {
+                match (put, next) {
+                    (MemoOut::Entry(row), None) => {
+                        (counting, first_row, next) = (1 << bit, row, row.checked_add(1));
+                    }
+                    (MemoOut::Entry(row), Some(expected)) if row == expected => {
+                        counting |= 1 << bit;
+                        next = row.checked_add(1);
+                    }
+                    _ => others.push(put),
+                }
+            }
+            blocks.push((counting, first_row));
+        }
+        Self {
+            head: head.to_vec(),
+            blocks,
+            others,
+            tail: tail.to_vec(),
+        }
+    }
+}
+
 /// What the region leaves to do on the machine's stack.
 #[derive(Debug, Clone, Copy)]
 enum Op {
@@ -394,7 +479,7 @@ pub(crate) struct Region {
     stacks: Vec<LocalStack>,
     texts: Vec<LocalText>,
     actions: Vec<StrRef>,
-    memo: Vec<MemoOut>,
+    memo: RegionMemo,
     /// The region's string table: every text it decoded (which a sequential decode would have
     /// interned in its heap) and the known ones it used.
     strings: Vec<Arc<str>>,
@@ -626,7 +711,7 @@ impl<'a> Worker<'a> {
                 _ => return None,
             });
         }
-        self.region.memo = memo;
+        self.region.memo = RegionMemo::of(self.region.memo_base, memo);
         self.region.end = self.at as u64;
         Some(self.region)
     }
@@ -1337,7 +1422,7 @@ impl<F: TraceFollower> TraceCompactor<'_, F> {
                 .device_free
                 .insert(first_row + row as usize, free);
         }
-        memo.extend(region.memo.iter().map(|out| match *out {
+        let value_of = |out: &MemoOut| match *out {
             MemoOut::Str(text) => strings[text as usize],
             MemoOut::Frame(local) => {
                 Value::record(FRAME_RECORD | u64::from(frame_ids[local as usize]))
@@ -1350,7 +1435,8 @@ impl<F: TraceFollower> TraceCompactor<'_, F> {
                     }),
             ),
             MemoOut::Entry(row) => Value::record(EVENT_RECORD | (first_row + row as usize) as u64),
-        }));
+        };
+        region.memo.set_in(memo, value_of);
         // The rows gathered before this region go first.
         self.flush();
         self.send(Batch {
@@ -1979,5 +2065,72 @@ mod tests {
         cancelled.store(true, Ordering::Relaxed);
         waiting.wake_all();
         assert_eq!(waiter.join().unwrap(), None);
+    }
+
+    /// A region's puts, laid out in whole blocks where they fill them, set the memo exactly as
+    /// the same puts set one by one: from any base (inside the hot entries, inside a block, at
+    /// a block), with rows that count up, runs broken and rows out of order.
+    #[test]
+    fn a_regions_puts_in_blocks_set_the_memo_as_one_by_one() {
+        let value_of = |out: &MemoOut| match *out {
+            MemoOut::Str(text) => Value::of(Kind::Str, text as usize),
+            MemoOut::Frame(local) => Value::record(FRAME_RECORD | u64::from(local)),
+            MemoOut::Stack(local) => Value::record(STACK_RECORD | u64::from(local)),
+            MemoOut::Entry(row) => Value::record(EVENT_RECORD | (1000 + u64::from(row))),
+        };
+        let hot = Memo::HOT as u32;
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut random = move |n: u32| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % u64::from(n)) as u32
+        };
+        for base in [
+            0,
+            hot - 200,
+            hot - 1,
+            hot,
+            hot + 1,
+            hot + 63,
+            hot + 64,
+            hot + 4000,
+        ] {
+            for len in [0, 1, 63, 64, 200, 3000] {
+                let mut row = 0;
+                let puts: Vec<MemoOut> = (0..len)
+                    .map(|_| match random(10) {
+                        0..=4 => {
+                            row += 1;
+                            MemoOut::Entry(row)
+                        }
+                        5 => MemoOut::Entry(random(50)),
+                        6 | 7 => MemoOut::Stack(random(1 << 20)),
+                        8 => MemoOut::Frame(random(100)),
+                        _ => MemoOut::Str(random(10)),
+                    })
+                    .collect();
+                let mut one_by_one = Memo::default();
+                let mut in_blocks = Memo::default();
+                for memo in [&mut one_by_one, &mut in_blocks] {
+                    memo.extend((0..base).map(|i| Value::of(Kind::Str, i as usize)));
+                }
+                let laid_out = RegionMemo::of(base, puts.clone());
+                assert_eq!(laid_out.len(), puts.len(), "base {base}, {len} puts");
+                if base >= hot && len >= 200 {
+                    assert!(!laid_out.blocks.is_empty(), "base {base}, {len} puts");
+                }
+                one_by_one.extend(puts.iter().map(value_of));
+                laid_out.set_in(&mut in_blocks, value_of);
+                assert_eq!(in_blocks.next_index(), one_by_one.next_index());
+                for index in 0..one_by_one.next_index() + 2 {
+                    assert_eq!(
+                        in_blocks.get(index),
+                        one_by_one.get(index),
+                        "base {base}, {len} puts: index {index}"
+                    );
+                }
+            }
+        }
     }
 }
