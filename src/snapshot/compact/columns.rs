@@ -4,7 +4,7 @@
 
 use super::super::follow::{FollowedEvent, TraceFollower};
 use super::super::{ActionCode, StackId, Trace};
-use super::parallel::RegionIds;
+use super::parallel::{Region, RegionIds};
 use std::sync::Arc;
 use std::sync::mpsc::{SyncSender, sync_channel};
 use std::thread::ScopedJoinHandle;
@@ -35,6 +35,10 @@ pub(super) const BATCH: usize = 8192;
 pub(super) struct Batch {
     pub(super) rows: Vec<Row>,
     pub(super) ids: Option<RegionIds>,
+    /// What is left of the region the rows were decoded in, held only to be freed with the
+    /// batch by the column thread done with it last: the splicing thread is the one a parallel
+    /// decode waits on, and a free of a large buffer is an `munmap` there.
+    pub(super) _region: Option<Region>,
 }
 
 impl Batch {

@@ -322,7 +322,11 @@ impl<'scope, F: TraceFollower> TraceCompactor<'scope, F> {
     fn flush(&mut self) {
         if !self.batch.is_empty() {
             let rows = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
-            self.send(Batch { rows, ids: None });
+            self.send(Batch {
+                rows,
+                ids: None,
+                _region: None,
+            });
         }
     }
 

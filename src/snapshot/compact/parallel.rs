@@ -411,14 +411,14 @@ impl RegionMemo {
     }
 
     /// The layout of `puts`, the first at memo index `base`.
-    fn of(base: u32, puts: Vec<MemoOut>) -> Self {
+    fn of(base: u32, puts: &[MemoOut]) -> Self {
         let block = Memo::BLOCK as u64;
         let (base, end) = (u64::from(base), u64::from(base) + puts.len() as u64);
         let first = (Memo::HOT as u64).max(base.div_ceil(block) * block);
         let last = end / block * block;
         if first >= last {
             return Self {
-                head: puts,
+                head: puts.to_vec(),
                 ..Self::default()
             };
         }
@@ -577,18 +577,17 @@ fn is_entry_start(data: &[u8], at: usize, known: &[Option<Arc<str>>]) -> bool {
 
 /// Decodes the region of `chunk`: from its first entry start to the first entry start at or
 /// after its end (or where a worker must stop). `None` when the chunk holds no entry start.
-fn decode_region(
-    data: &[u8],
+fn decode_region<'a>(
+    worker: &mut Worker<'a>,
+    data: &'a [u8],
     chunk: Chunk,
     memo_base: u32,
-    known: &[Option<Arc<str>>],
-    limits: &Limits,
 ) -> Option<Region> {
     // The first entry start, counting the puts before it.
     let mut at = chunk.start;
     let mut puts = memo_base;
     while at < chunk.end {
-        if is_entry_start(data, at, known) {
+        if is_entry_start(data, at, worker.known) {
             break;
         }
         if data[at] == MEMOIZE {
@@ -599,7 +598,7 @@ fn decode_region(
     if at >= chunk.end {
         return None;
     }
-    let mut worker = Worker::new(data, known, limits, at, puts);
+    worker.restart(data, at, puts);
     // Room for as many rows as the bytes can hold, so the rows are not copied as they grow
     // (the unused room is address space only). Capped, and asked without aborting, so a chunk
     // that is one huge frame of a hostile file reserves no more than a normal one's worth.
@@ -611,7 +610,7 @@ fn decode_region(
         Err(stopped_at) => {
             // Decode again up to the entry that stopped it, so that nothing of that entry
             // (a frame or text it interned) is left in the tables.
-            let mut worker = Worker::new(data, known, limits, at, puts);
+            worker.restart(data, at, puts);
             worker.run(chunk.end, Some(stopped_at)).ok()?;
             worker.finish()
         }
@@ -635,6 +634,8 @@ struct Worker<'a> {
     marks: Vec<usize>,
     /// Memo values of this region, by index from `region.memo_base`.
     memo: Vec<W>,
+    /// Room for what the memo values became, as the splice sets them.
+    memo_outs: Vec<MemoOut>,
     dicts: Vec<Container>,
     lists: Vec<Container>,
     /// The items of the list being filled, by list (a `frames` list at a time in practice).
@@ -655,26 +656,21 @@ struct Worker<'a> {
 }
 
 impl<'a> Worker<'a> {
-    fn new(
-        data: &'a [u8],
-        known: &'a [Option<Arc<str>>],
-        limits: &'a Limits,
-        start: usize,
-        memo_base: u32,
-    ) -> Self {
+    /// A worker for regions of `known`'s pickle, to be [`Worker::restart`]ed at each. One
+    /// worker serves all the regions a thread decodes, so its tables and stacks keep their
+    /// room from one to the next instead of being allocated (and their pages faulted in)
+    /// afresh for each.
+    fn new(known: &'a [Option<Arc<str>>], limits: &'a Limits) -> Self {
         Self {
-            data,
+            data: &[],
             known,
             limits,
-            at: start,
-            region: Region {
-                start: start as u64,
-                memo_base,
-                ..Region::default()
-            },
+            at: 0,
+            region: Region::default(),
             stack: Vec::new(),
             marks: Vec::new(),
             memo: Vec::new(),
+            memo_outs: Vec::new(),
             dicts: Vec::new(),
             lists: Vec::new(),
             list_items: FxHashMap::default(),
@@ -692,10 +688,42 @@ impl<'a> Worker<'a> {
         }
     }
 
+    /// Forgets the region before and starts one at `start` of `data`, its first put at memo
+    /// index `memo_base`.
+    fn restart(&mut self, data: &'a [u8], start: usize, memo_base: u32) {
+        self.data = data;
+        self.at = start;
+        self.region = Region {
+            start: start as u64,
+            memo_base,
+            ..Region::default()
+        };
+        self.stack.clear();
+        self.marks.clear();
+        self.memo.clear();
+        self.dicts.clear();
+        self.lists.clear();
+        for (_, mut items) in self.list_items.drain() {
+            items.clear();
+            self.spare_items.push(items);
+        }
+        self.longs.clear();
+        self.frame_ids.clear();
+        self.stack_ids.clear();
+        self.earlier_stack_ids.clear();
+        self.text_ids.clear();
+        self.action_ids.clear();
+        self.string_of_bytes.clear();
+        self.string_of_text.clear();
+        self.string_of_known.clear();
+        self.fields.clear();
+    }
+
     /// The region decoded; `None` if one of its memo puts named something the splice cannot
     /// set (a container that became neither a frame, an entry nor a stack).
-    fn finish(mut self) -> Option<Region> {
-        let mut memo = Vec::with_capacity(self.memo.len());
+    fn finish(&mut self) -> Option<Region> {
+        let mut memo = std::mem::take(&mut self.memo_outs);
+        memo.clear();
         for value in &self.memo {
             memo.push(match *value {
                 W::Str(StrRef::Local(text)) => MemoOut::Str(text),
@@ -711,9 +739,10 @@ impl<'a> Worker<'a> {
                 _ => return None,
             });
         }
-        self.region.memo = RegionMemo::of(self.region.memo_base, memo);
+        self.region.memo = RegionMemo::of(self.region.memo_base, &memo);
+        self.memo_outs = memo;
         self.region.end = self.at as u64;
-        Some(self.region)
+        Some(std::mem::take(&mut self.region))
     }
 
     /// Decodes top-level items until an entry starts at or after `end_hint`, a top-level
@@ -1279,10 +1308,10 @@ impl<F: TraceFollower> TraceCompactor<'_, F> {
         &mut self,
         heap: &mut Heap,
         memo: &mut Memo,
-        region: &mut Region,
+        mut region: Region,
         state: MachineState<'_>,
     ) -> Result<Option<Splice>, PickleError> {
-        if memo.next_index() != region.memo_base || !ops_hold(region, state) {
+        if memo.next_index() != region.memo_base || !ops_hold(&region, state) {
             return Ok(None);
         }
         // Every earlier reference must resolve before anything changes. (Borrowed, not
@@ -1437,21 +1466,6 @@ impl<F: TraceFollower> TraceCompactor<'_, F> {
             MemoOut::Entry(row) => Value::record(EVENT_RECORD | (first_row + row as usize) as u64),
         };
         region.memo.set_in(memo, value_of);
-        // The rows gathered before this region go first.
-        self.flush();
-        self.send(Batch {
-            rows,
-            ids: Some(RegionIds {
-                stacks: stack_ids,
-                texts,
-                actions,
-            }),
-        });
-        // The texts and stacks the recent-stack cache saw may have moved on; it only speeds
-        // up the sequential path, so it starts afresh.
-        self.recent_stacks = RecentStacks::default();
-        self.count.counted()?;
-        SPLICED.fetch_add(1, Ordering::Relaxed);
         let ops = region
             .ops
             .iter()
@@ -1465,10 +1479,24 @@ impl<F: TraceFollower> TraceCompactor<'_, F> {
                 Op::Append => SpliceOp::Append,
             })
             .collect();
-        Ok(Some(Splice {
-            end: region.end,
-            ops,
-        }))
+        let end = region.end;
+        // The rows gathered before this region go first.
+        self.flush();
+        self.send(Batch {
+            rows,
+            ids: Some(RegionIds {
+                stacks: stack_ids,
+                texts,
+                actions,
+            }),
+            _region: Some(region),
+        });
+        // The texts and stacks the recent-stack cache saw may have moved on; it only speeds
+        // up the sequential path, so it starts afresh.
+        self.recent_stacks = RecentStacks::default();
+        self.count.counted()?;
+        SPLICED.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(Splice { end, ops }))
     }
 }
 
@@ -1870,7 +1898,7 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
             if start > at {
                 return Ok(None);
             }
-            let Some(mut region) = self.pending.take() else {
+            let Some(region) = self.pending.take() else {
                 return Ok(None);
             };
             if start < at {
@@ -1885,7 +1913,7 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
             self.tally.frames += region.frames.len() as u64;
             self.tally.stacks += region.stacks.len() as u64;
             self.tally.rows += region.rows.len() as u64;
-            let spliced = compactor.splice_region(heap, memo, &mut region, state);
+            let spliced = compactor.splice_region(heap, memo, region, state);
             self.splicing += started.elapsed();
             self.splicing_cpu += thread_cpu().saturating_sub(cpu_started);
             return spliced;
@@ -1902,6 +1930,7 @@ fn work(
     known: &KnownStrings,
     limits: &Limits,
 ) {
+    let mut worker = Worker::new(known, limits);
     loop {
         let index = shared.next_chunk.fetch_add(1, Ordering::Relaxed);
         let held_back = std::time::Instant::now();
@@ -1938,8 +1967,7 @@ fn work(
         add_elapsed(&shared.awaiting_bases_ns, awaiting);
         let decoding = std::time::Instant::now();
         let cpu_started = thread_cpu();
-        let region =
-            base.and_then(|memo_base| decode_region(data, chunk, memo_base, known, limits));
+        let region = base.and_then(|memo_base| decode_region(&mut worker, data, chunk, memo_base));
         add_elapsed(&shared.decoding_ns, decoding);
         let cpu = thread_cpu().saturating_sub(cpu_started).as_nanos();
         let cpu = u64::try_from(cpu).unwrap_or(u64::MAX);
@@ -2115,7 +2143,7 @@ mod tests {
                 for memo in [&mut one_by_one, &mut in_blocks] {
                     memo.extend((0..base).map(|i| Value::of(Kind::Str, i as usize)));
                 }
-                let laid_out = RegionMemo::of(base, puts.clone());
+                let laid_out = RegionMemo::of(base, &puts);
                 assert_eq!(laid_out.len(), puts.len(), "base {base}, {len} puts");
                 if base >= hot && len >= 200 {
                     assert!(!laid_out.blocks.is_empty(), "base {base}, {len} puts");
