@@ -624,6 +624,9 @@ struct Container {
     done: Option<W>,
 }
 
+/// Known strings a worker remembers in front of its map (see [`Worker::fetch`]).
+const RECENT_KNOWN: usize = 64;
+
 struct Worker<'a> {
     data: &'a [u8],
     known: &'a [Option<Arc<str>>],
@@ -651,6 +654,9 @@ struct Worker<'a> {
     string_of_bytes: FxHashMap<Box<[u8]>, u32>,
     string_of_text: FxHashMap<Arc<str>, u32>,
     string_of_known: FxHashMap<u32, u32>,
+    /// In front of `string_of_known`: (memo index + 1, local id) by index modulo its length;
+    /// 0 is no entry.
+    recent_known: [(u32, u32); RECENT_KNOWN],
     /// The field each local string names as a key.
     fields: Vec<Field>,
 }
@@ -684,6 +690,7 @@ impl<'a> Worker<'a> {
             string_of_bytes: FxHashMap::default(),
             string_of_text: FxHashMap::default(),
             string_of_known: FxHashMap::default(),
+            recent_known: [(0, 0); RECENT_KNOWN],
             fields: Vec::new(),
         }
     }
@@ -716,6 +723,7 @@ impl<'a> Worker<'a> {
         self.string_of_bytes.clear();
         self.string_of_text.clear();
         self.string_of_known.clear();
+        self.recent_known = [(0, 0); RECENT_KNOWN];
         self.fields.clear();
     }
 
@@ -876,19 +884,26 @@ impl<'a> Worker<'a> {
     #[inline]
     fn fetch(&mut self, index: u32) -> Result<W, Stop> {
         let Some(local) = index.checked_sub(self.region.memo_base) else {
-            if let Some(&id) = self.string_of_known.get(&index) {
-                return Ok(W::Str(StrRef::Local(id)));
+            // Most earlier fetches are of an entry's keys (a few known strings, fetched again
+            // and again: a small table answers them before the map) or of frames (not known
+            // strings: no map lookup at all).
+            let recent = &mut self.recent_known[index as usize % RECENT_KNOWN];
+            if recent.0 == index.wrapping_add(1) {
+                return Ok(W::Str(StrRef::Local(recent.1)));
             }
-            return Ok(
-                match self.known.get(index as usize).and_then(Option::clone) {
-                    Some(text) => {
-                        let id = self.string_id(text);
-                        self.string_of_known.insert(index, id);
-                        W::Str(StrRef::Local(id))
-                    }
-                    None => W::Earlier(index),
-                },
-            );
+            let Some(Some(text)) = self.known.get(index as usize) else {
+                return Ok(W::Earlier(index));
+            };
+            let id = match self.string_of_known.get(&index) {
+                Some(&id) => id,
+                None => {
+                    let id = self.string_id(text.clone());
+                    self.string_of_known.insert(index, id);
+                    id
+                }
+            };
+            self.recent_known[index as usize % RECENT_KNOWN] = (index.wrapping_add(1), id);
+            return Ok(W::Str(StrRef::Local(id)));
         };
         match *self.memo.get(local as usize).ok_or(Stop)? {
             value @ W::Str(_) => Ok(value),
