@@ -85,8 +85,9 @@ pub(crate) struct Chunk {
 /// Where the chunks of a framed (protocol 4-5) pickle start: found from its frame headers as
 /// the decode asks for them, so a pickle still landing is cut as its bytes arrive. Chunk `i`
 /// runs from bound `i` to bound `i + 1`, the last one to the end of the input; bounds are
-/// frame starts at least `chunk_bytes` apart. Only frame headers are read: each chunk's memo
-/// puts are counted by the worker that decodes it, right before (see [`MemoBases`]).
+/// frame starts at least `chunk_bytes` apart (the first few less: see
+/// [`ChunkPlan::least_bytes`]). Only frame headers are read: each chunk's memo puts are
+/// counted by the worker that decodes it, right before (see [`MemoBases`]).
 pub(crate) struct ChunkPlan<'a> {
     bytes: Landed<'a>,
     chunk_bytes: usize,
@@ -139,8 +140,9 @@ impl<'a> ChunkPlan<'a> {
             let next = walk.next();
             let mut bounds = self.bounds.lock().ok()?;
             let last = bounds.found.last().copied();
+            let least = self.least_bytes(bounds.found.len().saturating_sub(1));
             match next {
-                Some(start) if last.is_none_or(|last| start - last >= self.chunk_bytes) => {
+                Some(start) if last.is_none_or(|last| start - last >= least) => {
                     bounds.found.push(start);
                 }
                 Some(_) => {}
@@ -156,6 +158,18 @@ impl<'a> ChunkPlan<'a> {
                 }
             }
         }
+    }
+
+    /// The least bytes of chunk `index`. The first chunks are smaller (a sixteenth of the
+    /// rest, doubling): the main thread decodes the top of the file alone until it has met the
+    /// first trace entry, and every core waits on it meanwhile (8 ms of the 287 MB file's
+    /// 200 ms decode on 16 cores with a first chunk of 1 MiB).
+    fn least_bytes(&self, index: usize) -> usize {
+        let first = (self.chunk_bytes >> 4).max(1);
+        first
+            .checked_shl(index.min(4) as u32)
+            .unwrap_or(usize::MAX)
+            .min(self.chunk_bytes)
     }
 
     /// Bound `index` if the walk has settled it (`Some(None)`: there is none).
