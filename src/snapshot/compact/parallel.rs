@@ -591,17 +591,18 @@ fn is_entry_start(data: &[u8], at: usize, known: &[Option<Arc<str>>]) -> bool {
 
 /// Decodes the region of `chunk`: from its first entry start to the first entry start at or
 /// after its end (or where a worker must stop). `None` when the chunk holds no entry start.
-fn decode_region<'a>(
-    worker: &mut Worker<'a>,
-    data: &'a [u8],
+fn decode_region(
+    data: &[u8],
     chunk: Chunk,
     memo_base: u32,
+    known: &[Option<Arc<str>>],
+    limits: &Limits,
 ) -> Option<Region> {
     // The first entry start, counting the puts before it.
     let mut at = chunk.start;
     let mut puts = memo_base;
     while at < chunk.end {
-        if is_entry_start(data, at, worker.known) {
+        if is_entry_start(data, at, known) {
             break;
         }
         if data[at] == MEMOIZE {
@@ -612,7 +613,7 @@ fn decode_region<'a>(
     if at >= chunk.end {
         return None;
     }
-    worker.restart(data, at, puts);
+    let mut worker = Worker::new(data, known, limits, at, puts);
     // Room for as many rows as the bytes can hold, so the rows are not copied as they grow
     // (the unused room is address space only). Capped, and asked without aborting, so a chunk
     // that is one huge frame of a hostile file reserves no more than a normal one's worth.
@@ -624,7 +625,7 @@ fn decode_region<'a>(
         Err(stopped_at) => {
             // Decode again up to the entry that stopped it, so that nothing of that entry
             // (a frame or text it interned) is left in the tables.
-            worker.restart(data, at, puts);
+            let mut worker = Worker::new(data, known, limits, at, puts);
             worker.run(chunk.end, Some(stopped_at)).ok()?;
             worker.finish()
         }
@@ -651,8 +652,6 @@ struct Worker<'a> {
     marks: Vec<usize>,
     /// Memo values of this region, by index from `region.memo_base`.
     memo: Vec<W>,
-    /// Room for what the memo values became, as the splice sets them.
-    memo_outs: Vec<MemoOut>,
     dicts: Vec<Container>,
     lists: Vec<Container>,
     /// The items of the list being filled, by list (a `frames` list at a time in practice).
@@ -676,21 +675,29 @@ struct Worker<'a> {
 }
 
 impl<'a> Worker<'a> {
-    /// A worker for regions of `known`'s pickle, to be [`Worker::restart`]ed at each. One
-    /// worker serves all the regions a thread decodes, so its tables and stacks keep their
-    /// room from one to the next instead of being allocated (and their pages faulted in)
-    /// afresh for each.
-    fn new(known: &'a [Option<Arc<str>>], limits: &'a Limits) -> Self {
+    /// A worker for one region, from `start` of `data`, its first put at memo index
+    /// `memo_base`. (A worker per region, not per thread: a thread's worker kept its tables'
+    /// room while held back, and 16 of them cost the ten-times file about 20 MB at its peak.)
+    fn new(
+        data: &'a [u8],
+        known: &'a [Option<Arc<str>>],
+        limits: &'a Limits,
+        start: usize,
+        memo_base: u32,
+    ) -> Self {
         Self {
-            data: &[],
+            data,
             known,
             limits,
-            at: 0,
-            region: Region::default(),
+            at: start,
+            region: Region {
+                start: start as u64,
+                memo_base,
+                ..Region::default()
+            },
             stack: Vec::new(),
             marks: Vec::new(),
             memo: Vec::new(),
-            memo_outs: Vec::new(),
             dicts: Vec::new(),
             lists: Vec::new(),
             list_items: FxHashMap::default(),
@@ -709,43 +716,10 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// Forgets the region before and starts one at `start` of `data`, its first put at memo
-    /// index `memo_base`.
-    fn restart(&mut self, data: &'a [u8], start: usize, memo_base: u32) {
-        self.data = data;
-        self.at = start;
-        self.region = Region {
-            start: start as u64,
-            memo_base,
-            ..Region::default()
-        };
-        self.stack.clear();
-        self.marks.clear();
-        self.memo.clear();
-        self.dicts.clear();
-        self.lists.clear();
-        for (_, mut items) in self.list_items.drain() {
-            items.clear();
-            self.spare_items.push(items);
-        }
-        self.longs.clear();
-        self.frame_ids.clear();
-        self.stack_ids.clear();
-        self.earlier_stack_ids.clear();
-        self.text_ids.clear();
-        self.action_ids.clear();
-        self.string_of_bytes.clear();
-        self.string_of_text.clear();
-        self.string_of_known.clear();
-        self.recent_known = [(0, 0); RECENT_KNOWN];
-        self.fields.clear();
-    }
-
     /// The region decoded; `None` if one of its memo puts named something the splice cannot
     /// set (a container that became neither a frame, an entry nor a stack).
-    fn finish(&mut self) -> Option<Region> {
-        let mut memo = std::mem::take(&mut self.memo_outs);
-        memo.clear();
+    fn finish(mut self) -> Option<Region> {
+        let mut memo = Vec::with_capacity(self.memo.len());
         for value in &self.memo {
             memo.push(match *value {
                 W::Str(StrRef::Local(text)) => MemoOut::Str(text),
@@ -762,9 +736,8 @@ impl<'a> Worker<'a> {
             });
         }
         self.region.memo = RegionMemo::of(self.region.memo_base, &memo);
-        self.memo_outs = memo;
         self.region.end = self.at as u64;
-        Some(std::mem::take(&mut self.region))
+        Some(self.region)
     }
 
     /// Decodes top-level items until an entry starts at or after `end_hint`, a top-level
@@ -1959,7 +1932,6 @@ fn work(
     known: &KnownStrings,
     limits: &Limits,
 ) {
-    let mut worker = Worker::new(known, limits);
     loop {
         let index = shared.next_chunk.fetch_add(1, Ordering::Relaxed);
         let held_back = std::time::Instant::now();
@@ -1996,7 +1968,8 @@ fn work(
         add_elapsed(&shared.awaiting_bases_ns, awaiting);
         let decoding = std::time::Instant::now();
         let cpu_started = thread_cpu();
-        let region = base.and_then(|memo_base| decode_region(&mut worker, data, chunk, memo_base));
+        let region =
+            base.and_then(|memo_base| decode_region(data, chunk, memo_base, known, limits));
         add_elapsed(&shared.decoding_ns, decoding);
         let cpu = thread_cpu().saturating_sub(cpu_started).as_nanos();
         let cpu = u64::try_from(cpu).unwrap_or(u64::MAX);
