@@ -51,13 +51,6 @@ pub struct CountedBlock {
     pub base: Value,
 }
 
-impl CountedBlock {
-    /// The entries of the block that do not count up.
-    pub fn others(&self) -> usize {
-        Memo::BLOCK - self.counting.count_ones() as usize
-    }
-}
-
 /// 64 dense memo entries.
 #[derive(Debug, Clone, Copy)]
 struct Block {
@@ -173,7 +166,7 @@ impl Memo {
 
     /// Sets the entries from [`Memo::next_index`] on to `blocks`, as [`Memo::extend`] would one
     /// by one: each block's entries that count up from its base, the others taken in order
-    /// from `others` (as many as the blocks leave, [`CountedBlock::others`]).
+    /// from `others` (one for each bit a block leaves clear).
     ///
     /// When the next index starts a block past the hot entries (and no index is sparse), the
     /// blocks are taken as they are: the work a splice leaves the main thread is then one
@@ -187,9 +180,19 @@ impl Memo {
     ) {
         let at_block = (self.next_index() as usize).is_multiple_of(Self::BLOCK);
         if !(at_block && self.sparse.is_empty() && self.hot.len() == Self::HOT) {
-            let first = self.next_index();
-            for (index, value) in (first..).zip(block_values(blocks, others)) {
-                self.set(index, value);
+            let mut index = self.next_index();
+            for block in blocks {
+                let mut counted = 0;
+                for bit in 0..Self::BLOCK {
+                    let value = if block.counting & (1 << bit) != 0 {
+                        counted += 1;
+                        Value(block.base.0 + counted - 1)
+                    } else {
+                        others.next().unwrap_or(Value::NONE)
+                    };
+                    self.set(index, value);
+                    index = index.wrapping_add(1);
+                }
             }
             return;
         }
@@ -197,23 +200,8 @@ impl Memo {
         self.close_blocks(self.open.len());
         self.blocks.reserve(blocks.len());
         for block in blocks {
-            let first = Self::HOT + self.blocks.len() * Self::BLOCK;
-            let packed_at = u32::try_from(self.packed.len()).unwrap_or(u32::MAX);
-            for bit in 0..Self::BLOCK {
-                if block.counting & (1 << bit) != 0 {
-                    continue;
-                }
-                let value = others.next().unwrap_or(Value::NONE);
-                self.push_packed(first + bit, value);
-            }
-            if block.counting != 0 {
-                self.last_tag = block.base.payload() & Self::RECORD_TAGS;
-            }
-            self.blocks.push(Block {
-                counting: block.counting,
-                base: block.base,
-                packed_at,
-                rewritten: false,
+            self.push_block(block.counting, block.base, |_| {
+                others.next().unwrap_or(Value::NONE)
             });
         }
     }
@@ -227,44 +215,43 @@ impl Memo {
         }
     }
 
-    /// The entry at dense `index` of a block being made, when it does not count up.
+    /// Appends a block: the entries of `counting`'s bits count up from `base`, and
+    /// `value_at(bit)` is each other one, packed (or kept whole when it does not pack).
     #[inline]
-    fn push_packed(&mut self, index: usize, value: Value) {
-        let entry = Self::pack(value).unwrap_or_else(|| {
-            self.wide.insert(index as u32, value);
-            [0, 0, 0, 0, Self::WIDE]
+    fn push_block(&mut self, counting: u64, base: Value, mut value_at: impl FnMut(usize) -> Value) {
+        let first = Self::HOT + self.blocks.len() * Self::BLOCK;
+        let packed_at = u32::try_from(self.packed.len()).unwrap_or(u32::MAX);
+        for bit in 0..Self::BLOCK {
+            if counting & (1 << bit) != 0 {
+                continue;
+            }
+            let value = value_at(bit);
+            let entry = Self::pack(value).unwrap_or_else(|| {
+                self.wide.insert((first + bit) as u32, value);
+                [0, 0, 0, 0, Self::WIDE]
+            });
+            self.packed.push(entry);
+        }
+        if counting != 0 {
+            self.last_tag = base.payload() & Self::RECORD_TAGS;
+        }
+        self.blocks.push(Block {
+            counting,
+            base,
+            packed_at,
+            rewritten: false,
         });
-        self.packed.push(entry);
     }
 
     /// Moves the oldest `count` whole entries (a multiple of [`Memo::BLOCK`]) into blocks.
     #[cold]
     fn close_blocks(&mut self, count: usize) {
-        let first = Self::HOT + self.blocks.len() * Self::BLOCK;
-        for (b, values) in self.open[..count].chunks_exact(Self::BLOCK).enumerate() {
+        let open = std::mem::take(&mut self.open);
+        for values in open[..count].chunks_exact(Self::BLOCK) {
             let (counting, base) = Self::counting(values, self.last_tag);
-            if counting != 0 {
-                self.last_tag = base.payload() & Self::RECORD_TAGS;
-            }
-            let packed_at = u32::try_from(self.packed.len()).unwrap_or(u32::MAX);
-            for (bit, &value) in values.iter().enumerate() {
-                if counting & (1 << bit) != 0 {
-                    continue;
-                }
-                let index = first + b * Self::BLOCK + bit;
-                let entry = Self::pack(value).unwrap_or_else(|| {
-                    self.wide.insert(index as u32, value);
-                    [0, 0, 0, 0, Self::WIDE]
-                });
-                self.packed.push(entry);
-            }
-            self.blocks.push(Block {
-                counting,
-                base,
-                packed_at,
-                rewritten: false,
-            });
+            self.push_block(counting, base, |bit| values[bit]);
         }
+        self.open = open;
         self.open.drain(..count);
     }
 
@@ -354,27 +341,6 @@ impl Memo {
             None => None,
         }
     }
-}
-
-/// Every entry of `blocks`, in order: those that count up from their block's base, and the
-/// others from `others`.
-fn block_values(
-    blocks: &[CountedBlock],
-    mut others: impl Iterator<Item = Value>,
-) -> impl Iterator<Item = Value> {
-    blocks.iter().flat_map(move |block| {
-        let mut counted = 0;
-        (0..Memo::BLOCK)
-            .map(|bit| {
-                if block.counting & (1 << bit) != 0 {
-                    counted += 1;
-                    Value(block.base.0 + counted - 1)
-                } else {
-                    others.next().unwrap_or(Value::NONE)
-                }
-            })
-            .collect::<Vec<_>>()
-    })
 }
 
 #[cfg(test)]

@@ -246,7 +246,8 @@ fn no_finish(_: &mut Trace) {}
 /// parallel decode waits on: with 4, it waited 25-60 ms of the 287 MB file's 215 ms on the
 /// column threads on 16 cores; with 16, not at all), few enough that the rows waiting (a
 /// region's, ~0.6 MB, or a batch's, ~0.4 MB, each, and what is left of its region) stay a
-/// small part of the peak (16 cost the ten-times file about 12 MB more than 4).
+/// small part of the peak (16, with another change, cost the ten-times file about 12 MB more
+/// than 4 on the 16-core host).
 const IN_FLIGHT: usize = 8;
 
 /// A thread that applies every batch it is sent to its state `T`, and hands the state back

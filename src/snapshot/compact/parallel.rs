@@ -165,11 +165,7 @@ impl<'a> ChunkPlan<'a> {
     /// first trace entry, and every core waits on it meanwhile (8 ms of the 287 MB file's
     /// 200 ms decode on 16 cores with a first chunk of 1 MiB).
     fn least_bytes(&self, index: usize) -> usize {
-        let first = (self.chunk_bytes >> 4).max(1);
-        first
-            .checked_shl(index.min(4) as u32)
-            .unwrap_or(usize::MAX)
-            .min(self.chunk_bytes)
+        ((self.chunk_bytes >> 4).max(1) << index.min(4)).min(self.chunk_bytes)
     }
 
     /// Bound `index` if the walk has settled it (`Some(None)`: there is none).
@@ -441,13 +437,15 @@ impl RegionMemo {
         let mut blocks = Vec::with_capacity(whole.len() / Memo::BLOCK);
         let mut others = Vec::new();
         for puts in whole.chunks_exact(Memo::BLOCK) {
+            // The run starts at the block's first row (no bit set yet) and takes each row one
+            // past the last it took.
             let (mut counting, mut first_row, mut next) = (0u64, 0, None);
             for (bit, &put) in puts.iter().enumerate() {
-                match (put, next) {
-                    (MemoOut::Entry(row), None) => {
+                match put {
+                    MemoOut::Entry(row) if counting == 0 => {
                         (counting, first_row, next) = (1 << bit, row, row.checked_add(1));
                     }
-                    (MemoOut::Entry(row), Some(expected)) if row == expected => {
+                    MemoOut::Entry(row) if next == Some(row) => {
                         counting |= 1 << bit;
                         next = row.checked_add(1);
                     }
@@ -676,8 +674,8 @@ struct Worker<'a> {
 
 impl<'a> Worker<'a> {
     /// A worker for one region, from `start` of `data`, its first put at memo index
-    /// `memo_base`. (A worker per region, not per thread: a thread's worker kept its tables'
-    /// room while held back, and 16 of them cost the ten-times file about 20 MB at its peak.)
+    /// `memo_base`. (A worker per region, not per thread: a thread's worker would keep its
+    /// tables' room while held back; it saved page faults but no time on a 16-core host.)
     fn new(
         data: &'a [u8],
         known: &'a [Option<Arc<str>>],
@@ -874,9 +872,10 @@ impl<'a> Worker<'a> {
             // Most earlier fetches are of an entry's keys (a few known strings, fetched again
             // and again: a small table answers them before the map) or of frames (not known
             // strings: no map lookup at all).
-            let recent = &mut self.recent_known[index as usize % RECENT_KNOWN];
-            if recent.0 == index.wrapping_add(1) {
-                return Ok(W::Str(StrRef::Local(recent.1)));
+            let slot = index as usize % RECENT_KNOWN;
+            let (recent, id) = self.recent_known[slot];
+            if recent == index.wrapping_add(1) {
+                return Ok(W::Str(StrRef::Local(id)));
             }
             let Some(Some(text)) = self.known.get(index as usize) else {
                 return Ok(W::Earlier(index));
@@ -889,7 +888,7 @@ impl<'a> Worker<'a> {
                     id
                 }
             };
-            self.recent_known[index as usize % RECENT_KNOWN] = (index.wrapping_add(1), id);
+            self.recent_known[slot] = (index.wrapping_add(1), id);
             return Ok(W::Str(StrRef::Local(id)));
         };
         match *self.memo.get(local as usize).ok_or(Stop)? {
