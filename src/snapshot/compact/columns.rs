@@ -246,8 +246,9 @@ fn no_finish(_: &mut Trace) {}
 /// parallel decode waits on: with 4, it waited 25-60 ms of the 287 MB file's 215 ms on the
 /// column threads on 16 cores; with 16, not at all), few enough that the rows waiting (a
 /// region's, ~0.6 MB, or a batch's, ~0.4 MB, each, and what is left of its region) stay a
-/// small part of the peak (16, with another change, cost the ten-times file about 12 MB more
-/// than 4 on the 16-core host).
+/// small part of the peak. On the 16-core host, 16 against 8 gained the ten-times file no time
+/// beyond the host's noise, with the same peak once large buffers were freed at once (see
+/// `main.rs`; before that, 16 with another change cost it about 12 MB more).
 const IN_FLIGHT: usize = 8;
 
 /// A thread that applies every batch it is sent to its state `T`, and hands the state back
