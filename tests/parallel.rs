@@ -11,8 +11,8 @@ use snapview::analysis::{Analysis, Summary};
 use snapview::pickle::Landing;
 use snapview::pickle::scan::{FRAME, opcode_len};
 use snapview::snapshot::{
-    LoadError, LoadOptions, Parallel, Snapshot, load_landing_mapped, load_slice_following,
-    parallel_splices,
+    LoadError, LoadOptions, Parallel, Snapshot, load_landing_mapped, load_reader,
+    load_slice_following, parallel_splices,
 };
 use std::path::{Path, PathBuf};
 
@@ -193,6 +193,78 @@ fn fuzzed_inputs_fail_or_load_the_same() {
                 };
             }
             assert_same(&format!("{source} fuzz round {round}"), &mutated, 2);
+        }
+    }
+}
+
+/// Hands its bytes over one at a time: the pickle machine then never has more than one
+/// opcode's bytes buffered, so its loop decodes every opcode and its flat-dict path (which
+/// decodes a trace entry's opcodes from the bytes buffered) never runs.
+struct OneByteAtATime<'a>(&'a [u8]);
+
+impl std::io::Read for OneByteAtATime<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match (self.0.split_first(), buf.first_mut()) {
+            (Some((&byte, rest)), Some(first)) => {
+                *first = byte;
+                self.0 = rest;
+                Ok(1)
+            }
+            _ => Ok(0),
+        }
+    }
+}
+
+/// The machine's loop alone against the loop with its flat-dict path (what every other load
+/// runs): the same model and summary, or the same error, on every fixture, the hostile files
+/// and fuzzed fixtures.
+#[test]
+fn the_pickle_loop_alone_decodes_what_its_flat_dict_path_does() {
+    let one_at_a_time = |data: &[u8]| {
+        let options = LoadOptions {
+            threads: 1,
+            ..LoadOptions::default()
+        };
+        described(load_reader(OneByteAtATime(data), options))
+    };
+    let mut paths = pickles_under(&common::fixtures());
+    if let Ok(entries) = std::fs::read_dir("/work/shared/hostile") {
+        paths.extend(entries.flatten().map(|e| e.path()));
+    }
+    let mut loaded = 0;
+    for path in paths {
+        if !path.is_file() || std::fs::metadata(&path).map_or(true, |m| m.len() > 16 << 20) {
+            continue;
+        }
+        let data = std::fs::read(&path).expect("reads");
+        let expected = outcome(&data, SEQUENTIAL);
+        assert!(
+            one_at_a_time(&data) == expected,
+            "{}: the loop alone decodes it differently",
+            path.display()
+        );
+        loaded += usize::from(!expected.starts_with("error: "));
+    }
+    assert!(loaded > 30, "only {loaded} files loaded");
+    let mut rng = common::rng::Rng::new(0x0f1a_7d1c);
+    for source in ["mlp_small", "gpt2_adamw", "oom", "compile"] {
+        let data = std::fs::read(common::path_of(source)).expect("fixture");
+        for round in 0..40 {
+            let mut mutated = data.clone();
+            for _ in 0..1 + rng.below(4) {
+                let at = 2 + rng.below(mutated.len() - 2);
+                mutated[at] = match rng.below(3) {
+                    0 => rng.byte(),
+                    1 => mutated[at].wrapping_add(1),
+                    _ => {
+                        [b'(', b'u', 0x94, b'h', b'j', b'K', 0x8a, 0x8c, b'}', b']'][rng.below(10)]
+                    }
+                };
+            }
+            assert!(
+                one_at_a_time(&mutated) == outcome(&mutated, SEQUENTIAL),
+                "{source} fuzz round {round}: the loop alone decodes it differently"
+            );
         }
     }
 }

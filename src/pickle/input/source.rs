@@ -269,6 +269,19 @@ impl<S: Supply> Source<S> {
         Ok(&self.window.buf[start..start + n])
     }
 
+    /// The bytes already buffered and not yet read (possibly none), for a caller that decodes
+    /// several opcodes at once and then [`Source::consume`]s what it decoded.
+    #[inline]
+    pub(in crate::pickle) fn buffered(&self) -> &[u8] {
+        &self.window.buf[self.window.pos..self.window.end]
+    }
+
+    /// Marks `n` buffered bytes (at most [`Source::buffered`]'s length) as read.
+    #[inline]
+    pub(in crate::pickle) fn consume(&mut self, n: usize) {
+        self.window.pos = (self.window.pos + n).min(self.window.end);
+    }
+
     /// The `n` bytes just taken (n no more than the last `take`).
     pub(in crate::pickle) fn last(&self, n: usize) -> &[u8] {
         &self.window.buf[self.window.pos.saturating_sub(n)..self.window.pos]
