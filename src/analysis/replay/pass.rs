@@ -54,6 +54,28 @@ impl Addresses {
         }
     }
 
+    /// The state of `addr` before allocation `id` (the next one, not yet in `allocations`)
+    /// opens there, and `id` recorded as its last: one lookup where [`Addresses::state`] and
+    /// [`Addresses::set_last`] take two (an allocation is a third of a trace's events).
+    fn open(&mut self, allocations: &Allocations, addr: u64, id: AllocationId) -> Address {
+        let entry = self.last.entry(
+            Self::hash(addr),
+            |&other| allocations.addr(other as usize) == addr,
+            |&other| Self::hash(allocations.addr(other as usize)),
+        );
+        match entry {
+            hashbrown::hash_table::Entry::Occupied(mut last) => {
+                let address = state_after(allocations, *last.get());
+                *last.get_mut() = id;
+                address
+            }
+            hashbrown::hash_table::Entry::Vacant(slot) => {
+                slot.insert(id);
+                Address::default()
+            }
+        }
+    }
+
     /// Records `id`, already in `allocations`, as the last allocation at its address.
     fn set_last(&mut self, allocations: &Allocations, id: AllocationId) {
         let addr = allocations.addr(id as usize);
@@ -149,7 +171,7 @@ impl EventPass {
         match event.action {
             ActionCode::ALLOC => {
                 let id = self.allocations.len() as AllocationId;
-                let address = self.addresses.state(&self.allocations, event.addr);
+                let address = self.addresses.open(&self.allocations, event.addr, id);
                 self.allocations.push(Allocation {
                     addr: event.addr,
                     size: event.size,
@@ -160,7 +182,6 @@ impl EventPass {
                     version: address.frees,
                     origin: Origin::Traced,
                 });
-                self.addresses.set_last(&self.allocations, id);
                 self.event_allocations.open();
             }
             ActionCode::FREE_REQUESTED => self.held = Some(event),
