@@ -3,7 +3,9 @@
 //! One file on purpose: this is the hot loop of every load. `Machine::run` is one `match` over
 //! the opcodes, and the helpers around it (stack, mark and memo access, the string and
 //! `SETITEMS` paths) exist only for it, the frequent ones marked to be inlined into it; split,
-//! each piece would be read only next to the match. The [`Compactor`] trait stays beside the
+//! each piece would be read only next to the match. One path besides it: `flat_items`, the
+//! opcodes of a flat dict (every trace entry) in a loop of their own, tested against the loop
+//! alone (`tests/parallel.rs`). The [`Compactor`] trait stays beside the
 //! loop that calls it, since when it is called (right after a `SETITEMS` or before an `APPEND`)
 //! is its contract.
 
