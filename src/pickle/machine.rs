@@ -147,6 +147,15 @@ fn code_opcode(opcode: u8) -> Option<&'static str> {
     })
 }
 
+/// What ended [`Machine::flat_pairs`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FlatEnd {
+    SetItems,
+    Appends,
+    /// Anything else: the loop takes over.
+    Elsewhere,
+}
+
 struct Machine<'c, S> {
     input: Source<S>,
     heap: Heap,
@@ -507,8 +516,8 @@ impl<S: Supply> Machine<'_, S> {
 
     /// Right after an EMPTY_DICT: decodes the opcodes a flat dict is written with, `MEMOIZE
     /// MARK (key value [MEMOIZE])* SETITEMS` (every trace entry), with keys fetched from the
-    /// memo and values that are memo fetches, integers, a repeated short string or an empty
-    /// list. Each opcode is done exactly as the loop in [`Machine::run`] does it, from the
+    /// memo and values that are memo fetches, integers, a repeated short string or a list
+    /// (empty, or memo fetches up to its APPENDS: an entry's frames). Each opcode is done exactly as the loop in [`Machine::run`] does it, from the
     /// buffered bytes and without its per-opcode bookkeeping, and in a loop of its own whose
     /// branches follow the key-value rhythm (the loop's one dispatch for every opcode
     /// mispredicts often). It stops before anything else (another opcode, one cut off by the
@@ -516,12 +525,10 @@ impl<S: Supply> Machine<'_, S> {
     /// from there: nothing is decoded differently, only in fewer steps.
     #[inline(always)]
     fn flat_items(&mut self) -> Result<(), PickleError> {
-        let start = self.input.offset();
-        let bytes = self.input.buffered();
-        let room = usize::try_from(self.splice_at.saturating_sub(start)).unwrap_or(usize::MAX);
-        let bytes = &bytes[..bytes.len().min(room)];
         // The dict's MEMOIZE (the dict just pushed is above any MARK) and its MARK.
-        if bytes.get(..2) != Some(&[0x94, b'(']) || self.marks.len() >= self.limits.max_depth {
+        let room = self.splice_at.saturating_sub(self.input.offset());
+        let prologue = room >= 2 && self.input.buffered().get(..2) == Some(&[0x94, b'(']);
+        if !prologue || self.marks.len() >= self.limits.max_depth {
             return Ok(());
         }
         let index = self.memo.next_index();
@@ -530,8 +537,36 @@ impl<S: Supply> Machine<'_, S> {
             self.memo.set(index, dict);
         }
         self.marks.push(self.stack.len());
-        let mut i = 2;
-        let mut set_items = false;
+        self.input.consume(2);
+        loop {
+            let end = self.flat_pairs();
+            if end == FlatEnd::Elsewhere {
+                return Ok(());
+            }
+            // The SETITEMS or APPENDS, as the loop does it (its checks and messages included).
+            self.at = self.input.offset();
+            self.input.consume(1);
+            if end == FlatEnd::SetItems {
+                let from = self.pop_mark("SETITEMS")?;
+                let dict = self.below_mark(from, "SETITEMS")?;
+                return self.set_items_from(dict, from, "SETITEMS", true);
+            }
+            self.appends()?;
+        }
+    }
+
+    /// The key-value pairs of [`Machine::flat_items`] (and a `frames` list's items: MARK and
+    /// memo fetches), consumed; says what stopped them: a SETITEMS or APPENDS, not consumed,
+    /// for the caller to do, or anything else.
+    #[inline(always)]
+    fn flat_pairs(&mut self) -> FlatEnd {
+        // The bytes buffered, up to the offset a splice is next asked at.
+        let room = usize::try_from(self.splice_at.saturating_sub(self.input.offset()))
+            .unwrap_or(usize::MAX);
+        let bytes = self.input.buffered();
+        let bytes = &bytes[..bytes.len().min(room)];
+        let mut i = 0;
+        let mut end = FlatEnd::Elsewhere;
         loop {
             let key = match bytes.get(i) {
                 Some(b'h') => bytes.get(i + 1).map(|&index| (u32::from(index), 2)),
@@ -539,7 +574,34 @@ impl<S: Supply> Machine<'_, S> {
                     .get(i + 1..i + 5)
                     .map(|b| (u32::from_le_bytes([b[0], b[1], b[2], b[3]]), 5)),
                 Some(b'u') => {
-                    set_items = true;
+                    end = FlatEnd::SetItems;
+                    None
+                }
+                Some(b'(') if self.marks.len() < self.limits.max_depth => {
+                    // The items of a list just decoded as a value (an entry's frames): memo
+                    // fetches up to their APPENDS.
+                    self.marks.push(self.stack.len());
+                    i += 1;
+                    loop {
+                        let item = match bytes.get(i) {
+                            Some(b'h') => bytes.get(i + 1).map(|&index| (u32::from(index), 2)),
+                            Some(b'j') => bytes
+                                .get(i + 1..i + 5)
+                                .map(|b| (u32::from_le_bytes([b[0], b[1], b[2], b[3]]), 5)),
+                            Some(b'e') => {
+                                end = FlatEnd::Appends;
+                                None
+                            }
+                            _ => None,
+                        };
+                        let Some((index, len)) = item else { break };
+                        let Some(item) = self.memo.get(index) else {
+                            break;
+                        };
+                        self.heap.note_shared(item);
+                        self.stack.push(item);
+                        i += len;
+                    }
                     None
                 }
                 _ => None,
@@ -637,15 +699,7 @@ impl<S: Supply> Machine<'_, S> {
             }
         }
         self.input.consume(i);
-        if set_items {
-            // The SETITEMS, as the loop does it (its checks and messages included).
-            self.at = self.input.offset();
-            self.input.consume(1);
-            let from = self.pop_mark("SETITEMS")?;
-            let dict = self.below_mark(from, "SETITEMS")?;
-            self.set_items_from(dict, from, "SETITEMS", true)?;
-        }
-        Ok(())
+        end
     }
 
     fn mark(&mut self) -> Result<(), PickleError> {
