@@ -9,6 +9,7 @@
 mod common;
 
 use common::counting_alloc::{self, thread_peak_during as peak_during};
+use common::one_byte::OneByteAtATime;
 use common::rng::Rng;
 use snapview::pickle::{self, CHUNK_HEADROOM, Chunks, Limits, MAX_STRING_BYTES};
 use snapview::snapshot::{Compression, LoadError, LoadOptions, Snapshot, load_path, load_reader};
@@ -1034,22 +1035,6 @@ fn numbers(snapshot: &Snapshot) -> Numbers {
         addresses: traces.iter().flat_map(|t| t.addr.iter()).collect(),
         sizes: traces.iter().flat_map(|t| t.size.iter()).collect(),
         times: traces.iter().flat_map(|t| t.time_us.iter()).collect(),
-    }
-}
-
-/// Reads one byte per call: a pipe or a slow upload.
-struct OneByteAtATime<'a>(&'a [u8]);
-
-impl std::io::Read for OneByteAtATime<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        match (self.0.split_first(), buf.first_mut()) {
-            (Some((&byte, rest)), Some(slot)) => {
-                *slot = byte;
-                self.0 = rest;
-                Ok(1)
-            }
-            _ => Ok(0),
-        }
     }
 }
 

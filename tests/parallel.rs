@@ -6,6 +6,7 @@
 
 mod common;
 
+use common::one_byte::OneByteAtATime;
 use common::served::Served;
 use snapview::analysis::{Analysis, Summary};
 use snapview::pickle::Landing;
@@ -197,26 +198,9 @@ fn fuzzed_inputs_fail_or_load_the_same() {
     }
 }
 
-/// Hands its bytes over one at a time: the pickle machine then never has more than one
-/// opcode's bytes buffered, so its loop decodes every opcode and its flat-dict path (which
-/// decodes a trace entry's opcodes from the bytes buffered) never runs.
-struct OneByteAtATime<'a>(&'a [u8]);
-
-impl std::io::Read for OneByteAtATime<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        match (self.0.split_first(), buf.first_mut()) {
-            (Some((&byte, rest)), Some(first)) => {
-                *first = byte;
-                self.0 = rest;
-                Ok(1)
-            }
-            _ => Ok(0),
-        }
-    }
-}
-
-/// The machine's loop alone against the loop with its flat-dict path (what every other load
-/// runs): the same model and summary, or the same error, on every fixture, the hostile files
+/// The machine's loop alone (its bytes handed over one at a time, so its flat-dict path, which
+/// decodes a trace entry from the bytes buffered, never runs) against the loop with that path
+/// (what every other load runs): the same model and summary, or the same error, on every fixture, the hostile files
 /// and fuzzed fixtures.
 #[test]
 fn the_pickle_loop_alone_decodes_what_its_flat_dict_path_does() {

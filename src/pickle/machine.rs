@@ -156,6 +156,19 @@ enum FlatEnd {
     Elsewhere,
 }
 
+/// The memo index a BINGET or LONG_BINGET at `bytes[at]` names, and the opcode's length;
+/// `None` when its argument is cut off.
+#[inline(always)]
+fn memo_reference(bytes: &[u8], at: usize) -> Option<(u32, usize)> {
+    match bytes.get(at) {
+        Some(b'h') => bytes.get(at + 1).map(|&index| (u32::from(index), 2)),
+        Some(b'j') => bytes
+            .get(at + 1..at + 5)
+            .map(|b| (u32::from_le_bytes([b[0], b[1], b[2], b[3]]), 5)),
+        _ => None,
+    }
+}
+
 struct Machine<'c, S> {
     input: Source<S>,
     heap: Heap,
@@ -517,8 +530,9 @@ impl<S: Supply> Machine<'_, S> {
     /// Right after an EMPTY_DICT: decodes the opcodes a flat dict is written with, `MEMOIZE
     /// MARK (key value [MEMOIZE])* SETITEMS` (every trace entry), with keys fetched from the
     /// memo and values that are memo fetches, integers, a repeated short string or a list
-    /// (empty, or memo fetches up to its APPENDS: an entry's frames). Each opcode is done exactly as the loop in [`Machine::run`] does it, from the
-    /// buffered bytes and without its per-opcode bookkeeping, and in a loop of its own whose
+    /// (empty, or memo fetches up to its APPENDS: an entry's frames). Each opcode is done
+    /// exactly as the loop in [`Machine::run`] does it, from the buffered bytes and without its
+    /// per-opcode bookkeeping, and in a loop of its own whose
     /// branches follow the key-value rhythm (the loop's one dispatch for every opcode
     /// mispredicts often). It stops before anything else (another opcode, one cut off by the
     /// buffer's end, one that would fail, the offset a splice is asked at) and the loop goes on
@@ -569,10 +583,7 @@ impl<S: Supply> Machine<'_, S> {
         let mut end = FlatEnd::Elsewhere;
         loop {
             let key = match bytes.get(i) {
-                Some(b'h') => bytes.get(i + 1).map(|&index| (u32::from(index), 2)),
-                Some(b'j') => bytes
-                    .get(i + 1..i + 5)
-                    .map(|b| (u32::from_le_bytes([b[0], b[1], b[2], b[3]]), 5)),
+                Some(b'h' | b'j') => memo_reference(bytes, i),
                 Some(b'u') => {
                     end = FlatEnd::SetItems;
                     None
@@ -584,10 +595,7 @@ impl<S: Supply> Machine<'_, S> {
                     i += 1;
                     loop {
                         let item = match bytes.get(i) {
-                            Some(b'h') => bytes.get(i + 1).map(|&index| (u32::from(index), 2)),
-                            Some(b'j') => bytes
-                                .get(i + 1..i + 5)
-                                .map(|b| (u32::from_le_bytes([b[0], b[1], b[2], b[3]]), 5)),
+                            Some(b'h' | b'j') => memo_reference(bytes, i),
                             Some(b'e') => {
                                 end = FlatEnd::Appends;
                                 None
@@ -614,17 +622,9 @@ impl<S: Supply> Machine<'_, S> {
             self.stack.push(key);
             i += len;
             let value = match bytes.get(i) {
-                Some(b'h') => bytes.get(i + 1).and_then(|&index| {
-                    let value = self.memo.get(u32::from(index))?;
-                    i += 2;
-                    self.heap.note_shared(value);
-                    Some(value)
-                }),
-                Some(b'j') => bytes.get(i + 1..i + 5).and_then(|b| {
-                    let value = self
-                        .memo
-                        .get(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))?;
-                    i += 5;
+                Some(b'h' | b'j') => memo_reference(bytes, i).and_then(|(index, len)| {
+                    let value = self.memo.get(index)?;
+                    i += len;
                     self.heap.note_shared(value);
                     Some(value)
                 }),
@@ -644,26 +644,10 @@ impl<S: Supply> Machine<'_, S> {
                 }),
                 Some(0x8a) => {
                     let n = bytes.get(i + 1).map_or(usize::MAX, |&n| usize::from(n));
-                    let long = bytes.get(i + 2..(i + 2).saturating_add(n));
-                    // An address or a time (6-7 bytes): read as one word when 8 bytes are
-                    // there, and sign-extended from its length, as `Heap::push_long` reads it.
-                    let word = bytes.get(i + 2..i + 10).filter(|_| (1..=8).contains(&n));
-                    match (long, word) {
-                        (Some(_), Some(word)) => {
-                            let unused = 64 - 8 * n as u32;
-                            let raw = u64::from_le_bytes(word.try_into().unwrap_or([0; 8]));
-                            let value = ((raw << unused) as i64) >> unused;
-                            let value = Value::small_int(value)
-                                .unwrap_or_else(|| self.heap.push_long(&word[..n]));
-                            i += 2 + n;
-                            Some(value)
-                        }
-                        (Some(long), None) => {
-                            i += 2 + n;
-                            Some(self.heap.push_long(long))
-                        }
-                        (None, _) => None,
-                    }
+                    bytes.get(i + 2..(i + 2).saturating_add(n)).map(|long| {
+                        i += 2 + n;
+                        self.heap.push_long(long)
+                    })
                 }
                 Some(0x8c) => {
                     // Only the short string just decoded again ("N/A" in every entry); a new
