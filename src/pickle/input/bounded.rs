@@ -18,8 +18,12 @@ impl CompressedCount {
     }
 
     fn add(&self, n: usize) {
-        self.0
-            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        self.add_bytes(n as u64);
+    }
+
+    /// Counts `n` compressed bytes read elsewhere (a frame a worker thread decompressed).
+    pub(crate) fn add_bytes(&self, n: u64) {
+        self.0.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// `reader`, counting what is read through it into this count.
@@ -58,6 +62,11 @@ pub(crate) struct Capped<R> {
 }
 
 impl<R> Capped<R> {
+    /// The reader below.
+    pub(crate) fn get_mut(&mut self) -> &mut R {
+        &mut self.inner
+    }
+
     pub(crate) fn new(inner: R, limit: u64) -> Self {
         Self {
             inner,

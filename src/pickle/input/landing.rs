@@ -20,6 +20,11 @@ pub struct Landing {
     cut: AtomicBool,
     /// Set when the readers are done (their decode ended, or failed): none waits any more.
     unread: AtomicBool,
+    /// The furthest byte a reader has waited for: a writer whose room costs memory (see
+    /// [`Landing::room_until`]) keeps within a window past it.
+    wanted: AtomicUsize,
+    /// Bytes before this were read and handed back by the readers.
+    released: AtomicUsize,
     /// Held only to wait and to wake: the counters above are read without it.
     lock: Mutex<()>,
     moved: Condvar,
@@ -64,6 +69,46 @@ impl Landing {
         self.wake();
     }
 
+    /// The readers have read, and handed back, the first `bytes` bytes.
+    pub fn released(&self, bytes: usize) {
+        self.released.fetch_max(bytes, Ordering::Release);
+        self.wake();
+    }
+
+    /// Waits until bytes past `landed` may land, and says how far: `window` past the furthest
+    /// byte a reader has waited for or handed back. For a writer whose room costs memory (an
+    /// input decompressed into memory), so it runs at most a window ahead of its readers and
+    /// never holds back a byte a reader waits for. `None` once the readers are done (nothing
+    /// more needs to land).
+    pub fn room_until(&self, landed: usize, window: usize) -> Option<usize> {
+        let until = || {
+            let read = self
+                .wanted
+                .load(Ordering::Acquire)
+                .max(self.released.load(Ordering::Acquire));
+            Some(read.saturating_add(window.max(1))).filter(|&until| until > landed)
+        };
+        let done = || self.unread.load(Ordering::Acquire);
+        if let Some(until) = until() {
+            return (!done()).then_some(until);
+        }
+        let Ok(mut guard) = self.lock.lock() else {
+            return None;
+        };
+        loop {
+            if done() {
+                return None;
+            }
+            if let Some(until) = until() {
+                return Some(until);
+            }
+            guard = match self.moved.wait(guard) {
+                Ok(guard) => guard,
+                Err(_) => return None,
+            };
+        }
+    }
+
     /// Whether readers wait no more: the input ended, or its readers are done.
     fn waits_no_more(&self) -> bool {
         self.ended.load(Ordering::Acquire) || self.unread.load(Ordering::Acquire)
@@ -74,6 +119,10 @@ impl Landing {
         let landed = self.landed.load(Ordering::Acquire);
         if landed >= wanted || self.waits_no_more() {
             return landed;
+        }
+        // A writer held to a window past what readers wait for may now land these.
+        if self.wanted.fetch_max(wanted, Ordering::AcqRel) < wanted {
+            self.wake();
         }
         let Ok(mut guard) = self.lock.lock() else {
             return self.landed.load(Ordering::Acquire);
@@ -134,6 +183,11 @@ impl<'a> Landed<'a> {
     /// The whole input: waits for its end.
     pub fn all(&self) -> &'a [u8] {
         self.upto(usize::MAX)
+    }
+
+    /// What tells how far the bytes have landed, unless they are whole.
+    pub fn tracker(&self) -> Option<&'a Landing> {
+        self.landing
     }
 
     /// The room the bytes land in (the whole input's size, when it is whole).

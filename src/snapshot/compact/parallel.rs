@@ -28,8 +28,8 @@ use super::{
 use crate::pickle::scan::FrameStarts;
 use crate::pickle::scan::{FRAME, MEMOIZE, count_memo_puts, frame_starts};
 use crate::pickle::{
-    CountedBlock, Heap, Kind, Landed, Limits, MachineState, Memo, PickleError, Splice, SpliceOp,
-    Value,
+    CountedBlock, Heap, Kind, Landed, Landing, Limits, MachineState, Memo, PickleError, Splice,
+    SpliceOp, Value,
 };
 use crate::snapshot::follow::TraceFollower;
 use crate::snapshot::{ActionCode, FrameId, StackId, StackTable};
@@ -1674,6 +1674,8 @@ pub(crate) struct Splicer<'scope, 'env> {
     /// The file's map, when `data` is one: pages the decode has passed are handed back (by
     /// the workers, see [`PageRelease`]).
     map: Option<&'env memmap2::Mmap>,
+    /// The scratch file `map` is of, if it is one (see [`MappedFile`]).
+    scratch: Option<&'env std::fs::File>,
     /// How long the main thread waited for the workers' regions (logged at debug level: the
     /// time the workers, not the splice, set the pace).
     waited: std::time::Duration,
@@ -1723,6 +1725,10 @@ impl Drop for Splicer<'_, '_> {
 pub(crate) struct MappedFile<'a> {
     pub(crate) map: &'a memmap2::Mmap,
     pub(crate) file: &'a std::fs::File,
+    /// The file is the decode's own scratch in memory (a decompressed input, see
+    /// `load::zstd_frames`): pages passed are cut out of it, which frees them, where handing a
+    /// disk file's pages back only drops this process's view of them.
+    pub(crate) scratch: bool,
 }
 
 /// Hands the whole pages of `map[start..end]` back to the kernel.
@@ -1778,6 +1784,11 @@ struct WorkShared<'env> {
 /// so a large file does not stay resident as it is decoded.
 struct PageRelease<'a> {
     map: &'a memmap2::Mmap,
+    /// The scratch file the map is of, whose pages are cut out too (see [`MappedFile`]).
+    scratch: Option<&'a std::fs::File>,
+    /// Told of what was handed back, when the bytes are landing (their writer may then land
+    /// more, see [`Landing::room_until`]).
+    landing: Option<&'a Landing>,
     /// The main thread reads on from here, and every chunk a worker has not finished starts
     /// after it.
     passed: AtomicUsize,
@@ -1795,9 +1806,49 @@ impl PageRelease<'_> {
         let end = self.passed.load(Ordering::Relaxed);
         if end >= *released + RELEASE_STEP {
             release_pages(self.map, *released, end);
+            if let Some(file) = self.scratch {
+                // A step behind what is handed back: a read of a page cut out gives zeros, not
+                // the bytes, so this keeps a step's margin behind the readers' position.
+                cut_out(
+                    file,
+                    released.saturating_sub(RELEASE_STEP),
+                    end.saturating_sub(RELEASE_STEP),
+                );
+            }
+            if let Some(landing) = self.landing {
+                landing.released(end);
+            }
             *released = end;
         }
     }
+}
+
+/// Frees the whole pages of `file[start..end]` (a scratch file in memory: reads of them give
+/// zeros afterwards).
+fn cut_out(file: &std::fs::File, start: usize, end: usize) {
+    use std::os::fd::AsRawFd;
+    const PAGE: usize = 4096;
+    let first = start.div_ceil(PAGE) * PAGE;
+    let last = end / PAGE * PAGE;
+    let (Ok(offset), Ok(len)) = (
+        libc::off_t::try_from(first),
+        libc::off_t::try_from(last.saturating_sub(first)),
+    ) else {
+        return;
+    };
+    if len == 0 {
+        return;
+    }
+    // SAFETY: a plain system call on a file descriptor this process holds open; it changes
+    // the file's contents (to zeros), never this process's memory mappings' validity.
+    let _ = unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            offset,
+            len,
+        )
+    };
 }
 
 impl Drop for Workers<'_> {
@@ -1829,6 +1880,7 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
             pending: None,
             workers: None,
             map: None,
+            scratch: None,
             waited: std::time::Duration::ZERO,
             splicing: std::time::Duration::ZERO,
             splicing_cpu: std::time::Duration::ZERO,
@@ -1838,10 +1890,12 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
 
     /// Hands the pages of `map` (which `data` is) back to the kernel once every thread has
     /// read past them, so a large file does not stay resident as it is decoded.
-    pub(crate) fn releasing(mut self, map: &'env memmap2::Mmap) -> Self {
+    pub(crate) fn releasing(mut self, mapped: MappedFile<'env>) -> Self {
         let room = self.bytes.upto(0);
-        if std::ptr::eq(map.as_ptr(), room.as_ptr()) && map.len() == self.bytes.room() {
-            self.map = Some(map);
+        if std::ptr::eq(mapped.map.as_ptr(), room.as_ptr()) && mapped.map.len() == self.bytes.room()
+        {
+            self.map = Some(mapped.map);
+            self.scratch = mapped.scratch.then_some(mapped.file);
         }
         self
     }
@@ -1913,6 +1967,8 @@ impl<'scope, 'env> Splicer<'scope, 'env> {
             awaiting_bases_ns: AtomicU64::new(0),
             pages: self.map.map(|map| PageRelease {
                 map,
+                scratch: self.scratch,
+                landing: self.bytes.tracker(),
                 passed: AtomicUsize::new(0),
                 released: Mutex::new(0),
             }),

@@ -2,6 +2,9 @@
 //! build the model.
 
 mod readers;
+mod zstd_frames;
+
+pub use zstd_frames::frames_decompressed_in_parallel;
 
 use super::build::{ShapeError, TraceCompactor, build};
 use super::compact::parallel::{ChunkPlan, MappedFile, Parallel, Splicer, Splicing};
@@ -137,9 +140,14 @@ pub fn load_path_following<F: TraceFollower>(
             let mapped = MappedFile {
                 map: &map,
                 file: &file,
+                scratch: false,
             };
             return load_map_following(mapped, options, Parallel::with_threads(options.threads));
         }
+    }
+    if options.threads >= PARALLEL_THREADS && zstd_frames::has_frames(&file, size) {
+        let parallel = Parallel::with_threads(options.threads);
+        return zstd_frames::load(&file, size, options, parallel, zstd_frames::LANDING_WINDOW);
     }
     if size < READ_AHEAD_FROM {
         return load_reader_following(file, options);
@@ -166,6 +174,24 @@ pub fn load_path_following<F: TraceFollower>(
 pub fn decodes_in_parallel(threads: usize, size: u64, head: Option<&[u8]>) -> bool {
     let framed = head.is_none_or(|head| matches!(head.get(..2), Some([0x80, 4..=5])));
     threads >= PARALLEL_THREADS && size >= PARALLEL_FROM && framed
+}
+
+/// Loads the zstd file at `path` as [`load_path`] does on 3 threads or more when it holds
+/// several frames (decompressed on worker threads, decoded as they land), with `parallel`'s
+/// chunks and at most `window` decompressed bytes ahead of the decoder: knobs for the tests,
+/// which force both down. `None` when the file has fewer than two frames the workers may take.
+pub fn load_zstd_frames(
+    path: &Path,
+    options: LoadOptions<'_>,
+    parallel: Parallel,
+    window: usize,
+) -> Option<Result<Snapshot, LoadError>> {
+    let file = std::fs::File::open(path).ok()?;
+    let size = file.metadata().ok()?.len();
+    zstd_frames::has_frames(&file, size).then(|| {
+        zstd_frames::load::<()>(&file, size, options, parallel, window)
+            .map(|(snapshot, _)| snapshot)
+    })
 }
 
 /// The parallel decoder is used from this many threads on. Its workers spend about twice the
@@ -236,16 +262,44 @@ pub fn load_landing_mapped<F: TraceFollower>(
     options: LoadOptions<'_>,
     parallel: Parallel,
 ) -> Result<WithFollowerOutcome<F>, LoadError> {
-    // SAFETY: as for `load_path`; the file's writer sized it to `room` bytes before any read
-    // and shortens it only after this load ends, so every page of the map is backed by the
-    // file while it is read.
+    load_landing_map(file, room, landing, options, parallel, false)
+}
+
+/// [`load_landing_mapped`] of a scratch file in memory that decompressed bytes land in (see
+/// `zstd_frames`): its pages are cut out as the decode passes them.
+fn load_landing_scratch<F: TraceFollower>(
+    file: &std::fs::File,
+    room: u64,
+    landing: &Landing,
+    options: LoadOptions<'_>,
+    parallel: Parallel,
+) -> Result<WithFollowerOutcome<F>, LoadError> {
+    load_landing_map(file, room, landing, options, parallel, true)
+}
+
+fn load_landing_map<F: TraceFollower>(
+    file: &std::fs::File,
+    room: u64,
+    landing: &Landing,
+    options: LoadOptions<'_>,
+    parallel: Parallel,
+    scratch: bool,
+) -> Result<WithFollowerOutcome<F>, LoadError> {
+    // SAFETY: as for `load_path`; the file's writer (an upload's, or the thread that fills a
+    // scratch file) sized it to `room` bytes before any read and shortens it only after this
+    // load ends, so every page of the map is backed by the file while it is read (a page cut
+    // out of a scratch file reads as zeros, not a fault).
     let map = usize::try_from(room)
         .ok()
         .and_then(|room| unsafe { memmap2::MmapOptions::new().len(room).map(file) }.ok());
     let Some(map) = map else {
         return load_reader_following(LandingReader::new(file, landing), options);
     };
-    let mapped = MappedFile { map: &map, file };
+    let mapped = MappedFile {
+        map: &map,
+        file,
+        scratch,
+    };
     load_in_memory(
         Landed::landing(&map, landing),
         Some(mapped),
@@ -285,7 +339,7 @@ fn load_in_memory<F: TraceFollower>(
             Some(plan) => {
                 let mut splicer = Splicer::new(scope, bytes, plan, parallel.threads, limits);
                 if let Some(mapped) = mapped {
-                    splicer = splicer.releasing(mapped.map);
+                    splicer = splicer.releasing(mapped);
                 }
                 let mut splicing = Splicing {
                     compactor: &mut compactor,

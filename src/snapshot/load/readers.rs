@@ -211,7 +211,7 @@ impl<R: BufRead> Read for ZstdFrames<R> {
 
 /// A zstd decoding error as an io error: `UnexpectedEof` if the input ran out, else
 /// `InvalidData`.
-fn zstd_error(error: impl std::error::Error + Send + Sync + 'static) -> std::io::Error {
+pub(super) fn zstd_error(error: impl std::error::Error + Send + Sync + 'static) -> std::io::Error {
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&error);
     let mut kind = std::io::ErrorKind::InvalidData;
     while let Some(e) = cause {

@@ -1,0 +1,634 @@
+//! A zstd file of several frames, decompressed on every core. `pzstd` writes a frame for every
+//! few MiB of input (and `cat a.zst b.zst` one per file), and a frame decompresses on its own,
+//! so:
+//!
+//! - [`FrameWalk`] finds the frames from their headers: a block's header gives its compressed
+//!   size, so nothing is decompressed to find where a frame ends;
+//! - [`ParallelFrames`] decompresses them on worker threads and yields their bytes in file
+//!   order, as a [`Read`] (under the same [`Capped`] bounds as a single-thread decompressor);
+//! - [`load`] lands those bytes in a scratch file in memory that the parallel pickle decoder
+//!   reads as they land (as it reads an upload), at most a window ahead of its readers, and cuts
+//!   out the pages the decoder has passed: memory stays a few windows, not the decompressed
+//!   file.
+//!
+//! Anything the walk does not expect (a frame with a dictionary, a window or a frame beyond
+//! the bounds below, a reserved bit, a cut header) ends the walk there: from that frame on the
+//! single-thread decompressor reads the rest, so its errors and limits are the ones a user
+//! gets, word for word.
+
+use super::readers::{ZstdFrames, zstd_error};
+use super::{LoadError, LoadOptions, WithFollowerOutcome};
+use crate::pickle::{self, Capped, CompressedCount, Landing, PickleError};
+use crate::snapshot::Compression;
+use crate::snapshot::compact::parallel::Parallel;
+use crate::snapshot::follow::TraceFollower;
+use std::fs::File;
+use std::io::{BufReader, Read};
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::{Arc, Mutex};
+
+/// A frame's window (the history its decoder keeps) at most: `zstd -19` uses 8 MiB, pzstd's
+/// levels up to 4 MiB. Each worker keeps one, so a frame declaring more is left to the
+/// single-thread decompressor.
+const MAX_WINDOW: u64 = 32 << 20;
+
+/// A frame's compressed bytes at most (each worker holds its frame's whole): pzstd's are
+/// under 1 MiB.
+const MAX_FRAME_BYTES: u64 = 64 << 20;
+
+/// Blocks per frame at most: a frame of full blocks (128 KiB each) holds 256 MiB this way; a
+/// frame of many tiny blocks (a bomb of RLE blocks) would make the walk itself long.
+const MAX_BLOCKS: usize = 2048;
+
+/// Bytes a worker hands over at a time.
+const PIECE: usize = 1 << 20;
+
+/// Pieces a worker may have decompressed ahead of the reader: a pzstd frame is 4-8 MiB, so a
+/// worker ahead finishes its frame and starts the next one.
+const PIECES_AHEAD: usize = 8;
+
+/// Decompressed bytes landed at most past what the decoder has asked for: the pickle decoder's
+/// workers ask a few regions ahead of the splice already (16 MiB and 32 MiB read the ten-times
+/// file as fast on the 16-core host).
+pub(super) const LANDING_WINDOW: usize = 16 << 20;
+
+/// Frames decompressed by worker threads in this process, so tests can tell that the parallel
+/// path ran.
+static FRAMES: AtomicU64 = AtomicU64::new(0);
+
+/// Frames of zstd files decompressed on worker threads so far in this process.
+pub fn frames_decompressed_in_parallel() -> u64 {
+    FRAMES.load(Ordering::Relaxed)
+}
+
+/// One stretch of the compressed file for a worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Job {
+    /// A whole frame, `start..end`.
+    Frame { start: u64, end: u64 },
+    /// Everything from `start` on, for the single-thread decompressor.
+    Rest { start: u64 },
+}
+
+/// Walks a zstd file's frames from their headers (see the module's comment).
+struct FrameWalk<'a> {
+    file: &'a File,
+    size: u64,
+    at: u64,
+    /// The rest was handed out (or the file ended): no more jobs.
+    done: bool,
+}
+
+impl<'a> FrameWalk<'a> {
+    fn new(file: &'a File, size: u64) -> Self {
+        Self {
+            file,
+            size,
+            at: 0,
+            done: false,
+        }
+    }
+
+    /// The next job, `None` once the file is handed out.
+    fn next_job(&mut self) -> Option<Job> {
+        if self.done {
+            return None;
+        }
+        loop {
+            if self.at >= self.size {
+                self.done = true;
+                return None;
+            }
+            match self.step() {
+                Some(Step::Skipped(end)) => self.at = end,
+                Some(Step::Frame(end)) => {
+                    let job = Job::Frame {
+                        start: self.at,
+                        end,
+                    };
+                    self.at = end;
+                    return Some(job);
+                }
+                None => {
+                    self.done = true;
+                    return Some(Job::Rest { start: self.at });
+                }
+            }
+        }
+    }
+
+    /// The frame at `self.at`, if it is one a worker may take.
+    fn step(&self) -> Option<Step> {
+        let mut head = [0u8; 18];
+        let n = self.read_at(self.at, &mut head)?;
+        let head = &head[..n];
+        let magic = u32::from_le_bytes(head.get(..4)?.try_into().ok()?);
+        if magic & 0xffff_fff0 == 0x184d_2a50 {
+            let length = u32::from_le_bytes(head.get(4..8)?.try_into().ok()?);
+            let end = self.at.checked_add(8 + u64::from(length))?;
+            return (end <= self.size).then_some(Step::Skipped(end));
+        }
+        if magic != 0xfd2f_b528 {
+            return None;
+        }
+        let descriptor = *head.get(4)?;
+        let (content_flag, single_segment) = (descriptor >> 6, descriptor & 0x20 != 0);
+        let (reserved, checksum, dictionary) = (
+            descriptor & 0x08 != 0,
+            descriptor & 0x04 != 0,
+            descriptor & 0x03,
+        );
+        if reserved || dictionary != 0 {
+            return None;
+        }
+        let mut at = 5;
+        let window = if single_segment {
+            None
+        } else {
+            let descriptor = *head.get(at)?;
+            at += 1;
+            let base = 1u64 << (10 + u32::from(descriptor >> 3));
+            Some(base + base / 8 * u64::from(descriptor & 7))
+        };
+        let content_bytes = match (content_flag, single_segment) {
+            (0, false) => 0,
+            (0, true) => 1,
+            (1, _) => 2,
+            (2, _) => 4,
+            _ => 8,
+        };
+        let content = head.get(at..at + content_bytes)?;
+        at += content_bytes;
+        let content = content
+            .iter()
+            .rev()
+            .fold(0u64, |sum, &byte| (sum << 8) | u64::from(byte))
+            + if content_bytes == 2 { 256 } else { 0 };
+        // A single-segment frame's window is its whole content.
+        if window.unwrap_or(content) > MAX_WINDOW {
+            return None;
+        }
+        let mut block = self.at + at as u64;
+        for _ in 0..MAX_BLOCKS {
+            let mut header = [0u8; 3];
+            if self.read_at(block, &mut header)? < 3 {
+                return None;
+            }
+            let header =
+                u32::from(header[0]) | u32::from(header[1]) << 8 | u32::from(header[2]) << 16;
+            let (last, kind, size) = (header & 1 != 0, (header >> 1) & 3, u64::from(header >> 3));
+            let stored = match kind {
+                0 | 2 => size,
+                1 => 1,
+                _ => return None,
+            };
+            block = block.checked_add(3 + stored)?;
+            if last {
+                let end = block + if checksum { 4 } else { 0 };
+                let fits = end <= self.size && end - self.at <= MAX_FRAME_BYTES;
+                return fits.then_some(Step::Frame(end));
+            }
+            if block - self.at > MAX_FRAME_BYTES {
+                return None;
+            }
+        }
+        None
+    }
+
+    /// Reads what there is of `buf` at `offset`: `None` if the read fails.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Option<usize> {
+        let want = usize::try_from(self.size.saturating_sub(offset))
+            .unwrap_or(usize::MAX)
+            .min(buf.len());
+        self.file
+            .read_exact_at(&mut buf[..want], offset)
+            .ok()
+            .map(|()| want)
+    }
+}
+
+enum Step {
+    /// A skippable frame, ending here.
+    Skipped(u64),
+    /// A frame a worker may take, ending here.
+    Frame(u64),
+}
+
+/// Whether the zstd file `file` holds two frames or more that workers may take: otherwise one
+/// thread decompresses it as well.
+pub(super) fn has_frames(file: &File, size: u64) -> bool {
+    let mut walk = FrameWalk::new(file, size);
+    matches!(walk.next_job(), Some(Job::Frame { .. }))
+        && matches!(walk.next_job(), Some(Job::Frame { .. }))
+}
+
+/// A frame handed to the reader: its compressed bytes (counted when its output is read) and
+/// its output, piece by piece.
+struct Output {
+    compressed: u64,
+    pieces: Receiver<std::io::Result<Vec<u8>>>,
+}
+
+/// The frames of a zstd file, decompressed by worker threads and read in file order (see the
+/// module's comment). Dropping it stops the workers (their sends fail).
+pub(super) struct ParallelFrames {
+    outputs: Receiver<Output>,
+    current: Option<Output>,
+    piece: Vec<u8>,
+    at: usize,
+    compressed: CompressedCount,
+}
+
+impl ParallelFrames {
+    /// Starts `threads` workers in `scope` on `file`'s frames; the compressed bytes they take
+    /// are added to `compressed` as their output is read.
+    pub(super) fn start<'scope>(
+        scope: &'scope std::thread::Scope<'scope, '_>,
+        file: &'scope File,
+        size: u64,
+        threads: usize,
+        compressed: CompressedCount,
+    ) -> Self {
+        let walk = Arc::new(Mutex::new(FrameWalk::new(file, size)));
+        // Each worker hands over one frame at a time, in the order it took them.
+        let (sender, outputs) = sync_channel(threads);
+        for _ in 0..threads.max(1) {
+            let (walk, sender, compressed) = (walk.clone(), sender.clone(), compressed.clone());
+            let spawned = std::thread::Builder::new()
+                .name("snapview-unzstd".into())
+                .spawn_scoped(scope, move || work(&walk, &sender, file, size, &compressed));
+            if spawned.is_err() {
+                break;
+            }
+        }
+        Self {
+            outputs,
+            current: None,
+            piece: Vec::new(),
+            at: 0,
+            compressed,
+        }
+    }
+
+    /// Reads the rest of the frame being read, checking it (its checksum): what a
+    /// single-thread decompressor checks when its reader asks for one byte past the pickle.
+    pub(super) fn finish_frame(&mut self) -> std::io::Result<()> {
+        if let Some(output) = self.current.take() {
+            for piece in &output.pieces {
+                piece?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Read for ParallelFrames {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            if self.at < self.piece.len() {
+                let n = buf.len().min(self.piece.len() - self.at);
+                buf[..n].copy_from_slice(&self.piece[self.at..self.at + n]);
+                self.at += n;
+                return Ok(n);
+            }
+            let output = match &self.current {
+                Some(output) => output,
+                None => match self.outputs.recv() {
+                    Ok(output) => {
+                        self.compressed.add_bytes(output.compressed);
+                        self.current.insert(output)
+                    }
+                    // Every worker is done and every frame read.
+                    Err(_) => return Ok(0),
+                },
+            };
+            match output.pieces.recv() {
+                Ok(piece) => {
+                    self.piece = piece?;
+                    self.at = 0;
+                }
+                Err(_) => self.current = None,
+            }
+        }
+    }
+}
+
+/// A worker: takes the next job (in file order, under the walk's lock, which is also when its
+/// output joins the reader's queue) until there is none or the reader is gone.
+fn work(
+    walk: &Mutex<FrameWalk<'_>>,
+    outputs: &SyncSender<Output>,
+    file: &File,
+    size: u64,
+    compressed: &CompressedCount,
+) {
+    loop {
+        let (pieces, receiver) = sync_channel(PIECES_AHEAD);
+        let job = {
+            let Ok(mut walk) = walk.lock() else { return };
+            let Some(job) = walk.next_job() else { return };
+            let counted = match job {
+                Job::Frame { start, end } => end - start,
+                // The single-thread decompressor counts what it reads itself.
+                Job::Rest { .. } => 0,
+            };
+            let output = Output {
+                compressed: counted,
+                pieces: receiver,
+            };
+            if outputs.send(output).is_err() {
+                return;
+            }
+            job
+        };
+        let sent = match job {
+            Job::Frame { start, end } => {
+                FRAMES.fetch_add(1, Ordering::Relaxed);
+                decompress_frame(file, start, end, &pieces)
+            }
+            Job::Rest { start } => decompress_rest(file, start, size, compressed, &pieces),
+        };
+        if sent.is_err() {
+            return;
+        }
+    }
+}
+
+/// The reader is gone: the worker stops.
+struct Gone;
+
+/// Decompresses the frame at `start..end` and sends it piece by piece, then its error if it
+/// fails (after what it decompressed before failing, as a single-thread decompressor would
+/// have yielded it).
+fn decompress_frame(
+    file: &File,
+    start: u64,
+    end: u64,
+    pieces: &SyncSender<std::io::Result<Vec<u8>>>,
+) -> Result<(), Gone> {
+    use ruzstd::decoding::{BlockDecodingStrategy, FrameDecoder};
+    let send = |piece| pieces.send(piece).map_err(|_| Gone);
+    let mut compressed = vec![0u8; usize::try_from(end - start).unwrap_or(0)];
+    if let Err(error) = file.read_exact_at(&mut compressed, start) {
+        return send(Err(error));
+    }
+    let mut source = &compressed[..];
+    let mut frame = FrameDecoder::new();
+    if let Err(error) = frame.reset(&mut source) {
+        return send(Err(zstd_error(error)));
+    }
+    while !frame.is_finished() {
+        let decoded = frame.decode_blocks(&mut source, BlockDecodingStrategy::UptoBytes(PIECE));
+        // While the frame is unfinished, its window stays behind for the blocks to come.
+        if (decoded.is_err() || frame.can_collect() >= PIECE)
+            && let Some(piece) = frame.collect().filter(|piece| !piece.is_empty())
+        {
+            send(Ok(piece))?;
+        }
+        if let Err(error) = decoded {
+            return send(Err(zstd_error(error)));
+        }
+    }
+    if let Some(piece) = frame.collect().filter(|piece| !piece.is_empty()) {
+        send(Ok(piece))?;
+    }
+    if !source.is_empty() {
+        return send(Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "a zstd frame ends before its last block",
+        )));
+    }
+    if let (Some(stored), Some(computed)) = (
+        frame.get_checksum_from_data(),
+        frame.get_calculated_checksum(),
+    ) && stored != computed
+    {
+        return send(Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "a zstd frame's checksum does not match its data",
+        )));
+    }
+    Ok(())
+}
+
+/// Decompresses `file` from `start` on with the single-thread decompressor, sending what it
+/// yields piece by piece, then its error if it fails.
+fn decompress_rest(
+    file: &File,
+    start: u64,
+    size: u64,
+    compressed: &CompressedCount,
+    pieces: &SyncSender<std::io::Result<Vec<u8>>>,
+) -> Result<(), Gone> {
+    let rest = FileFrom {
+        file,
+        at: start,
+        end: size,
+    };
+    let mut rest = ZstdFrames::new(BufReader::with_capacity(1 << 16, compressed.counting(rest)));
+    loop {
+        let mut piece = vec![0u8; PIECE];
+        let mut filled = 0;
+        let ended = loop {
+            match rest.read(&mut piece[filled..]) {
+                Ok(0) => break Ok(true),
+                Ok(n) => {
+                    filled += n;
+                    if filled == piece.len() {
+                        break Ok(false);
+                    }
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(error) => break Err(error),
+            }
+        };
+        piece.truncate(filled);
+        if !piece.is_empty() {
+            pieces.send(Ok(piece)).map_err(|_| Gone)?;
+        }
+        match ended {
+            Ok(false) => {}
+            Ok(true) => return Ok(()),
+            Err(error) => return pieces.send(Err(error)).map_err(|_| Gone),
+        }
+    }
+}
+
+/// A file read from `at` to `end` with positioned reads (the workers share the file).
+struct FileFrom<'a> {
+    file: &'a File,
+    at: u64,
+    end: u64,
+}
+
+impl Read for FileFrom<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = usize::try_from(self.end.saturating_sub(self.at)).unwrap_or(usize::MAX);
+        let want = buf.len().min(left);
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = self.file.read_at(&mut buf[..want], self.at)?;
+        self.at += n as u64;
+        Ok(n)
+    }
+}
+
+/// Threads that decompress for a load on `threads`: three quarters of them (at least two, at
+/// most twelve). On the 16-core host (pzstd's frames, level 3), 4, 6, 8 and 12 decompressors
+/// read the ten-times file in 2.90-2.95, 2.76-2.83, 2.65-2.93 and 2.25-2.35 s: decompressing
+/// (ruzstd, one frame at a time) sets the pace below that. Each costs its window and the pieces
+/// it runs ahead: the 287 MB file peaked at 204-210, 210-222, 227-235 and 250-261 MB.
+fn decompressors(threads: usize) -> usize {
+    (threads * 3).div_ceil(4).clamp(2, 12)
+}
+
+/// Loads the zstd file `file` of `size` bytes, whose frames workers may take (see
+/// [`has_frames`]), on `options.threads` threads: its frames decompressed in parallel, and a
+/// framed pickle in them decoded as `parallel` says as it lands in a scratch file in memory, at
+/// most `window` bytes past what the decoder has asked for; any other content (JSON, an older
+/// protocol) is decoded as a stream of those frames.
+pub(super) fn load<F: TraceFollower>(
+    file: &File,
+    size: u64,
+    options: LoadOptions<'_>,
+    parallel: Parallel,
+    window: usize,
+) -> Result<WithFollowerOutcome<F>, LoadError> {
+    let limits = options.limits;
+    // What the bounds below let the file decompress to at most, so the scratch file's room.
+    let room = limits.max_decompressed_bytes.min(
+        size.saturating_mul(limits.max_expansion_ratio)
+            .saturating_add(limits.expansion_allowance),
+    );
+    // Made before the threads that share it; left unused if the frames hold no framed pickle.
+    let scratch = scratch_file(room);
+    let landing = Landing::new();
+    std::thread::scope(|scope| {
+        let compressed = CompressedCount::default();
+        let frames = ParallelFrames::start(
+            scope,
+            file,
+            size,
+            decompressors(options.threads),
+            compressed.clone(),
+        );
+        let mut inner = Capped::with_ratio(frames, &limits, compressed);
+        let mut head = Vec::with_capacity(super::SNIFF);
+        (&mut inner)
+            .take(super::SNIFF as u64)
+            .read_to_end(&mut head)
+            .map_err(pickle::io_error)?;
+        // Protocol 4-5 with its first FRAME: what the parallel decoder cuts at, and so hands
+        // the scratch file's pages back (an unframed pickle is read on one thread, which would
+        // leave all of it in memory: it goes as a stream).
+        let framed = matches!(head.get(..3), Some([0x80, 4..=5, 0x95]));
+        let (true, Some(scratch)) = (framed, &scratch) else {
+            let stream = std::io::Cursor::new(head).chain(inner);
+            return super::decode_inner(stream, options, Compression::Zstd);
+        };
+        let landing = &landing;
+        let landed = scope.spawn(move || land(inner, head, scratch, landing, window));
+        tracing::debug!(room, "a zstd file's frames decompressed on several threads");
+        let loaded = super::load_landing_scratch(scratch, room, landing, options, parallel);
+        landing.stop_reading();
+        let landed = landed
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("a decompressing thread failed")));
+        match (loaded, landed) {
+            (Ok((mut snapshot, followed)), Ok(())) => {
+                snapshot.source.compression = Compression::Zstd;
+                Ok((snapshot, followed))
+            }
+            // The decode read to where the decompressed bytes stopped: why they stopped is
+            // the error (a corrupt frame, a bomb), as a single-thread read would have said.
+            (Ok(_) | Err(LoadError::Pickle(PickleError::Truncated { .. })), Err(error)) => {
+                Err(pickle::io_error(error).into())
+            }
+            (Err(error), _) => Err(error),
+        }
+    })
+}
+
+/// Writes what `inner` decompresses (after `head`, read already) into `scratch` and tells
+/// `landing` how far, at most a window ahead of what the decoder asks for. Once the decoder is
+/// done, it reads on to the end of the frame it is in, so that frame's checksum is checked.
+fn land(
+    mut inner: Capped<ParallelFrames>,
+    head: Vec<u8>,
+    scratch: &File,
+    landing: &Landing,
+    window: usize,
+) -> std::io::Result<()> {
+    let landed = land_all(&mut inner, head, scratch, landing, window);
+    // Whole even on an error: what landed is what the frames gave before it, which the decoder
+    // reads to its end, as it would a single-thread decompressor's (the error is told after).
+    landing.end(true);
+    match landed {
+        Ok(true) => Ok(()),
+        Ok(false) => inner.get_mut().finish_frame(),
+        Err(error) => Err(error),
+    }
+}
+
+/// [`land`]'s loop: `true` once every byte landed, `false` if the decoder was done first.
+fn land_all(
+    inner: &mut Capped<ParallelFrames>,
+    head: Vec<u8>,
+    scratch: &File,
+    landing: &Landing,
+    window: usize,
+) -> std::io::Result<bool> {
+    let mut at = 0;
+    let mut buf = head;
+    loop {
+        let mut written = 0;
+        while written < buf.len() {
+            let Some(until) = landing.room_until(at, window) else {
+                return Ok(false);
+            };
+            let part = &buf[written..buf.len().min(written + (until - at))];
+            scratch.write_all_at(part, at as u64)?;
+            (at, written) = (at + part.len(), written + part.len());
+            landing.landed(at);
+        }
+        buf.resize(PIECE, 0);
+        let n = loop {
+            match inner.read(&mut buf) {
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                read => break read?,
+            }
+        };
+        if n == 0 {
+            return Ok(true);
+        }
+        buf.truncate(n);
+    }
+}
+
+/// A file in memory, sized to `room` bytes (sparse: a page takes memory once written), for the
+/// decompressed bytes to land in; `None` where none can be made (the caller then decodes them
+/// as a stream).
+fn scratch_file(room: u64) -> Option<File> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::FromRawFd;
+        // SAFETY: a plain system call with a valid C string; the descriptor it returns is
+        // this process's, owned by the `File` made of it and closed when that is dropped.
+        let fd = unsafe { libc::memfd_create(c"snapview-unzstd".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: `fd` was just opened and nothing else owns it.
+        let file = unsafe { File::from_raw_fd(fd) };
+        file.set_len(room).ok()?;
+        Some(file)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = room;
+        None
+    }
+}

@@ -1,0 +1,372 @@
+//! A zstd file of several frames (pzstd's output, or `cat a.zst b.zst`) is decompressed on
+//! worker threads and decoded as its bytes land (`src/snapshot/load/zstd_frames.rs`): the
+//! same model and summary as its pickle read on one thread, or the same error as the
+//! single-thread decompressor gives, with frames of a few KiB, pickle chunks of a few opcodes
+//! and a landing window of a few KiB, so every hand-over between frames, pieces and regions is
+//! met.
+
+mod common;
+
+use snapview::analysis::{Analysis, Summary};
+use snapview::pickle::Limits;
+use snapview::pickle::scan::{FRAME, opcode_len};
+use snapview::snapshot::{
+    Compression, LoadError, LoadOptions, Parallel, Snapshot, frames_decompressed_in_parallel,
+    load_path, load_zstd_frames,
+};
+use std::path::{Path, PathBuf};
+
+const KB: usize = 1 << 10;
+const MB: usize = 1 << 20;
+
+/// One zstd frame of `bytes` (ruzstd writes a content checksum).
+fn zstd(bytes: &[u8]) -> Vec<u8> {
+    ruzstd::encoding::compress_to_vec(bytes, ruzstd::encoding::CompressionLevel::Fastest)
+}
+
+/// Where each frame starts in a file of frames.
+struct Framed {
+    bytes: Vec<u8>,
+    starts: Vec<usize>,
+}
+
+/// `data` compressed as a frame per `every` bytes, each after a skippable frame that gives its
+/// size (as pzstd writes them) when `skippable`.
+fn frames(data: &[u8], every: usize, skippable: bool) -> Framed {
+    let mut framed = Framed {
+        bytes: Vec::new(),
+        starts: Vec::new(),
+    };
+    for chunk in data.chunks(every) {
+        let frame = zstd(chunk);
+        if skippable {
+            framed.bytes.extend(0x184d_2a50u32.to_le_bytes());
+            framed.bytes.extend(4u32.to_le_bytes());
+            framed.bytes.extend((frame.len() as u32).to_le_bytes());
+        }
+        framed.starts.push(framed.bytes.len());
+        framed.bytes.extend(frame);
+    }
+    framed
+}
+
+/// `data` with one FRAME every `every` opcodes (as tests/parallel.rs cuts them), so the
+/// parallel pickle decoder's regions are a few opcodes long.
+fn reframe(data: &[u8], every: usize) -> Option<Vec<u8>> {
+    if data.len() < 2 || data[0] != 0x80 || data[1] < 4 {
+        return None;
+    }
+    let mut opcodes = Vec::new();
+    let mut at = 2;
+    while at < data.len() {
+        let len = opcode_len(data, at)?;
+        if data[at] != FRAME {
+            opcodes.push(&data[at..at + len]);
+        }
+        let stop = data[at] == b'.';
+        at += len;
+        if stop {
+            break;
+        }
+    }
+    let mut out = data[..2].to_vec();
+    for group in opcodes.chunks(every) {
+        out.push(FRAME);
+        out.extend_from_slice(
+            &(group.iter().map(|op| op.len()).sum::<usize>() as u64).to_le_bytes(),
+        );
+        for op in group {
+            out.extend_from_slice(op);
+        }
+    }
+    Some(out)
+}
+
+/// A load's outcome as text: the model and the summary (its compression set aside, the one
+/// field the forms differ in), or the error.
+fn described(loaded: Result<Snapshot, LoadError>) -> String {
+    match loaded {
+        Ok(mut snapshot) => {
+            snapshot.source.compression = Compression::None;
+            let analysis = Analysis::new(&snapshot);
+            let summary = Summary::new(&snapshot, &analysis);
+            let json = serde_json::to_string(&summary).expect("summary serializes");
+            format!("{snapshot:?}\n{json}")
+        }
+        Err(error) => format!("error: {error}"),
+    }
+}
+
+fn options(threads: usize) -> LoadOptions<'static> {
+    LoadOptions {
+        threads,
+        ..LoadOptions::default()
+    }
+}
+
+/// The single-thread read of the file at `path` (its frames decompressed one after another).
+fn sequential(path: &Path) -> Result<Snapshot, LoadError> {
+    load_path(path, options(1))
+}
+
+/// The parallel read of the file at `path`, with regions of a few opcodes and a small window.
+fn parallel(path: &Path, window: usize) -> Result<Snapshot, LoadError> {
+    let parallel = Parallel {
+        threads: 4,
+        chunk_bytes: 1,
+    };
+    load_zstd_frames(path, options(4), parallel, window).expect("the file has frames")
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).expect("write");
+    path
+}
+
+/// Every fixture pickle, as it is and cut into FRAMEs of a few opcodes.
+fn fixture_pickles() -> Vec<(String, Vec<u8>)> {
+    let mut pickles = Vec::new();
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(common::fixtures())
+        .expect("fixtures")
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|e| e == "pickle"))
+        .collect();
+    paths.sort();
+    for path in paths {
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let data = std::fs::read(&path).expect("reads");
+        if let Some(cut) = reframe(&data, 5) {
+            pickles.push((format!("{name}, a FRAME every 5 opcodes"), cut));
+        }
+        pickles.push((name, data));
+    }
+    pickles
+}
+
+#[test]
+fn every_fixture_in_frames_loads_as_its_pickle() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut checked = 0;
+    for (name, pickle) in fixture_pickles() {
+        let plain = write(dir.path(), "plain.pickle", &pickle);
+        let expected = described(load_path(&plain, options(1)));
+        assert!(!expected.starts_with("error"), "{name}: {expected}");
+        for (every, skippable, window) in [(4 * KB + 7, false, 3 * KB), (64 * KB, true, MB)] {
+            let framed = frames(&pickle, every, skippable);
+            if framed.starts.len() < 2 {
+                continue;
+            }
+            let path = write(dir.path(), "framed.zst", &framed.bytes);
+            let before = frames_decompressed_in_parallel();
+            let loaded = parallel(&path, window);
+            assert!(
+                frames_decompressed_in_parallel() > before,
+                "{name}: no frame in parallel"
+            );
+            if let Ok(snapshot) = &loaded {
+                assert_eq!(snapshot.source.compression, Compression::Zstd, "{name}");
+            }
+            let got = described(loaded);
+            assert!(
+                expected == got,
+                "{name}, frames of {every} bytes: not the pickle's model"
+            );
+            // The single-thread decompressor reads the same frames to the same model.
+            assert!(
+                expected == described(sequential(&path)),
+                "{name}: one thread differs"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 40, "only {checked} framed files checked");
+}
+
+/// `load_path` takes the parallel path on 3 threads or more, and only for a file of frames.
+#[test]
+fn load_path_decodes_frames_in_parallel_from_three_threads() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pickle = std::fs::read(common::path_of("gpt2_adamw")).expect("fixture");
+    let expected = described(load_path(&common::path_of("gpt2_adamw"), options(1)));
+    let framed = write(
+        dir.path(),
+        "framed.zst",
+        &frames(&pickle, 64 * KB, true).bytes,
+    );
+    let single = write(dir.path(), "single.zst", &zstd(&pickle));
+    for (path, threads, in_parallel) in
+        [(&framed, 4, true), (&framed, 2, false), (&single, 4, false)]
+    {
+        let before = frames_decompressed_in_parallel();
+        let got = described(load_path(path, options(threads)));
+        let ran = frames_decompressed_in_parallel() > before;
+        assert_eq!(ran, in_parallel, "{}, {threads} threads", path.display());
+        assert!(expected == got, "{}, {threads} threads", path.display());
+    }
+    assert!(load_zstd_frames(&single, options(4), Parallel::with_threads(4), MB).is_none());
+}
+
+/// Frames that hold JSON, or a pickle of protocol 2 (no FRAMEs to cut at), go as a stream.
+#[test]
+fn frames_of_json_or_an_old_protocol_load_as_a_stream() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let json = std::fs::read(common::fixtures().join("mlp_small.json")).expect("fixture");
+    let plain = write(dir.path(), "plain.json", &json);
+    let path = write(dir.path(), "json.zst", &frames(&json, 4 * KB, false).bytes);
+    assert_eq!(
+        described(load_path(&plain, options(1))),
+        described(parallel(&path, KB))
+    );
+    // Protocol 2: PROTO 2, then the rest of a small snapshot dict.
+    let old = b"\x80\x02}q\x00(X\x08\x00\x00\x00segmentsq\x01]q\x02X\x0d\x00\x00\x00device_tracesq\x03]q\x04u.";
+    let plain = write(dir.path(), "old.pickle", old);
+    let mut framed = zstd(&old[..20]);
+    framed.extend(zstd(&old[20..]));
+    let path = write(dir.path(), "old.zst", &framed);
+    let expected = described(load_path(&plain, options(1)));
+    assert!(!expected.starts_with("error"), "{expected}");
+    assert_eq!(expected, described(parallel(&path, KB)));
+}
+
+/// A corrupt frame, a bad checksum, a cut file, a frame with a dictionary: the same error as
+/// the single-thread decompressor gives.
+#[test]
+fn a_bad_frame_fails_as_on_one_thread() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pickle = std::fs::read(common::path_of("mlp_small")).expect("fixture");
+    let good = frames(&pickle, 4 * KB, false);
+    assert!(good.starts.len() > 4);
+    let third = good.starts[2];
+    let fourth = good.starts[3];
+    let mut cases: Vec<(&str, Vec<u8>)> = Vec::new();
+    let mut corrupt = good.bytes.clone();
+    for byte in &mut corrupt[third + 12..third + 40] {
+        *byte ^= 0x5a;
+    }
+    cases.push(("corrupt blocks in the third frame", corrupt));
+    let mut checksum = good.bytes.clone();
+    checksum[fourth - 1] ^= 0xff;
+    cases.push(("a bad checksum on the third frame", checksum));
+    cases.push((
+        "cut inside the last frame",
+        good.bytes[..good.bytes.len() - 9].to_vec(),
+    ));
+    cases.push((
+        "cut inside the third frame",
+        good.bytes[..third + 30].to_vec(),
+    ));
+    let mut dictionary = good.bytes.clone();
+    dictionary[third + 4] |= 0x01;
+    cases.push(("a dictionary id on the third frame", dictionary));
+    let mut garbage = good.bytes.clone();
+    garbage.splice(fourth..fourth, *b"not zstd at all");
+    cases.push(("garbage between frames", garbage));
+    for (case, bytes) in cases {
+        let path = write(dir.path(), "bad.zst", &bytes);
+        let expected = described(sequential(&path));
+        assert!(
+            expected.starts_with("error"),
+            "{case}: loaded on one thread"
+        );
+        let got = described(parallel(&path, 3 * KB));
+        assert_eq!(expected, got, "{case}");
+    }
+}
+
+/// A zstd frame by hand: `prefix` as a raw block, then `blocks` RLE blocks of 128 KiB of
+/// `fill` (4 bytes each on disk): a bomb, as tests/hostile_input.rs makes one.
+fn zstd_bomb(prefix: &[u8], fill: u8, blocks: usize) -> Vec<u8> {
+    let mut out = vec![0x28, 0xb5, 0x2f, 0xfd, 0x00, 7 << 3];
+    let block_header = |out: &mut Vec<u8>, last: bool, kind: u32, size: u32| {
+        let header = u32::from(last) | kind << 1 | size << 3;
+        out.extend_from_slice(&header.to_le_bytes()[..3]);
+    };
+    block_header(&mut out, blocks == 0, 0, prefix.len() as u32);
+    out.extend_from_slice(prefix);
+    for i in 0..blocks {
+        block_header(&mut out, i + 1 == blocks, 1, 128 << 10);
+        out.push(fill);
+    }
+    out
+}
+
+/// Bombs in frames the workers take (and in one too long for them, left to the single-thread
+/// decompressor): refused by the same bounds, at once.
+#[test]
+fn a_bomb_in_frames_is_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // PROTO 4 and a FRAME, then a run of PROTO opcodes (0x80 0x80 ...), which accumulate
+    // nothing: the decompressor's bounds, not the decoder's, must stop it.
+    let mut prefix = vec![0x80, 4, FRAME];
+    prefix.extend(2u64.to_le_bytes());
+    for (case, blocks, limits) in [
+        ("the ratio", 2000, Limits::default()),
+        (
+            "the limit",
+            2000,
+            Limits {
+                max_decompressed_bytes: 10 << 20,
+                ..Limits::default()
+            },
+        ),
+        ("a frame too long for the workers", 5000, Limits::default()),
+    ] {
+        // The first bomb frame is one the workers take; the next two are `blocks` long.
+        let mut bytes = zstd_bomb(&prefix, 0x80, 0);
+        bytes.extend(zstd_bomb(&[], 0x80, 2000));
+        for _ in 0..2 {
+            bytes.extend(zstd_bomb(&[], 0x80, blocks));
+        }
+        let path = write(dir.path(), "bomb.zst", &bytes);
+        let options = LoadOptions {
+            threads: 4,
+            limits,
+            ..LoadOptions::default()
+        };
+        let started = std::time::Instant::now();
+        let loaded =
+            load_zstd_frames(&path, options, Parallel::with_threads(4), MB).expect("frames");
+        let message = loaded.expect_err(case).to_string();
+        assert!(message.contains("compression bomb"), "{case}: {message}");
+        assert!(
+            started.elapsed().as_secs() < 10,
+            "{case}: {:?}",
+            started.elapsed()
+        );
+    }
+}
+
+/// The large corpus files in frames, with a window of a few pages: the decode hands the
+/// scratch file's pages back as it passes them (in steps of 16 MiB), and nothing it still
+/// reads is among them.
+#[test]
+fn large_files_in_frames_load_as_their_pickles() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (name, path) in common::large_names() {
+        if name.contains("huge") {
+            // 287 MB to compress on one thread: the big file crosses the steps as well.
+            continue;
+        }
+        let pickle = std::fs::read(&path).expect("reads");
+        let expected = described(load_path(&path, options(1)));
+        let framed = write(
+            dir.path(),
+            "large.zst",
+            &frames(&pickle, 4 * MB, true).bytes,
+        );
+        drop(pickle);
+        for window in [64 * KB, 16 * MB] {
+            let loaded = load_zstd_frames(&framed, options(4), Parallel::with_threads(4), window)
+                .expect("frames");
+            assert!(
+                expected == described(loaded),
+                "{name}, window {window}: differs"
+            );
+        }
+    }
+}
