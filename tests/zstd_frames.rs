@@ -205,7 +205,8 @@ fn load_path_decodes_frames_in_parallel_from_three_threads() {
         let before = frames_decompressed_in_parallel();
         let got = described(load_path(path, options(threads)));
         let ran = frames_decompressed_in_parallel() > before;
-        assert_eq!(ran, in_parallel, "{}, {threads} threads", path.display());
+        // Other tests of this binary raise the count too: only a rise is telling.
+        assert!(ran || !in_parallel, "{}, {threads} threads", path.display());
         assert!(expected == got, "{}, {threads} threads", path.display());
     }
     assert!(load_zstd_frames(&single, options(4), Parallel::with_threads(4), MB).is_none());
