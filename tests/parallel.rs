@@ -7,10 +7,10 @@
 mod common;
 
 use common::one_byte::OneByteAtATime;
+use common::reframe::reframe;
 use common::served::Served;
 use snapview::analysis::{Analysis, Summary};
 use snapview::pickle::Landing;
-use snapview::pickle::scan::{FRAME, opcode_len};
 use snapview::snapshot::{
     LoadError, LoadOptions, Parallel, Snapshot, load_landing_mapped, load_reader,
     load_slice_following, parallel_splices,
@@ -33,37 +33,6 @@ fn pickles_under(dir: &Path) -> Vec<PathBuf> {
     }
     found.sort();
     found
-}
-
-/// `data` with its FRAME opcodes replaced by one frame every `every` opcodes; `None` when it is
-/// not a protocol 4-5 pickle whose opcodes can be walked.
-fn reframe(data: &[u8], every: usize) -> Option<Vec<u8>> {
-    if data.len() < 2 || data[0] != 0x80 || data[1] < 4 {
-        return None;
-    }
-    let mut opcodes = Vec::new();
-    let mut at = 2;
-    while at < data.len() {
-        let len = opcode_len(data, at)?;
-        if data[at] != FRAME {
-            opcodes.push(&data[at..at + len]);
-        }
-        let stop = data[at] == b'.';
-        at += len;
-        if stop {
-            break;
-        }
-    }
-    let mut out = data[..2].to_vec();
-    for group in opcodes.chunks(every) {
-        let len: usize = group.iter().map(|op| op.len()).sum();
-        out.push(FRAME);
-        out.extend_from_slice(&(len as u64).to_le_bytes());
-        for op in group {
-            out.extend_from_slice(op);
-        }
-    }
-    Some(out)
 }
 
 /// What a load gives, as text: the model and the summary, or the error.

@@ -7,9 +7,10 @@
 
 mod common;
 
+use common::reframe::reframe;
 use snapview::analysis::{Analysis, Summary};
 use snapview::pickle::Limits;
-use snapview::pickle::scan::{FRAME, opcode_len};
+use snapview::pickle::scan::FRAME;
 use snapview::snapshot::{
     Compression, LoadError, LoadOptions, Parallel, Snapshot, frames_decompressed_in_parallel,
     load_path, load_zstd_frames,
@@ -48,38 +49,6 @@ fn frames(data: &[u8], every: usize, skippable: bool) -> Framed {
         framed.bytes.extend(frame);
     }
     framed
-}
-
-/// `data` with one FRAME every `every` opcodes (as tests/parallel.rs cuts them), so the
-/// parallel pickle decoder's regions are a few opcodes long.
-fn reframe(data: &[u8], every: usize) -> Option<Vec<u8>> {
-    if data.len() < 2 || data[0] != 0x80 || data[1] < 4 {
-        return None;
-    }
-    let mut opcodes = Vec::new();
-    let mut at = 2;
-    while at < data.len() {
-        let len = opcode_len(data, at)?;
-        if data[at] != FRAME {
-            opcodes.push(&data[at..at + len]);
-        }
-        let stop = data[at] == b'.';
-        at += len;
-        if stop {
-            break;
-        }
-    }
-    let mut out = data[..2].to_vec();
-    for group in opcodes.chunks(every) {
-        out.push(FRAME);
-        out.extend_from_slice(
-            &(group.iter().map(|op| op.len()).sum::<usize>() as u64).to_le_bytes(),
-        );
-        for op in group {
-            out.extend_from_slice(op);
-        }
-    }
-    Some(out)
 }
 
 /// A load's outcome as text: the model and the summary (its compression set aside, the one

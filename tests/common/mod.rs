@@ -5,6 +5,7 @@ use snapview::snapshot::{LoadOptions, Snapshot, load_path};
 pub mod backend;
 pub mod counting_alloc;
 pub mod one_byte;
+pub mod reframe;
 pub mod rng;
 pub mod served;
 pub mod server;
