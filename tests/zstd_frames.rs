@@ -9,11 +9,11 @@ mod common;
 
 use common::reframe::reframe;
 use snapview::analysis::{Analysis, Summary};
-use snapview::pickle::Limits;
 use snapview::pickle::scan::FRAME;
+use snapview::pickle::{Landing, Limits};
 use snapview::snapshot::{
     Compression, LoadError, LoadOptions, Parallel, Snapshot, frames_decompressed_in_parallel,
-    load_path, load_zstd_frames,
+    load_path, load_zstd_frames, load_zstd_landing,
 };
 use std::path::{Path, PathBuf};
 
@@ -87,6 +87,46 @@ fn parallel(path: &Path, window: usize) -> Result<Snapshot, LoadError> {
     load_zstd_frames(path, options(4), parallel, window).expect("the file has frames")
 }
 
+/// `bytes` read as an upload's as they land: written to a file a few KiB at a time by a thread
+/// of their own (cut after `cut_at` bytes, when given), and decompressed and decoded on 4
+/// threads as they land, with regions of a few opcodes and a landing window of `window`.
+fn landing(bytes: &[u8], cut_at: Option<usize>, window: usize) -> Result<Snapshot, LoadError> {
+    use std::os::unix::fs::FileExt as _;
+    let file = tempfile::tempfile().expect("temp file");
+    file.set_len(bytes.len() as u64).expect("sized");
+    let landing = Landing::new();
+    let parallel = Parallel {
+        threads: 4,
+        chunk_bytes: 1,
+    };
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let mut rng = common::rng::Rng::new(bytes.len() as u64);
+            let end = cut_at.unwrap_or(bytes.len());
+            let mut at = 0;
+            while at < end {
+                let piece = (1 + rng.below(4096)).min(end - at);
+                file.write_all_at(&bytes[at..at + piece], at as u64)
+                    .expect("writes");
+                at += piece;
+                landing.landed(at);
+                if rng.below(4) == 0 {
+                    std::thread::yield_now();
+                }
+            }
+            landing.end(cut_at.is_none());
+        });
+        load_zstd_landing(
+            &file,
+            bytes.len() as u64,
+            &landing,
+            options(4),
+            parallel,
+            window,
+        )
+    })
+}
+
 fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, bytes).expect("write");
@@ -149,6 +189,11 @@ fn every_fixture_in_frames_loads_as_its_pickle() {
             assert!(
                 expected == described(sequential(&path)),
                 "{name}: one thread differs"
+            );
+            // And so do the workers, as the frames land (an upload being received).
+            assert!(
+                expected == described(landing(&framed.bytes, None, window)),
+                "{name}, frames of {every} bytes as they land: not the pickle's model"
             );
             checked += 1;
         }
@@ -245,7 +290,61 @@ fn a_bad_frame_fails_as_on_one_thread() {
         );
         let got = described(parallel(&path, 3 * KB));
         assert_eq!(expected, got, "{case}");
+        let got = described(landing(&bytes, None, 3 * KB));
+        assert_eq!(expected, got, "{case}, as it lands");
     }
+}
+
+/// A zstd upload of one frame (what `zstd` writes) is read by the single-thread decompressor
+/// in a worker, its pickle still decoded in parallel as it lands; and an upload cut short, in
+/// frames or in one, ends the load at once, with an error.
+#[test]
+fn an_upload_of_one_frame_or_cut_short_loads_as_it_lands() {
+    let pickle = std::fs::read(common::path_of("gpt2_adamw")).expect("fixture");
+    let expected = described(load_path(&common::path_of("gpt2_adamw"), options(1)));
+    let single = zstd(&pickle);
+    assert_eq!(expected, described(landing(&single, None, 3 * KB)));
+    let framed = frames(&pickle, 16 * KB, true).bytes;
+    for bytes in [&single, &framed] {
+        for cut_at in [bytes.len() / 3, bytes.len() - 2] {
+            let started = std::time::Instant::now();
+            let got = described(landing(bytes, Some(cut_at), 3 * KB));
+            assert!(got.starts_with("error"), "cut at {cut_at}: {got}");
+            assert!(started.elapsed().as_secs() < 10, "{:?}", started.elapsed());
+        }
+    }
+}
+
+/// An upload of frames to the server (on 4 threads) is decompressed by the workers as it
+/// lands, and its summary is the pickle's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zstd_upload_to_the_server_decodes_its_frames_in_parallel() {
+    snapview::snapshot::set_default_threads(4);
+    let server = common::server::TestServer::new();
+    let pickle = std::fs::read(common::path_of("gpt2_adamw")).expect("fixture");
+    // Large enough to take the parallel path (1 MiB compressed): a skippable frame of 1 MiB
+    // (what a writer may add, as pzstd adds its own small ones) before the pickle's frames.
+    let mut framed = 0x184d_2a5eu32.to_le_bytes().to_vec();
+    framed.extend((MB as u32).to_le_bytes());
+    framed.extend(std::iter::repeat_n(0xa5, MB));
+    framed.extend(frames(&pickle, 64 * KB, true).bytes);
+    let (status, plain) = server.upload(pickle, "?filename=plain.pickle").await;
+    assert!(status.is_success(), "{plain}");
+    let before = frames_decompressed_in_parallel();
+    // With its length, as browsers and curl send it: the room the workers' output may take.
+    let request = axum::http::Request::post("/api/snapshots?filename=framed.pickle.zst")
+        .header("content-type", "application/octet-stream")
+        .header("content-length", framed.len())
+        .body(axum::body::Body::from(framed))
+        .expect("request");
+    let (status, zstd) = server.call(request).await;
+    assert!(status.is_success(), "{zstd}");
+    assert!(
+        frames_decompressed_in_parallel() > before,
+        "no frame in parallel"
+    );
+    assert!(plain["summary"].is_object(), "{plain}");
+    assert_eq!(plain["summary"], zstd["summary"]);
 }
 
 /// A zstd frame by hand: `prefix` as a raw block, then `blocks` RLE blocks of 128 KiB of
@@ -275,20 +374,20 @@ fn a_bomb_in_frames_is_refused() {
     let mut prefix = vec![0x80, 4, FRAME];
     prefix.extend(2u64.to_le_bytes());
     for (case, blocks, limits) in [
-        ("the ratio", 2000, Limits::default()),
+        ("the ratio", 500, Limits::default()),
         (
             "the limit",
-            2000,
+            500,
             Limits {
                 max_decompressed_bytes: 10 << 20,
                 ..Limits::default()
             },
         ),
-        ("a frame too long for the workers", 5000, Limits::default()),
+        ("a frame too long for the workers", 600, Limits::default()),
     ] {
         // The first bomb frame is one the workers take; the next two are `blocks` long.
         let mut bytes = zstd_bomb(&prefix, 0x80, 0);
-        bytes.extend(zstd_bomb(&[], 0x80, 2000));
+        bytes.extend(zstd_bomb(&[], 0x80, 500));
         for _ in 0..2 {
             bytes.extend(zstd_bomb(&[], 0x80, blocks));
         }

@@ -114,8 +114,9 @@ impl Landing {
         self.ended.load(Ordering::Acquire) || self.unread.load(Ordering::Acquire)
     }
 
-    /// The bytes landed, once at least `wanted` have or no more will.
-    fn wait_for(&self, wanted: usize) -> usize {
+    /// The bytes landed, once at least `wanted` have or no more will (the input ended, or its
+    /// readers are done).
+    pub fn wait_for(&self, wanted: usize) -> usize {
         let landed = self.landed.load(Ordering::Acquire);
         if landed >= wanted || self.waits_no_more() {
             return landed;

@@ -145,9 +145,14 @@ pub fn load_path_following<F: TraceFollower>(
             return load_map_following(mapped, options, Parallel::with_threads(options.threads));
         }
     }
+    // Only a file of several frames: one frame is decompressed on one thread either way, and
+    // the read-ahead below keeps that thread as busy as the workers' path does, in less memory
+    // (the 287 MB file as one zstd frame, 16 threads: 0.92-1.26 s both ways, 130 against
+    // 180 MB at the peak).
     if options.threads >= PARALLEL_THREADS && zstd_frames::has_frames(&file, size) {
         let parallel = Parallel::with_threads(options.threads);
-        return zstd_frames::load(&file, size, options, parallel, zstd_frames::LANDING_WINDOW);
+        let source = zstd_frames::Compressed::Whole { file: &file, size };
+        return zstd_frames::load(source, options, parallel, zstd_frames::LANDING_WINDOW);
     }
     if size < READ_AHEAD_FROM {
         return load_reader_following(file, options);
@@ -189,9 +194,29 @@ pub fn load_zstd_frames(
     let file = std::fs::File::open(path).ok()?;
     let size = file.metadata().ok()?.len();
     zstd_frames::has_frames(&file, size).then(|| {
-        zstd_frames::load::<()>(&file, size, options, parallel, window)
-            .map(|(snapshot, _)| snapshot)
+        let source = zstd_frames::Compressed::Whole { file: &file, size };
+        zstd_frames::load::<()>(source, options, parallel, window).map(|(snapshot, _)| snapshot)
     })
+}
+
+/// An upload of zstd landing in `file` (see [`load_landing_following`]) as it loads on 3
+/// threads or more whatever its size: its frames decompressed by workers as they land, with
+/// `parallel`'s chunks and at most `window` decompressed bytes ahead of the decoder (knobs for
+/// the tests, which force both down).
+pub fn load_zstd_landing(
+    file: &std::fs::File,
+    room: u64,
+    landing: &Landing,
+    options: LoadOptions<'_>,
+    parallel: Parallel,
+    window: usize,
+) -> Result<Snapshot, LoadError> {
+    let source = zstd_frames::Compressed::Landing {
+        file,
+        landing,
+        room,
+    };
+    zstd_frames::load::<()>(source, options, parallel, window).map(|(snapshot, _)| snapshot)
 }
 
 /// The parallel decoder is used from this many threads on. Its workers spend about twice the
@@ -202,6 +227,23 @@ const PARALLEL_THREADS: usize = 3;
 /// Uncompressed pickles from this size on are decoded on several threads when allowed: below
 /// it, starting threads costs more than it saves.
 const PARALLEL_FROM: u64 = 8 << 20;
+
+/// Zstd uploads from this size on are decompressed and decoded on several threads as they land
+/// when allowed (snapshots compress about tenfold, so as large as [`PARALLEL_FROM`]
+/// decompressed).
+const ZSTD_PARALLEL_FROM: u64 = 1 << 20;
+
+/// Whether a zstd upload of `size` bytes starting with `head` is read on several threads as it
+/// lands (see `zstd_frames`): its frames decompressed by workers (one frame, or what the walk
+/// does not expect, by the single-thread decompressor in one of them, a thread apart from the
+/// decode as a file's read-ahead is), the pickle in them decoded in parallel. The 287 MB file
+/// as one frame uploads in 0.80-1.14 s instead of 1.21-2.04 s, in pzstd's frames in 0.40-0.46 s
+/// instead of 1.39-1.76 s (16-core host).
+fn unzstds_in_parallel(threads: usize, size: u64, head: &[u8]) -> bool {
+    threads >= PARALLEL_THREADS
+        && size >= ZSTD_PARALLEL_FROM
+        && pickle::detect_encoding(head).ok() == Some(Encoding::Zstd)
+}
 
 /// Decodes a whole pickle held in memory, on `parallel.threads` worker threads when it is
 /// framed (protocol 4-5), else on this one. The model is the same either way (tested in
@@ -226,7 +268,9 @@ fn load_map_following<F: TraceFollower>(
 /// Loads a snapshot whose bytes are still landing in `file` (an upload as it is received),
 /// reading each byte as soon as it has landed: a large uncompressed pickle on every core
 /// through a map of the file (which its writer has sized to `room` bytes, the most that will
-/// land), anything else as a stream. The load ends a chunk's decode after the last byte lands.
+/// land), a large zstd file's frames on every core too (decompressed as each lands, see
+/// `zstd_frames`), anything else as a stream. The load ends a chunk's decode after the last
+/// byte lands.
 /// If `landing` is cut, the load fails (or holds what the first bytes made): the caller must
 /// not keep it.
 pub fn load_landing_following<F: TraceFollower>(
@@ -235,12 +279,23 @@ pub fn load_landing_following<F: TraceFollower>(
     landing: &Landing,
     options: LoadOptions<'_>,
 ) -> Result<WithFollowerOutcome<F>, LoadError> {
-    let head = {
-        let mut head = [0u8; 2];
-        let landed = LandingReader::new(file, landing).read_exact(&mut head);
-        landed.map(|()| head).ok()
-    };
-    let parallel = decodes_in_parallel(options.threads, room, head.as_ref().map(|head| &head[..]));
+    let mut head = Vec::with_capacity(4);
+    // Fewer bytes only if the input ends (or is cut) before them: the decode tells why.
+    let _ = LandingReader::new(file, landing)
+        .take(4)
+        .read_to_end(&mut head);
+    if unzstds_in_parallel(options.threads, room, &head) {
+        tracing::debug!(room, "decompressing the frames as they land");
+        let source = zstd_frames::Compressed::Landing {
+            file,
+            landing,
+            room,
+        };
+        let parallel = Parallel::with_threads(options.threads);
+        return zstd_frames::load(source, options, parallel, zstd_frames::LANDING_WINDOW);
+    }
+    let head = (head.len() >= 2).then_some(&head[..]);
+    let parallel = decodes_in_parallel(options.threads, room, head);
     tracing::debug!(
         room,
         threads = if parallel { options.threads } else { 1 },

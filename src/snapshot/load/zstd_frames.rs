@@ -38,9 +38,12 @@ const MAX_WINDOW: u64 = 32 << 20;
 /// under 1 MiB.
 const MAX_FRAME_BYTES: u64 = 64 << 20;
 
-/// Blocks per frame at most: a frame of full blocks (128 KiB each) holds 256 MiB this way; a
-/// frame of many tiny blocks (a bomb of RLE blocks) would make the walk itself long.
-const MAX_BLOCKS: usize = 2048;
+/// Blocks per frame at most: a frame of full blocks (128 KiB each) holds 64 MiB this way
+/// (pzstd's hold a few MiB). A frame of many tiny blocks (a bomb of RLE blocks) would make the
+/// walk itself long, and the walk of an upload waits for a frame's last block to land: `zstd`
+/// writes one frame of the whole file, left to the single-thread decompressor once this many of
+/// its blocks are in.
+const MAX_BLOCKS: usize = 512;
 
 /// Bytes a worker hands over at a time.
 const PIECE: usize = 1 << 20;
@@ -63,6 +66,65 @@ pub fn frames_decompressed_in_parallel() -> u64 {
     FRAMES.load(Ordering::Relaxed)
 }
 
+/// The compressed file: whole on disk, or still landing (an upload as it arrives), when every
+/// read first waits for its bytes.
+#[derive(Clone, Copy)]
+pub(super) enum Compressed<'a> {
+    Whole {
+        file: &'a File,
+        size: u64,
+    },
+    Landing {
+        file: &'a File,
+        landing: &'a Landing,
+        /// The most bytes that will land (0: not known).
+        room: u64,
+    },
+}
+
+impl Compressed<'_> {
+    /// The file's size at most.
+    fn bound(&self) -> u64 {
+        match self {
+            Self::Whole { size, .. } => *size,
+            Self::Landing { room: 0, .. } => u64::MAX,
+            Self::Landing { room, .. } => *room,
+        }
+    }
+
+    fn file(&self) -> &File {
+        match self {
+            Self::Whole { file, .. } | Self::Landing { file, .. } => file,
+        }
+    }
+
+    /// How many of the `want` bytes from `offset` on the file holds (fewer only past its
+    /// end), once they have landed.
+    fn holds(&self, offset: u64, want: u64) -> u64 {
+        let end = match self {
+            Self::Whole { size, .. } => *size,
+            Self::Landing { landing, .. } => {
+                let wanted = usize::try_from(offset.saturating_add(want)).unwrap_or(usize::MAX);
+                landing.wait_for(wanted) as u64
+            }
+        };
+        end.saturating_sub(offset).min(want)
+    }
+
+    /// Whether the file holds all of `offset..end`.
+    fn holds_until(&self, offset: u64, end: u64) -> bool {
+        let want = end.saturating_sub(offset);
+        self.holds(offset, want) == want
+    }
+
+    /// The readers are done with it: a worker still waiting for an upload's bytes stops.
+    fn stop_reading(&self) {
+        if let Self::Landing { landing, .. } = self {
+            landing.stop_reading();
+        }
+    }
+}
+
 /// One stretch of the compressed file for a worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Job {
@@ -74,18 +136,16 @@ enum Job {
 
 /// Walks a zstd file's frames from their headers (see the module's comment).
 struct FrameWalk<'a> {
-    file: &'a File,
-    size: u64,
+    source: Compressed<'a>,
     at: u64,
     /// The rest was handed out (or the file ended): no more jobs.
     done: bool,
 }
 
 impl<'a> FrameWalk<'a> {
-    fn new(file: &'a File, size: u64) -> Self {
+    fn new(source: Compressed<'a>) -> Self {
         Self {
-            file,
-            size,
+            source,
             at: 0,
             done: false,
         }
@@ -97,7 +157,7 @@ impl<'a> FrameWalk<'a> {
             return None;
         }
         loop {
-            if self.at >= self.size {
+            if self.source.holds(self.at, 1) == 0 {
                 self.done = true;
                 return None;
             }
@@ -128,7 +188,10 @@ impl<'a> FrameWalk<'a> {
         if magic & 0xffff_fff0 == 0x184d_2a50 {
             let length = u32::from_le_bytes(head.get(4..8)?.try_into().ok()?);
             let end = self.at.checked_add(8 + u64::from(length))?;
-            return (end <= self.size).then_some(Step::Skipped(end));
+            return self
+                .source
+                .holds_until(self.at, end)
+                .then_some(Step::Skipped(end));
         }
         if magic != 0xfd2f_b528 {
             return None;
@@ -187,7 +250,8 @@ impl<'a> FrameWalk<'a> {
             block = block.checked_add(3 + stored)?;
             if last {
                 let end = block + if checksum { 4 } else { 0 };
-                let fits = end <= self.size && end - self.at <= MAX_FRAME_BYTES;
+                let fits =
+                    end - self.at <= MAX_FRAME_BYTES && self.source.holds_until(self.at, end);
                 return fits.then_some(Step::Frame(end));
             }
             if block - self.at > MAX_FRAME_BYTES {
@@ -199,10 +263,9 @@ impl<'a> FrameWalk<'a> {
 
     /// Reads what there is of `buf` at `offset`: `None` if the read fails.
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Option<usize> {
-        let want = usize::try_from(self.size.saturating_sub(offset))
-            .unwrap_or(usize::MAX)
-            .min(buf.len());
-        self.file
+        let want = usize::try_from(self.source.holds(offset, buf.len() as u64)).ok()?;
+        self.source
+            .file()
             .read_exact_at(&mut buf[..want], offset)
             .ok()
             .map(|()| want)
@@ -219,7 +282,7 @@ enum Step {
 /// Whether the zstd file `file` holds two frames or more that workers may take: otherwise one
 /// thread decompresses it as well.
 pub(super) fn has_frames(file: &File, size: u64) -> bool {
-    let mut walk = FrameWalk::new(file, size);
+    let mut walk = FrameWalk::new(Compressed::Whole { file, size });
     matches!(walk.next_job(), Some(Job::Frame { .. }))
         && matches!(walk.next_job(), Some(Job::Frame { .. }))
 }
@@ -242,23 +305,22 @@ pub(super) struct ParallelFrames {
 }
 
 impl ParallelFrames {
-    /// Starts `threads` workers in `scope` on `file`'s frames; the compressed bytes they take
-    /// are added to `compressed` as their output is read.
+    /// Starts `threads` workers in `scope` on the frames of `source`; the compressed bytes
+    /// they take are added to `compressed` as their output is read.
     pub(super) fn start<'scope>(
         scope: &'scope std::thread::Scope<'scope, '_>,
-        file: &'scope File,
-        size: u64,
+        source: Compressed<'scope>,
         threads: usize,
         compressed: CompressedCount,
     ) -> Self {
-        let walk = Arc::new(Mutex::new(FrameWalk::new(file, size)));
+        let walk = Arc::new(Mutex::new(FrameWalk::new(source)));
         // Each worker hands over one frame at a time, in the order it took them.
         let (sender, outputs) = sync_channel(threads);
         for _ in 0..threads.max(1) {
             let (walk, sender, compressed) = (walk.clone(), sender.clone(), compressed.clone());
             let spawned = std::thread::Builder::new()
                 .name("snapview-unzstd".into())
-                .spawn_scoped(scope, move || work(&walk, &sender, file, size, &compressed));
+                .spawn_scoped(scope, move || work(&walk, &sender, source, &compressed));
             if spawned.is_err() {
                 break;
             }
@@ -320,8 +382,7 @@ impl Read for ParallelFrames {
 fn work(
     walk: &Mutex<FrameWalk<'_>>,
     outputs: &SyncSender<Output>,
-    file: &File,
-    size: u64,
+    source: Compressed<'_>,
     compressed: &CompressedCount,
 ) {
     loop {
@@ -346,9 +407,9 @@ fn work(
         let sent = match job {
             Job::Frame { start, end } => {
                 FRAMES.fetch_add(1, Ordering::Relaxed);
-                decompress_frame(file, start, end, &pieces)
+                decompress_frame(source.file(), start, end, &pieces)
             }
-            Job::Rest { start } => decompress_rest(file, start, size, compressed, &pieces),
+            Job::Rest { start } => decompress_rest(source, start, compressed, &pieces),
         };
         if sent.is_err() {
             return;
@@ -413,20 +474,15 @@ fn decompress_frame(
     Ok(())
 }
 
-/// Decompresses `file` from `start` on with the single-thread decompressor, sending what it
+/// Decompresses `source` from `start` on with the single-thread decompressor, sending what it
 /// yields piece by piece, then its error if it fails.
 fn decompress_rest(
-    file: &File,
+    source: Compressed<'_>,
     start: u64,
-    size: u64,
     compressed: &CompressedCount,
     pieces: &SyncSender<std::io::Result<Vec<u8>>>,
 ) -> Result<(), Gone> {
-    let rest = FileFrom {
-        file,
-        at: start,
-        end: size,
-    };
+    let rest = ReadFrom { source, at: start };
     let mut rest = ZstdFrames::new(BufReader::with_capacity(1 << 16, compressed.counting(rest)));
     loop {
         let mut piece = vec![0u8; PIECE];
@@ -456,21 +512,27 @@ fn decompress_rest(
     }
 }
 
-/// A file read from `at` to `end` with positioned reads (the workers share the file).
-struct FileFrom<'a> {
-    file: &'a File,
+/// The compressed file from `at` on, read in order with positioned reads (the workers share
+/// the file), each read as soon as one byte of it has landed.
+struct ReadFrom<'a> {
+    source: Compressed<'a>,
     at: u64,
-    end: u64,
 }
 
-impl Read for FileFrom<'_> {
+impl Read for ReadFrom<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let left = usize::try_from(self.end.saturating_sub(self.at)).unwrap_or(usize::MAX);
-        let want = buf.len().min(left);
+        let there = match self.source {
+            Compressed::Whole { size, .. } => size.saturating_sub(self.at),
+            Compressed::Landing { landing, .. } => {
+                let wanted = usize::try_from(self.at.saturating_add(1)).unwrap_or(usize::MAX);
+                (landing.wait_for(wanted) as u64).saturating_sub(self.at)
+            }
+        };
+        let want = buf.len().min(usize::try_from(there).unwrap_or(usize::MAX));
         if want == 0 {
             return Ok(0);
         }
-        let n = self.file.read_at(&mut buf[..want], self.at)?;
+        let n = self.source.file().read_at(&mut buf[..want], self.at)?;
         self.at += n as u64;
         Ok(n)
     }
@@ -485,14 +547,13 @@ fn decompressors(threads: usize) -> usize {
     (threads * 3).div_ceil(4).clamp(2, 12)
 }
 
-/// Loads the zstd file `file` of `size` bytes, whose frames workers may take (see
-/// [`has_frames`]), on `options.threads` threads: its frames decompressed in parallel, and a
-/// framed pickle in them decoded as `parallel` says as it lands in a scratch file in memory, at
-/// most `window` bytes past what the decoder has asked for; any other content (JSON, an older
-/// protocol) is decoded as a stream of those frames.
+/// Loads the zstd file `source` on `options.threads` threads: its frames decompressed in
+/// parallel (where the walk finds them, see [`has_frames`]; the single-thread decompressor in
+/// a worker from where it does not), and a framed pickle in them decoded as `parallel` says as
+/// it lands in a scratch file in memory, at most `window` bytes past what the decoder has asked
+/// for; any other content (JSON, an older protocol) is decoded as a stream of those frames.
 pub(super) fn load<F: TraceFollower>(
-    file: &File,
-    size: u64,
+    source: Compressed<'_>,
     options: LoadOptions<'_>,
     parallel: Parallel,
     window: usize,
@@ -500,18 +561,22 @@ pub(super) fn load<F: TraceFollower>(
     let limits = options.limits;
     // What the bounds below let the file decompress to at most, so the scratch file's room.
     let room = limits.max_decompressed_bytes.min(
-        size.saturating_mul(limits.max_expansion_ratio)
+        source
+            .bound()
+            .saturating_mul(limits.max_expansion_ratio)
             .saturating_add(limits.expansion_allowance),
     );
     // Made before the threads that share it; left unused if the frames hold no framed pickle.
     let scratch = scratch_file(room);
     let landing = Landing::new();
     std::thread::scope(|scope| {
+        // Dropped before the scope waits for its threads: a worker waiting for an upload's
+        // bytes stops then.
+        let _stops = StopsReading(source);
         let compressed = CompressedCount::default();
         let frames = ParallelFrames::start(
             scope,
-            file,
-            size,
+            source,
             decompressors(options.threads),
             compressed.clone(),
         );
@@ -534,6 +599,11 @@ pub(super) fn load<F: TraceFollower>(
         tracing::debug!(room, "a zstd file's frames decompressed on several threads");
         let loaded = super::load_landing_scratch(scratch, room, landing, options, parallel);
         landing.stop_reading();
+        if loaded.is_err() {
+            // Nothing more is wanted of an upload: its workers stop now, not when it ends. (A
+            // decode that succeeded still has its frame's checksum to read.)
+            source.stop_reading();
+        }
         let landed = landed
             .join()
             .unwrap_or_else(|_| Err(std::io::Error::other("a decompressing thread failed")));
@@ -550,6 +620,15 @@ pub(super) fn load<F: TraceFollower>(
             (Err(error), _) => Err(error),
         }
     })
+}
+
+/// Stops the readers of an upload when dropped (see [`Compressed::stop_reading`]).
+struct StopsReading<'a>(Compressed<'a>);
+
+impl Drop for StopsReading<'_> {
+    fn drop(&mut self) {
+        self.0.stop_reading();
+    }
 }
 
 /// Writes what `inner` decompresses (after `head`, read already) into `scratch` and tells
