@@ -292,6 +292,8 @@ pub(super) fn has_frames(file: &File, size: u64) -> bool {
 struct Output {
     compressed: u64,
     pieces: Receiver<std::io::Result<Vec<u8>>>,
+    /// The single-thread decompressor's output, to the end of the file.
+    rest: bool,
 }
 
 /// The frames of a zstd file, decompressed by worker threads and read in file order (see the
@@ -336,11 +338,23 @@ impl ParallelFrames {
 
     /// Reads the rest of the frame being read, checking it (its checksum): what a
     /// single-thread decompressor checks when its reader asks for one byte past the pickle.
+    /// The single-thread decompressor's own output (one frame of the whole file, say) is read
+    /// only as far as that byte: to its next piece, if the one read is spent, which checks the
+    /// frame's end when it is there; bytes past it are not decompressed for nothing.
     pub(super) fn finish_frame(&mut self) -> std::io::Result<()> {
-        if let Some(output) = self.current.take() {
-            for piece in &output.pieces {
+        let Some(output) = self.current.take() else {
+            return Ok(());
+        };
+        if output.rest {
+            if self.at == self.piece.len()
+                && let Ok(piece) = output.pieces.recv()
+            {
                 piece?;
             }
+            return Ok(());
+        }
+        for piece in &output.pieces {
+            piece?;
         }
         Ok(())
     }
@@ -390,14 +404,15 @@ fn work(
         let job = {
             let Ok(mut walk) = walk.lock() else { return };
             let Some(job) = walk.next_job() else { return };
-            let counted = match job {
-                Job::Frame { start, end } => end - start,
+            let (counted, rest) = match job {
+                Job::Frame { start, end } => (end - start, false),
                 // The single-thread decompressor counts what it reads itself.
-                Job::Rest { .. } => 0,
+                Job::Rest { .. } => (0, true),
             };
             let output = Output {
                 compressed: counted,
                 pieces: receiver,
+                rest,
             };
             if outputs.send(output).is_err() {
                 return;
