@@ -302,7 +302,10 @@ pub fn load_landing_following<F: TraceFollower>(
         "decoding the bytes as they land"
     );
     if !parallel {
-        return load_reader_following(LandingReader::new(file, landing), options);
+        // A large compressed upload is decompressed a few chunks ahead of the decoder on a
+        // thread of its own, as a file is (`ReadAhead`).
+        let ahead = room >= READ_AHEAD_FROM;
+        return load_stream(LandingReader::new(file, landing), options, ahead);
     }
     let parallel = Parallel::with_threads(options.threads);
     load_landing_mapped(file, room, landing, options, parallel)
