@@ -98,17 +98,23 @@ impl Compressed<'_> {
         }
     }
 
-    /// How many of the `want` bytes from `offset` on the file holds (fewer only past its
-    /// end), once they have landed.
-    fn holds(&self, offset: u64, want: u64) -> u64 {
+    /// The bytes from `offset` on that have landed, once at least `wanted` have (fewer only
+    /// past the file's end).
+    fn landed_from(&self, offset: u64, wanted: u64) -> u64 {
         let end = match self {
             Self::Whole { size, .. } => *size,
             Self::Landing { landing, .. } => {
-                let wanted = usize::try_from(offset.saturating_add(want)).unwrap_or(usize::MAX);
+                let wanted = usize::try_from(offset.saturating_add(wanted)).unwrap_or(usize::MAX);
                 landing.wait_for(wanted) as u64
             }
         };
-        end.saturating_sub(offset).min(want)
+        end.saturating_sub(offset)
+    }
+
+    /// How many of the `want` bytes from `offset` on the file holds (fewer only past its
+    /// end), once they have landed.
+    fn holds(&self, offset: u64, want: u64) -> u64 {
+        self.landed_from(offset, want).min(want)
     }
 
     /// Whether the file holds all of `offset..end`.
@@ -536,13 +542,7 @@ struct ReadFrom<'a> {
 
 impl Read for ReadFrom<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let there = match self.source {
-            Compressed::Whole { size, .. } => size.saturating_sub(self.at),
-            Compressed::Landing { landing, .. } => {
-                let wanted = usize::try_from(self.at.saturating_add(1)).unwrap_or(usize::MAX);
-                (landing.wait_for(wanted) as u64).saturating_sub(self.at)
-            }
-        };
+        let there = self.source.landed_from(self.at, 1);
         let want = buf.len().min(usize::try_from(there).unwrap_or(usize::MAX));
         if want == 0 {
             return Ok(0);
