@@ -226,7 +226,6 @@ fn the_pickle_loop_alone_decodes_what_its_flat_dict_path_does() {
 /// data's length) in pieces of every size from 1 byte to 8 KiB, a thread at a time, while
 /// the decoder reads it on `parallel`'s threads; `cut_at`: the bytes stop there, cut short.
 fn landing_outcome(data: &[u8], room: usize, parallel: Parallel, cut_at: Option<usize>) -> String {
-    use std::os::unix::fs::FileExt as _;
     let file = tempfile::tempfile().expect("temp file");
     file.set_len(room as u64).expect("room");
     let landing = Landing::new();
@@ -235,22 +234,7 @@ fn landing_outcome(data: &[u8], room: usize, parallel: Parallel, cut_at: Option<
         ..LoadOptions::default()
     };
     std::thread::scope(|scope| {
-        scope.spawn(|| {
-            let mut rng = common::rng::Rng::new(data.len() as u64);
-            let end = cut_at.unwrap_or(data.len());
-            let mut at = 0;
-            while at < end {
-                let piece = (1 + rng.below(8192)).min(end - at);
-                file.write_all_at(&data[at..at + piece], at as u64)
-                    .expect("writes");
-                at += piece;
-                landing.landed(at);
-                if rng.below(8) == 0 {
-                    std::thread::yield_now();
-                }
-            }
-            landing.end(cut_at.is_none());
-        });
+        scope.spawn(|| common::landing::land_in_pieces(&file, data, &landing, cut_at, 8192, 8));
         let loaded = load_landing_mapped::<()>(&file, room as u64, &landing, options, parallel);
         described(loaded.map(|(snapshot, _)| snapshot))
     })

@@ -91,7 +91,6 @@ fn parallel(path: &Path, window: usize) -> Result<Snapshot, LoadError> {
 /// of their own (cut after `cut_at` bytes, when given), and decompressed and decoded on 4
 /// threads as they land, with regions of a few opcodes and a landing window of `window`.
 fn landing(bytes: &[u8], cut_at: Option<usize>, window: usize) -> Result<Snapshot, LoadError> {
-    use std::os::unix::fs::FileExt as _;
     let file = tempfile::tempfile().expect("temp file");
     file.set_len(bytes.len() as u64).expect("sized");
     let landing = Landing::new();
@@ -100,22 +99,7 @@ fn landing(bytes: &[u8], cut_at: Option<usize>, window: usize) -> Result<Snapsho
         chunk_bytes: 1,
     };
     std::thread::scope(|scope| {
-        scope.spawn(|| {
-            let mut rng = common::rng::Rng::new(bytes.len() as u64);
-            let end = cut_at.unwrap_or(bytes.len());
-            let mut at = 0;
-            while at < end {
-                let piece = (1 + rng.below(4096)).min(end - at);
-                file.write_all_at(&bytes[at..at + piece], at as u64)
-                    .expect("writes");
-                at += piece;
-                landing.landed(at);
-                if rng.below(4) == 0 {
-                    std::thread::yield_now();
-                }
-            }
-            landing.end(cut_at.is_none());
-        });
+        scope.spawn(|| common::landing::land_in_pieces(&file, bytes, &landing, cut_at, 4096, 4));
         load_zstd_landing(
             &file,
             bytes.len() as u64,

@@ -4,6 +4,7 @@
 use snapview::snapshot::{LoadOptions, Snapshot, load_path};
 pub mod backend;
 pub mod counting_alloc;
+pub mod landing;
 pub mod one_byte;
 pub mod reframe;
 pub mod rng;

@@ -323,18 +323,9 @@ pub fn load_landing_mapped<F: TraceFollower>(
     load_landing_map(file, room, landing, options, parallel, false)
 }
 
-/// [`load_landing_mapped`] of a scratch file in memory that decompressed bytes land in (see
-/// `zstd_frames`): its pages are cut out as the decode passes them.
-fn load_landing_scratch<F: TraceFollower>(
-    file: &std::fs::File,
-    room: u64,
-    landing: &Landing,
-    options: LoadOptions<'_>,
-    parallel: Parallel,
-) -> Result<WithFollowerOutcome<F>, LoadError> {
-    load_landing_map(file, room, landing, options, parallel, true)
-}
-
+/// [`load_landing_mapped`], of an upload's file or (`scratch`) of a scratch file in memory that
+/// decompressed bytes land in (see `zstd_frames`), whose pages are cut out as the decode passes
+/// them.
 fn load_landing_map<F: TraceFollower>(
     file: &std::fs::File,
     room: u64,

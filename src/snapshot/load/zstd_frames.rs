@@ -612,7 +612,7 @@ pub(super) fn load<F: TraceFollower>(
         let landing = &landing;
         let landed = scope.spawn(move || land(inner, head, scratch, landing, window));
         tracing::debug!(room, "a zstd file's frames decompressed on several threads");
-        let loaded = super::load_landing_scratch(scratch, room, landing, options, parallel);
+        let loaded = super::load_landing_map(scratch, room, landing, options, parallel, true);
         landing.stop_reading();
         if loaded.is_err() {
             // Nothing more is wanted of an upload: its workers stop now, not when it ends. (A
