@@ -88,7 +88,7 @@ impl Seed {
     fn new(name: String, plain: Vec<u8>, form: Form) -> Self {
         let encoded = match form {
             Form::Gzip => gzip(&plain),
-            Form::Zstd => zstd(&plain),
+            Form::Zstd => common::zstd::frame(&plain),
             Form::Pickle | Form::Json => plain.clone(),
         };
         Self {
@@ -104,10 +104,6 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
     let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     encoder.write_all(bytes).expect("gzip in memory");
     encoder.finish().expect("gzip in memory")
-}
-
-fn zstd(bytes: &[u8]) -> Vec<u8> {
-    ruzstd::encoding::compress_to_vec(bytes, ruzstd::encoding::CompressionLevel::Fastest)
 }
 
 fn decompress_zstd(bytes: &[u8]) -> Option<Vec<u8>> {
@@ -438,7 +434,7 @@ fn mutant(rng: &mut Rng, seed: &Seed, donors: &[Seed]) -> (Vec<u8>, Vec<&'static
         }
         let bytes = match seed.form {
             Form::Gzip => gzip(&plain),
-            _ => zstd(&plain),
+            _ => common::zstd::frame(&plain),
         };
         applied.push("then compressed");
         return (bytes, applied);

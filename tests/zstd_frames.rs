@@ -20,11 +20,6 @@ use std::path::{Path, PathBuf};
 const KB: usize = 1 << 10;
 const MB: usize = 1 << 20;
 
-/// One zstd frame of `bytes` (ruzstd writes a content checksum).
-fn zstd(bytes: &[u8]) -> Vec<u8> {
-    ruzstd::encoding::compress_to_vec(bytes, ruzstd::encoding::CompressionLevel::Fastest)
-}
-
 /// Where each frame starts in a file of frames.
 struct Framed {
     bytes: Vec<u8>,
@@ -39,7 +34,7 @@ fn frames(data: &[u8], every: usize, skippable: bool) -> Framed {
         starts: Vec::new(),
     };
     for chunk in data.chunks(every) {
-        let frame = zstd(chunk);
+        let frame = common::zstd::frame(chunk);
         if skippable {
             framed.bytes.extend(0x184d_2a50u32.to_le_bytes());
             framed.bytes.extend(4u32.to_le_bytes());
@@ -185,7 +180,7 @@ fn every_fixture_in_frames_loads_as_its_pickle() {
     assert!(checked > 40, "only {checked} framed files checked");
 }
 
-/// `load_path` takes the parallel path on 3 threads or more, and only for a file of frames.
+/// `load_path` takes the parallel path on 3 threads or more, for a file of frames or of one.
 #[test]
 fn load_path_decodes_frames_in_parallel_from_three_threads() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -196,10 +191,13 @@ fn load_path_decodes_frames_in_parallel_from_three_threads() {
         "framed.zst",
         &frames(&pickle, 64 * KB, true).bytes,
     );
-    let single = write(dir.path(), "single.zst", &zstd(&pickle));
-    for (path, threads, in_parallel) in
-        [(&framed, 4, true), (&framed, 2, false), (&single, 4, false)]
-    {
+    let single = write(dir.path(), "single.zst", &common::zstd::frame(&pickle));
+    for (path, threads, in_parallel) in [
+        (&framed, 4, true),
+        (&framed, 2, false),
+        (&single, 4, true),
+        (&single, 2, false),
+    ] {
         let before = frames_decompressed_in_parallel();
         let got = described(load_path(path, options(threads)));
         let ran = frames_decompressed_in_parallel() > before;
@@ -207,7 +205,8 @@ fn load_path_decodes_frames_in_parallel_from_three_threads() {
         assert!(ran || !in_parallel, "{}, {threads} threads", path.display());
         assert!(expected == got, "{}, {threads} threads", path.display());
     }
-    assert!(load_zstd_frames(&single, options(4), Parallel::with_threads(4), MB).is_none());
+    let plain = common::path_of("gpt2_adamw");
+    assert!(load_zstd_frames(&plain, options(4), Parallel::with_threads(4), MB).is_none());
 }
 
 /// Frames that hold JSON, or a pickle of protocol 2 (no FRAMEs to cut at), go as a stream.
@@ -224,16 +223,16 @@ fn frames_of_json_or_an_old_protocol_load_as_a_stream() {
     // Protocol 2: PROTO 2, then the rest of a small snapshot dict.
     let old = b"\x80\x02}q\x00(X\x08\x00\x00\x00segmentsq\x01]q\x02X\x0d\x00\x00\x00device_tracesq\x03]q\x04u.";
     let plain = write(dir.path(), "old.pickle", old);
-    let mut framed = zstd(&old[..20]);
-    framed.extend(zstd(&old[20..]));
+    let mut framed = common::zstd::frame(&old[..20]);
+    framed.extend(common::zstd::frame(&old[20..]));
     let path = write(dir.path(), "old.zst", &framed);
     let expected = described(load_path(&plain, options(1)));
     assert!(!expected.starts_with("error"), "{expected}");
     assert_eq!(expected, described(parallel(&path, KB)));
 }
 
-/// A corrupt frame, a bad checksum, a cut file, a frame with a dictionary: the same error as
-/// the single-thread decompressor gives.
+/// A corrupt frame, a bad checksum, a cut file, a frame with a dictionary or too wide a
+/// window: the same error as the single-thread decompressor gives.
 #[test]
 fn a_bad_frame_fails_as_on_one_thread() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -262,6 +261,11 @@ fn a_bad_frame_fails_as_on_one_thread() {
     let mut dictionary = good.bytes.clone();
     dictionary[third + 4] |= 0x01;
     cases.push(("a dictionary id on the third frame", dictionary));
+    // The third frame, its bytes the same, declaring a window beyond libzstd's limit.
+    let mut wide = good.bytes.clone();
+    let third_data = &pickle[2 * 4 * KB..3 * 4 * KB];
+    wide.splice(third..fourth, common::zstd::raw_frame(third_data, 28));
+    cases.push(("a window beyond 128 MiB on the third frame", wide));
     let mut garbage = good.bytes.clone();
     garbage.splice(fourth..fourth, *b"not zstd at all");
     cases.push(("garbage between frames", garbage));
@@ -286,7 +290,7 @@ fn a_bad_frame_fails_as_on_one_thread() {
 fn an_upload_of_one_frame_or_cut_short_loads_as_it_lands() {
     let pickle = std::fs::read(common::path_of("gpt2_adamw")).expect("fixture");
     let expected = described(load_path(&common::path_of("gpt2_adamw"), options(1)));
-    let single = zstd(&pickle);
+    let single = common::zstd::frame(&pickle);
     assert_eq!(expected, described(landing(&single, None, 3 * KB)));
     let framed = frames(&pickle, 16 * KB, true).bytes;
     for bytes in [&single, &framed] {
@@ -331,23 +335,6 @@ async fn a_zstd_upload_to_the_server_decodes_its_frames_in_parallel() {
     assert_eq!(plain["summary"], zstd["summary"]);
 }
 
-/// A zstd frame by hand: `prefix` as a raw block, then `blocks` RLE blocks of 128 KiB of
-/// `fill` (4 bytes each on disk): a bomb, as tests/hostile_input.rs makes one.
-fn zstd_bomb(prefix: &[u8], fill: u8, blocks: usize) -> Vec<u8> {
-    let mut out = vec![0x28, 0xb5, 0x2f, 0xfd, 0x00, 7 << 3];
-    let block_header = |out: &mut Vec<u8>, last: bool, kind: u32, size: u32| {
-        let header = u32::from(last) | kind << 1 | size << 3;
-        out.extend_from_slice(&header.to_le_bytes()[..3]);
-    };
-    block_header(&mut out, blocks == 0, 0, prefix.len() as u32);
-    out.extend_from_slice(prefix);
-    for i in 0..blocks {
-        block_header(&mut out, i + 1 == blocks, 1, 128 << 10);
-        out.push(fill);
-    }
-    out
-}
-
 /// Bombs in frames the workers take (and in one too long for them, left to the single-thread
 /// decompressor): refused by the same bounds, at once.
 #[test]
@@ -370,10 +357,10 @@ fn a_bomb_in_frames_is_refused() {
         ("a frame too long for the workers", 600, Limits::default()),
     ] {
         // The first bomb frame is one the workers take; the next two are `blocks` long.
-        let mut bytes = zstd_bomb(&prefix, 0x80, 0);
-        bytes.extend(zstd_bomb(&[], 0x80, 500));
+        let mut bytes = common::zstd::bomb(&prefix, 0x80, 0);
+        bytes.extend(common::zstd::bomb(&[], 0x80, 500));
         for _ in 0..2 {
-            bytes.extend(zstd_bomb(&[], 0x80, blocks));
+            bytes.extend(common::zstd::bomb(&[], 0x80, blocks));
         }
         let path = write(dir.path(), "bomb.zst", &bytes);
         let options = LoadOptions {

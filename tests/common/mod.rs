@@ -11,6 +11,7 @@ pub mod rng;
 pub mod served;
 pub mod server;
 pub mod shared_entries;
+pub mod zstd;
 
 use std::path::{Path, PathBuf};
 

@@ -145,11 +145,10 @@ pub fn load_path_following<F: TraceFollower>(
             return load_map_following(mapped, options, Parallel::with_threads(options.threads));
         }
     }
-    // Only a file of several frames: one frame is decompressed on one thread either way, and
-    // the read-ahead below keeps that thread as busy as the workers' path does, in less memory
-    // (the 287 MB file as one zstd frame, 16 threads: 0.92-1.26 s both ways, 130 against
-    // 180 MB at the peak).
-    if options.threads >= PARALLEL_THREADS && zstd_frames::has_frames(&file, size) {
+    // One frame too: libzstd decompresses it on one worker faster than one thread decodes
+    // (the 287 MB file as one frame, 16 threads: 0.60-0.64 s through the workers as an upload,
+    // 0.86-1.26 s decoded on one thread behind a read-ahead).
+    if options.threads >= PARALLEL_THREADS && is_zstd(&file) {
         let parallel = Parallel::with_threads(options.threads);
         let source = zstd_frames::Compressed::Whole { file: &file, size };
         return zstd_frames::load(source, options, parallel, zstd_frames::LANDING_WINDOW);
@@ -181,10 +180,10 @@ pub fn decodes_in_parallel(threads: usize, size: u64, head: Option<&[u8]>) -> bo
     threads >= PARALLEL_THREADS && size >= PARALLEL_FROM && framed
 }
 
-/// Loads the zstd file at `path` as [`load_path`] does on 3 threads or more when it holds
-/// several frames (decompressed on worker threads, decoded as they land), with `parallel`'s
-/// chunks and at most `window` decompressed bytes ahead of the decoder: knobs for the tests,
-/// which force both down. `None` when the file has fewer than two frames the workers may take.
+/// Loads the zstd file at `path` as [`load_path`] does on 3 threads or more (its frames
+/// decompressed on worker threads, decoded as they land), with `parallel`'s chunks and at most
+/// `window` decompressed bytes ahead of the decoder: knobs for the tests, which force both
+/// down. `None` when the file is not zstd.
 pub fn load_zstd_frames(
     path: &Path,
     options: LoadOptions<'_>,
@@ -193,10 +192,18 @@ pub fn load_zstd_frames(
 ) -> Option<Result<Snapshot, LoadError>> {
     let file = std::fs::File::open(path).ok()?;
     let size = file.metadata().ok()?.len();
-    zstd_frames::has_frames(&file, size).then(|| {
+    is_zstd(&file).then(|| {
         let source = zstd_frames::Compressed::Whole { file: &file, size };
         zstd_frames::load::<()>(source, options, parallel, window).map(|(snapshot, _)| snapshot)
     })
+}
+
+/// Whether `file` starts as zstd does (a frame, or a skippable frame as pzstd writes first).
+fn is_zstd(file: &std::fs::File) -> bool {
+    use std::os::unix::fs::FileExt;
+    let mut head = [0u8; 4];
+    file.read_exact_at(&mut head, 0).is_ok()
+        && pickle::detect_encoding(&head).ok() == Some(Encoding::Zstd)
 }
 
 /// An upload of zstd landing in `file` (see [`load_landing_following`]) as it loads on 3

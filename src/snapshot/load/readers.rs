@@ -143,11 +143,12 @@ impl Read for ReadAhead {
 }
 
 /// Decompresses every frame of a zstd stream (`pzstd` and `cat a.zst b.zst` write several, with
-/// skippable frames between) and checks each frame's checksum. Errors carry the io kind
-/// [`pickle::io_error`] words for the user: cut short (`UnexpectedEof`) or corrupt.
+/// skippable frames between) with libzstd, which checks each frame's checksum. Errors carry the
+/// io kind [`pickle::io_error`] words for the user: cut short (`UnexpectedEof`) or corrupt.
 pub(super) struct ZstdFrames<R> {
     source: R,
-    frame: ruzstd::decoding::FrameDecoder,
+    context: zstd_safe::DCtx<'static>,
+    /// Between the first byte of a frame and its last flushed byte: the input may not end here.
     in_frame: bool,
 }
 
@@ -155,7 +156,7 @@ impl<R: BufRead> ZstdFrames<R> {
     pub(super) fn new(source: R) -> Self {
         Self {
             source,
-            frame: ruzstd::decoding::FrameDecoder::new(),
+            context: zstd_context(),
             in_frame: false,
         }
     }
@@ -163,66 +164,75 @@ impl<R: BufRead> ZstdFrames<R> {
 
 impl<R: BufRead> Read for ZstdFrames<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        use ruzstd::decoding::BlockDecodingStrategy;
-        use ruzstd::decoding::errors::{FrameDecoderError, ReadFrameHeaderError};
-        while !buf.is_empty() {
-            if self.in_frame {
-                let frame = &mut self.frame;
-                while frame.can_collect() == 0 && !frame.is_finished() {
-                    frame
-                        .decode_blocks(&mut self.source, BlockDecodingStrategy::UptoBlocks(1))
-                        .map_err(zstd_error)?;
-                }
-                let n = frame.read(buf)?;
-                if n > 0 {
-                    return Ok(n);
-                }
-                // The frame is done and drained.
-                if let (Some(stored), Some(computed)) = (
-                    frame.get_checksum_from_data(),
-                    frame.get_calculated_checksum(),
-                ) && stored != computed
-                {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::InvalidData,
-                        "a zstd frame's checksum does not match its data",
-                    ));
-                }
-                self.in_frame = false;
-            }
-            if self.source.fill_buf()?.is_empty() {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        loop {
+            let input = self.source.fill_buf()?;
+            let ended = input.is_empty();
+            if ended && !self.in_frame {
                 return Ok(0);
             }
-            match self.frame.reset(&mut self.source) {
-                Ok(()) => self.in_frame = true,
-                Err(FrameDecoderError::ReadFrameHeaderError(ReadFrameHeaderError::SkipFrame {
-                    length,
-                    ..
-                })) => {
-                    let mut skipped = (&mut self.source).take(u64::from(length));
-                    std::io::copy(&mut skipped, &mut std::io::sink())?;
-                }
-                Err(e) => return Err(zstd_error(e)),
+            let mut input = zstd_safe::InBuffer::around(input);
+            let mut output = zstd_safe::OutBuffer::around(&mut *buf);
+            // Called with no input too: libzstd may still hold output of the frame to flush.
+            let owed = self
+                .context
+                .decompress_stream(&mut output, &mut input)
+                .map_err(zstd_failure)?;
+            let (consumed, produced) = (input.pos(), output.pos());
+            self.source.consume(consumed);
+            // 0: the frame is decoded and flushed; the next byte starts another, or the end.
+            self.in_frame = owed != 0;
+            if produced > 0 {
+                return Ok(produced);
+            }
+            if ended {
+                return Err(zstd_cut_short());
             }
         }
-        Ok(0)
     }
 }
 
-/// A zstd decoding error as an io error: `UnexpectedEof` if the input ran out, else
-/// `InvalidData`.
-pub(super) fn zstd_error(error: impl std::error::Error + Send + Sync + 'static) -> std::io::Error {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&error);
-    let mut kind = std::io::ErrorKind::InvalidData;
-    while let Some(e) = cause {
-        if let Some(io) = e.downcast_ref::<std::io::Error>()
-            && io.kind() == std::io::ErrorKind::UnexpectedEof
-        {
-            kind = io.kind();
-        }
-        cause = e.source();
-    }
-    std::io::Error::new(kind, error)
+/// Windows above 2^27 bytes (128 MiB, libzstd's own default limit and what `zstd` writes at
+/// most without `--long`) are refused: the window is the memory a frame may make the decoder
+/// keep, whatever it decompresses to.
+const ZSTD_WINDOW_LOG_MAX: u32 = 27;
+
+/// A libzstd decompression context with the window bounded.
+pub(super) fn zstd_context() -> zstd_safe::DCtx<'static> {
+    let mut context = zstd_safe::DCtx::create();
+    // Setting a parameter in its range cannot fail; a context that refused it would keep
+    // libzstd's default, which is the same limit.
+    let _ = context.set_parameter(zstd_safe::DParameter::WindowLogMax(ZSTD_WINDOW_LOG_MAX));
+    context
+}
+
+/// libzstd's error `code` as an io error the user can read (all of them `InvalidData`: an input
+/// that ends early is told apart by the caller, [`zstd_cut_short`]).
+pub(super) fn zstd_failure(code: zstd_safe::ErrorCode) -> std::io::Error {
+    use zstd_safe::zstd_sys::ZSTD_ErrorCode;
+    // libzstd's codes are the negated values of its error enum.
+    let which = 0usize.wrapping_sub(code);
+    let message = if which == ZSTD_ErrorCode::ZSTD_error_checksum_wrong as usize {
+        "a zstd frame's checksum does not match its data".to_owned()
+    } else if which == ZSTD_ErrorCode::ZSTD_error_frameParameter_windowTooLarge as usize {
+        format!(
+            "a zstd frame asks for a window of more than {} MiB (written with `zstd --long`?)",
+            1u64 << (ZSTD_WINDOW_LOG_MAX - 20)
+        )
+    } else {
+        format!("zstd: {}", zstd_safe::get_error_name(code).to_lowercase())
+    };
+    std::io::Error::new(std::io::ErrorKind::InvalidData, message)
+}
+
+/// The input ended inside a zstd frame.
+pub(super) fn zstd_cut_short() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::UnexpectedEof,
+        "the input ends inside a zstd frame",
+    )
 }
 
 /// Counts bytes read from the file and reports progress every few megabytes.

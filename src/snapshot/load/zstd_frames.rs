@@ -1,6 +1,6 @@
-//! A zstd file of several frames, decompressed on every core. `pzstd` writes a frame for every
-//! few MiB of input (and `cat a.zst b.zst` one per file), and a frame decompresses on its own,
-//! so:
+//! A zstd file decompressed on several cores and decoded on every core. `pzstd` writes a frame
+//! for every few MiB of input (and `cat a.zst b.zst` one per file), and a frame decompresses on
+//! its own (libzstd, one context per worker), so:
 //!
 //! - [`FrameWalk`] finds the frames from their headers: a block's header gives its compressed
 //!   size, so nothing is decompressed to find where a frame ends;
@@ -16,7 +16,7 @@
 //! single-thread decompressor reads the rest, so its errors and limits are the ones a user
 //! gets, word for word.
 
-use super::readers::{ZstdFrames, zstd_error};
+use super::readers::{ZstdFrames, zstd_context, zstd_cut_short, zstd_failure};
 use super::{LoadError, LoadOptions, WithFollowerOutcome};
 use crate::pickle::{self, Capped, CompressedCount, Landing, PickleError};
 use crate::snapshot::Compression;
@@ -285,14 +285,6 @@ enum Step {
     Frame(u64),
 }
 
-/// Whether the zstd file `file` holds two frames or more that workers may take: otherwise one
-/// thread decompresses it as well.
-pub(super) fn has_frames(file: &File, size: u64) -> bool {
-    let mut walk = FrameWalk::new(Compressed::Whole { file, size });
-    matches!(walk.next_job(), Some(Job::Frame { .. }))
-        && matches!(walk.next_job(), Some(Job::Frame { .. }))
-}
-
 /// A frame handed to the reader: its compressed bytes (counted when its output is read) and
 /// its output, piece by piece.
 struct Output {
@@ -450,49 +442,37 @@ fn decompress_frame(
     end: u64,
     pieces: &SyncSender<std::io::Result<Vec<u8>>>,
 ) -> Result<(), Gone> {
-    use ruzstd::decoding::{BlockDecodingStrategy, FrameDecoder};
     let send = |piece| pieces.send(piece).map_err(|_| Gone);
     let mut compressed = vec![0u8; usize::try_from(end - start).unwrap_or(0)];
     if let Err(error) = file.read_exact_at(&mut compressed, start) {
         return send(Err(error));
     }
-    let mut source = &compressed[..];
-    let mut frame = FrameDecoder::new();
-    if let Err(error) = frame.reset(&mut source) {
-        return send(Err(zstd_error(error)));
-    }
-    while !frame.is_finished() {
-        let decoded = frame.decode_blocks(&mut source, BlockDecodingStrategy::UptoBytes(PIECE));
-        // While the frame is unfinished, its window stays behind for the blocks to come.
-        if (decoded.is_err() || frame.can_collect() >= PIECE)
-            && let Some(piece) = frame.collect().filter(|piece| !piece.is_empty())
-        {
+    let mut context = zstd_context();
+    let mut input = zstd_safe::InBuffer::around(&compressed);
+    loop {
+        let mut piece = vec![0u8; PIECE];
+        let mut output = zstd_safe::OutBuffer::around(&mut piece[..]);
+        let decoded = context.decompress_stream(&mut output, &mut input);
+        let produced = output.pos();
+        piece.truncate(produced);
+        // What it decompressed before failing goes first, as one thread would have read it.
+        if !piece.is_empty() {
             send(Ok(piece))?;
         }
-        if let Err(error) = decoded {
-            return send(Err(zstd_error(error)));
+        match decoded {
+            Err(code) => return send(Err(zstd_failure(code))),
+            Ok(0) if input.pos() < compressed.len() => {
+                return send(Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "a zstd frame ends before its last block",
+                )));
+            }
+            Ok(0) => return Ok(()),
+            // Output owed and no room was left for it, or input left: go on.
+            Ok(_) if produced == PIECE || input.pos() < compressed.len() => {}
+            Ok(_) => return send(Err(zstd_cut_short())),
         }
     }
-    if let Some(piece) = frame.collect().filter(|piece| !piece.is_empty()) {
-        send(Ok(piece))?;
-    }
-    if !source.is_empty() {
-        return send(Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "a zstd frame ends before its last block",
-        )));
-    }
-    if let (Some(stored), Some(computed)) = (
-        frame.get_checksum_from_data(),
-        frame.get_calculated_checksum(),
-    ) && stored != computed
-    {
-        return send(Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "a zstd frame's checksum does not match its data",
-        )));
-    }
-    Ok(())
 }
 
 /// Decompresses `source` from `start` on with the single-thread decompressor, sending what it
@@ -555,16 +535,16 @@ impl Read for ReadFrom<'_> {
 
 /// Threads that decompress for a load on `threads`: three quarters of them (at least two, at
 /// most twelve). On the 16-core host (pzstd's frames, level 3), 4, 6, 8 and 12 decompressors
-/// read the ten-times file in 2.90-2.95, 2.76-2.83, 2.65-2.93 and 2.25-2.35 s: decompressing
-/// (ruzstd, one frame at a time) sets the pace below that. Each costs its window and the pieces
+/// read the ten-times file in 2.90-2.95, 2.76-2.83, 2.65-2.93 and 2.25-2.35 s with ruzstd:
+/// decompressing, one frame at a time, set the pace below that. Each costs its window and the pieces
 /// it runs ahead: the 287 MB file peaked at 204-210, 210-222, 227-235 and 250-261 MB.
 fn decompressors(threads: usize) -> usize {
     (threads * 3).div_ceil(4).clamp(2, 12)
 }
 
 /// Loads the zstd file `source` on `options.threads` threads: its frames decompressed in
-/// parallel (where the walk finds them, see [`has_frames`]; the single-thread decompressor in
-/// a worker from where it does not), and a framed pickle in them decoded as `parallel` says as
+/// parallel (where the walk finds them; the single-thread decompressor in a worker from where
+/// it does not, and for a file of one frame), and a framed pickle in them decoded as `parallel` says as
 /// it lands in a scratch file in memory, at most `window` bytes past what the decoder has asked
 /// for; any other content (JSON, an older protocol) is decoded as a stream of those frames.
 pub(super) fn load<F: TraceFollower>(
