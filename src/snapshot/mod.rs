@@ -28,10 +28,10 @@ pub(crate) use frames::short_frame_label;
 pub use frames::{Frame, FrameId, FrameLabel, FrameTable, StackId, StackTable};
 pub use load::{
     DEFAULT_MAX_EVENTS, EVENTS_PER_CHARGE, EventGate, LoadError, LoadOptions, Refusal,
-    WithFollowerOutcome, decodes_in_parallel, default_threads, frames_decompressed_in_parallel,
+    WithFollowerOutcome, compressed_decoded_in_parallel, decodes_in_parallel, default_threads,
+    frames_decompressed_in_parallel, load_compressed_in_parallel, load_compressed_landing,
     load_landing_following, load_landing_mapped, load_path, load_path_following, load_reader,
-    load_reader_following, load_slice_following, load_zstd_frames, load_zstd_landing,
-    set_default_threads,
+    load_reader_following, load_slice_following, set_default_threads,
 };
 pub(crate) use narrow::blocked_times;
 pub use narrow::{AddrColumn, SizeColumn, SparseIds, StackColumn, StreamColumn, TimeColumn};

@@ -2,8 +2,10 @@
 //! build the model.
 
 mod readers;
+mod scratch;
 mod zstd_frames;
 
+pub use scratch::compressed_decoded_in_parallel;
 pub use zstd_frames::frames_decompressed_in_parallel;
 
 use super::build::{ShapeError, TraceCompactor, build};
@@ -145,13 +147,19 @@ pub fn load_path_following<F: TraceFollower>(
             return load_map_following(mapped, options, Parallel::with_threads(options.threads));
         }
     }
-    // One frame too: libzstd decompresses it on one worker faster than one thread decodes
-    // (the 287 MB file as one frame, 16 threads: 0.60-0.64 s through the workers as an upload,
-    // 0.86-1.26 s decoded on one thread behind a read-ahead).
-    if options.threads >= PARALLEL_THREADS && is_zstd(&file) {
+    // A compressed file is decompressed on other threads and decoded on every core: zstd's
+    // frames on workers (one frame too: libzstd decompresses it faster than one thread decodes;
+    // the 287 MB file as one frame, 16 threads, uploaded in 0.60-0.64 s this way, read in
+    // 0.86-1.26 s decoded on one thread behind a read-ahead), gzip on one thread.
+    if options.threads >= PARALLEL_THREADS {
+        let source = scratch::Compressed::Whole { file: &file, size };
         let parallel = Parallel::with_threads(options.threads);
-        let source = zstd_frames::Compressed::Whole { file: &file, size };
-        return zstd_frames::load(source, options, parallel, zstd_frames::LANDING_WINDOW);
+        let head = head_of(&file);
+        if let Some(loaded) =
+            load_compressed(source, &head, options, parallel, scratch::LANDING_WINDOW)
+        {
+            return loaded;
+        }
     }
     if size < READ_AHEAD_FROM {
         return load_reader_following(file, options);
@@ -180,11 +188,11 @@ pub fn decodes_in_parallel(threads: usize, size: u64, head: Option<&[u8]>) -> bo
     threads >= PARALLEL_THREADS && size >= PARALLEL_FROM && framed
 }
 
-/// Loads the zstd file at `path` as [`load_path`] does on 3 threads or more (its frames
-/// decompressed on worker threads, decoded as they land), with `parallel`'s chunks and at most
+/// Loads the gzip or zstd file at `path` as [`load_path`] does on 3 threads or more
+/// (decompressed on other threads, decoded as it lands), with `parallel`'s chunks and at most
 /// `window` decompressed bytes ahead of the decoder: knobs for the tests, which force both
-/// down. `None` when the file is not zstd.
-pub fn load_zstd_frames(
+/// down. `None` when the file is neither.
+pub fn load_compressed_in_parallel(
     path: &Path,
     options: LoadOptions<'_>,
     parallel: Parallel,
@@ -192,38 +200,56 @@ pub fn load_zstd_frames(
 ) -> Option<Result<Snapshot, LoadError>> {
     let file = std::fs::File::open(path).ok()?;
     let size = file.metadata().ok()?.len();
-    is_zstd(&file).then(|| {
-        let source = zstd_frames::Compressed::Whole { file: &file, size };
-        zstd_frames::load::<()>(source, options, parallel, window).map(|(snapshot, _)| snapshot)
-    })
+    let source = scratch::Compressed::Whole { file: &file, size };
+    load_compressed::<()>(source, &head_of(&file), options, parallel, window)
+        .map(|loaded| loaded.map(|(snapshot, _)| snapshot))
 }
 
-/// Whether `file` starts as zstd does (a frame, or a skippable frame as pzstd writes first).
-fn is_zstd(file: &std::fs::File) -> bool {
+/// The first bytes of `file`, as many as it has of 4.
+fn head_of(file: &std::fs::File) -> Vec<u8> {
     use std::os::unix::fs::FileExt;
     let mut head = [0u8; 4];
-    file.read_exact_at(&mut head, 0).is_ok()
-        && pickle::detect_encoding(&head).ok() == Some(Encoding::Zstd)
+    let n = file.read_at(&mut head, 0).unwrap_or(0);
+    head[..n].to_vec()
 }
 
-/// An upload of zstd landing in `file` (see [`load_landing_following`]) as it loads on 3
-/// threads or more whatever its size: its frames decompressed by workers as they land, with
+/// `source` decompressed on other threads and decoded on `parallel.threads` as it lands, if
+/// its first bytes (`head`) say gzip or zstd: zstd's frames by workers (`zstd_frames`), gzip by
+/// one thread (`scratch`).
+fn load_compressed<F: TraceFollower>(
+    source: scratch::Compressed<'_>,
+    head: &[u8],
+    options: LoadOptions<'_>,
+    parallel: Parallel,
+    window: usize,
+) -> Option<Result<WithFollowerOutcome<F>, LoadError>> {
+    match pickle::detect_encoding(head).ok()? {
+        Encoding::Zstd => Some(zstd_frames::load(source, options, parallel, window)),
+        Encoding::Gzip => Some(scratch::load_gzip(source, options, parallel, window)),
+        Encoding::Pickle | Encoding::Json => None,
+    }
+}
+
+/// An upload of gzip or zstd landing in `file` (see [`load_landing_following`]) as it loads on
+/// 3 threads or more whatever its size: decompressed on other threads as it lands, with
 /// `parallel`'s chunks and at most `window` decompressed bytes ahead of the decoder (knobs for
-/// the tests, which force both down).
-pub fn load_zstd_landing(
+/// the tests, which force both down). `None` when its first bytes are neither.
+pub fn load_compressed_landing(
     file: &std::fs::File,
     room: u64,
     landing: &Landing,
     options: LoadOptions<'_>,
     parallel: Parallel,
     window: usize,
-) -> Result<Snapshot, LoadError> {
-    let source = zstd_frames::Compressed::Landing {
+) -> Option<Result<Snapshot, LoadError>> {
+    let head = landing_head(file, landing);
+    let source = scratch::Compressed::Landing {
         file,
         landing,
         room,
     };
-    zstd_frames::load::<()>(source, options, parallel, window).map(|(snapshot, _)| snapshot)
+    load_compressed::<()>(source, &head, options, parallel, window)
+        .map(|loaded| loaded.map(|(snapshot, _)| snapshot))
 }
 
 /// The parallel decoder is used from this many threads on. Its workers spend about twice the
@@ -235,22 +261,10 @@ const PARALLEL_THREADS: usize = 3;
 /// it, starting threads costs more than it saves.
 const PARALLEL_FROM: u64 = 8 << 20;
 
-/// Zstd uploads from this size on are decompressed and decoded on several threads as they land
-/// when allowed (snapshots compress about tenfold, so as large as [`PARALLEL_FROM`]
+/// Compressed uploads from this size on are decompressed and decoded on several threads as
+/// they land when allowed (snapshots compress about tenfold, so as large as [`PARALLEL_FROM`]
 /// decompressed).
-const ZSTD_PARALLEL_FROM: u64 = 1 << 20;
-
-/// Whether a zstd upload of `size` bytes starting with `head` is read on several threads as it
-/// lands (see `zstd_frames`): its frames decompressed by workers (one frame, or what the walk
-/// does not expect, by the single-thread decompressor in one of them, a thread apart from the
-/// decode as a file's read-ahead is), the pickle in them decoded in parallel. The 287 MB file
-/// as one frame uploads in 0.80-1.14 s instead of 1.21-2.04 s, in pzstd's frames in 0.40-0.46 s
-/// instead of 1.39-1.76 s (16-core host).
-fn unzstds_in_parallel(threads: usize, size: u64, head: &[u8]) -> bool {
-    threads >= PARALLEL_THREADS
-        && size >= ZSTD_PARALLEL_FROM
-        && pickle::detect_encoding(head).ok() == Some(Encoding::Zstd)
-}
+const COMPRESSED_PARALLEL_FROM: u64 = 1 << 20;
 
 /// Decodes a whole pickle held in memory, on `parallel.threads` worker threads when it is
 /// framed (protocol 4-5), else on this one. The model is the same either way (tested in
@@ -272,6 +286,16 @@ fn load_map_following<F: TraceFollower>(
     load_in_memory(Landed::whole(mapped.map), Some(mapped), options, parallel)
 }
 
+/// The first 4 bytes of an upload landing in `file`, once they have landed (fewer only if the
+/// input ends, or is cut, before them: the decode tells why).
+fn landing_head(file: &std::fs::File, landing: &Landing) -> Vec<u8> {
+    let mut head = Vec::with_capacity(4);
+    let _ = LandingReader::new(file, landing)
+        .take(4)
+        .read_to_end(&mut head);
+    head
+}
+
 /// Loads a snapshot whose bytes are still landing in `file` (an upload as it is received),
 /// reading each byte as soon as it has landed: a large uncompressed pickle on every core
 /// through a map of the file (which its writer has sized to `room` bytes, the most that will
@@ -286,20 +310,19 @@ pub fn load_landing_following<F: TraceFollower>(
     landing: &Landing,
     options: LoadOptions<'_>,
 ) -> Result<WithFollowerOutcome<F>, LoadError> {
-    let mut head = Vec::with_capacity(4);
-    // Fewer bytes only if the input ends (or is cut) before them: the decode tells why.
-    let _ = LandingReader::new(file, landing)
-        .take(4)
-        .read_to_end(&mut head);
-    if unzstds_in_parallel(options.threads, room, &head) {
-        tracing::debug!(room, "decompressing the frames as they land");
-        let source = zstd_frames::Compressed::Landing {
+    let head = landing_head(file, landing);
+    if options.threads >= PARALLEL_THREADS && room >= COMPRESSED_PARALLEL_FROM {
+        let source = scratch::Compressed::Landing {
             file,
             landing,
             room,
         };
         let parallel = Parallel::with_threads(options.threads);
-        return zstd_frames::load(source, options, parallel, zstd_frames::LANDING_WINDOW);
+        if let Some(loaded) =
+            load_compressed(source, &head, options, parallel, scratch::LANDING_WINDOW)
+        {
+            return loaded;
+        }
     }
     let head = (head.len() >= 2).then_some(&head[..]);
     let parallel = decodes_in_parallel(options.threads, room, head);

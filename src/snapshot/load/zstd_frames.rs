@@ -17,8 +17,9 @@
 //! gets, word for word.
 
 use super::readers::{ZstdFrames, zstd_context, zstd_cut_short, zstd_failure};
+use super::scratch::{Compressed, Decompressed, ReadFrom, Scratch, StopsReading};
 use super::{LoadError, LoadOptions, WithFollowerOutcome};
-use crate::pickle::{self, Capped, CompressedCount, Landing, PickleError};
+use crate::pickle::{Capped, CompressedCount};
 use crate::snapshot::Compression;
 use crate::snapshot::compact::parallel::Parallel;
 use crate::snapshot::follow::TraceFollower;
@@ -52,11 +53,6 @@ const PIECE: usize = 1 << 20;
 /// worker ahead finishes its frame and starts the next one.
 const PIECES_AHEAD: usize = 8;
 
-/// Decompressed bytes landed at most past what the decoder has asked for: the pickle decoder's
-/// workers ask a few regions ahead of the splice already (16 MiB and 32 MiB read the ten-times
-/// file as fast on the 16-core host).
-pub(super) const LANDING_WINDOW: usize = 16 << 20;
-
 /// Frames decompressed by worker threads in this process, so tests can tell that the parallel
 /// path ran.
 static FRAMES: AtomicU64 = AtomicU64::new(0);
@@ -64,71 +60,6 @@ static FRAMES: AtomicU64 = AtomicU64::new(0);
 /// Frames of zstd files decompressed on worker threads so far in this process.
 pub fn frames_decompressed_in_parallel() -> u64 {
     FRAMES.load(Ordering::Relaxed)
-}
-
-/// The compressed file: whole on disk, or still landing (an upload as it arrives), when every
-/// read first waits for its bytes.
-#[derive(Clone, Copy)]
-pub(super) enum Compressed<'a> {
-    Whole {
-        file: &'a File,
-        size: u64,
-    },
-    Landing {
-        file: &'a File,
-        landing: &'a Landing,
-        /// The most bytes that will land (0: not known).
-        room: u64,
-    },
-}
-
-impl Compressed<'_> {
-    /// The file's size at most.
-    fn bound(&self) -> u64 {
-        match self {
-            Self::Whole { size, .. } => *size,
-            Self::Landing { room: 0, .. } => u64::MAX,
-            Self::Landing { room, .. } => *room,
-        }
-    }
-
-    fn file(&self) -> &File {
-        match self {
-            Self::Whole { file, .. } | Self::Landing { file, .. } => file,
-        }
-    }
-
-    /// The bytes from `offset` on that have landed, once at least `wanted` have (fewer only
-    /// past the file's end).
-    fn landed_from(&self, offset: u64, wanted: u64) -> u64 {
-        let end = match self {
-            Self::Whole { size, .. } => *size,
-            Self::Landing { landing, .. } => {
-                let wanted = usize::try_from(offset.saturating_add(wanted)).unwrap_or(usize::MAX);
-                landing.wait_for(wanted) as u64
-            }
-        };
-        end.saturating_sub(offset)
-    }
-
-    /// How many of the `want` bytes from `offset` on the file holds (fewer only past its
-    /// end), once they have landed.
-    fn holds(&self, offset: u64, want: u64) -> u64 {
-        self.landed_from(offset, want).min(want)
-    }
-
-    /// Whether the file holds all of `offset..end`.
-    fn holds_until(&self, offset: u64, end: u64) -> bool {
-        let want = end.saturating_sub(offset);
-        self.holds(offset, want) == want
-    }
-
-    /// The readers are done with it: a worker still waiting for an upload's bytes stops.
-    fn stop_reading(&self) {
-        if let Self::Landing { landing, .. } = self {
-            landing.stop_reading();
-        }
-    }
 }
 
 /// One stretch of the compressed file for a worker.
@@ -333,13 +264,15 @@ impl ParallelFrames {
             compressed,
         }
     }
+}
 
+impl Decompressed for ParallelFrames {
     /// Reads the rest of the frame being read, checking it (its checksum): what a
     /// single-thread decompressor checks when its reader asks for one byte past the pickle.
     /// The single-thread decompressor's own output (one frame of the whole file, say) is read
     /// only as far as that byte: to its next piece, if the one read is spent, which checks the
     /// frame's end when it is there; bytes past it are not decompressed for nothing.
-    pub(super) fn finish_frame(&mut self) -> std::io::Result<()> {
+    fn finish(&mut self) -> std::io::Result<()> {
         let Some(output) = self.current.take() else {
             return Ok(());
         };
@@ -513,26 +446,6 @@ fn decompress_rest(
     }
 }
 
-/// The compressed file from `at` on, read in order with positioned reads (the workers share
-/// the file), each read as soon as one byte of it has landed.
-struct ReadFrom<'a> {
-    source: Compressed<'a>,
-    at: u64,
-}
-
-impl Read for ReadFrom<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let there = self.source.landed_from(self.at, 1);
-        let want = buf.len().min(usize::try_from(there).unwrap_or(usize::MAX));
-        if want == 0 {
-            return Ok(0);
-        }
-        let n = self.source.file().read_at(&mut buf[..want], self.at)?;
-        self.at += n as u64;
-        Ok(n)
-    }
-}
-
 /// Threads that decompress for a load on `threads`: three quarters of them (at least two, at
 /// most twelve). On the 16-core host (pzstd's frames, level 3), 4, 6, 8 and 12 decompressors
 /// read the ten-times file in 2.90-2.95, 2.76-2.83, 2.65-2.93 and 2.25-2.35 s with ruzstd:
@@ -544,26 +457,16 @@ fn decompressors(threads: usize) -> usize {
 
 /// Loads the zstd file `source` on `options.threads` threads: its frames decompressed in
 /// parallel (where the walk finds them; the single-thread decompressor in a worker from where
-/// it does not, and for a file of one frame), and a framed pickle in them decoded as `parallel` says as
-/// it lands in a scratch file in memory, at most `window` bytes past what the decoder has asked
-/// for; any other content (JSON, an older protocol) is decoded as a stream of those frames.
+/// it does not, and for a file of one frame), their pickle decoded on every core as it lands
+/// (see [`Scratch::decode`]).
 pub(super) fn load<F: TraceFollower>(
     source: Compressed<'_>,
     options: LoadOptions<'_>,
     parallel: Parallel,
     window: usize,
 ) -> Result<WithFollowerOutcome<F>, LoadError> {
-    let limits = options.limits;
-    // What the bounds below let the file decompress to at most, so the scratch file's room.
-    let room = limits.max_decompressed_bytes.min(
-        source
-            .bound()
-            .saturating_mul(limits.max_expansion_ratio)
-            .saturating_add(limits.expansion_allowance),
-    );
-    // Made before the threads that share it; left unused if the frames hold no framed pickle.
-    let scratch = scratch_file(room);
-    let landing = Landing::new();
+    // Made before the threads that share it.
+    let scratch = Scratch::new(&source, &options.limits);
     std::thread::scope(|scope| {
         // Dropped before the scope waits for its threads: a worker waiting for an upload's
         // bytes stops then.
@@ -575,134 +478,15 @@ pub(super) fn load<F: TraceFollower>(
             decompressors(options.threads),
             compressed.clone(),
         );
-        let mut inner = Capped::with_ratio(frames, &limits, compressed);
-        let mut head = Vec::with_capacity(super::SNIFF);
-        (&mut inner)
-            .take(super::SNIFF as u64)
-            .read_to_end(&mut head)
-            .map_err(pickle::io_error)?;
-        // Protocol 4-5 with its first FRAME: what the parallel decoder cuts at, and so hands
-        // the scratch file's pages back (an unframed pickle is read on one thread, which would
-        // leave all of it in memory: it goes as a stream).
-        let framed = matches!(head.get(..3), Some([0x80, 4..=5, 0x95]));
-        let (true, Some(scratch)) = (framed, &scratch) else {
-            let stream = std::io::Cursor::new(head).chain(inner);
-            return super::decode_inner(stream, options, Compression::Zstd);
-        };
-        let landing = &landing;
-        let landed = scope.spawn(move || land(inner, head, scratch, landing, window));
-        tracing::debug!(room, "a zstd file's frames decompressed on several threads");
-        let loaded = super::load_landing_map(scratch, room, landing, options, parallel, true);
-        landing.stop_reading();
-        if loaded.is_err() {
-            // Nothing more is wanted of an upload: its workers stop now, not when it ends. (A
-            // decode that succeeded still has its frame's checksum to read.)
-            source.stop_reading();
-        }
-        let landed = landed
-            .join()
-            .unwrap_or_else(|_| Err(std::io::Error::other("a decompressing thread failed")));
-        match (loaded, landed) {
-            (Ok((mut snapshot, followed)), Ok(())) => {
-                snapshot.source.compression = Compression::Zstd;
-                Ok((snapshot, followed))
-            }
-            // The decode read to where the decompressed bytes stopped: why they stopped is
-            // the error (a corrupt frame, a bomb), as a single-thread read would have said.
-            (Ok(_) | Err(LoadError::Pickle(PickleError::Truncated { .. })), Err(error)) => {
-                Err(pickle::io_error(error).into())
-            }
-            (Err(error), _) => Err(error),
-        }
+        let inner = Capped::with_ratio(frames, &options.limits, compressed);
+        scratch.decode(
+            scope,
+            inner,
+            source,
+            Compression::Zstd,
+            options,
+            parallel,
+            window,
+        )
     })
-}
-
-/// Stops the readers of an upload when dropped (see [`Compressed::stop_reading`]).
-struct StopsReading<'a>(Compressed<'a>);
-
-impl Drop for StopsReading<'_> {
-    fn drop(&mut self) {
-        self.0.stop_reading();
-    }
-}
-
-/// Writes what `inner` decompresses (after `head`, read already) into `scratch` and tells
-/// `landing` how far, at most a window ahead of what the decoder asks for. Once the decoder is
-/// done, it reads on to the end of the frame it is in, so that frame's checksum is checked.
-fn land(
-    mut inner: Capped<ParallelFrames>,
-    head: Vec<u8>,
-    scratch: &File,
-    landing: &Landing,
-    window: usize,
-) -> std::io::Result<()> {
-    let landed = land_all(&mut inner, head, scratch, landing, window);
-    // Whole even on an error: what landed is what the frames gave before it, which the decoder
-    // reads to its end, as it would a single-thread decompressor's (the error is told after).
-    landing.end(true);
-    match landed {
-        Ok(true) => Ok(()),
-        Ok(false) => inner.get_mut().finish_frame(),
-        Err(error) => Err(error),
-    }
-}
-
-/// [`land`]'s loop: `true` once every byte landed, `false` if the decoder was done first.
-fn land_all(
-    inner: &mut Capped<ParallelFrames>,
-    head: Vec<u8>,
-    scratch: &File,
-    landing: &Landing,
-    window: usize,
-) -> std::io::Result<bool> {
-    let mut at = 0;
-    let mut buf = head;
-    loop {
-        let mut written = 0;
-        while written < buf.len() {
-            let Some(until) = landing.room_until(at, window) else {
-                return Ok(false);
-            };
-            let part = &buf[written..buf.len().min(written + (until - at))];
-            scratch.write_all_at(part, at as u64)?;
-            (at, written) = (at + part.len(), written + part.len());
-            landing.landed(at);
-        }
-        buf.resize(PIECE, 0);
-        let n = loop {
-            match inner.read(&mut buf) {
-                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
-                read => break read?,
-            }
-        };
-        if n == 0 {
-            return Ok(true);
-        }
-        buf.truncate(n);
-    }
-}
-
-/// A file in memory, sized to `room` bytes (sparse: a page takes memory once written), for the
-/// decompressed bytes to land in; `None` where none can be made (the caller then decodes them
-/// as a stream).
-fn scratch_file(room: u64) -> Option<File> {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::FromRawFd;
-        // SAFETY: a plain system call with a valid C string; the descriptor it returns is
-        // this process's, owned by the `File` made of it and closed when that is dropped.
-        let fd = unsafe { libc::memfd_create(c"snapview-unzstd".as_ptr(), libc::MFD_CLOEXEC) };
-        if fd < 0 {
-            return None;
-        }
-        // SAFETY: `fd` was just opened and nothing else owns it.
-        let file = unsafe { File::from_raw_fd(fd) };
-        file.set_len(room).ok()?;
-        Some(file)
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = room;
-        None
-    }
 }

@@ -1,9 +1,9 @@
-//! A zstd file of several frames (pzstd's output, or `cat a.zst b.zst`) is decompressed on
-//! worker threads and decoded as its bytes land (`src/snapshot/load/zstd_frames.rs`): the
-//! same model and summary as its pickle read on one thread, or the same error as the
-//! single-thread decompressor gives, with frames of a few KiB, pickle chunks of a few opcodes
-//! and a landing window of a few KiB, so every hand-over between frames, pieces and regions is
-//! met.
+//! A compressed file is decompressed on other threads and decoded on every core as its bytes
+//! land (`src/snapshot/load/scratch.rs`): a zstd file's frames (pzstd's output, `cat a.zst
+//! b.zst`, or one) on worker threads (`zstd_frames.rs`), gzip on one. Each must give the same
+//! model and summary as its pickle read on one thread, or the same error as the single-thread
+//! decompressor gives, with frames of a few KiB, pickle chunks of a few opcodes and a landing
+//! window of a few KiB, so every hand-over between frames, pieces and regions is met.
 
 mod common;
 
@@ -12,8 +12,9 @@ use snapview::analysis::{Analysis, Summary};
 use snapview::pickle::scan::FRAME;
 use snapview::pickle::{Landing, Limits};
 use snapview::snapshot::{
-    Compression, LoadError, LoadOptions, Parallel, Snapshot, frames_decompressed_in_parallel,
-    load_path, load_zstd_frames, load_zstd_landing,
+    Compression, LoadError, LoadOptions, Parallel, Snapshot, compressed_decoded_in_parallel,
+    frames_decompressed_in_parallel, load_compressed_in_parallel, load_compressed_landing,
+    load_path,
 };
 use std::path::{Path, PathBuf};
 
@@ -79,7 +80,7 @@ fn parallel(path: &Path, window: usize) -> Result<Snapshot, LoadError> {
         threads: 4,
         chunk_bytes: 1,
     };
-    load_zstd_frames(path, options(4), parallel, window).expect("the file has frames")
+    load_compressed_in_parallel(path, options(4), parallel, window).expect("a compressed file")
 }
 
 /// `bytes` read as an upload's as they land: written to a file a few KiB at a time by a thread
@@ -95,7 +96,7 @@ fn landing(bytes: &[u8], cut_at: Option<usize>, window: usize) -> Result<Snapsho
     };
     std::thread::scope(|scope| {
         scope.spawn(|| common::landing::land_in_pieces(&file, bytes, &landing, cut_at, 4096, 4));
-        load_zstd_landing(
+        load_compressed_landing(
             &file,
             bytes.len() as u64,
             &landing,
@@ -103,6 +104,7 @@ fn landing(bytes: &[u8], cut_at: Option<usize>, window: usize) -> Result<Snapsho
             parallel,
             window,
         )
+        .expect("compressed bytes")
     })
 }
 
@@ -206,7 +208,9 @@ fn load_path_decodes_frames_in_parallel_from_three_threads() {
         assert!(expected == got, "{}, {threads} threads", path.display());
     }
     let plain = common::path_of("gpt2_adamw");
-    assert!(load_zstd_frames(&plain, options(4), Parallel::with_threads(4), MB).is_none());
+    assert!(
+        load_compressed_in_parallel(&plain, options(4), Parallel::with_threads(4), MB).is_none()
+    );
 }
 
 /// Frames that hold JSON, or a pickle of protocol 2 (no FRAMEs to cut at), go as a stream.
@@ -369,8 +373,8 @@ fn a_bomb_in_frames_is_refused() {
             ..LoadOptions::default()
         };
         let started = std::time::Instant::now();
-        let loaded =
-            load_zstd_frames(&path, options, Parallel::with_threads(4), MB).expect("frames");
+        let loaded = load_compressed_in_parallel(&path, options, Parallel::with_threads(4), MB)
+            .expect("frames");
         let message = loaded.expect_err(case).to_string();
         assert!(message.contains("compression bomb"), "{case}: {message}");
         assert!(
@@ -401,12 +405,212 @@ fn large_files_in_frames_load_as_their_pickles() {
         );
         drop(pickle);
         for window in [64 * KB, 16 * MB] {
-            let loaded = load_zstd_frames(&framed, options(4), Parallel::with_threads(4), window)
-                .expect("frames");
+            let loaded =
+                load_compressed_in_parallel(&framed, options(4), Parallel::with_threads(4), window)
+                    .expect("frames");
             assert!(
                 expected == described(loaded),
                 "{name}, window {window}: differs"
             );
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// gzip: inflated on one thread (its members cannot be found without inflating them), decoded
+// on every core as it lands.
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    encoder.write_all(bytes).expect("gzip in memory");
+    encoder.finish().expect("gzip in memory")
+}
+
+#[test]
+fn every_fixture_as_gzip_loads_as_its_pickle() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut checked = 0;
+    for (name, pickle) in fixture_pickles() {
+        let plain = write(dir.path(), "plain.pickle", &pickle);
+        let expected = described(load_path(&plain, options(1)));
+        assert!(!expected.starts_with("error"), "{name}: {expected}");
+        let gz = gzip(&pickle);
+        let path = write(dir.path(), "plain.pickle.gz", &gz);
+        for window in [3 * KB, MB] {
+            let before = compressed_decoded_in_parallel();
+            let loaded = parallel(&path, window);
+            if let Ok(snapshot) = &loaded {
+                assert_eq!(snapshot.source.compression, Compression::Gzip, "{name}");
+            }
+            assert!(expected == described(loaded), "{name}, window {window}");
+            // A framed pickle (what torch writes, and the re-framed ones) is decoded in
+            // parallel; an unframed one as a stream.
+            if pickle.get(..3) == Some(&[0x80, 4, FRAME][..]) {
+                assert!(
+                    compressed_decoded_in_parallel() > before,
+                    "{name}: not in parallel"
+                );
+            }
+            assert!(
+                expected == described(landing(&gz, None, window)),
+                "{name}, window {window}, as it lands"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 40, "only {checked} gzip files checked");
+}
+
+/// A bad CRC or length, a cut member, corrupt deflate data, bytes after the member, and two
+/// members (which load): the same outcome as on one thread, by path and as it lands.
+#[test]
+fn a_bad_gzip_fails_as_on_one_thread() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pickle = std::fs::read(common::path_of("mlp_small")).expect("fixture");
+    let pickle = reframe(&pickle, 5).expect("a pickle to re-frame");
+    let good = gzip(&pickle);
+    let mut cases: Vec<(&str, Vec<u8>, bool)> = Vec::new();
+    let mut crc = good.clone();
+    let at = crc.len() - 8;
+    crc[at] ^= 0xff;
+    cases.push(("a bad CRC", crc, false));
+    let mut length = good.clone();
+    let at = length.len() - 1;
+    length[at] ^= 0x01;
+    cases.push(("a bad length", length, false));
+    cases.push(("cut in its trailer", good[..good.len() - 4].to_vec(), false));
+    cases.push(("cut in the middle", good[..good.len() / 2].to_vec(), false));
+    let mut corrupt = good.clone();
+    let middle = corrupt.len() / 2;
+    for byte in &mut corrupt[middle..middle + 24] {
+        *byte ^= 0x5a;
+    }
+    cases.push(("corrupt deflate data", corrupt, false));
+    let mut after = good.clone();
+    after.extend_from_slice(b"not gzip at all");
+    cases.push(("bytes after the member", after, false));
+    let (first, second) = pickle.split_at(pickle.len() / 3);
+    let two = [gzip(first), gzip(second)].concat();
+    cases.push(("two members", two, true));
+    for (case, bytes, loads) in cases {
+        let path = write(dir.path(), "bad.pickle.gz", &bytes);
+        let expected = described(sequential(&path));
+        assert_eq!(!expected.starts_with("error"), loads, "{case}: {expected}");
+        assert_eq!(expected, described(parallel(&path, 3 * KB)), "{case}");
+        assert_eq!(
+            expected,
+            described(landing(&bytes, None, 3 * KB)),
+            "{case}, as it lands"
+        );
+    }
+}
+
+/// A gzip bomb is refused by the decompressor's bounds (its ratio to the bytes read, and the
+/// absolute limit) in the single-thread read's words, at once; and an upload cut short fails
+/// within seconds.
+#[test]
+fn a_gzip_bomb_or_a_cut_upload_is_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // PROTO 4 and a FRAME, then a run of PROTO opcodes (0x80 0x80 ...), which accumulate
+    // nothing: the decompressor's bounds, not the decoder's, must stop it.
+    let mut bomb = vec![0x80, 4, FRAME];
+    bomb.extend(64u64.to_le_bytes());
+    bomb.resize(64 << 20, 0x80);
+    // At the best level deflate reaches about 1000:1 on one byte repeated.
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    std::io::Write::write_all(&mut encoder, &bomb).expect("gzip in memory");
+    let bomb = encoder.finish().expect("gzip in memory");
+    assert!(bomb.len() < 128 << 10, "{} bytes", bomb.len());
+    let path = write(dir.path(), "bomb.pickle.gz", &bomb);
+    let limit = LoadOptions {
+        limits: Limits {
+            max_decompressed_bytes: 16 << 20,
+            ..Limits::default()
+        },
+        ..options(1)
+    };
+    for (case, options) in [("the ratio", options(1)), ("the limit", limit)] {
+        let expected = described(load_path(&path, options));
+        assert!(expected.contains("compression bomb"), "{case}: {expected}");
+        let started = std::time::Instant::now();
+        let parallel = Parallel {
+            threads: 4,
+            chunk_bytes: 1 << 20,
+        };
+        let options = LoadOptions {
+            threads: 4,
+            ..options
+        };
+        let got =
+            described(load_compressed_in_parallel(&path, options, parallel, MB).expect("gzip"));
+        // The same words; the bytes it got to (in the parentheses) depend on the reads' sizes.
+        let words = |message: &str| message.split(" (").next().unwrap_or_default().to_owned();
+        assert!(got.contains("compression bomb"), "{case}: {got}");
+        assert_eq!(words(&expected), words(&got), "{case}");
+        assert!(
+            started.elapsed().as_secs() < 10,
+            "{case}: {:?}",
+            started.elapsed()
+        );
+    }
+    let pickle = std::fs::read(common::path_of("gpt2_adamw")).expect("fixture");
+    let gz = gzip(&pickle);
+    for cut_at in [gz.len() / 3, gz.len() - 2] {
+        let started = std::time::Instant::now();
+        let got = described(landing(&gz, Some(cut_at), 3 * KB));
+        assert!(got.starts_with("error"), "cut at {cut_at}: {got}");
+        assert!(started.elapsed().as_secs() < 10, "{:?}", started.elapsed());
+    }
+}
+
+/// `load_path` inflates a gzip file beside the parallel decode on 3 threads or more, and reads
+/// it on one thread below.
+#[test]
+fn load_path_decodes_gzip_in_parallel_from_three_threads() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let plain = common::path_of("gpt2_adamw");
+    let expected = described(load_path(&plain, options(1)));
+    let path = write(
+        dir.path(),
+        "gpt2_adamw.pickle.gz",
+        &gzip(&std::fs::read(&plain).expect("fixture")),
+    );
+    for (threads, in_parallel) in [(4, true), (2, false)] {
+        let before = compressed_decoded_in_parallel();
+        let got = described(load_path(&path, options(threads)));
+        let ran = compressed_decoded_in_parallel() > before;
+        // Other tests of this binary raise the count too: only a rise is telling.
+        assert!(ran || !in_parallel, "{threads} threads");
+        assert!(expected == got, "{threads} threads");
+    }
+}
+
+/// A gzip upload to the server (on 4 threads) is inflated beside the parallel decode as it
+/// lands, and its summary is the pickle's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gzip_upload_to_the_server_decodes_in_parallel() {
+    snapview::snapshot::set_default_threads(4);
+    let server = common::server::TestServer::new();
+    let pickle = std::fs::read(common::path_of("gpt2_adamw")).expect("fixture");
+    // Large enough to take the parallel path (1 MiB compressed): a FRAME every 2 opcodes (the
+    // same model) stored, not compressed (gzip level 0).
+    let pickle = reframe(&pickle, 2).expect("a pickle to re-frame");
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::none());
+    std::io::Write::write_all(&mut encoder, &pickle).expect("gzip in memory");
+    let stored = encoder.finish().expect("gzip in memory");
+    assert!(stored.len() >= MB, "{} bytes", stored.len());
+    let (status, plain) = server.upload(pickle, "?filename=plain.pickle").await;
+    assert!(status.is_success(), "{plain}");
+    let before = compressed_decoded_in_parallel();
+    let request = axum::http::Request::post("/api/snapshots?filename=stored.pickle.gz")
+        .header("content-type", "application/octet-stream")
+        .header("content-length", stored.len())
+        .body(axum::body::Body::from(stored))
+        .expect("request");
+    let (status, gz) = server.call(request).await;
+    assert!(status.is_success(), "{gz}");
+    assert!(compressed_decoded_in_parallel() > before, "not in parallel");
+    assert!(plain["summary"].is_object(), "{plain}");
+    assert_eq!(plain["summary"], gz["summary"]);
 }
