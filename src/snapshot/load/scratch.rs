@@ -161,20 +161,27 @@ impl Scratch {
         }
     }
 
-    /// Decodes what `inner` decompresses from `source` (started in `scope`): a framed pickle in
-    /// parallel as `parallel` says, as it lands, at most `window` bytes past what the decoder
-    /// has asked for; any other content (JSON, an older protocol) as a stream on this thread.
+    /// Decodes what `decompressor` (started in `scope`, counting the compressed bytes it reads
+    /// in `compressed`) decompresses from `source`: a framed pickle in parallel as `parallel`
+    /// says, as it lands, at most `window` bytes past what the decoder has asked for; any other
+    /// content (JSON, an older protocol) as a stream on this thread. The decompressor is
+    /// bounded as on one thread: by the limits, and by its ratio to the compressed bytes.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn decode<'scope, F: TraceFollower, D: Decompressed + 'scope>(
         &'scope self,
         scope: &'scope Scope<'scope, '_>,
-        mut inner: Capped<D>,
+        decompressor: D,
+        compressed: CompressedCount,
         source: Compressed<'_>,
         compression: Compression,
         options: LoadOptions<'_>,
         parallel: Parallel,
         window: usize,
     ) -> Result<WithFollowerOutcome<F>, LoadError> {
+        // Dropped when this returns, before the scope waits for its threads: a reader still
+        // waiting for an upload's bytes stops then.
+        let _stops = StopsReading(source);
+        let mut inner = Capped::with_ratio(decompressor, &options.limits, compressed);
         let mut head = Vec::with_capacity(super::SNIFF);
         (&mut inner)
             .take(super::SNIFF as u64)
@@ -232,27 +239,18 @@ pub(super) fn load_gzip<F: TraceFollower>(
 ) -> Result<WithFollowerOutcome<F>, LoadError> {
     let scratch = Scratch::new(&source, &options.limits);
     std::thread::scope(|scope| {
-        let _stops = StopsReading(source);
-        // Compressed bytes are counted as they are read, so decompression is bounded by its
-        // ratio to them, as on one thread.
         let compressed = CompressedCount::default();
         let read = compressed.counting(ReadFrom { source, at: 0 });
         let gzip = flate2::bufread::MultiGzDecoder::new(BufReader::with_capacity(1 << 16, read));
-        let inner = Capped::with_ratio(gzip, &options.limits, compressed);
+        let form = Compression::Gzip;
         scratch.decode(
-            scope,
-            inner,
-            source,
-            Compression::Gzip,
-            options,
-            parallel,
-            window,
+            scope, gzip, compressed, source, form, options, parallel, window,
         )
     })
 }
 
 /// Stops the readers of an upload when dropped (see [`Compressed::stop_reading`]).
-pub(super) struct StopsReading<'a>(pub(super) Compressed<'a>);
+struct StopsReading<'a>(Compressed<'a>);
 
 impl Drop for StopsReading<'_> {
     fn drop(&mut self) {

@@ -17,9 +17,9 @@
 //! gets, word for word.
 
 use super::readers::{ZstdFrames, zstd_context, zstd_cut_short, zstd_failure};
-use super::scratch::{Compressed, Decompressed, ReadFrom, Scratch, StopsReading};
+use super::scratch::{Compressed, Decompressed, ReadFrom, Scratch};
 use super::{LoadError, LoadOptions, WithFollowerOutcome};
-use crate::pickle::{Capped, CompressedCount};
+use crate::pickle::CompressedCount;
 use crate::snapshot::Compression;
 use crate::snapshot::compact::parallel::Parallel;
 use crate::snapshot::follow::TraceFollower;
@@ -468,25 +468,12 @@ pub(super) fn load<F: TraceFollower>(
     // Made before the threads that share it.
     let scratch = Scratch::new(&source, &options.limits);
     std::thread::scope(|scope| {
-        // Dropped before the scope waits for its threads: a worker waiting for an upload's
-        // bytes stops then.
-        let _stops = StopsReading(source);
         let compressed = CompressedCount::default();
-        let frames = ParallelFrames::start(
-            scope,
-            source,
-            decompressors(options.threads),
-            compressed.clone(),
-        );
-        let inner = Capped::with_ratio(frames, &options.limits, compressed);
+        let threads = decompressors(options.threads);
+        let frames = ParallelFrames::start(scope, source, threads, compressed.clone());
+        let form = Compression::Zstd;
         scratch.decode(
-            scope,
-            inner,
-            source,
-            Compression::Zstd,
-            options,
-            parallel,
-            window,
+            scope, frames, compressed, source, form, options, parallel, window,
         )
     })
 }
