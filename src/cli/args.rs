@@ -39,9 +39,9 @@ pub(super) struct Cli {
         default_value_t = crate::snapshot::DEFAULT_MAX_EVENTS
     )]
     max_events: u64,
-    /// Threads that read a large snapshot, uncompressed or zstd (default: the cores this process may
-    /// use, from its CPU affinity and cgroup quota; 1 reads on one thread). Every command that
-    /// reads a file, and `serve`.
+    /// Threads that read a large snapshot, uncompressed, gzip or zstd (default: the cores this
+    /// process may use, from its CPU affinity and cgroup quota; 1 reads on one thread). Every
+    /// command that reads a file, and `serve`.
     #[arg(long, global = true, env = "SNAPVIEW_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
     threads: Option<u16>,
     /// Read the file even when the cache holds what an earlier read of it computed
