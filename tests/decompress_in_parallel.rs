@@ -614,3 +614,37 @@ async fn a_gzip_upload_to_the_server_decodes_in_parallel() {
     assert!(plain["summary"].is_object(), "{plain}");
     assert_eq!(plain["summary"], gz["summary"]);
 }
+
+/// Progress is told in the file's bytes (what the progress bar's total is), not in the
+/// decompressed bytes the decoder reads, which run past the file's size.
+#[test]
+fn progress_counts_the_compressed_bytes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pickle = std::fs::read(common::path_of("gpt2_adamw")).expect("fixture");
+    let forms = [
+        ("gzip", gzip(&pickle)),
+        ("zstd frames", frames(&pickle, 16 * KB, true).bytes),
+        ("one zstd frame", common::zstd::frame(&pickle)),
+    ];
+    for (form, bytes) in forms {
+        let path = write(dir.path(), "progress", &bytes);
+        let told = std::sync::Mutex::new(Vec::new());
+        let progress = |read: u64| told.lock().expect("not poisoned").push(read);
+        let options = LoadOptions {
+            progress: Some(&progress),
+            ..options(4)
+        };
+        let parallel = Parallel {
+            threads: 4,
+            chunk_bytes: 1,
+        };
+        let loaded = load_compressed_in_parallel(&path, options, parallel, 3 * KB);
+        assert!(loaded.expect(form).is_ok(), "{form}");
+        let told = told.into_inner().expect("not poisoned");
+        let size = bytes.len() as u64;
+        assert!(!told.is_empty(), "{form}: no progress");
+        assert!(told.windows(2).all(|w| w[0] <= w[1]), "{form}: {told:?}");
+        let last = told.last().copied().unwrap_or_default();
+        assert!(last <= size && last >= size / 2, "{form}: {last} of {size}");
+    }
+}

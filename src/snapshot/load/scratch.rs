@@ -174,13 +174,23 @@ impl Scratch {
         compressed: CompressedCount,
         source: Compressed<'_>,
         compression: Compression,
-        options: LoadOptions<'_>,
+        options: LoadOptions<'scope>,
         parallel: Parallel,
         window: usize,
     ) -> Result<WithFollowerOutcome<F>, LoadError> {
         // Dropped when this returns, before the scope waits for its threads: a reader still
         // waiting for an upload's bytes stops then.
         let _stops = StopsReading(source);
+        // Progress is told in the file's bytes, as a read of the file tells it: the compressed
+        // bytes the decompressor has taken, not the decompressed bytes the decoder has read.
+        let progress = Progress {
+            report: options.progress,
+            compressed: compressed.clone(),
+        };
+        let options = LoadOptions {
+            progress: None,
+            ..options
+        };
         let mut inner = Capped::with_ratio(decompressor, &options.limits, compressed);
         let mut head = Vec::with_capacity(super::SNIFF);
         (&mut inner)
@@ -197,7 +207,7 @@ impl Scratch {
         };
         DECODED.fetch_add(1, Ordering::Relaxed);
         let (landing, room) = (&self.landing, self.room);
-        let landed = scope.spawn(move || land(inner, head, scratch, landing, window));
+        let landed = scope.spawn(move || land(inner, head, scratch, landing, window, &progress));
         tracing::debug!(
             room,
             ?compression,
@@ -249,6 +259,20 @@ pub(super) fn load_gzip<F: TraceFollower>(
     })
 }
 
+/// The load's progress callback, told the compressed bytes taken so far.
+struct Progress<'a> {
+    report: Option<&'a (dyn Fn(u64) + Sync)>,
+    compressed: CompressedCount,
+}
+
+impl Progress<'_> {
+    fn tell(&self) {
+        if let Some(report) = self.report {
+            report(self.compressed.get());
+        }
+    }
+}
+
 /// Stops the readers of an upload when dropped (see [`Compressed::stop_reading`]).
 struct StopsReading<'a>(Compressed<'a>);
 
@@ -267,8 +291,9 @@ fn land<D: Decompressed>(
     scratch: &File,
     landing: &Landing,
     window: usize,
+    progress: &Progress<'_>,
 ) -> std::io::Result<()> {
-    let landed = land_all(&mut inner, head, scratch, landing, window);
+    let landed = land_all(&mut inner, head, scratch, landing, window, progress);
     // Whole even on an error: what landed is what the frames gave before it, which the decoder
     // reads to its end, as it would a single-thread decompressor's (the error is told after).
     landing.end(true);
@@ -286,6 +311,7 @@ fn land_all<D: Decompressed>(
     scratch: &File,
     landing: &Landing,
     window: usize,
+    progress: &Progress<'_>,
 ) -> std::io::Result<bool> {
     let mut at = 0;
     let mut buf = head;
@@ -307,6 +333,7 @@ fn land_all<D: Decompressed>(
                 read => break read?,
             }
         };
+        progress.tell();
         if n == 0 {
             return Ok(true);
         }
