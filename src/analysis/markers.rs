@@ -73,11 +73,8 @@ pub fn markers(
 /// Every `oom` event of the trace, in order (few: a run stops soon after one).
 pub fn oom_markers(trace: &Trace) -> Vec<OomMarker> {
     trace
-        .action
-        .iter()
-        .enumerate()
-        .filter(|&(_, &action)| action == ActionCode::OOM)
-        .map(|(event, _)| OomMarker {
+        .events_of(ActionCode::OOM)
+        .map(|event| OomMarker {
             event,
             requested: trace.size.get(event),
             device_free: trace.device_free.get(&event).copied(),

@@ -62,11 +62,8 @@ pub struct PoolFree {
 pub fn oom_reports(snapshot: &Snapshot, device: &DeviceAnalysis) -> Vec<OomReport> {
     let trace = snapshot.trace(device.device);
     trace
-        .action
-        .iter()
-        .enumerate()
-        .filter(|&(_, &a)| a == ActionCode::OOM)
-        .map(|(event, _)| report(snapshot, device, event))
+        .events_of(ActionCode::OOM)
+        .map(|event| report(snapshot, device, event))
         .collect()
 }
 

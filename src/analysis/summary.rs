@@ -132,11 +132,8 @@ fn device_summary(
         let peak_reserved = replay.peak_reserved(trace);
         let stats = segments::totals(snapshot.device_segments(device.device));
         let oom_events = trace
-            .action
-            .iter()
-            .enumerate()
-            .filter(|&(_, &a)| a == ActionCode::OOM)
-            .map(|(i, _)| OomEvent {
+            .events_of(ActionCode::OOM)
+            .map(|i| OomEvent {
                 event_index: i,
                 requested_bytes: trace.size.get(i),
                 device_free_bytes: trace.device_free.get(&i).copied(),

@@ -128,6 +128,12 @@ impl Trace {
         self.action.len()
     }
 
+    /// The indices of the events of `action`, in order. (A search of the bytes: a walk of
+    /// the ten-times trace's 32 million actions for its few `oom` ones took 30-40 ms.)
+    pub fn events_of(&self, action: ActionCode) -> impl Iterator<Item = usize> + '_ {
+        memchr::memchr_iter(action.0, bytemuck::cast_slice(&self.action))
+    }
+
     pub fn is_empty(&self) -> bool {
         self.action.is_empty()
     }

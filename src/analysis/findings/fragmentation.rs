@@ -24,11 +24,8 @@ pub(super) fn fragmentation_at_oom(snapshot: &Snapshot, device: &DeviceAnalysis)
     let trace = snapshot.trace(device.device);
     let replay = &device.replay;
     trace
-        .action
-        .iter()
-        .enumerate()
-        .filter(|&(_, &a)| a == ActionCode::OOM)
-        .filter_map(|(event, _)| {
+        .events_of(ActionCode::OOM)
+        .filter_map(|event| {
             let requested = trace.size.get(event);
             let reserved = replay.reserved_after(Some(event));
             let allocated = replay.allocated_after(Some(event));

@@ -62,7 +62,7 @@ impl Labels<'_> {
         else {
             return;
         };
-        for (event, _) in trace.action.iter().enumerate().filter(|(_, a)| **a == code) {
+        for event in trace.events_of(code) {
             let label = trace
                 .strings
                 .get(trace.user_metadata.get(event) as usize)
