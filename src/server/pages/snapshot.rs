@@ -533,12 +533,12 @@ fn snapshot_page(
             .devices
             .iter()
             .map(|d| {
-                let expandable =
-                    snapshot.device_segments(d.device).any(|s| s.is_expandable)
-                        || snapshot.trace(d.device).action.iter().any(|&a| {
-                            a == ActionCode::SEGMENT_MAP || a == ActionCode::SEGMENT_UNMAP
-                        });
-                DeviceView::new(d, snapshot.trace(d.device), &snapshot.source, expandable)
+                let trace = snapshot.trace(d.device);
+                let expandable = snapshot.device_segments(d.device).any(|s| s.is_expandable)
+                    || [ActionCode::SEGMENT_MAP, ActionCode::SEGMENT_UNMAP]
+                        .into_iter()
+                        .any(|action| trace.events_of(action).next().is_some());
+                DeviceView::new(d, trace, &snapshot.source, expandable)
             })
             .collect(),
         settings,
