@@ -67,6 +67,8 @@ pub(super) enum Kind {
     TraceCompileContext,
     TraceUserMetadata,
     TraceCategory,
+    /// A base per 256 events, when the time section holds `u16` offsets from them.
+    TraceTimeBases,
     /// The replay's curve: its total before every 64th event.
     AllocatedBeforeStep = 30,
     /// The replay's events that open an allocation, a bit each (see
@@ -141,8 +143,11 @@ pub(super) struct TraceMeta {
     pub(super) wide_stacks: bool,
     pub(super) addrs_aside: Vec<(usize, u64)>,
     /// A base per 65,536 events when the time section holds `u32` offsets from them; `None`
-    /// when it holds the raw `i64`s.
+    /// when it holds `u16` offsets (`times_aside` is there) or the raw `i64`s.
     pub(super) time_bases: Option<Vec<i64>>,
+    /// When the time section holds `u16` offsets from the bases of the time bases section:
+    /// `(event, time)` of the times that fit no offset.
+    pub(super) times_aside: Option<Vec<(usize, i64)>>,
     pub(super) strings: Vec<String>,
     pub(super) device_free: Vec<(usize, u64)>,
     pub(super) unknown_actions: Vec<String>,

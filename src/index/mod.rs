@@ -39,7 +39,7 @@ pub use write::write;
 /// issue 19; 5 with the replay's pending frees of issue 20; 6 with the replay's curve kept per
 /// 64 events and its events' allocations as bits, issue 23): an index of another version is
 /// rebuilt, never read.
-pub const FORMAT_VERSION: u32 = 6;
+pub const FORMAT_VERSION: u32 = 7;
 
 /// Where a snapshot's index is, for a blob id: the store decides the folder.
 pub const FILE_SUFFIX: &str = ".snapidx";

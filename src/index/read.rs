@@ -10,7 +10,7 @@ use crate::analysis::replay::{Allocations, Curve, EventAllocations, LifetimeInde
 use crate::analysis::{Analysis, DeviceAnalysis, Summary};
 use crate::snapshot::{
     AddrColumn, Column, Frame, FrameTable, SharedMap, SizeColumn, Snapshot, SparseIds, StackColumn,
-    StackTable, StreamColumn, TimeColumn, Trace, blocked_times,
+    StackTable, StreamColumn, TimeColumn, Trace, blocked_times, narrow_times,
 };
 use bytemuck::Pod;
 use std::collections::HashMap;
@@ -423,13 +423,23 @@ fn trace(
         &stored.addrs_aside,
     )?;
     let stream = sections.streams(Kind::TraceStream, part, events, &stored.streams)?;
-    let time_us = match &stored.time_bases {
-        Some(bases) => blocked_times(
+    let time_us = match (&stored.times_aside, &stored.time_bases) {
+        (Some(aside), _) => narrow_times(
+            sections.column(Kind::TraceTimeBases, part, None)?,
+            sections.column(Kind::TraceTime, part, events)?,
+            aside.clone(),
+        )
+        .ok_or_else(|| {
+            IndexError::malformed(
+                "a time column without a base per block, or times aside out of order",
+            )
+        })?,
+        (None, Some(bases)) => blocked_times(
             bases.clone(),
             sections.column(Kind::TraceTime, part, events)?,
         )
         .ok_or_else(|| IndexError::malformed("a time column without a base per block"))?,
-        None => TimeColumn::Wide(sections.column(Kind::TraceTime, part, events)?),
+        (None, None) => TimeColumn::Wide(sections.column(Kind::TraceTime, part, events)?),
     };
     // Text ids are stored up to the last event that has one.
     let sparse = |kind| -> Result<SparseIds, IndexError> {

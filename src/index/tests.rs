@@ -97,6 +97,57 @@ fn an_index_reads_back_as_the_snapshot_and_analysis_it_was_made_from() {
     }
 }
 
+#[test]
+fn times_read_back_from_an_index_whichever_way_they_are_kept() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (mut snapshot, analysis) = crate::analysis::fixtures::analysed("ring_wrap.pickle");
+    let summary = Summary::new(&snapshot, &analysis);
+    let events = snapshot.device_traces[0].len();
+    assert!(
+        events > 2_000,
+        "enough events to leave the narrow column: {events}"
+    );
+    let first = 1_700_000_000_000_000i64;
+    /// Microseconds from event `e - 1` to event `e`.
+    type Spacing = fn(i64) -> i64;
+    // (spacing, the column that keeps such times)
+    let spacings: [(Spacing, &str); 3] = [
+        (
+            |e| if e % 500 == 0 { 90_000 } else { 7 },
+            "narrow, with times aside",
+        ),
+        (|_| 100_000, "blocked"),
+        (|_| 3_600_000_000, "wide"),
+    ];
+    for (spacing, kept) in spacings {
+        let mut at = first;
+        let times: Vec<i64> = (0..events as i64)
+            .map(|e| {
+                at += spacing(e);
+                at
+            })
+            .collect();
+        let column: crate::snapshot::TimeColumn = times.clone().into();
+        let variant = match &column {
+            crate::snapshot::TimeColumn::Narrow { .. } => "narrow, with times aside",
+            crate::snapshot::TimeColumn::Blocked { .. } => "blocked",
+            crate::snapshot::TimeColumn::Wide(_) => "wide",
+        };
+        assert_eq!(variant, kept);
+        snapshot.device_traces[0].time_us = column;
+        let path = dir.path().join(format!("{ID}{FILE_SUFFIX}"));
+        write(&path, blob(1234), &snapshot, &analysis, &summary, 7).expect("writes");
+        let opened = open(&path, blob(1234), Verify::Everything).expect("opens");
+        let stored = &opened.snapshot.device_traces[0].time_us;
+        assert_eq!(stored.len(), events, "{kept}");
+        assert!(
+            (0..events).all(|e| stored.get(e) == times[e]),
+            "{kept}: times read back"
+        );
+        std::fs::remove_file(&path).expect("removed");
+    }
+}
+
 /// Rewrites the header of the index at `path` with `edit` applied, its checksum made right
 /// again (so only what `edit` changed is wrong).
 fn edit_header(path: &Path, edit: impl FnOnce(&mut Header)) {

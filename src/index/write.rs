@@ -140,7 +140,7 @@ impl<W: Write + Seek> Sections<W> {
 }
 
 /// Sections written per trace and per analysed device (a new column adds one here).
-const SECTIONS_PER_TRACE: usize = 9;
+const SECTIONS_PER_TRACE: usize = 10;
 const SECTIONS_PER_DEVICE: usize = 19;
 
 fn write_file(
@@ -174,11 +174,13 @@ fn write_file(
         sections.add(Kind::TraceAddr, part, trace.addr.parts().1.as_bytes())?;
         sections.add(Kind::TraceSize, part, trace.size.parts().0.as_bytes())?;
         sections.add(Kind::TraceStream, part, trace.stream.parts().0)?;
-        let times = match &trace.time_us {
-            TimeColumn::Blocked { offsets, .. } => offsets.as_bytes(),
-            TimeColumn::Wide(values) => values.as_bytes(),
+        let (times, time_bases) = match &trace.time_us {
+            TimeColumn::Narrow { bases, offsets, .. } => (offsets.as_bytes(), bases.as_bytes()),
+            TimeColumn::Blocked { offsets, .. } => (offsets.as_bytes(), &[][..]),
+            TimeColumn::Wide(values) => (values.as_bytes(), &[][..]),
         };
         sections.add(Kind::TraceTime, part, times)?;
+        sections.add(Kind::TraceTimeBases, part, time_bases)?;
         sections.add(Kind::TraceStack, part, trace.stack.as_bytes())?;
         sections.add(
             Kind::TraceCompileContext,
@@ -321,8 +323,9 @@ fn meta(
                 addrs_aside: trace.addr.parts().2.to_vec(),
                 time_bases: match &trace.time_us {
                     TimeColumn::Blocked { bases, .. } => Some(bases.clone()),
-                    TimeColumn::Wide(_) => None,
+                    TimeColumn::Narrow { .. } | TimeColumn::Wide(_) => None,
                 },
+                times_aside: trace.time_us.times_aside(),
                 strings: trace.strings.clone(),
                 device_free: trace.device_free.iter().map(|(&e, &b)| (e, b)).collect(),
                 unknown_actions: trace.unknown_actions.clone(),

@@ -33,8 +33,8 @@ pub use load::{
     load_landing_following, load_landing_mapped, load_path, load_path_following, load_reader,
     load_reader_following, load_slice_following, set_default_threads,
 };
-pub(crate) use narrow::blocked_times;
 pub use narrow::{AddrColumn, SizeColumn, SparseIds, StackColumn, StreamColumn, TimeColumn};
+pub(crate) use narrow::{blocked_times, narrow_times};
 pub use trace::{Action, ActionCode, Trace, TraceEntry};
 
 use serde::{Deserialize, Serialize};

@@ -5,7 +5,7 @@
 /// the column by a reserved code. Shared by [`SizeColumn`](super::SizeColumn) (sizes of 4 GiB or
 /// more) and [`AddrColumn`](super::AddrColumn) (addresses that fit no offset).
 #[derive(Debug, Default, Clone, PartialEq)]
-pub(super) struct Exceptions(pub(super) Vec<(usize, u64)>);
+pub struct Exceptions(pub(super) Vec<(usize, u64)>);
 
 impl Exceptions {
     pub(super) fn get(&self, event: usize) -> Option<u64> {

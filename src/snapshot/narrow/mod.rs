@@ -65,7 +65,7 @@ pub use sparse::SparseIds;
 pub use stack::StackColumn;
 pub use stream::StreamColumn;
 pub use time::TimeColumn;
-pub(crate) use time::blocked_times;
+pub(crate) use time::{blocked_times, narrow_times};
 
 #[cfg(test)]
 mod tests {
@@ -97,26 +97,74 @@ mod tests {
     }
 
     #[test]
-    fn times_are_exact_in_blocks_and_wide_when_a_block_spans_too_long() {
-        let mut times = TimeColumn::default();
+    fn times_are_exact_narrow_blocked_or_wide() {
         let first = 1_700_000_000_000_000i64;
-        let values: Vec<i64> = (0..200_000i64).map(|e| first + e * 37 - (e % 5)).collect();
-        for &t in &values {
-            times.push(t);
-        }
-        assert!(matches!(times, TimeColumn::Blocked { .. }));
+        // Microseconds apart, with a pause every 1,000 events that no u16 offset reaches.
+        let values: Vec<i64> = (0..200_000i64)
+            .map(|e| first + e * 37 - (e % 5) + (e / 1000) * 100_000)
+            .collect();
+        let times: TimeColumn = values.clone().into();
+        let Some(aside) = times.times_aside() else {
+            panic!("dense times stay narrow");
+        };
+        assert!(
+            !aside.is_empty() && aside.len() < values.len() / 16,
+            "{}",
+            aside.len()
+        );
         assert!((0..values.len()).all(|e| times.get(e) == values[e]));
         assert_eq!(times.partition_point(10..1000, |t| t < values[500]), 490);
+        let mut times = times;
         let tail = times.split_off(70_000);
         assert_eq!(
             (tail.get(0), tail.len(), times.len()),
             (values[70_000], 130_000, 70_000)
         );
+        assert!(matches!(tail, TimeColumn::Narrow { .. }));
+
+        // 100 ms apart: nearly every time would be aside, so the column turns blocked.
+        let sparse: Vec<i64> = (0..5_000i64).map(|e| first + e * 100_000).collect();
+        let times: TimeColumn = sparse.clone().into();
+        assert!(matches!(times, TimeColumn::Blocked { .. }));
+        assert!((0..sparse.len()).all(|e| times.get(e) == sparse[e]));
+
         // A jump of more than an hour inside a block: the column widens, values unchanged.
+        let mut times = times;
         times.push(first + 3 * 3_600_000_000);
         assert!(matches!(times, TimeColumn::Wide(_)));
-        assert_eq!(times.get(69_999), values[69_999]);
-        assert_eq!(times.get(70_000), first + 3 * 3_600_000_000);
+        assert_eq!(times.get(4_999), sparse[4_999]);
+        assert_eq!(times.get(5_000), first + 3 * 3_600_000_000);
+    }
+
+    #[test]
+    fn a_narrow_time_column_takes_its_first_sparse_times_aside() {
+        // A slow warm-up (events far apart) before a busy loop stays narrow.
+        let first = 1_700_000_000_000_000i64;
+        let values: Vec<i64> = (0..20_000i64)
+            .map(|e| match e {
+                0..500 => first + e * 1_000_000,
+                _ => first + 500 * 1_000_000 + e * 11,
+            })
+            .collect();
+        let times: TimeColumn = values.clone().into();
+        assert!(matches!(times, TimeColumn::Narrow { .. }));
+        assert!((0..values.len()).all(|e| times.get(e) == values[e]));
+        // From a stored index's parts: exceptions must be in order, marked and inside.
+        let aside = times.times_aside().expect("narrow");
+        let TimeColumn::Narrow { bases, offsets, .. } = times else {
+            panic!("narrow");
+        };
+        assert!(narrow_times(bases.clone(), offsets.clone(), aside.clone()).is_some());
+        let mut unordered = aside.clone();
+        unordered.swap(0, 1);
+        assert!(narrow_times(bases.clone(), offsets.clone(), unordered).is_none());
+        let mut unmarked = aside.clone();
+        unmarked.push((values.len() - 1, 0));
+        assert!(narrow_times(bases.clone(), offsets.clone(), unmarked).is_none());
+        assert!(narrow_times(bases.clone(), offsets.clone(), vec![(values.len(), 0)]).is_none());
+        let short: crate::snapshot::Column<i64> =
+            bases.iter().skip(1).copied().collect::<Vec<_>>().into();
+        assert!(narrow_times(short, offsets, aside).is_none());
     }
 
     #[test]
