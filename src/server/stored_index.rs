@@ -238,7 +238,7 @@ fn start_write(
 }
 
 /// How long a graceful shutdown waits for the stored index writes in flight: a write is the
-/// size of the snapshot's columns (about 41 bytes per event, 1.3 GB for 32M events), written and
+/// size of the snapshot's columns (about 27 bytes per event, 851 MB for 32M events), written and
 /// fsync'd in a few seconds, so this is room for a slow disk, not a wait anyone should see.
 pub const INDEX_WRITE_GRACE: Duration = Duration::from_secs(30);
 
@@ -353,7 +353,7 @@ fn wait_at_test_gate() {
 
 /// A stored index takes at most this many times the bytes of the pickle it was read from
 /// (after decompression), plus [`INDEX_ALLOWANCE_BYTES`]. A real trace's pickle takes about 90
-/// bytes per event and its index 41, so real files stay far below; a pickle that references one
+/// bytes per event and its index 27, so real files stay far below; a pickle that references one
 /// entry again and again (2 bytes per event) would get an index 20 times its size. Past the
 /// bound the index is not written (the log says why): the snapshot stays viewable, read from
 /// its pickle at each cold load.
