@@ -67,7 +67,7 @@ pub(super) enum Kind {
     TraceCompileContext,
     TraceUserMetadata,
     TraceCategory,
-    /// A base per 256 events, when the time section holds `u16` offsets from them.
+    /// A base per 64 events, when the time section holds `u16` offsets from them.
     TraceTimeBases,
     /// The replay's curve: its total before every 64th event.
     AllocatedBeforeStep = 30,

@@ -3,7 +3,8 @@
 /// The exceptions of a narrow column, as patched frame-of-reference coding calls the values
 /// its narrow form cannot hold: kept exactly, `(event, value)` in event order, each marked in
 /// the column by a reserved code. Shared by [`SizeColumn`](super::SizeColumn) (sizes of 4 GiB or
-/// more) and [`AddrColumn`](super::AddrColumn) (addresses that fit no offset).
+/// more), [`AddrColumn`](super::AddrColumn) (addresses that fit no offset) and
+/// [`TimeColumn`](super::TimeColumn) (times too far from their block's base).
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Exceptions(pub(super) Vec<(usize, u64)>);
 

@@ -13,7 +13,8 @@ use std::ops::Range;
 ///   does not is an exception, kept exactly. Two bytes an event and an eighth instead of four:
 ///   60 MB less for a 32M-event trace.
 /// - `Blocked`: per block of 65,536 events a base, per event a `u32` offset, for a trace whose
-///   events are too sparse for `Narrow` (more than one in [`EXCEPTIONS_AT_MOST`] exceptions).
+///   events are too sparse for `Narrow` (more than one time in 16 an exception, past the
+///   first 1,024).
 /// - `Wide`: the `i64`s themselves, for a block of `Blocked` that spans over an hour.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TimeColumn {
