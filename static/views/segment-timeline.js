@@ -35,6 +35,9 @@ export class SegmentTimelineView extends CanvasView {
     this.fetch = newestOnly({ staleMark: this.status, errorBox: this.error, what: "The segment timeline" });
     this.model = null;
     this.key = "";
+    /** The bands as last drawn, and what they were drawn for (see `paint`).
+     * @type {{ data: any, key: string, image: HTMLCanvasElement } | null} */
+    this.bandsImage = null;
     this.canvas.addEventListener("wheel", (event) => this.onWheel(event), { passive: false });
     this.canvas.addEventListener("click", (event) => {
       const at = this.eventAt(event);
@@ -96,6 +99,43 @@ export class SegmentTimelineView extends CanvasView {
     const t = theme();
     const ctx = fitCanvas(this.canvas, width, HEIGHT);
     const m = this.mapping();
+    // The bands change with the answer, the width, the hovered band and the scheme; stepping
+    // the moment only moves its line. So the bands are drawn once into a canvas of their own
+    // and copied: on the huge trace redrawing them on every step was most of a step's work.
+    const dpr = window.devicePixelRatio || 1;
+    const key = `${width}:${dpr}:${t.dark}:${this.hover?.index ?? ""}`;
+    if (this.bandsImage?.data !== this.data || this.bandsImage.key !== key) {
+      const image = document.createElement("canvas");
+      this.paintBands(fitCanvas(image, width, HEIGHT), m, t);
+      this.bandsImage = { data: this.data, key, image };
+    }
+    ctx.setTransform(1, 0, 0, 1, 0, 0);
+    ctx.drawImage(this.bandsImage.image, 0, 0);
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    const data = this.data;
+    // The moment.
+    const at = this.app.moment();
+    if (at !== null && at >= data.start && at <= data.end) {
+      const x = m.x(unitOfEvent(this.model, at + 0.5));
+      ctx.strokeStyle = t.accent;
+      ctx.lineWidth = 2;
+      ctx.beginPath();
+      ctx.moveTo(x, 0);
+      ctx.lineTo(x, m.plotH);
+      ctx.stroke();
+    }
+    this.layout = { width, height: HEIGHT, bands: this.model.bands.length, columns: this.model.n };
+  }
+
+  /**
+   * Everything but the moment: the background, the bands, the ranges past them, the reserved
+   * outline and the window's first and last event.
+   * @param {CanvasRenderingContext2D} ctx
+   * @param {ReturnType<SegmentTimelineView["mapping"]>} m
+   * @param {import("./theme.js").Theme} t
+   */
+  paintBands(ctx, m, t) {
+    const width = m.width;
     ctx.fillStyle = t.bg;
     ctx.fillRect(0, 0, width, HEIGHT);
     const data = this.data;
@@ -129,24 +169,12 @@ export class SegmentTimelineView extends CanvasView {
       ctx.lineTo(m.x(c + 1), y);
     }
     ctx.stroke();
-    // The moment.
-    const at = this.app.moment();
-    if (at !== null && at >= data.start && at <= data.end) {
-      const x = m.x(unitOfEvent(this.model, at + 0.5));
-      ctx.strokeStyle = t.accent;
-      ctx.lineWidth = 2;
-      ctx.beginPath();
-      ctx.moveTo(x, 0);
-      ctx.lineTo(x, m.plotH);
-      ctx.stroke();
-    }
     ctx.fillStyle = t.muted;
     ctx.font = t.font;
     ctx.textBaseline = "top";
     ctx.fillText(`event ${count(data.start)}`, 2, m.plotH + 3);
     const endLabel = `event ${count(data.end)}`;
     ctx.fillText(endLabel, width - ctx.measureText(endLabel).width - 2, m.plotH + 3);
-    this.layout = { width, height: HEIGHT, bands: this.model.bands.length, columns: this.model.n };
   }
 
   local(event) {

@@ -82,6 +82,13 @@ export class SegmentsView extends CanvasView {
       app.step((event.key === "ArrowUp" ? -1 : 1) * (event.shiftKey ? 100 : 1));
     });
     new ResizeObserver(() => this.visible() && this.draw()).observe(this.chart);
+    /** Whether any of the segments table is on screen, and whether it shows an older moment. */
+    this.tableInView = false;
+    this.tableStale = false;
+    new IntersectionObserver((entries) => {
+      this.tableInView = entries.some((e) => e.isIntersecting);
+      if (this.tableInView && this.tableStale && this.data) this.renderTable();
+    }).observe(this.table);
     onThemeChange(() => this.draw());
     const item = (cls, text, title) => h("li", { title }, h("span", { className: `swatch ${cls}` }), text);
     this.legend.replaceChildren(
@@ -121,8 +128,11 @@ export class SegmentsView extends CanvasView {
       this.renderTotals();
       // The table below the map after the map's frame: rebuilt (a new set of segments) it costs
       // a layout of its own, which on the huge trace and a busy machine made one long task
-      // together with the map's paint.
-      requestAnimationFrame(() => setTimeout(() => this.data === data && this.renderTable()));
+      // together with the map's paint. Out of sight it waits until it is scrolled to: a changed
+      // cell repaints the whole table (every row of its scroller), which on the huge trace was
+      // the largest part of a step.
+      if (this.tableInView || !this.tableShape) requestAnimationFrame(() => setTimeout(() => this.data === data && this.renderTable()));
+      else this.tableStale = true;
       // Next frame: painting now would force a layout of the page just changed (a long task).
       this.draw();
     });
@@ -189,6 +199,7 @@ export class SegmentsView extends CanvasView {
   }
 
   renderTable() {
+    this.tableStale = false;
     renderTable(this);
   }
 

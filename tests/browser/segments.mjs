@@ -3,16 +3,13 @@
 // says why), the map's zoom (a small block becomes hoverable), the Active Cached Segment
 // Timeline (its reserved top is the timeline's reserved curve, hover names the segment), and
 // the overview saying allocated / pending once. Screenshots at 1600 px, 390 px and dark, on
-// side_stream_frees and, when present, the huge trace.
+// side_stream_frees. The huge trace's timings are segments_huge.mjs's, run with nothing beside it.
 //
 //   SNAPVIEW_URL=http://127.0.0.1:7979 node tests/browser/segments.mjs
 
 import { join } from "node:path";
 import { bytes } from "../../static/lib/units.js";
-import { api, assert, assertEqual, BASE, clean, exists, FIXTURES, newContext, run, shot, step, until, upload } from "./harness.mjs";
-
-// The huge trace only when asked for (as perf_huge.mjs): its figures depend on the machine.
-const HUGE = process.env.SNAPVIEW_HUGE || (process.env.SNAPVIEW_LARGE_DIR ? join(process.env.SNAPVIEW_LARGE_DIR, "gpt2_huge_trace.pickle") : "");
+import { api, assert, assertEqual, BASE, clean, FIXTURES, newContext, run, shot, step, until, upload } from "./harness.mjs";
 
 /** The tooltip's text once it shows `needle`. */
 async function tipText(page, needle) {
@@ -141,6 +138,33 @@ await run(240_000, async (browser) => {
     const totals = await page.locator("#segments-totals").innerText();
     assert(/Pending free/i.test(totals), totals);
     assert(!/\b1 segments\b/.test(totals), `plural: ${totals}`);
+  });
+
+  await step("the segments table, out of sight while the moment moves, shows the moment once scrolled to", async () => {
+    const short = await newContext(browser, { viewport: { width: 1200, height: 500 } });
+    const s = await short.newPage();
+    await s.goto(`${BASE}/s/${state.id}?tab=segments&at=0`);
+    await until(() => s.evaluate(() => window.snapviewTest?.views?.segments?.tableShape), "the table at event 0");
+    await s.evaluate((at) => window.snapviewTest.app.setMoment(at), state.at);
+    await until(() => s.evaluate((at) => window.snapviewTest.views.segments.key.endsWith(`at=${at}`), state.at), "the map at the pending free");
+    assert(!(await s.evaluate(() => window.snapviewTest.views.segments.tableInView)), "the table is below the fold");
+    await s.locator("#segments-table").scrollIntoViewIfNeeded();
+    // The Pending column (the table's sixth) against the answer for the moment.
+    const pending = () =>
+      s.evaluate(() => {
+        const v = window.snapviewTest.views.segments;
+        return { shown: [...v.table.tBodies[0].rows].map((r) => r.cells[5].textContent), data: v.data.segments.map((g) => g.stats.pending_free) };
+      });
+    const now = await pending();
+    assert(
+      now.data.some((b) => b > 0),
+      "a segment with a pending free at the moment",
+    );
+    await until(async () => {
+      const { shown, data } = await pending();
+      return shown.length === data.length && shown.every((text, i) => text === (data[i] ? bytes(data[i]) : "–"));
+    }, "the table's pending column at the moment");
+    await short.close();
   });
 
   await step("zooming the map makes a small block hoverable", async () => {
@@ -276,78 +300,4 @@ await run(240_000, async (browser) => {
     await shot(d, "segments-dark");
     await dark.close();
   });
-
-  if (HUGE && exists(HUGE)) {
-    await step(
-      "the huge trace: the views answer fast, stepping has no long tasks",
-      async () => {
-        const id = (await upload(HUGE, "gpt2 huge trace")).id;
-        const huge = await newContext(browser, { viewport: { width: 1600, height: 1100 } });
-        const p = await huge.newPage();
-        await p.goto(`${BASE}/s/${id}?tab=segments`);
-        await until(() => p.evaluate(() => window.snapviewTest?.views?.segments?.layout?.blocks), "the huge map", 120_000);
-        await until(() => p.evaluate(() => window.snapviewTest.views.segments.overTime.layout), "the huge segment timeline", 60_000);
-        const events = (await api(`/api/snapshots/${id}`)).body.analysis.devices[0].trace_entries;
-        for (const path of [
-          `segment-timeline?device=0&width=1600`,
-          `segment-timeline?device=0&width=1600&start=${Math.floor(events / 2)}&end=${Math.floor(events / 2) + 500}`,
-          `segments?device=0&at=${Math.floor(events / 2)}`,
-          `history?device=0&at=${Math.floor(events / 2)}`,
-        ]) {
-          const t0 = Date.now();
-          const { status } = await api(`/api/snapshots/${id}/${path}`);
-          const ms = Date.now() - t0;
-          assertEqual(status, 200, path);
-          console.log(`      ${path}: ${ms} ms (with the HTTP round trip)`);
-        }
-        // Measured up to twice: one task a few ms over budget on a busy 2-core runner is the
-        // machine's jitter (a garbage collection, another process); a slow page is slow both
-        // times.
-        let long = [];
-        for (let attempt = 0; attempt < 2; attempt += 1) {
-          await p.evaluate(() => {
-            window.__longObserver?.disconnect();
-            window.__long = [];
-            window.__longObserver = new PerformanceObserver((list) => window.__long.push(...list.getEntries().map((e) => e.duration)));
-            window.__longObserver.observe({ type: "longtask", buffered: false });
-          });
-          await p.evaluate((at) => window.snapviewTest.app.setMoment(at), Math.floor(events / 2) + attempt * 20);
-          for (let i = 0; i < 10; i += 1) {
-            await p.keyboard.press(attempt === 0 ? "ArrowDown" : "ArrowUp");
-            await p.waitForTimeout(60);
-          }
-          await hover(p, "#segments-canvas", 400, 20);
-          for (let i = 0; i < 6; i += 1) {
-            await p.mouse.wheel(0, attempt === 0 ? -300 : 300);
-            await p.waitForTimeout(60);
-          }
-          await p.waitForTimeout(300);
-          long = await p.evaluate(() => window.__long);
-          console.log(`      long tasks while stepping and zooming (attempt ${attempt + 1}): ${JSON.stringify(long)}`);
-          if (long.every((ms) => ms <= 100)) break;
-        }
-        await shot(p, "segments-huge");
-        // The budget of perf_huge.mjs: no main-thread task over 100 ms.
-        assert(
-          long.every((ms) => ms <= 100),
-          `long tasks: ${long}`,
-        );
-        await clean(p);
-        await huge.close();
-        for (const [name, options] of [
-          ["segments-huge-390", { viewport: { width: 390, height: 900 } }],
-          ["segments-huge-dark", { colorScheme: "dark", viewport: { width: 1600, height: 1100 } }],
-        ]) {
-          const other = await newContext(browser, options);
-          const o = await other.newPage();
-          await o.goto(`${BASE}/s/${id}?tab=segments&at=${Math.floor(events / 2)}`);
-          await until(() => o.evaluate(() => window.snapviewTest?.views?.segments?.layout?.touched), `the huge map (${name})`, 60_000);
-          await until(() => o.evaluate(() => window.snapviewTest.views.segments.overTime.layout), `the huge segment timeline (${name})`, 60_000);
-          await shot(o, name);
-          await other.close();
-        }
-      },
-      200_000,
-    );
-  }
 });
