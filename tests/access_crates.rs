@@ -2,7 +2,7 @@
 //! checks (governor), response compression (tower-http), `ETag`s on the static assets, the JS
 //! unit tests left out of the binary, and the session cookie that a restart ends.
 
-mod common;
+use crate::common;
 
 use axum::Router;
 use axum::body::Body;

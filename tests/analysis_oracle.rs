@@ -2,7 +2,7 @@
 //! "Active Memory Timeline" and its number of allocations equal what MemoryViz.js computed
 //! (`oracle/memoryviz_peaks.json`).
 
-mod common;
+use crate::common;
 
 use snapview::analysis::{Analysis, Summary};
 use snapview::snapshot::Snapshot;

@@ -3,14 +3,14 @@
 //! which fields may be absent) must equal the shapes `docs/api.md` documents. A field added,
 //! renamed or removed on the server without the document (or the other way round) fails here.
 //!
-//! After an intended change, `SNAPVIEW_BLESS=1 cargo test --release --test api_contract` writes
+//! After an intended change, `SNAPVIEW_BLESS=1 cargo test --release --test it api_contract::` writes
 //! the new shapes into `docs/api.md`; the diff is the contract change to review (and the pages'
 //! readers to update in the same commit).
 //!
 //! Answers that have a strict type in the library (the error body, the timeline's markers, the
 //! stored summary row) are also read back through it.
 
-mod common;
+use crate::common;
 
 use common::served::Served;
 use snapview::analysis::markers::Markers;
@@ -496,7 +496,7 @@ fn every_answer_has_the_documented_shape() {
         let added: Vec<&&str> = new.difference(&old).collect();
         let removed: Vec<&&str> = old.difference(&new).collect();
         panic!(
-            "the server's answers and docs/api.md disagree.\nsent but not documented: {added:#?}\ndocumented but not sent: {removed:#?}\n(after an intended change: SNAPVIEW_BLESS=1 cargo test --release --test api_contract)"
+            "the server's answers and docs/api.md disagree.\nsent but not documented: {added:#?}\ndocumented but not sent: {removed:#?}\n(after an intended change: SNAPVIEW_BLESS=1 cargo test --release --test it api_contract::)"
         );
     }
 }

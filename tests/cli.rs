@@ -1,6 +1,6 @@
 //! The command line end to end: the real binary on real files.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

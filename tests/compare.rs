@@ -1,6 +1,6 @@
 //! Compare, OOM explainer, groups, and `snapview diff` as a CI gate.
 
-mod common;
+use crate::common;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};

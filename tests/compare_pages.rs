@@ -1,7 +1,7 @@
 //! The compare, picker and group pages through the router (no sockets): status codes, the error
 //! pages for bad links, and what the server renders into them.
 
-mod common;
+use crate::common;
 
 use axum::http::{StatusCode, header};
 use common::server::TestServer as Server;

@@ -5,7 +5,7 @@
 //! decompressor gives, with frames of a few KiB, pickle chunks of a few opcodes and a landing
 //! window of a few KiB, so every hand-over between frames, pieces and regions is met.
 
-mod common;
+use crate::common;
 
 use common::reframe::reframe;
 use snapview::analysis::{Analysis, Summary};

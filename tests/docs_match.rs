@@ -4,7 +4,7 @@
 //! docs/api.md as `` `METHOD /path` ``. A flag or route added without its line fails here, and
 //! the message says which line is missing where.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::Path;

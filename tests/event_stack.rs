@@ -2,7 +2,7 @@
 //! list's frame filter matched marked, and every index or filter a client may send answered
 //! without a panic (past the trace: 404 that names the trace's length).
 
-mod common;
+use crate::common;
 
 use axum::http::StatusCode;
 use common::server::TestServer;

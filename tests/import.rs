@@ -3,7 +3,7 @@
 //! stores what an upload of the same bytes stores, refuses what an upload refuses, and fetches
 //! only from s3:// with the server's credentials or from https:// under `--import-allow`.
 
-mod common;
+use crate::common;
 
 use common::served::Served;
 use object_store::ObjectStoreExt;

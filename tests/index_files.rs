@@ -4,7 +4,7 @@
 //! are rebuilt from the pickle; and a dead writer's temporary index is removed at the next start
 //! whatever its age, while one a live writer holds (its `flock`) is kept.
 
-mod common;
+use crate::common;
 
 use common::served::{Served, wait_until};
 use std::path::{Path, PathBuf};

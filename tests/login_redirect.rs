@@ -3,7 +3,7 @@
 //! references in each spelling) answers `Location: /`, from `GET /login` and `POST /login`
 //! alike, and never a 500.
 
-mod common;
+use crate::common;
 
 use common::served::Served;
 use std::time::Duration;

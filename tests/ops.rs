@@ -3,7 +3,7 @@
 //! template and opened by the read token or `--metrics-token` (which opens nothing else), and
 //! `--log-format json` writes one JSON object per line.
 
-mod common;
+use crate::common;
 
 use common::served::{Served, wait_until};
 use std::collections::BTreeMap;

@@ -4,7 +4,7 @@
 //! few opcodes long and every boundary case (a chunk starting inside an entry, a frames list, a
 //! string's memo put, between APPENDS batches) is met.
 
-mod common;
+use crate::common;
 
 use common::one_byte::OneByteAtATime;
 use common::reframe::reframe;

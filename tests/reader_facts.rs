@@ -1,7 +1,7 @@
 //! Every corpus file reads, and what it holds equals what Python's own pickle reads
 //! (`facts.json`): segment, block and trace counts, actions, reserved and active bytes.
 
-mod common;
+use crate::common;
 
 use snapview::snapshot::{BlockState, Snapshot};
 use std::collections::BTreeMap;

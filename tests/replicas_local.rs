@@ -5,7 +5,7 @@
 //! replica at a time (the parse lease), and a replica killed mid-parse hands the parse over to
 //! the other once its lease expires.
 
-mod common;
+use crate::common;
 
 use common::served::{Served, wait_until};
 use std::path::{Path, PathBuf};

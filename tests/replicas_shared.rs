@@ -10,7 +10,7 @@
 //! outage tests start an S3 server or a PostgreSQL of their own, so stopping it harms no other
 //! test.
 
-mod common;
+use crate::common;
 
 use common::backend::{BLOBS, DATABASE_URL, SharedBackend, service_var};
 use common::served::{Served, wait_until};

@@ -2,7 +2,7 @@
 //! with a message naming the limit, by the real server over TCP (which keeps answering) and by
 //! every CLI command that reads `--roles`, which exits with a message instead of a signal.
 
-mod common;
+use crate::common;
 
 use common::served::Served;
 use std::process::Command;

@@ -5,7 +5,7 @@
 //! blocks, states included (`active_pending_free`), so the rule the walk follows is the
 //! allocator's, not one this file made up.
 
-mod common;
+use crate::common;
 
 use snapview::analysis::Analysis;
 use snapview::analysis::memory_map::memory_map;

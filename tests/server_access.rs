@@ -1,7 +1,7 @@
 //! Who may change what: cross-site writes, write and read tokens, the login cookie, the Host
 //! check and the Actor, through the router and through the real binary over TCP.
 
-mod common;
+use crate::common;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode, header};

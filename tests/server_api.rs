@@ -1,6 +1,6 @@
 //! The HTTP API through the router (no sockets), every route and error case.
 
-mod common;
+use crate::common;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};

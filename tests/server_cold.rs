@@ -3,7 +3,7 @@
 //! stands and starts it, every request shares one parse, and a file that does not parse is
 //! reported, once, and not parsed again in a loop.
 
-mod common;
+use crate::common;
 
 use common::backend::{index_exists, leftovers};
 use common::served::{Served, wait_until};

@@ -2,7 +2,7 @@
 //! and 10): who may frame the pages, the audit log's pages and its refused writes, the proxy's
 //! user header, what a 421 says, one error shape for every answer, and edits racing a delete.
 
-mod common;
+use crate::common;
 
 use common::served::{Served, wait_until};
 use std::io::{Read, Write};

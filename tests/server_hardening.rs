@@ -2,7 +2,7 @@
 //! of half-sent requests, a body that stops, SIGTERM mid-request, over-limit bodies in each
 //! encoding, bad names, odd file names and a server-side failure.
 
-mod common;
+use crate::common;
 
 use common::backend::leftovers;
 use common::served::{Served, wait_until};

@@ -4,7 +4,7 @@
 //! and gets no stored index larger than its bound; concurrent rules changes of one snapshot
 //! are analysed one at a time, and the last one wins.
 
-mod common;
+use crate::common;
 
 use common::served::{Served, blobs_and_temps, files_under};
 use common::shared_entries::SharedTrace;

@@ -2,7 +2,7 @@
 //! the server loads, over TCP against a real `snapview serve`; an invalid file stops the server
 //! at start with the parser's message.
 
-mod common;
+use crate::common;
 
 use common::served::Served;
 use std::process::Command;

@@ -7,7 +7,7 @@
 //! The new limits are given through their environment variables, so that the same test run
 //! against a server without them starts that server and shows the attack working.
 
-mod common;
+use crate::common;
 
 use common::backend::leftovers;
 use common::served::{Served, wait_until};

@@ -2,7 +2,7 @@
 //! uploads at once, uploads racing deletes, lost files, bad rows, a lost index, the trash and
 //! its purge, a read-only blobs folder, a full disk, and the audit log of it all.
 
-mod common;
+use crate::common;
 
 use common::backend::{blob_exists, blob_path, folder_only, leftovers};
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
 //! The real server binary over real TCP: upload, read back, restart, disconnects.
 
-mod common;
+use crate::common;
 
 use common::served::blobs_and_temps;
 use std::io::{Read, Write};

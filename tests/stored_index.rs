@@ -2,7 +2,7 @@
 //! answers from it exactly as from a fresh read, without reading the pickle; a damaged index is
 //! refused (or, for a column, found by the check after opening) and rebuilt; racing loads and writers end with one valid index.
 
-mod common;
+use crate::common;
 
 use common::server::{TestServer, config_in};
 use snapview::index::{BlobIdentity, Verify};

@@ -1,7 +1,7 @@
 //! `torch_text` prints what torch's own `_memory_viz.py` printed for every corpus file
 //! (`tests/fixtures/oracle/`, written by torch 2.11 right after each dump).
 
-mod common;
+use crate::common;
 
 use snapview::snapshot::{LoadOptions, Snapshot, load_path};
 use snapview::torch_text::{FoldedKind, compare, folded, segment_compare, stats};

@@ -5,7 +5,7 @@
 //! snapshot fail with a message, and the exit status says so (which the Python package turns
 //! into `SnapviewError`).
 
-mod common;
+use crate::common;
 
 use common::served::Served;
 use std::io::{Read, Write};

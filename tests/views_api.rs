@@ -2,7 +2,7 @@
 //! graph at the peak and the timeline's maximum equal the summary's peak, and the segment map at
 //! the last event has the totals `snapview stats` (torch's segsum) prints.
 
-mod common;
+use crate::common;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
