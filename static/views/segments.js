@@ -82,13 +82,19 @@ export class SegmentsView extends CanvasView {
       app.step((event.key === "ArrowUp" ? -1 : 1) * (event.shiftKey ? 100 : 1));
     });
     new ResizeObserver(() => this.visible() && this.draw()).observe(this.chart);
-    /** Whether any of the segments table is on screen, and whether it shows an older moment. */
+    /** Whether any of the segments table is on screen (or nearly), and whether it shows an
+     * older moment. */
     this.tableInView = false;
     this.tableStale = false;
-    new IntersectionObserver((entries) => {
-      this.tableInView = entries.some((e) => e.isIntersecting);
-      if (this.tableInView && this.tableStale && this.data) this.renderTable();
-    }).observe(this.table);
+    // A quarter of the window's height ahead, so that scrolling brings the table up to date
+    // before it shows.
+    new IntersectionObserver(
+      (entries) => {
+        this.tableInView = entries.some((e) => e.isIntersecting);
+        if (this.tableInView && this.tableStale && this.data) this.renderTable();
+      },
+      { rootMargin: "25% 0px" },
+    ).observe(this.table);
     onThemeChange(() => this.draw());
     const item = (cls, text, title) => h("li", { title }, h("span", { className: `swatch ${cls}` }), text);
     this.legend.replaceChildren(

@@ -164,6 +164,8 @@ await run(240_000, async (browser) => {
       const { shown, data } = await pending();
       return shown.length === data.length && shown.every((text, i) => text === (data[i] ? bytes(data[i]) : "–"));
     }, "the table's pending column at the moment");
+    const caption = await s.locator("#segments-table caption").textContent();
+    assert(caption.includes(`right after event ${state.at.toLocaleString("en-US")}`), `the caption names the moment: ${caption}`);
     await short.close();
   });
 

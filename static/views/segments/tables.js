@@ -89,11 +89,17 @@ export function renderTable(view) {
   // cells that read differently are rewritten. Rebuilding hundreds of rows on every step cost
   // a layout of the whole table (a long task on the huge trace).
   const shape = segments.map((s) => `${s.address}:${s.size}:${s.stream_id}:${s.type}:${s.pool}:${s.expandable}`).join(";");
+  // The caption names the moment, so a table that waited out of sight (segments.js) can never
+  // pass for another moment's.
+  const at = view.data.at;
+  const caption = `${count(segments.length)} ${segmentWord(view.data, segments.length)} ${at === null || at === undefined ? "when the snapshot was taken" : `right after event ${count(at)}`}, by address. Hover a row to find it in the map.`;
   if (shape === view.tableShape && view.tableCells) {
     for (const [i, s] of segments.entries()) {
       const cells = view.tableCells[i];
       for (const [j, text] of stats(s.stats).entries()) if (cells[j].textContent !== text) cells[j].textContent = text;
     }
+    const shown = view.table.caption;
+    if (shown && shown.textContent !== caption) shown.textContent = caption;
     return;
   }
   view.tableShape = shape;
@@ -133,13 +139,5 @@ export function renderTable(view) {
     );
     body.append(row);
   }
-  view.table.replaceChildren(
-    h(
-      "caption",
-      { className: "muted small" },
-      `${count(segments.length)} ${segmentWord(view.data, segments.length)}, by address. Hover a row to find it in the map.`,
-    ),
-    head,
-    body,
-  );
+  view.table.replaceChildren(h("caption", { className: "muted small" }, caption), head, body);
 }
