@@ -234,7 +234,8 @@ fn a_notebook_frames_only_a_server_that_allows_it_in_a_real_browser() {
 /// The browser tests run side by side (two at once on two cores), each holding this shared;
 /// a test that measures the page's main-thread time holds it alone, so that what it measures is
 /// the page and not a second Chromium and server on the same cores. On the CI machine, stepping
-/// the huge trace beside another test gave tasks of 110 ms that took 20 ms alone.
+/// the huge trace beside another test gave tasks of 112-114 ms; alone, on a 2-core
+/// VM, none over 50 ms.
 static QUIET: RwLock<()> = RwLock::new(());
 
 /// Whether the browser tests can run here; when they cannot, says why and returns false (or

@@ -105,7 +105,8 @@ export class SegmentTimelineView extends CanvasView {
     const dpr = window.devicePixelRatio || 1;
     const key = `${width}:${dpr}:${t.dark}:${this.hover?.index ?? ""}`;
     if (this.bandsImage?.data !== this.data || this.bandsImage.key !== key) {
-      const image = document.createElement("canvas");
+      // One canvas, drawn again: a hover changes the key at every band the pointer crosses.
+      const image = this.bandsImage?.image ?? document.createElement("canvas");
       this.paintBands(fitCanvas(image, width, HEIGHT), m, t);
       this.bandsImage = { data: this.data, key, image };
     }

@@ -118,6 +118,12 @@ export async function upload(path, name) {
   return body;
 }
 
+/** Moves the pointer to CSS px (x, y) of `selector`'s box. */
+export async function hover(page, selector, x, y) {
+  const box = await page.locator(selector).boundingBox();
+  await page.mouse.move(box.x + x, box.y + y);
+}
+
 export function exists(path) {
   try {
     return statSync(path).isFile();

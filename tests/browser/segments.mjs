@@ -9,7 +9,7 @@
 
 import { join } from "node:path";
 import { bytes } from "../../static/lib/units.js";
-import { api, assert, assertEqual, BASE, clean, FIXTURES, newContext, run, shot, step, until, upload } from "./harness.mjs";
+import { api, assert, assertEqual, BASE, clean, FIXTURES, hover, newContext, run, shot, step, until, upload } from "./harness.mjs";
 
 /** The tooltip's text once it shows `needle`. */
 async function tipText(page, needle) {
@@ -20,12 +20,6 @@ async function tipText(page, needle) {
     });
     return text.includes(needle) ? text : null;
   }, `a tooltip with "${needle}"`);
-}
-
-/** Moves the pointer to CSS px (x, y) of `selector`'s box. */
-async function hover(page, selector, x, y) {
-  const box = await page.locator(selector).boundingBox();
-  await page.mouse.move(box.x + x, box.y + y);
 }
 
 /** The canvas pixel at CSS px (x, y) and the page's colour `cssVar`, both as [r, g, b]. */

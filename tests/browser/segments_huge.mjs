@@ -7,15 +7,9 @@
 //   SNAPVIEW_URL=http://127.0.0.1:7979 SNAPVIEW_LARGE_DIR=/tmp/snapview-large node tests/browser/segments_huge.mjs
 
 import { join } from "node:path";
-import { api, assert, assertEqual, BASE, clean, exists, newContext, run, shot, step, until, upload } from "./harness.mjs";
+import { api, assert, assertEqual, BASE, clean, exists, hover, newContext, run, shot, step, until, upload } from "./harness.mjs";
 
 const HUGE = process.env.SNAPVIEW_HUGE || (process.env.SNAPVIEW_LARGE_DIR ? join(process.env.SNAPVIEW_LARGE_DIR, "gpt2_huge_trace.pickle") : "");
-
-/** Moves the pointer to CSS px (x, y) of `selector`'s box. */
-async function hover(page, selector, x, y) {
-  const box = await page.locator(selector).boundingBox();
-  await page.mouse.move(box.x + x, box.y + y);
-}
 
 await run(240_000, async (browser) => {
   // Missing, this says so and fails where the large corpus is required (CI).
