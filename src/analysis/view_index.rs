@@ -27,10 +27,24 @@ impl ViewIndex {
     pub fn new(replay: &Replay) -> Self {
         let events = replay.len();
         let steps = &replay.reserved_steps;
+        let allocated = || RangeExtrema::new(events, replay.allocated_over(0, events));
+        let bands = || BandIndex::new(&replay.allocations, events);
+        // Two passes over millions of events and allocations, on two threads when allowed and
+        // the trace is long (16 and 9 ms on the 3.2M-event file, one after the other).
+        let (allocated, bands) = if crate::snapshot::default_threads() >= 2
+            && events >= super::replay::PASSES_ON_THREADS_FROM
+        {
+            std::thread::scope(|scope| {
+                let bands = scope.spawn(bands);
+                (allocated(), crate::threads::joined(bands.join()))
+            })
+        } else {
+            (allocated(), bands())
+        };
         Self {
-            allocated: RangeExtrema::new(events, replay.allocated_over(0, events)),
+            allocated,
             reserved: RangeExtrema::new(steps.len(), steps.iter().map(|step| step.1)),
-            bands: BandIndex::new(&replay.allocations, events),
+            bands,
         }
     }
 

@@ -129,7 +129,7 @@ pub struct Replay {
 
 /// Events from which [`Replay::seeded`] runs its last passes on threads of their own (below,
 /// starting them costs more than it saves).
-const PASSES_ON_THREADS_FROM: usize = 1 << 20;
+pub(crate) const PASSES_ON_THREADS_FROM: usize = 1 << 20;
 
 /// The highest value of a curve seen so far and the event that first reached it (`None`: the
 /// value before the first event, which a later one must exceed).
@@ -244,10 +244,16 @@ impl Replay {
         let timed = |what: &'static str| {
             tracing::debug!(ms = started.elapsed().as_millis() as u64, "replay: {what}");
         };
-        let on_threads = threads >= 3 && trace.len() >= PASSES_ON_THREADS_FROM;
+        let on_threads = threads >= 2 && trace.len() >= PASSES_ON_THREADS_FROM;
         let curve = || {
-            // The longest of the three: in parts, on every thread, when they are allowed.
-            let parts = if on_threads { 2 * threads } else { 1 };
+            // In parts, on every thread, when there are threads to spare for it: cut in parts,
+            // the curve costs half as much again (each part's sum, then its walk), so on two
+            // threads, which the other two passes keep busy, it is walked whole.
+            let parts = if on_threads && threads >= 3 {
+                2 * threads
+            } else {
+                1
+            };
             let curve = Curve::build(
                 allocated_at_start,
                 &event_allocations,
@@ -279,7 +285,8 @@ impl Replay {
             steps
         };
         // Three passes over millions of events or allocations that need nothing of each other:
-        // on three threads when the trace is long and they are allowed.
+        // on threads of their own when the trace is long and two threads or more are allowed
+        // (on two cores the lifetime index, the longest, runs beside the other two).
         let ((curve, peak), lifetimes, ((reserved_at_start, reserved_steps), pending_steps)) =
             if on_threads {
                 std::thread::scope(|scope| {
