@@ -47,6 +47,7 @@ const FILES: [(&str, usize, Option<Target>); 3] = [
 ];
 
 fn main() {
+    snapview::threads::free_large_blocks_at_once();
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--one") {
         let path = PathBuf::from(&args[i + 1]);

@@ -27,6 +27,7 @@ const X10: &str = "gpt2_huge_trace_x10";
 const SERVING_AT: &str = "snapview is serving at ";
 
 fn main() {
+    snapview::threads::free_large_blocks_at_once();
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--summary") {
         summary_run(Path::new(&args[i + 1]));
