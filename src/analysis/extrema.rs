@@ -12,9 +12,9 @@
 
 /// log2 of the positions per block: a query reads at most two partial blocks per level.
 const BLOCK_LOG2: u32 = 6;
-const BLOCK: usize = 1 << BLOCK_LOG2;
+pub(crate) const BLOCK: usize = 1 << BLOCK_LOG2;
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq)]
 pub(crate) struct RangeExtrema {
     /// Positions in the series.
     len: usize,
@@ -62,23 +62,32 @@ impl<F: Fn(usize) -> u64> Series for ByPosition<F> {
 impl RangeExtrema {
     /// The pyramid of a series of `len` values, read once in order.
     pub(crate) fn new(len: usize, values: impl IntoIterator<Item = u64>) -> Self {
+        if len <= BLOCK {
+            return Self::from_blocks(len, Vec::new(), Vec::new());
+        }
+        let blocks = len.div_ceil(BLOCK);
+        let (mut level_min, mut level_max) =
+            (Vec::with_capacity(blocks), Vec::with_capacity(blocks));
+        let mut values = values.into_iter().take(len);
+        for _ in 0..blocks {
+            let (lo, hi) = values
+                .by_ref()
+                .take(BLOCK)
+                .fold((u64::MAX, u64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
+            level_min.push(lo);
+            level_max.push(hi);
+        }
+        Self::from_blocks(len, level_min, level_max)
+    }
+
+    /// The pyramid of a series of `len` values whose blocks' minima and maxima are known
+    /// (`len.div_ceil(BLOCK)` of each; a series of one block or less keeps none).
+    pub(crate) fn from_blocks(len: usize, block_min: Vec<u64>, block_max: Vec<u64>) -> Self {
         let mut min: Vec<Vec<u64>> = Vec::new();
         let mut max: Vec<Vec<u64>> = Vec::new();
         if len > BLOCK {
-            let blocks = len.div_ceil(BLOCK);
-            let (mut level_min, mut level_max) =
-                (Vec::with_capacity(blocks), Vec::with_capacity(blocks));
-            let mut values = values.into_iter().take(len);
-            for _ in 0..blocks {
-                let (lo, hi) = values
-                    .by_ref()
-                    .take(BLOCK)
-                    .fold((u64::MAX, u64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
-                level_min.push(lo);
-                level_max.push(hi);
-            }
-            min.push(level_min);
-            max.push(level_max);
+            min.push(block_min);
+            max.push(block_max);
         }
         // Each level above from the one below it.
         while let (Some(below_min), Some(below_max)) = (min.last(), max.last()) {

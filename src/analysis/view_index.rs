@@ -10,7 +10,7 @@
 //! The segment map needs no index of its own: the replay's reserved steps are one per segment
 //! event, which is all it undoes.
 
-use super::extrema::RangeExtrema;
+use super::extrema::{BLOCK, RangeExtrema};
 use super::replay::{Allocation, AllocationId, Allocations, Replay};
 
 #[derive(Debug, Default)]
@@ -27,11 +27,21 @@ impl ViewIndex {
     pub fn new(replay: &Replay) -> Self {
         let events = replay.len();
         let steps = &replay.reserved_steps;
-        let allocated = || RangeExtrema::new(events, replay.allocated_over(0, events));
+        // The curve's extremes by block, as the walk that built the curve found them (its
+        // steps are these blocks); else the curve walked again.
+        let found = replay
+            .take_step_extremes()
+            .filter(|found| found.min.len() == events.div_ceil(BLOCK));
+        let walks = found.is_none();
+        let allocated = || match found {
+            Some(found) => RangeExtrema::from_blocks(events, found.min, found.max),
+            None => RangeExtrema::new(events, replay.allocated_over(0, events)),
+        };
         let bands = || BandIndex::new(&replay.allocations, events);
         // Two passes over millions of events and allocations, on two threads when allowed and
         // the trace is long (16 and 9 ms on the 3.2M-event file, one after the other).
-        let (allocated, bands) = if crate::snapshot::default_threads() >= 2
+        let (allocated, bands) = if walks
+            && crate::snapshot::default_threads() >= 2
             && events >= super::replay::PASSES_ON_THREADS_FROM
         {
             std::thread::scope(|scope| {

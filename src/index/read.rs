@@ -558,6 +558,7 @@ fn analysis(sections: &Sections, meta: &Meta, snapshot: &Snapshot) -> Result<Ana
                 ghosts: sections.column(Kind::Ghosts, part, None)?,
                 event_matches: Default::default(),
                 peak: stored.allocated_peak.into(),
+                step_extremes: Default::default(),
             };
             Ok(DeviceAnalysis::from_stored(stored.device, replay))
         })

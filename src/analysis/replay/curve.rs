@@ -15,6 +15,7 @@ use crate::snapshot::Column;
 /// partial reads are at most a block long.
 const STEP_LOG2: u32 = 6;
 const STEP: usize = 1 << STEP_LOG2;
+const _: () = assert!(STEP == crate::analysis::extrema::BLOCK);
 
 /// The curve's stored totals: `before_step[k]` is the total before event `k * STEP` (after
 /// event `k * STEP - 1`; entry 0 is the total alive from the start).
@@ -41,7 +42,7 @@ impl Curve {
         allocations: &Allocations,
         parts: usize,
         threads: usize,
-    ) -> (Self, FirstPeak) {
+    ) -> (Self, FirstPeak, StepExtremes) {
         let steps = Self::steps_for(events.len());
         let steps_per_part = steps.div_ceil(parts.max(1)).max(1);
         let parts = steps.div_ceil(steps_per_part).max(1);
@@ -68,22 +69,34 @@ impl Curve {
         }
         let walked = crate::threads::map_on_threads(threads, parts, |part| {
             let mut before_step = Vec::with_capacity(steps_per_part);
+            let mut extremes = StepExtremes::with_capacity(steps_per_part);
             // Totals of 0 never exceed `at_start`, so a part's search may start from 0.
             let mut peak = FirstPeak::from(0);
             let mut total = starts[part];
+            let (mut low, mut high) = (u64::MAX, u64::MIN);
+            let end = part_events(part).end;
             for (event, change) in part_events(part).zip(changes(part)) {
                 if event % STEP == 0 {
                     before_step.push(total);
                 }
                 total = total.wrapping_add(change);
                 peak.see(event, total);
+                (low, high) = (low.min(total), high.max(total));
+                if (event + 1) % STEP == 0 || event + 1 == end {
+                    extremes.min.push(low);
+                    extremes.max.push(high);
+                    (low, high) = (u64::MAX, u64::MIN);
+                }
             }
-            (before_step, peak.found())
+            (before_step, extremes, peak.found())
         });
         let mut before_step = Vec::with_capacity(steps);
+        let mut extremes = StepExtremes::with_capacity(steps);
         let mut peak = FirstPeak::from(at_start);
-        for (stored, (bytes, event)) in walked {
+        for (stored, part_extremes, (bytes, event)) in walked {
             before_step.extend(stored);
+            extremes.min.extend(part_extremes.min);
+            extremes.max.extend(part_extremes.max);
             if let Some(event) = event {
                 peak.see(event, bytes);
             }
@@ -91,11 +104,29 @@ impl Curve {
         let curve = Self {
             before_step: before_step.into(),
         };
-        (curve, peak)
+        (curve, peak, extremes)
     }
 
     pub(crate) fn heap_bytes(&self) -> u64 {
         self.before_step.heap_bytes()
+    }
+}
+
+/// The smallest and largest total after the events of each step of the curve (`STEP` events,
+/// the last step fewer), found by [`Curve::build`]'s walk: the first level of the views'
+/// extrema (their blocks are steps), so the views' index need not walk the curve again.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(crate) struct StepExtremes {
+    pub(crate) min: Vec<u64>,
+    pub(crate) max: Vec<u64>,
+}
+
+impl StepExtremes {
+    fn with_capacity(steps: usize) -> Self {
+        Self {
+            min: Vec::with_capacity(steps),
+            max: Vec::with_capacity(steps),
+        }
     }
 }
 

@@ -28,6 +28,7 @@ mod pass;
 mod tests;
 
 pub use allocations::Allocations;
+pub(crate) use curve::StepExtremes;
 pub use curve::{AllocatedOver, Curve};
 pub use event_allocations::EventAllocations;
 pub(crate) use pass::EventPass;
@@ -125,6 +126,10 @@ pub struct Replay {
     /// summary, the findings and the markers each ask, and on a long trace each scan is tens
     /// of milliseconds.
     pub(crate) peak: std::sync::OnceLock<(u64, Option<usize>)>,
+    /// The curve's extremes step by step, from the walk that built it, until the views' index
+    /// takes them ([`Replay::take_step_extremes`]; 16 bytes per 64 events). A replay opened
+    /// from a stored index has none: its views' index walks the curve.
+    pub(crate) step_extremes: std::sync::Mutex<Option<StepExtremes>>,
 }
 
 /// Events from which [`Replay::seeded`] runs its last passes on threads of their own (below,
@@ -287,21 +292,24 @@ impl Replay {
         // Three passes over millions of events or allocations that need nothing of each other:
         // on threads of their own when the trace is long and two threads or more are allowed
         // (on two cores the lifetime index, the longest, runs beside the other two).
-        let ((curve, peak), lifetimes, ((reserved_at_start, reserved_steps), pending_steps)) =
-            if on_threads {
-                std::thread::scope(|scope| {
-                    let index = scope.spawn(index);
-                    let steps = scope.spawn(steps);
-                    let curve = curve();
-                    (
-                        curve,
-                        crate::threads::joined(index.join()),
-                        crate::threads::joined(steps.join()),
-                    )
-                })
-            } else {
-                (curve(), index(), steps())
-            };
+        let (
+            (curve, peak, step_extremes),
+            lifetimes,
+            ((reserved_at_start, reserved_steps), pending_steps),
+        ) = if on_threads {
+            std::thread::scope(|scope| {
+                let index = scope.spawn(index);
+                let steps = scope.spawn(steps);
+                let curve = curve();
+                (
+                    curve,
+                    crate::threads::joined(index.join()),
+                    crate::threads::joined(steps.join()),
+                )
+            })
+        } else {
+            (curve(), index(), steps())
+        };
 
         Self {
             pending_requests,
@@ -317,7 +325,16 @@ impl Replay {
             freed_without_alloc: freed_without_alloc.into(),
             ghosts: ghosts.into(),
             peak: peak.found().into(),
+            step_extremes: Some(step_extremes).into(),
         }
+    }
+
+    /// The curve's step extremes its walk found, once (see [`Replay::step_extremes`]).
+    pub(crate) fn take_step_extremes(&self) -> Option<StepExtremes> {
+        self.step_extremes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
     }
 
     /// The trace's events.
@@ -442,6 +459,14 @@ impl Replay {
             + self.ghosts.heap_bytes()
             + vec_bytes(&self.pending_requests) as u64
             + vec_bytes(&self.pending_steps) as u64
+            + self
+                .step_extremes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .as_ref()
+                .map_or(0, |found| {
+                    (vec_bytes(&found.min) + vec_bytes(&found.max)) as u64
+                })
     }
 
     /// The allocations alive from the start that are still alive after event `at` (`None`:

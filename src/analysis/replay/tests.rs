@@ -4,6 +4,7 @@
 use super::lifetimes::LEAF_EVENTS_LOG2;
 use super::pass::EventPass;
 use super::*;
+use crate::analysis::extrema::RangeExtrema;
 
 /// The loader runs the event pass batch by batch while the trace is read; wherever the
 /// batches end (even between a `free_requested` and its `free_completed`), the result must
@@ -593,7 +594,8 @@ fn the_curve_in_parts_is_the_curve_of_one_walk() {
     let mut trace = Trace::default();
     let mut push = |action, addr: u64, size: u64| trace.push(action, addr, size, 0, None, 0, 0, 0);
     push(ActionCode::FREE_COMPLETED, 0x9000, 300);
-    for step in 0..1000u64 {
+    // 4,801 events: 76 steps, so the extrema have a level above the steps.
+    for step in 0..1200u64 {
         let size = if step == 421 || step == 733 {
             900
         } else {
@@ -608,14 +610,14 @@ fn the_curve_in_parts_is_the_curve_of_one_walk() {
     snapshot.device_traces.push(trace);
     let replay = Replay::seeded_on(&snapshot, 0, None, 1);
     let build = |parts, threads| {
-        let (curve, peak) = Curve::build(
+        let (curve, peak, extremes) = Curve::build(
             replay.allocated_at_start,
             &replay.event_allocations,
             &replay.allocations,
             parts,
             threads,
         );
-        (curve, peak.found())
+        (curve, peak.found(), extremes)
     };
     let one = build(1, 1);
     assert_eq!(
@@ -633,6 +635,14 @@ fn the_curve_in_parts_is_the_curve_of_one_walk() {
             );
         }
     }
+    // The walk's extremes by step are the views' extrema's first level, as a walk of the
+    // curve of its own finds them.
+    let events = replay.len();
+    let (min, max) = (one.2.min.clone(), one.2.max.clone());
+    assert_eq!(
+        RangeExtrema::from_blocks(events, min, max),
+        RangeExtrema::new(events, replay.allocated_over(0, events))
+    );
 }
 
 #[test]
