@@ -38,8 +38,9 @@ impl ViewIndex {
             None => RangeExtrema::new(events, replay.allocated_over(0, events)),
         };
         let bands = || BandIndex::new(&replay.allocations, events);
-        // Two passes over millions of events and allocations, on two threads when allowed and
-        // the trace is long (16 and 9 ms on the 3.2M-event file, one after the other).
+        // When the curve must be walked (a replay opened from a stored index), two passes over
+        // millions of events and allocations: on two threads when allowed and the trace is long
+        // (16 and 9 ms on the 3.2M-event file, one after the other).
         let (allocated, bands) = if walks
             && crate::snapshot::default_threads() >= 2
             && events >= super::replay::PASSES_ON_THREADS_FROM

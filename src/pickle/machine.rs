@@ -169,19 +169,6 @@ fn memo_reference(bytes: &[u8], at: usize) -> Option<(u32, usize)> {
     }
 }
 
-/// The value of a LONG1 whose `n` bytes start at `at`, when it is an inline integer and 8
-/// bytes can be read from there (all but the last few of a buffer): one load, its unused top
-/// bytes shifted out, as [`Heap::long_within_i64`] assembles them byte by byte.
-#[inline(always)]
-fn inline_long1(bytes: &[u8], at: usize, n: usize) -> Option<Value> {
-    if !(1..=8).contains(&n) {
-        return None;
-    }
-    let word: [u8; 8] = bytes.get(at..at + 8)?.try_into().ok()?;
-    let unused = 64 - 8 * n as u32;
-    Value::small_int(((u64::from_le_bytes(word) << unused) as i64) >> unused)
-}
-
 /// The short string decoded last, its text also as one word, so that the next one is compared
 /// in a load and a mask rather than by a call to `memcmp` (three bytes, once per entry).
 struct ShortString {
@@ -700,7 +687,7 @@ impl<S: Supply> Machine<'_, S> {
                     let n = bytes.get(i + 1).map_or(usize::MAX, |&n| usize::from(n));
                     // Two per entry (its address and time): read in one load when it fits
                     // inline, with no call (the call alone was 5% of the decoding thread).
-                    if let Some(value) = inline_long1(bytes, i + 2, n) {
+                    if let Some(value) = Heap::inline_long_at(bytes, i + 2, n) {
                         i += 2 + n;
                         Some(value)
                     } else {
@@ -1118,44 +1105,6 @@ mod tests {
         assert!(error.contains("GLOBAL"), "{error}");
         assert!(error.contains("byte 2"), "{error}");
         assert!(error.contains("data only"), "{error}");
-    }
-
-    /// The one-load LONG1 of the entry loop agrees with the byte-by-byte one on every length
-    /// and at the edges of the inline range, whatever bytes follow it, and declines a long it
-    /// cannot read whole in one load (near the buffer's end) or that is not inline.
-    #[test]
-    fn a_long1_read_in_one_load_is_the_long_read_byte_by_byte() {
-        // Value's inline range is 60 bits: its edges, and one past them.
-        let edges = [(1i64 << 59) - 1, 1 << 59, -(1 << 59), -(1 << 59) - 1];
-        let values = [
-            0i64,
-            1,
-            -1,
-            127,
-            128,
-            -129,
-            1 << 40,
-            -(1 << 47),
-            i64::MAX,
-            i64::MIN,
-        ];
-        for value in values.into_iter().chain(edges) {
-            for n in 1..=8usize {
-                let long = &value.to_le_bytes()[..n];
-                let mut bytes = long.to_vec();
-                bytes.extend_from_slice(&[0xa5; 8]);
-                let expected = Heap::long_within_i64(long).and_then(Value::small_int);
-                assert_eq!(inline_long1(&bytes, 0, n), expected, "{value} in {n} bytes");
-                let whole = (n == 8).then_some(expected).flatten();
-                assert_eq!(inline_long1(long, 0, n), whole, "only {n} bytes left");
-            }
-        }
-        assert_eq!(
-            inline_long1(&[0; 16], 0, 0),
-            None,
-            "LONG1 0 is left to the loop"
-        );
-        assert_eq!(inline_long1(&[0; 16], 0, 9), None);
     }
 
     /// The remembered short string matches its own text only, by word when 16 bytes follow and
