@@ -168,9 +168,10 @@ fn fuzzed_inputs_fail_or_load_the_same() {
 }
 
 /// The machine's loop alone (its bytes handed over one at a time, so its flat-dict path, which
-/// decodes a trace entry from the bytes buffered, never runs) against the loop with that path
-/// (what every other load runs): the same model and summary, or the same error, on every fixture, the hostile files
-/// and fuzzed fixtures.
+/// decodes a trace entry from the bytes buffered and offers it to the compactor before its dict
+/// is stored, never runs) against the loop with that path (what every other load runs): the
+/// same model and summary, or the same error, on every fixture, the hostile files and fuzzed
+/// fixtures (with opcodes inserted that make a dict fetch itself, or stop it midway).
 #[test]
 fn the_pickle_loop_alone_decodes_what_its_flat_dict_path_does() {
     let one_at_a_time = |data: &[u8]| {

@@ -4,10 +4,10 @@
 //! the opcodes, and the helpers around it (stack, mark and memo access, the string and
 //! `SETITEMS` paths) exist only for it, the frequent ones marked to be inlined into it; split,
 //! each piece would be read only next to the match. One path besides it: `flat_items`, the
-//! opcodes of a flat dict (every trace entry) in a loop of their own, tested against the loop
-//! alone (`tests/parallel.rs`). The [`Compactor`] trait stays beside the
-//! loop that calls it, since when it is called (right after a `SETITEMS` or before an `APPEND`)
-//! is its contract.
+//! opcodes of a flat dict (every trace entry) in a loop of their own, the dict stored only if
+//! the compactor does not take it first, tested against the loop alone (`tests/parallel.rs`).
+//! The [`Compactor`] trait stays beside the loop that calls it, since when it is called (right
+//! after a `SETITEMS` or before an `APPEND`) is its contract.
 
 use super::input::{Chunks, InMemory, Landed, Source, Supply};
 use super::value::{Heap, Kind, Memo, Value};
@@ -16,8 +16,10 @@ use std::io::Read;
 
 /// Replaces records with compact handles the moment they are complete.
 ///
-/// Called for each dict right after a SETITEMS fills it (CPython's pickler writes a dict's items
-/// in one SETITEMS unless it has over 1000 keys; a trace entry or a frame has under 20).
+/// A flat dict (every trace entry) is offered to [`Compactor::compact_flat`] first, before it
+/// is stored at all. Otherwise `compact` is called for each dict right after a SETITEMS fills
+/// it (CPython's pickler writes a dict's items in one SETITEMS unless it has over 1000 keys; a
+/// trace entry or a frame has under 20).
 /// `items` holds the dict's keys and values alternately (`k0, v0, k1, v1, ...`); for a dict that
 /// was empty before this SETITEMS they are read straight from the machine's stack, and the dict
 /// itself is filled only if the compactor declines or the dict is shared.
@@ -36,6 +38,21 @@ pub trait Compactor {
         dict: Value,
         items: &[Value],
     ) -> Result<Option<Value>, PickleError>;
+
+    /// Offered a flat dict (`EMPTY_DICT MEMOIZE MARK (key value [MEMOIZE])* SETITEMS`, every
+    /// trace entry) at its SETITEMS before the dict is stored: `items` as for
+    /// [`Compactor::compact`], and nothing else refers to the dict (its one memo entry was not
+    /// fetched). Returning `Some(handle)` takes it as `compact` would take it and retire it,
+    /// without the dict ever being stored; `None` has it stored and offered to `compact` as
+    /// usual, so a compactor that declines here does nothing twice.
+    fn compact_flat(
+        &mut self,
+        _heap: &mut Heap,
+        _memo: &mut Memo,
+        _items: &[Value],
+    ) -> Result<Option<Value>, PickleError> {
+        Ok(None)
+    }
 
     /// Offered the items of each APPEND(S) to `list` before they are stored; returning true
     /// takes them, and the list does not store them. A compactor that takes items keeps what
@@ -169,6 +186,16 @@ fn memo_reference(bytes: &[u8], at: usize) -> Option<(u32, usize)> {
     }
 }
 
+/// Memo entry `index` as [`Machine::flat_pairs`] fetches it: `None` (which stops it) for one
+/// the memo does not have, or for the `deferred` dict's, which is not stored yet.
+#[inline(always)]
+fn flat_fetch(memo: &Memo, deferred: u32, index: u32) -> Option<Value> {
+    if index == deferred {
+        return None;
+    }
+    memo.get(index)
+}
+
 /// The short string decoded last, its text also as one word, so that the next one is compared
 /// in a load and a mask rather than by a call to `memcmp` (three bytes, once per entry).
 struct ShortString {
@@ -225,7 +252,13 @@ struct Machine<'c, S> {
     last_short_string: Option<ShortString>,
     /// The compactor's [`Compactor::splice_at`], cached.
     splice_at: u64,
+    /// The memo index of the flat dict [`Machine::flat_items`] has not stored yet (a
+    /// placeholder holds its place on the stack and in the memo), or [`NOT_DEFERRED`].
+    deferred: u32,
 }
+
+/// No dict is deferred.
+const NOT_DEFERRED: u32 = u32::MAX;
 
 /// Decodes one pickle from `reader`. Never runs code: opcodes that would are refused.
 pub fn decode<R: Read>(
@@ -272,6 +305,7 @@ fn decode_from<S: Supply>(
         at: 0,
         last_short_string: None,
         splice_at: u64::MAX,
+        deferred: NOT_DEFERRED,
     };
     machine.splice_at = machine.compactor.splice_at();
     if machine.input.byte("the PROTO opcode")? != 0x80 {
@@ -568,31 +602,49 @@ impl<S: Supply> Machine<'_, S> {
         Ok(())
     }
 
-    /// Right after an EMPTY_DICT: decodes the opcodes a flat dict is written with, `MEMOIZE
-    /// MARK (key value [MEMOIZE])* SETITEMS` (every trace entry), with keys fetched from the
-    /// memo and values that are memo fetches, integers, a repeated short string or a list
-    /// (empty, or memo fetches up to its APPENDS: an entry's frames). Each opcode is done
-    /// exactly as the loop in [`Machine::run`] does it, from the buffered bytes and without its
-    /// per-opcode bookkeeping, and in a loop of its own whose
-    /// branches follow the key-value rhythm (the loop's one dispatch for every opcode
-    /// mispredicts often). It stops before anything else (another opcode, one cut off by the
-    /// buffer's end, one that would fail, the offset a splice is asked at) and the loop goes on
-    /// from there: nothing is decoded differently, only in fewer steps.
+    /// EMPTY_DICT, and the opcodes a flat dict is written with after it, `MEMOIZE MARK (key
+    /// value [MEMOIZE])* SETITEMS` (every trace entry), with keys fetched from the memo and
+    /// values that are memo fetches, integers, a repeated short string or a list (empty, or
+    /// memo fetches up to its APPENDS: an entry's frames). Each opcode is done exactly as the
+    /// loop in [`Machine::run`] does it, from the buffered bytes and without its per-opcode
+    /// bookkeeping, and in a loop of its own whose branches follow the key-value rhythm (the
+    /// loop's one dispatch for every opcode mispredicts often). It stops before anything else
+    /// (another opcode, one cut off by the buffer's end, one that would fail, the offset a
+    /// splice is asked at) and the loop goes on from there: nothing is decoded differently,
+    /// only in fewer steps.
+    ///
+    /// The dict itself is stored only when something needs it: the loop stopping before its
+    /// SETITEMS, or the compactor declining it there ([`Compactor::compact_flat`]). Until then
+    /// a placeholder holds its place on the stack and in the memo, and a fetch of its memo
+    /// entry stops the loop (which stores it first). A trace entry is taken at its SETITEMS,
+    /// so its dict is never stored, filled or retired.
     #[inline(always)]
     fn flat_items(&mut self) -> Result<(), PickleError> {
-        // The dict's MEMOIZE (the dict just pushed is above any MARK) and its MARK.
+        // The dict's MEMOIZE (the dict is above any MARK) and its MARK.
         let room = self.splice_at.saturating_sub(self.input.offset());
         let prologue = room >= 2 && self.input.buffered().get(..2) == Some(&[0x94, b'(']);
         if !prologue || self.marks.len() >= self.limits.max_depth {
+            let dict = self.heap.new_dict();
+            self.stack.push(dict);
             return Ok(());
         }
         let index = self.memo.next_index();
-        if let Some(&dict) = self.stack.last() {
-            self.heap.note_memo(dict, index);
-            self.memo.set(index, dict);
-        }
+        let at = self.stack.len();
+        self.stack.push(Value::NONE);
+        self.memo.set(index, Value::NONE);
+        self.deferred = index;
         self.marks.push(self.stack.len());
         self.input.consume(2);
+        let done = self.flat_entries(at, index);
+        if self.deferred != NOT_DEFERRED {
+            self.store_deferred(at, index);
+        }
+        done
+    }
+
+    /// The loop of [`Machine::flat_items`] for the dict deferred at `stack[at]`, memo `index`.
+    #[inline(always)]
+    fn flat_entries(&mut self, at: usize, index: u32) -> Result<(), PickleError> {
         loop {
             let end = self.flat_pairs();
             if end == FlatEnd::Elsewhere {
@@ -603,11 +655,38 @@ impl<S: Supply> Machine<'_, S> {
             self.input.consume(1);
             if end == FlatEnd::SetItems {
                 let from = self.pop_mark("SETITEMS")?;
+                if from == at + 1 && self.deferred == index {
+                    // Keys and values alternately: the loop pushes them in pairs.
+                    let taken = self.compactor.compact_flat(
+                        &mut self.heap,
+                        &mut self.memo,
+                        &self.stack[from..],
+                    )?;
+                    if let Some(handle) = taken {
+                        // What retiring the stored dict would have left.
+                        self.deferred = NOT_DEFERRED;
+                        self.memo.set(index, handle);
+                        self.stack.truncate(from);
+                        self.stack[at] = handle;
+                        return Ok(());
+                    }
+                    self.store_deferred(at, index);
+                }
                 let dict = self.below_mark(from, "SETITEMS")?;
                 return self.set_items_from(dict, from, "SETITEMS", true);
             }
             self.appends()?;
         }
+    }
+
+    /// Stores the dict [`Machine::flat_items`] deferred, where its placeholder is.
+    #[cold]
+    fn store_deferred(&mut self, at: usize, index: u32) {
+        let dict = self.heap.new_dict();
+        self.heap.note_memo(dict, index);
+        self.memo.set(index, dict);
+        self.stack[at] = dict;
+        self.deferred = NOT_DEFERRED;
     }
 
     /// The key-value pairs of [`Machine::flat_items`] (and a `frames` list's items: MARK and
@@ -644,7 +723,7 @@ impl<S: Supply> Machine<'_, S> {
                             _ => None,
                         };
                         let Some((index, len)) = item else { break };
-                        let Some(item) = self.memo.get(index) else {
+                        let Some(item) = flat_fetch(&self.memo, self.deferred, index) else {
                             break;
                         };
                         self.heap.note_shared(item);
@@ -656,7 +735,7 @@ impl<S: Supply> Machine<'_, S> {
                 _ => None,
             };
             let Some((index, len)) = key else { break };
-            let Some(key) = self.memo.get(index) else {
+            let Some(key) = flat_fetch(&self.memo, self.deferred, index) else {
                 break;
             };
             self.heap.note_shared(key);
@@ -664,7 +743,7 @@ impl<S: Supply> Machine<'_, S> {
             i += len;
             let value = match bytes.get(i) {
                 Some(b'h' | b'j') => memo_reference(bytes, i).and_then(|(index, len)| {
-                    let value = self.memo.get(index)?;
+                    let value = flat_fetch(&self.memo, self.deferred, index)?;
                     i += len;
                     self.heap.note_shared(value);
                     Some(value)
@@ -937,11 +1016,7 @@ impl<S: Supply> Machine<'_, S> {
                     let v = self.heap.new_list();
                     self.stack.push(v);
                 }
-                b'}' => {
-                    let v = self.heap.new_dict();
-                    self.stack.push(v);
-                    self.flat_items()?;
-                }
+                b'}' => self.flat_items()?,
                 b')' => {
                     let v = self.heap.push_tuple(Vec::new());
                     self.stack.push(v);
@@ -1127,6 +1202,72 @@ mod tests {
         assert!(long.matches(&bytes, 0, &bytes.clone()));
         bytes[15] = b'?';
         assert!(!long.matches(&bytes, 0, &bytes.clone()));
+    }
+
+    /// Takes every flat dict it is offered before the dict is stored, as records 0, 1, ...;
+    /// declines everything else.
+    #[derive(Default)]
+    struct TakesFlat {
+        taken: u64,
+    }
+
+    impl Compactor for TakesFlat {
+        fn compact(
+            &mut self,
+            _: &mut Heap,
+            _: &mut Memo,
+            _: Value,
+            _: &[Value],
+        ) -> Result<Option<Value>, PickleError> {
+            Ok(None)
+        }
+
+        fn compact_flat(
+            &mut self,
+            _: &mut Heap,
+            _: &mut Memo,
+            items: &[Value],
+        ) -> Result<Option<Value>, PickleError> {
+            assert_eq!(items.len(), 4, "the two keys and their values");
+            self.taken += 1;
+            Ok(Some(Value::record(self.taken - 1)))
+        }
+    }
+
+    /// A flat dict taken before it is stored leaves its record wherever the stored dict would
+    /// have been, in the memo too; one that fetches its own memo entry is stored first, so it
+    /// holds itself, as without the shortcut.
+    #[test]
+    fn a_flat_dict_is_stored_only_when_something_needs_it() {
+        // ['a', 'b', {'a': 5, 'b': 6}, <the same dict>], each dict's keys fetched from the memo.
+        let taken = b"\x80\x04]\x94(\x8c\x01a\x94\x8c\x01b\x94}\x94(h\x01K\x05h\x02K\x06uh\x03e.";
+        let mut compactor = TakesFlat::default();
+        let decoded = decode(&taken[..], &Limits::default(), &mut compactor).expect("decodes");
+        let items = decoded.heap.items(decoded.root).expect("a list");
+        assert_eq!(items[2..], [Value::record(0), Value::record(0)]);
+        assert_eq!(compactor.taken, 1);
+        // Without a compactor that takes it, the same dict is stored, twice in the list.
+        let stored = run(taken).expect("decodes");
+        let items = stored.heap.items(stored.root).expect("a list");
+        assert_eq!(items[2], items[3]);
+        assert_eq!(
+            stored
+                .heap
+                .get(items[2], "b")
+                .and_then(|v| stored.heap.i64(v)),
+            Some(6)
+        );
+
+        // ['a', {'a': <itself>}]: the fetch of the dict's own entry stops the flat loop.
+        let itself = b"\x80\x04]\x94(\x8c\x01a\x94}\x94(h\x01h\x02ue.";
+        for decoded in [
+            decode(&itself[..], &Limits::default(), &mut TakesFlat::default()),
+            run(itself),
+        ] {
+            let decoded = decoded.expect("decodes");
+            let dict = decoded.heap.items(decoded.root).expect("a list")[1];
+            assert_eq!(decoded.heap.get(dict, "a"), Some(dict));
+        }
     }
 
     #[test]

@@ -649,6 +649,21 @@ impl<F> TraceCompactor<'_, F> {
     }
 }
 
+impl<F: TraceFollower> TraceCompactor<'_, F> {
+    /// A trace entry's dict (its first key `action`) as its row's record, counted against the
+    /// load's limit; `None` if it is not an entry after all (see [`TraceCompactor::event`]).
+    fn entry(
+        &mut self,
+        heap: &mut Heap,
+        memo: &mut Memo,
+        items: &[Value],
+    ) -> Result<Option<Value>, PickleError> {
+        let row = self.event(heap, memo, items);
+        self.count.counted()?;
+        Ok(row.map(|row| Value::record(EVENT_RECORD | row as u64)))
+    }
+}
+
 impl<F: TraceFollower> Compactor for TraceCompactor<'_, F> {
     fn compact(
         &mut self,
@@ -665,13 +680,23 @@ impl<F: TraceFollower> Compactor for TraceCompactor<'_, F> {
             Field::Filename | Field::Line | Field::Name if items.len() <= 8 => self
                 .frame(heap, dict, items)
                 .map(|frame| Value::record(FRAME_RECORD | u64::from(frame))),
-            Field::Action => {
-                let row = self.event(heap, memo, items);
-                self.count.counted()?;
-                row.map(|row| Value::record(EVENT_RECORD | row as u64))
-            }
+            Field::Action => self.entry(heap, memo, items)?,
             _ => None,
         })
+    }
+
+    /// Trace entries only, the dicts that are never stored: a frame dict is kept by its dict
+    /// when shared (see `frame`), and is rarely flat (its strings are new).
+    fn compact_flat(
+        &mut self,
+        heap: &mut Heap,
+        memo: &mut Memo,
+        items: &[Value],
+    ) -> Result<Option<Value>, PickleError> {
+        match items.first() {
+            Some(&key) if self.field(heap, key) == Field::Action => self.entry(heap, memo, items),
+            _ => Ok(None),
+        }
     }
 
     /// Takes event records appended in row order to a list that holds nothing else (a

@@ -2187,6 +2187,15 @@ impl<F: TraceFollower> crate::pickle::Compactor for Splicing<'_, '_, '_, F> {
         self.compactor.compact(heap, memo, dict, items)
     }
 
+    fn compact_flat(
+        &mut self,
+        heap: &mut Heap,
+        memo: &mut Memo,
+        items: &[Value],
+    ) -> Result<Option<Value>, PickleError> {
+        self.compactor.compact_flat(heap, memo, items)
+    }
+
     fn append(
         &mut self,
         heap: &mut Heap,
