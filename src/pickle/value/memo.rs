@@ -124,8 +124,31 @@ impl Memo {
         Value((kind << KIND_SHIFT) | tag | u64::from(low))
     }
 
+    /// Sets entry `index`, as Python's `memo[index] = value`.
     #[inline]
     pub fn set(&mut self, index: u32, value: Value) {
+        // Nearly every set of a long trace, inlined: a put after the last entry, or a recent
+        // one set again (a container replaced by what it became), both among the open entries.
+        let blocked = Self::HOT + self.blocks.len() * Self::BLOCK;
+        if let Some(open) = (index as usize).checked_sub(blocked)
+            && self.hot.len() == Self::HOT
+            && self.sparse.is_empty()
+        {
+            if let Some(slot) = self.open.get_mut(open) {
+                *slot = value;
+                return;
+            }
+            if open == self.open.len() {
+                self.push_open(value);
+                return;
+            }
+        }
+        self.set_any(index, value);
+    }
+
+    /// [`Memo::set`] of any index.
+    #[inline(never)]
+    fn set_any(&mut self, index: u32, value: Value) {
         let i = index as usize;
         // The index MEMOIZE would use next.
         let next = self.dense_end();
