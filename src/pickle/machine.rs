@@ -43,8 +43,8 @@ pub trait Compactor {
     /// trace entry) at its SETITEMS before the dict is stored: `items` as for
     /// [`Compactor::compact`], and nothing else refers to the dict (its one memo entry was not
     /// fetched). Returning `Some(handle)` takes it as `compact` would take it and retire it,
-    /// without the dict ever being stored; `None` has it stored and offered to `compact` as
-    /// usual, so a compactor that declines here does nothing twice.
+    /// without the dict ever being stored. `None` has it stored and offered to `compact` as
+    /// usual, so declining must change nothing `compact` would see (a cache it fills is fine).
     fn compact_flat(
         &mut self,
         _heap: &mut Heap,
